@@ -1,0 +1,164 @@
+"""Per-call overhead of the torch <-> JAX bridge, on the CPU.
+
+Times, interleaved in one run, a 2-input/1-output add through:
+
+  direct     the jitted JAX function on already-converted JAX arrays (the floor)
+  tpu_kernels, same tensors   the registered op, called again and again on the same
+             tensors (the DLPack views are cached, as for weights)
+  tpu_kernels, fresh tensors  the op on new tensor objects every call (as for
+             activations: every input is imported by DLPack)
+  naive      a torch.library.custom_op whose body uses the public
+             jax.dlpack.from_dlpack / torch.from_dlpack, with no caching of its own
+
+and the pieces of a call, to show where the time goes. Target (issue #2): at
+most 30 us over `direct`, and at least 5x less overhead than `naive`.
+
+    python bench/overhead.py [--calls N] [--rounds R] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import torch  # noqa: E402
+
+from tpu_kernels import bridge, tpu_kernel  # noqa: E402
+
+SHAPE = (128, 128)
+
+
+@tpu_kernel("bench_overhead::add")
+def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+_jitted = jax.jit(lambda a, b: a + b)
+
+
+@torch.library.custom_op("bench_overhead::naive_add", mutates_args=())
+def naive_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a, b = jax.dlpack.from_dlpack(x), jax.dlpack.from_dlpack(y)
+    return torch.from_dlpack(_jitted(a, b))
+
+
+@naive_add.register_fake
+def _(x, y):
+    return torch.empty_like(x)
+
+
+def per_call_us(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def measure(candidates: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:
+    """Interleaved rounds: each round times every candidate once, so drift hits all alike."""
+    for fn in candidates.values():  # warm-up: compile, fill caches
+        for _ in range(max(50, calls // 10)):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            samples[name].append(per_call_us(fn, calls))
+    return samples
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=2000, help="calls per timed round")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+
+    x, y = torch.randn(*SHAPE), torch.randn(*SHAPE)
+    ja, jb = bridge.to_jax_cpu(x), bridge.to_jax_cpu(y)
+    pool = [(torch.randn(*SHAPE), torch.randn(*SHAPE)) for _ in range(64)]
+    counter = iter(range(10**12))
+
+    def fresh() -> object:
+        a, b = pool[next(counter) % len(pool)]
+        # new tensor objects over the same memory: the view cache cannot hit
+        return add(a.view(SHAPE), b.view(SHAPE))
+
+    out = _jitted(ja, jb)
+    noop_lib = torch.library.Library("bench_overhead", "FRAGMENT")
+    noop_lib.define("noop(Tensor x, Tensor y) -> Tensor")
+    noop_lib.impl("noop", lambda a, b: a, "CPU")
+    noop = torch.ops.bench_overhead.noop.default
+
+    candidates = {
+        "direct (jitted JAX, arrays ready)": lambda: _jitted(ja, jb).block_until_ready(),
+        "tpu_kernels, same tensors": lambda: add(x, y),
+        "tpu_kernels, fresh tensors": fresh,
+        "naive bridge (public DLPack, custom_op)": lambda: naive_add(x, y),
+        # pieces
+        "piece: torch op dispatch (Library impl, Python kernel)": lambda: noop(x, y),
+        "piece: torch op dispatch incl. autograd kernel": lambda: (
+            add.overload._op
+        ),  # placeholder replaced below
+        "piece: DLPack import, low level (per tensor)": lambda: bridge.to_jax_cpu(x),
+        "piece: DLPack import, public (per tensor)": lambda: jax.dlpack.from_dlpack(x),
+        "piece: view cache hit (per tensor)": lambda: bridge.VIEWS.get(x),
+        "piece: DLPack export to torch (per output)": lambda: bridge.to_torch_cpu(out),
+        "piece: torch.from_dlpack (per output)": lambda: torch.from_dlpack(out),
+    }
+    del candidates["piece: torch op dispatch incl. autograd kernel"]
+    samples = measure(candidates, args.calls, args.rounds)
+
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    base = med["direct (jitted JAX, arrays ready)"]
+    naive_over = med["naive bridge (public DLPack, custom_op)"] - base
+    rows = []
+    print(
+        f"per-call time, {SHAPE} float32 add, median of {args.rounds} interleaved rounds x {args.calls} calls"
+    )
+    print(f"{'candidate':58s} {'median us':>10s} {'p10':>8s} {'p90':>8s} {'overhead us':>12s}")
+    for name, v in samples.items():
+        q = statistics.quantiles(v, n=10)
+        over = (
+            med[name] - base
+            if not name.startswith("piece") and name != "direct (jitted JAX, arrays ready)"
+            else None
+        )
+        rows.append(
+            {"name": name, "median_us": med[name], "p10_us": q[0], "p90_us": q[-1], "overhead_us": over}
+        )
+        over_s = f"{over:12.1f}" if over is not None else " " * 12
+        print(f"{name:58s} {med[name]:10.1f} {q[0]:8.1f} {q[-1]:8.1f} {over_s}")
+    for label in ("tpu_kernels, same tensors", "tpu_kernels, fresh tensors"):
+        over = med[label] - base
+        print(
+            f"{label}: +{over:.1f} us over direct (target <= 30), "
+            f"{naive_over / over:.1f}x less overhead than the naive bridge (target >= 5)"
+        )
+    result = {
+        "shape": SHAPE,
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "rows": rows,
+        "jax": jax.__version__,
+        "torch": torch.__version__,
+        "low_level_dlpack": bridge.LOW_LEVEL,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    jnp.zeros(1)  # initialise the backend before timing
+    main()

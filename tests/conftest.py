@@ -1,0 +1,34 @@
+"""Test session setup: JAX on its CPU backend, fresh random seeds that can be replayed."""
+
+import os
+
+# libtpu (a dependency of torch-tpu) makes JAX probe for a TPU at start-up: seconds
+# of failed initialisation on a CPU machine. The tests run JAX on the CPU.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import random  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+_SEED_ENV = "TPU_KERNELS_TEST_SEED"
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed(request: pytest.FixtureRequest) -> int:
+    """Each test draws fresh random inputs; a failure reports the seed to replay it with
+    TPU_KERNELS_TEST_SEED=<seed>."""
+    seed = int(os.environ.get(_SEED_ENV) or random.SystemRandom().randrange(2**31))
+    torch.manual_seed(seed)
+    request.node.user_properties.append(("seed", seed))
+    return seed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        seeds = [v for k, v in item.user_properties if k == "seed"]
+        if seeds:
+            report.sections.append(("seed", f"replay with {_SEED_ENV}={seeds[0]}"))

@@ -1,0 +1,108 @@
+"""Python signature -> torch schema."""
+
+import jax
+import pytest
+import torch
+from torch import Tensor
+
+from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.signature import Kind, parse
+
+
+def test_every_supported_annotation_maps_to_its_schema_type():
+    def f(
+        a: Tensor,
+        b: Tensor | None,
+        c: list[Tensor],
+        d: jax.Array,
+        n: int,
+        x: float,
+        flag: bool,
+        s: str,
+        dt: torch.dtype,
+        ns: list[int],
+        xs: list[float],
+        bs: list[bool],
+        on: int | None = None,
+        *,
+        k: int = 3,
+        eps: float = 1e-6,
+        name: str = 'a"b',
+        mode: torch.dtype = torch.bfloat16,
+        dims: list[int] = [1, 2],  # noqa: B006
+    ) -> Tensor:
+        ...
+
+    sig = parse("t::f", f)
+    assert [p.kind for p in sig.params[:4]] == [
+        Kind.TENSOR,
+        Kind.OPTIONAL_TENSOR,
+        Kind.TENSOR_LIST,
+        Kind.TENSOR,
+    ]
+    assert sig.schema() == (
+        "(Tensor a, Tensor? b, Tensor[] c, Tensor d, int n, float x, bool flag, str s, ScalarType dt, "
+        "int[] ns, float[] xs, bool[] bs, int? on=None, *, int k=3, float eps=1e-06, "
+        'str name="a\\"b", ScalarType mode=bfloat16, int[] dims=[1, 2]) -> Tensor'
+    )
+    # torch accepts it
+    lib = torch.library.Library("test_signature", "FRAGMENT")
+    lib.define("f" + sig.schema())
+    lib._destroy()
+
+
+def test_tuple_returns_and_mutation_annotations():
+    def f(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    sig = parse("t::f", f)
+    assert sig.n_outputs == 2 and sig.returns_tuple
+    assert sig.schema(mutates_args=("y",)) == "(Tensor x, Tensor(a1!) y) -> (Tensor, Tensor)"
+
+    def g(x: Tensor) -> None: ...
+
+    assert parse("t::g", g, allow_no_outputs=True).schema() == "(Tensor x) -> ()"
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("def f(x) -> Tensor: ...", "parameter 'x' has no type annotation"),
+        ("def f(x: dict) -> Tensor: ...", "parameter 'x' has unsupported annotation"),
+        ("def f(x: Tensor): ...", "needs a return annotation"),
+        ("def f(x: Tensor) -> int: ...", "unsupported return annotation"),
+        ("def f(x: Tensor) -> None: ...", "returns None but mutates no argument"),
+        ("def f(*xs: Tensor) -> Tensor: ...", "parameter 'xs' is variadic positional"),
+        ("def f(x: Tensor, n: int = None) -> Tensor: ...", "defaults to None, so annotate it Optional"),
+        ("def f(x: Tensor, d: dict = {}) -> Tensor: ...", "unsupported annotation"),
+        ("def f(x: Tensor, o: object = object()) -> Tensor: ...", "unsupported annotation"),
+    ],
+)
+def test_definition_errors_name_the_op_and_the_parameter(source, message):
+    scope = {"Tensor": Tensor}
+    exec(source, scope)
+    with pytest.raises(OpDefinitionError, match=message) as info:
+        parse("mylib::f", scope["f"])
+    assert "mylib::f" in str(info.value)
+
+
+def test_values_restores_defaults_the_dispatcher_dropped():
+    def f(x: Tensor, a: int = 2, *, b: float = 0.5) -> Tensor: ...
+
+    sig = parse("t::f", f)
+    x = torch.ones(1)
+    assert sig.values((x,), {}) == [x, 2, 0.5]
+    assert sig.values((x, 3), {"b": 1.5}) == [x, 3, 1.5]
+    tensors, statics = sig.split(sig.values((x,), {}))
+    assert tensors == [x] and statics == (2, 0.5)
+
+
+def test_bind_reports_wrong_arity():
+    def f(x: Tensor, y: Tensor, *, a: int = 1) -> Tensor: ...
+
+    sig = parse("t::f", f)
+    with pytest.raises(TypeError, match="missing required argument 'y'"):
+        sig.bind((torch.ones(1),), {})
+    with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given"):
+        sig.bind((1, 2, 3), {})
+    with pytest.raises(TypeError, match="unexpected keyword arguments"):
+        sig.bind((1, 2), {"b": 1})

@@ -1,0 +1,35 @@
+"""tpu_kernels: Pallas, JAX and Helion kernels as PyTorch operators, for TPUs first.
+
+from tpu_kernels import tpu_kernel
+
+@tpu_kernel("mylib::scale")
+def scale(x: torch.Tensor, *, alpha: float) -> torch.Tensor:
+    return pl.pallas_call(...)(x)   # x arrives as a jax.Array
+"""
+
+from tpu_kernels.cache import CacheInfo
+from tpu_kernels.errors import (
+    BackendUnavailableError,
+    KernelError,
+    NoBackwardError,
+    OpDefinitionError,
+    TpuKernelsError,
+)
+from tpu_kernels.interpret import interpret_mode, set_interpret_mode
+from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "CacheInfo",
+    "KernelError",
+    "KernelOp",
+    "NoBackwardError",
+    "OpDefinitionError",
+    "TpuKernelsError",
+    "interpret_mode",
+    "registered_ops",
+    "set_interpret_mode",
+    "tpu_kernel",
+]

@@ -1,0 +1,125 @@
+"""torch <-> JAX without copies.
+
+Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about 50 us
+per tensor on our 2-core CPU, almost all of it Python checks; the two C entry
+points underneath (torch's `_to_dlpack`, JAX's `dlpack_managed_tensor_to_buffer`)
+cost about 1 us and 8 us. We call those, and fall back to the public functions
+if a future release moves them (`LOW_LEVEL` says which path is live).
+
+On CPU a second saving: `ViewCache` remembers the JAX view of a tensor object
+for as long as that object lives, so weights and other tensors passed call
+after call are imported once. The view aliases the tensor's memory, so later
+in-place writes to the tensor are seen by the kernel; a tensor whose storage,
+shape or strides changed (`.data =`, `set_`, `resize_`) is imported again.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+try:  # private, fast entry points; checked by tests/test_bridge.py
+    from jax._src.lib import _jax as _jaxlib
+
+    _import_capsule = _jaxlib.dlpack_managed_tensor_to_buffer
+    _export_capsule = _jaxlib.buffer_to_dlpack_managed_tensor
+    _torch_to_capsule = torch._C._to_dlpack
+    _torch_from_capsule = torch._C._from_dlpack
+    LOW_LEVEL = True
+except (ImportError, AttributeError):  # pragma: no cover - depends on releases
+    LOW_LEVEL = False
+
+_CPU_DEVICE: jax.Device | None = None
+
+
+def cpu_device() -> jax.Device:
+    global _CPU_DEVICE
+    if _CPU_DEVICE is None:
+        _CPU_DEVICE = jax.devices("cpu")[0]
+    return _CPU_DEVICE
+
+
+def to_jax_cpu(t: torch.Tensor) -> jax.Array:
+    """A contiguous CPU tensor -> a JAX array sharing its memory."""
+    if t.requires_grad:
+        t = t.detach()
+    if LOW_LEVEL:
+        return _import_capsule(_torch_to_capsule(t), cpu_device(), None)
+    return jax.dlpack.from_dlpack(t)
+
+
+def to_torch_cpu(a: jax.Array) -> torch.Tensor:
+    """A JAX CPU array -> a torch tensor sharing its memory (waits until it is ready)."""
+    if LOW_LEVEL:
+        return _torch_from_capsule(_export_capsule(a, stream=None))
+    return torch.from_dlpack(a)
+
+
+class ViewCache:
+    """tensor object -> its JAX view, for as long as the tensor object lives.
+
+    A weak-keyed map: an entry dies with its tensor, and the view (which holds
+    the tensor's storage through its DLPack capsule) dies with the entry.
+    """
+
+    def __init__(self) -> None:
+        # Keyed by identity: a plain WeakKeyDictionary would compare tensors with ==.
+        self._views: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, t: torch.Tensor) -> jax.Array:
+        entry = self._views.get(t)
+        if entry is not None:
+            ptr, shape, stride, view = entry
+            if ptr == t.data_ptr() and shape == t.shape and stride == t.stride():
+                self.hits += 1
+                return view
+        view = to_jax_cpu(t)
+        with self._lock:
+            self._views[t] = (t.data_ptr(), t.shape, t.stride(), view)
+            self.misses += 1
+        return view
+
+    def clear(self) -> None:
+        with self._lock:
+            self._views = WeakIdKeyDictionary()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
+VIEWS = ViewCache()
+
+
+def to_jax_cuda(t: torch.Tensor) -> jax.Array:
+    """A CUDA tensor -> a JAX GPU array, ordered after the current torch stream.
+
+    The public `jax.dlpack.from_dlpack` negotiates streams through the DLPack
+    protocol: JAX asks torch to make JAX's stream wait for torch's current one.
+    """
+    if t.requires_grad:
+        t = t.detach()
+    return jax.dlpack.from_dlpack(t)
+
+
+def to_torch_cuda(a: jax.Array) -> torch.Tensor:
+    """A JAX GPU array -> a torch tensor, ordered before work on torch's current stream."""
+    return torch.from_dlpack(a)
+
+
+def describe(values: Any) -> str:
+    """'f32[8,128]'-style summary of tensors and arrays, for error messages."""
+    if isinstance(values, (list, tuple)):
+        return "[" + ", ".join(describe(v) for v in values) + "]"
+    if isinstance(values, torch.Tensor):
+        return f"{str(values.dtype).removeprefix('torch.')}{list(values.shape)}@{values.device}"
+    if isinstance(values, (jax.Array, jax.ShapeDtypeStruct, np.ndarray)):
+        return f"{values.dtype}{list(values.shape)}"
+    return repr(values)

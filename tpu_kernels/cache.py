@@ -1,0 +1,74 @@
+"""Compiled callables, one per (shapes, dtypes, statics, device, mode): bounded, thread-safe."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int
+    misses: int
+    evictions: int
+    size: int
+    maxsize: int
+
+
+class CompileCache[V]:
+    """An LRU map from a hashable key to a value that is costly to build.
+
+    `get_or_build` builds each missing key once, even when several threads ask
+    for it at the same moment; a hit costs one lock round and a dict lookup.
+    """
+
+    def __init__(self, maxsize: int = 256) -> None:
+        if maxsize < 1:
+            raise ValueError(f"cache maxsize must be >= 1, got {maxsize}")
+        self.maxsize = maxsize
+        self._entries: OrderedDict[Any, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._build_lock = threading.RLock()  # one build at a time per cache
+        self._hits = 0
+        self._misses = 0
+        self._evictions = 0
+
+    def get_or_build(self, key: Any, build: Callable[[], V]) -> V:
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+                self._hits += 1
+                return value
+        with self._build_lock:
+            with self._lock:  # another thread may have built it while we waited
+                value = self._entries.get(key)
+                if value is not None:
+                    self._hits += 1
+                    return value
+            value = build()
+            with self._lock:
+                self._misses += 1
+                self._entries[key] = value
+                while len(self._entries) > self.maxsize:
+                    self._entries.popitem(last=False)
+                    self._evictions += 1
+            return value
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self._hits, self._misses, self._evictions, len(self._entries), self.maxsize)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._hits = self._misses = self._evictions = 0
+
+    def keys(self) -> list[Any]:
+        with self._lock:
+            return list(self._entries)

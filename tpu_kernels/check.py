@@ -1,0 +1,41 @@
+"""Lowering a kernel for the TPU on a machine without one.
+
+`jax.export` with platforms=["tpu"] runs the Pallas -> Mosaic lowering on the
+CPU: block shapes, dtypes and most unsupported operations are rejected here.
+Errors that only the TPU compiler itself raises are not caught this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from tpu_kernels import dtypes
+from tpu_kernels.errors import KernelError
+
+if TYPE_CHECKING:
+    from tpu_kernels.op import KernelOp
+
+
+def export_kernel(kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu") -> jax.export.Exported:
+    """Export `kop`'s kernel for `platform` at the shapes of the example arguments."""
+    from tpu_kernels.op import _as_spec
+
+    sig = kop.signature
+    values = sig.bind(args, kwargs)
+    tensors, statics = sig.split(values)
+    specs = [_as_spec(kop.name, p.name, v) for p, v in zip(sig.tensor_params, tensors)]
+    static_kwargs = sig.static_kwargs(statics)
+    names = [p.name for p in sig.tensor_params]
+
+    def flat(*ts: Any) -> Any:
+        return kop.fn(**static_kwargs, **dict(zip(names, ts)))
+
+    x64 = any(s.dtype in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
+    try:
+        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+            return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
+    except Exception as e:
+        raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e

@@ -1,0 +1,1 @@
+"""Where a kernel runs: one small adapter per device type."""

@@ -1,0 +1,38 @@
+"""CPU: the JAX kernel runs on JAX's CPU backend, Pallas calls in an interpreter."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import jax
+import torch
+from jax.experimental.pallas import tpu as pltpu
+
+from tpu_kernels import bridge, interpret
+from tpu_kernels.devices.jax_exec import pallas_interpret
+
+
+class CpuTransfer:
+    device_type = "cpu"
+
+    def to_jax(self, t: torch.Tensor) -> jax.Array:
+        return bridge.VIEWS.get(t)
+
+    def to_torch(self, a: jax.Array) -> torch.Tensor:
+        return bridge.to_torch_cpu(a)
+
+    def mode(self) -> Any:
+        return interpret.current()
+
+    def trace_context(self, mode: Any) -> contextlib.AbstractContextManager:
+        return pallas_interpret(mode)
+
+    def recover(self, mode: Any) -> None:
+        # After an exception inside the TPU interpreter its shared state must be
+        # reset before it can run again (see pltpu.InterpretParams' docstring).
+        if isinstance(mode, pltpu.InterpretParams):
+            pltpu.reset_tpu_interpret_mode_state()
+
+
+TRANSFER = CpuTransfer()

@@ -1,0 +1,56 @@
+"""CUDA: the JAX kernel runs on JAX's GPU backend, ordered with torch's current stream.
+
+Needs a CUDA build of jaxlib (`pip install "jax[cuda13]"`); without it the
+first call raises BackendUnavailableError. Pallas kernels written for TPU do
+not compile for GPUs: a kernel meant to run here is a JAX function or a Pallas
+GPU (Triton / Mosaic GPU) kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import jax
+import torch
+
+from tpu_kernels import bridge
+from tpu_kernels.errors import BackendUnavailableError
+
+
+def _check_backend() -> None:
+    try:
+        jax.devices("cuda")
+    except RuntimeError as e:
+        raise BackendUnavailableError(
+            "CUDA tensors need JAX's CUDA backend, which is not available: "
+            f"{e}. Install it with: pip install 'jax[cuda13]'."
+        ) from e
+
+
+class CudaTransfer:
+    device_type = "cuda"
+
+    def __init__(self) -> None:
+        self._checked = False
+
+    def to_jax(self, t: torch.Tensor) -> jax.Array:
+        if not self._checked:
+            _check_backend()
+            self._checked = True
+        return bridge.to_jax_cuda(t)
+
+    def to_torch(self, a: jax.Array) -> torch.Tensor:
+        return bridge.to_torch_cuda(a)
+
+    def mode(self) -> Any:
+        return None
+
+    def trace_context(self, mode: Any) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def recover(self, mode: Any) -> None:
+        pass
+
+
+TRANSFER = CudaTransfer()

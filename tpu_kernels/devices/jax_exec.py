@@ -1,0 +1,241 @@
+"""Run a JAX kernel on torch tensors that JAX can address directly (CPU, CUDA).
+
+The shared core of `devices.cpu` and `devices.cuda`: check and convert the
+tensor arguments, find or build the compiled callable for this call's
+(shapes, dtypes, statics, mode), call it, convert the results back, and write
+the new values of mutated arguments into them.
+
+On a cache hit the work is: one tuple key, one DLPack import per tensor not
+already viewed, the jitted call (JAX's C++ fast path) and one DLPack export
+per output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax._src import config as jax_config
+
+from tpu_kernels import dtypes
+from tpu_kernels.bridge import describe
+from tpu_kernels.cache import CompileCache
+from tpu_kernels.errors import KernelError
+from tpu_kernels.signature import Kind, Signature
+
+
+class Transfer(Protocol):
+    """What a device contributes to `JaxExecutor`."""
+
+    device_type: str
+
+    def to_jax(self, t: torch.Tensor) -> jax.Array: ...
+
+    def to_torch(self, a: jax.Array) -> torch.Tensor: ...
+
+    def mode(self) -> Any:
+        """A hashable token for settings that change the compiled kernel (interpret mode)."""
+        ...
+
+    def trace_context(self, mode: Any) -> contextlib.AbstractContextManager: ...
+
+    def recover(self, mode: Any) -> None:
+        """Reset device state after a failed call (the TPU interpreter needs it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Entry:
+    fn: Callable  # jitted; takes the tensor arguments' arrays in param order
+    x64: bool  # the call needs JAX's 64-bit mode
+    n_results: int | None  # None: a list of any length
+
+
+class JaxExecutor:
+    """torch tensors in, torch tensors out, a JAX function in between."""
+
+    def __init__(
+        self,
+        sig: Signature,
+        fn: Callable,
+        transfer: Transfer,
+        *,
+        n_outputs: int,
+        mutated: tuple[int, ...] = (),
+        maxsize: int = 256,
+        noncontiguous: str = "copy",
+        returns_list: bool = False,
+    ) -> None:
+        self.sig = sig
+        self.op = sig.op
+        self.fn = fn
+        self.transfer = transfer
+        self.n_outputs = n_outputs
+        self.mutated = mutated  # param indices, in mutates_args order
+        self.cache: CompileCache[Entry] = CompileCache(maxsize)
+        self.noncontiguous = noncontiguous
+        self.returns_list = returns_list  # the kernel returns a list of any length
+        self._tensor_params = [(i, p.kind, p.name) for i, p in enumerate(sig.params) if p.is_tensor]
+        self._static_idx = [i for i, p in enumerate(sig.params) if not p.is_tensor]
+        self._simple = all(kind is Kind.TENSOR for _, kind, _ in self._tensor_params)
+
+    # ---- the hot path -------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.sig.values(args, kwargs)
+        arrays, key = self._arrays_and_key(values)
+        entry = self.cache.get_or_build(key, lambda: self._build(arrays, key))
+        try:
+            if entry.x64:
+                with jax.enable_x64(True):
+                    results = entry.fn(*arrays)
+            else:
+                results = entry.fn(*arrays)
+            to_torch = self.transfer.to_torch
+            outs = [to_torch(r) for r in results]
+        except Exception as e:
+            self.transfer.recover(key[0])
+            raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
+        if self.returns_list:
+            return outs
+        for j, i in enumerate(self.mutated):
+            values[i].copy_(outs[self.n_outputs + j])
+        if self.n_outputs == 1 and not self.sig.returns_tuple:
+            return outs[0]
+        if self.n_outputs == 0:
+            return None
+        return tuple(outs[: self.n_outputs])
+
+    def _arrays_and_key(self, values: list[Any]) -> tuple[list[Any], tuple]:
+        key: list[Any] = [self.transfer.mode()]
+        for i in self._static_idx:
+            v = values[i]
+            key.append(tuple(v) if isinstance(v, list) else v)
+        arrays: list[Any] = []
+        convert = self._convert
+        if self._simple:
+            for i, _, name in self._tensor_params:
+                t = values[i]
+                key.append(t.shape)
+                key.append(t.dtype)
+                arrays.append(convert(name, t))
+            return arrays, tuple(key)
+        for i, kind, name in self._tensor_params:
+            v = values[i]
+            if kind is Kind.TENSOR_LIST:
+                key.append(tuple((t.shape, t.dtype) for t in v))
+                arrays.append([convert(name, t) for t in v])
+            elif v is None:
+                key.append(None)
+                arrays.append(None)
+            else:
+                key.append((v.shape, v.dtype))
+                arrays.append(convert(name, v))
+        return arrays, tuple(key)
+
+    def _convert(self, name: str, t: Any) -> jax.Array:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{self.op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != self.transfer.device_type:
+            raise ValueError(
+                f"{self.op}: argument '{name}' is on {t.device}, but this call runs on "
+                f"{self.transfer.device_type}; move all tensor arguments to one device."
+            )
+        if not t.is_contiguous():
+            if self.noncontiguous == "error":
+                raise ValueError(
+                    f"{self.op}: argument '{name}' is not contiguous (strides {t.stride()}); "
+                    "pass x.contiguous(), or define the op with noncontiguous='copy'."
+                )
+            t = t.contiguous()
+        try:
+            return self.transfer.to_jax(t)
+        except Exception:
+            dtypes.to_jax(self.op, name, t.dtype)  # an unsupported dtype: say so
+            raise
+
+    # ---- the cold path: trace and compile once per key -----------------------------
+    def _build(self, arrays: list[Any], key: tuple) -> Entry:
+        mode = key[0]
+        statics = self.sig.static_kwargs(tuple(key[1 : 1 + len(self._static_idx)]))
+        names = [name for _, _, name in self._tensor_params]
+        for (_, _, name), a in zip(self._tensor_params, arrays):
+            for leaf in a if isinstance(a, list) else [a]:
+                if leaf is not None and leaf.dtype not in dtypes.JAX_TO_TORCH:
+                    raise TypeError(
+                        f"{self.op}: argument '{name}' has dtype {leaf.dtype}, which tpu_kernels "
+                        f"cannot pass to JAX. Supported: {dtypes.SUPPORTED}."
+                    )
+        n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
+        fn, op, trace_context = self.fn, self.op, self.transfer.trace_context
+
+        def flat(*tensor_args: Any) -> tuple:
+            with trace_context(mode):
+                result = fn(**statics, **dict(zip(names, tensor_args)))
+            return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
+
+        jitted = jax.jit(flat)
+        x64 = any(leaf.dtype in dtypes.WIDE_JAX for leaf in jax.tree_util.tree_leaves(arrays))
+        try:
+            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                jitted.lower(*arrays).compile()
+        except KernelError:
+            raise
+        except Exception as e:
+            self.transfer.recover(mode)
+            raise KernelError(
+                f"{self.op}: tracing or compiling the kernel failed for "
+                f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
+            ) from e
+        return Entry(jitted, x64, n_results)
+
+    def _describe(self, values: list[Any]) -> str:
+        return ", ".join(f"{p.name}={describe(v)}" for p, v in zip(self.sig.params, values))
+
+    def _describe_arrays(self, arrays: list[Any], statics: dict) -> str:
+        parts = [f"{name}={describe(a)}" for (_, _, name), a in zip(self._tensor_params, arrays)]
+        parts += [f"{k}={v!r}" for k, v in statics.items()]
+        return ", ".join(parts)
+
+
+def normalize_results(op: str, result: Any, n_results: int | None, inputs: list[Any]) -> tuple:
+    """The kernel's return value -> a tuple of `n_results` (None: any number) fresh arrays."""
+    if isinstance(result, (tuple, list)):
+        results = tuple(result)
+    elif result is None:
+        results = ()
+    else:
+        results = (result,)
+    if n_results is not None and len(results) != n_results:
+        raise KernelError(
+            f"{op}: the kernel returned {len(results)} arrays, but the op declares "
+            f"{n_results} (outputs, then the new value of each mutated argument)."
+        )
+    fresh = []
+    for r in results:
+        if not isinstance(r, jax.Array):
+            raise KernelError(f"{op}: the kernel returned a {type(r).__name__}; return jax arrays only.")
+        # An output that *is* an input (or another output) would come back as the
+        # same buffer, and torch ops may not return aliases of their inputs.
+        if any(r is x for x in inputs) or any(r is f for f in fresh):
+            r = jnp.copy(r)
+        fresh.append(r)
+    return tuple(fresh)
+
+
+@contextlib.contextmanager
+def pallas_interpret(mode: Any):
+    """Trace every `pallas_call` inside with `interpret=mode` (no-op for None)."""
+    if mode is None:
+        yield
+        return
+    cfg = jax_config.pallas_tpu_interpret_mode_context_manager
+    prev = cfg.swap_local(mode)
+    try:
+        yield
+    finally:
+        cfg.set_local(prev)

@@ -1,0 +1,55 @@
+"""torch <-> JAX dtypes, and which of them need JAX's 64-bit mode."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+TORCH_TO_JAX: dict[torch.dtype, np.dtype] = {
+    torch.float64: np.dtype(jnp.float64),
+    torch.float32: np.dtype(jnp.float32),
+    torch.bfloat16: np.dtype(jnp.bfloat16),
+    torch.float16: np.dtype(jnp.float16),
+    torch.float8_e4m3fn: np.dtype(jnp.float8_e4m3fn),
+    torch.float8_e5m2: np.dtype(jnp.float8_e5m2),
+    torch.float8_e4m3fnuz: np.dtype(jnp.float8_e4m3fnuz),
+    torch.float8_e5m2fnuz: np.dtype(jnp.float8_e5m2fnuz),
+    torch.float8_e8m0fnu: np.dtype(jnp.float8_e8m0fnu),
+    torch.int64: np.dtype(jnp.int64),
+    torch.int32: np.dtype(jnp.int32),
+    torch.int16: np.dtype(jnp.int16),
+    torch.int8: np.dtype(jnp.int8),
+    torch.uint8: np.dtype(jnp.uint8),
+    torch.uint16: np.dtype(jnp.uint16),
+    torch.uint32: np.dtype(jnp.uint32),
+    torch.bool: np.dtype(jnp.bool_),
+}
+JAX_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in TORCH_TO_JAX.items()}
+
+# JAX silently truncates these to 32 bits unless its x64 mode is on; tpu_kernels
+# turns x64 on (thread-locally, only around the call) when a kernel sees one.
+WIDE = frozenset({torch.float64, torch.int64})
+WIDE_JAX = frozenset(TORCH_TO_JAX[t] for t in WIDE)
+
+SUPPORTED = ", ".join(str(t).removeprefix("torch.") for t in TORCH_TO_JAX)
+
+
+def to_jax(op: str, arg: str, dtype: torch.dtype) -> np.dtype:
+    try:
+        return TORCH_TO_JAX[dtype]
+    except KeyError:
+        raise TypeError(
+            f"{op}: argument '{arg}' has dtype {dtype}, which tpu_kernels cannot pass "
+            f"to JAX. Supported: {SUPPORTED}."
+        ) from None
+
+
+def to_torch(op: str, dtype: np.dtype) -> torch.dtype:
+    try:
+        return JAX_TO_TORCH[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(
+            f"{op}: the kernel returned dtype {dtype}, which has no torch equivalent "
+            f"tpu_kernels supports ({SUPPORTED})."
+        ) from None

@@ -1,0 +1,229 @@
+"""Fake (meta) functions derived from the kernel source, without running it.
+
+`jax.eval_shape` traces the JAX function abstractly and gives the output
+shapes and dtypes. Symbolic sizes (torch.compile with dynamic shapes) are
+handed to JAX as symbolic dimensions (`jax.export.symbolic_shape`) and the
+output sizes JAX derives are evaluated back into torch SymInts. Kernels whose
+trace needs concrete sizes (a Pallas grid computed from a shape, say) cannot
+be traced symbolically; the error then says how to register a fake function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import torch
+
+from tpu_kernels import dtypes
+from tpu_kernels.bridge import describe
+from tpu_kernels.cache import CompileCache
+from tpu_kernels.errors import KernelError
+from tpu_kernels.signature import Kind, Signature
+
+ShapeFn = Callable[[list[Any], dict[str, Any]], Any]
+"""(tensor specs in param order, static kwargs) -> pytree of ShapeDtypeStructs."""
+
+
+def jax_shape_fn(fn: Callable, sig: Signature) -> ShapeFn:
+    """The ShapeFn of a JAX kernel function."""
+    names = [p.name for p in sig.tensor_params]
+
+    def shapes(specs: list[Any], statics: dict[str, Any]) -> Any:
+        return jax.eval_shape(lambda *ts: fn(**statics, **dict(zip(names, ts))), *specs)
+
+    return shapes
+
+
+class DerivedFake:
+    """A fake function for `torch.library.register_fake`, derived from a ShapeFn."""
+
+    def __init__(
+        self,
+        sig: Signature,
+        shape_fn: ShapeFn,
+        *,
+        n_outputs: int,
+        n_results: int | None,
+        returns_list: bool = False,
+        maxsize: int = 512,
+    ) -> None:
+        self.sig = sig
+        self.op = sig.op
+        self.shape_fn = shape_fn
+        self.n_outputs = n_outputs  # what the op returns
+        self.n_results = n_results  # what the kernel returns (outputs + mutated values)
+        self.returns_list = returns_list
+        self.cache: CompileCache[tuple] = CompileCache(maxsize)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.sig.values(args, kwargs)
+        tensors = [v for p, v in zip(self.sig.params, values) if p.is_tensor]
+        device = _first_device(self.op, self.sig, tensors)
+        statics = {p.name: v for p, v in zip(self.sig.params, values) if not p.is_tensor}
+        if _has_symbolic(tensors):
+            outs = self._symbolic(tensors, statics)
+        else:
+            key = (_hashable(statics), _spec_key(tensors))
+            outs = self.cache.get_or_build(key, lambda: self._concrete(tensors, statics))
+        if self.returns_list:
+            return [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
+        made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs[: self.n_outputs]]
+        if self.n_outputs == 0:
+            return None
+        return made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made)
+
+    def _concrete(self, tensors: list[Any], statics: dict) -> tuple:
+        specs = [_spec(self.op, p.name, v, lambda s: s) for p, v in zip(self.sig.tensor_params, tensors)]
+        return self._eval(specs, statics, tensors, symbolic=False)
+
+    def _symbolic(self, tensors: list[Any], statics: dict) -> tuple:
+        from jax import export
+
+        scope = export.SymbolicScope()
+        symbols: dict[str, str] = {}  # str(torch sym expr) -> jax symbol name
+        env: dict[str, Any] = {}  # jax symbol name -> torch SymInt
+
+        def dims(shape: Any) -> Any:
+            parts = []
+            for d in shape:
+                if isinstance(d, torch.SymInt):
+                    expr = str(d.node.expr)
+                    if expr not in symbols:
+                        symbols[expr] = f"d{len(symbols)}"
+                        env[symbols[expr]] = d
+                    parts.append(symbols[expr])
+                else:
+                    parts.append(str(int(d)))
+            return export.symbolic_shape(",".join(parts) if parts else "", scope=scope) if parts else ()
+
+        specs = [_spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
+        with _pallas_dynamic_blocks():
+            outs = self._eval(specs, statics, tensors, symbolic=True)
+        return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in outs)
+
+    def _eval(self, specs: list[Any], statics: dict, tensors: list[Any], *, symbolic: bool) -> tuple:
+        x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
+        try:
+            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                result = self.shape_fn(specs, statics)
+        except Exception as e:
+            hint = (
+                " The kernel could not be traced with symbolic sizes; compile with "
+                "dynamic=False, mark the sizes static (torch._dynamo.mark_static), or "
+                "give the op a fake function that handles symbolic sizes with "
+                "@op.register_fake."
+                if symbolic
+                else ""
+            )
+            raise KernelError(
+                f"{self.op}: deriving output shapes with jax.eval_shape failed for "
+                f"{describe(tensors)}, statics {statics}: {type(e).__name__}: {e}.{hint}"
+            ) from e
+        leaves = list(result) if isinstance(result, (tuple, list)) else [result]
+        if not self.returns_list and len(leaves) != self.n_results:
+            raise KernelError(
+                f"{self.op}: the kernel returns {len(leaves)} arrays, but the op declares "
+                f"{self.n_results} (outputs, then the new value of each mutated argument)."
+            )
+        return tuple((tuple(s.shape), dtypes.to_torch(self.op, s.dtype)) for s in leaves)
+
+
+def _pallas_dynamic_blocks() -> contextlib.AbstractContextManager:
+    """Let pallas_call accept block shapes that depend on symbolic sizes while
+    deriving shapes (nothing is compiled here)."""
+    try:
+        from jax._src.pallas.core import pallas_export_experimental
+    except ImportError:  # pragma: no cover - moved in a future JAX
+        return contextlib.nullcontext()
+    return pallas_export_experimental(dynamic_shapes=True)
+
+
+def _spec(op: str, name: str, v: Any, dims: Callable) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_spec(op, name, t, dims) for t in v]
+    return jax.ShapeDtypeStruct(dims(v.shape), dtypes.to_jax(op, name, v.dtype))
+
+
+def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
+    """A JAX symbolic dimension (a polynomial of the input symbols) -> a torch SymInt.
+
+    JAX's own `_evaluate` calls operator.index on its operands, which would make
+    torch specialise every symbol to its current value; this walks the
+    polynomial with plain arithmetic instead.
+    """
+    if isinstance(d, int):
+        return d
+    total: Any = 0
+    for term, coeff in d._sorted_terms:
+        value: Any = coeff
+        for factor, exponent in term._factors:
+            value = value * _factor_value(factor, env) ** exponent
+        total = total + value
+    return total
+
+
+def _factor_value(f: Any, env: dict[str, Any]) -> Any:
+    if f.var is not None:
+        return env[f.var]
+    a, b = (_to_torch_dim(o, env) for o in f.operands)
+    op = f.operation
+    if op == "floordiv":
+        return a // b
+    if op == "mod":
+        return a % b
+    if op == "max":
+        return torch.sym_max(a, b)
+    if op == "min":
+        return torch.sym_min(a, b)
+    raise NotImplementedError(f"symbolic dimension operation {op!r}")
+
+
+def _first_device(op: str, sig: Signature, tensors: list[Any]) -> torch.device:
+    """The device of the tensor arguments, which must all be on one device."""
+    device, first = None, None
+    for p, v in zip(sig.tensor_params, tensors):
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if t is None:
+                continue
+            if device is None:
+                device, first = t.device, p.name
+            elif t.device != device:
+                raise ValueError(
+                    f"{op}: argument '{p.name}' is on {t.device} but '{first}' is on {device}; "
+                    "move all tensor arguments to one device."
+                )
+    if device is None:
+        raise KernelError(f"{op}: called without any tensor argument, so its device is unknown.")
+    return device
+
+
+def _has_symbolic(tensors: list[Any]) -> bool:
+    for v in tensors:
+        for t in v if isinstance(v, (list, tuple)) else [v]:
+            if t is not None and any(isinstance(d, torch.SymInt) for d in t.shape):
+                return True
+    return False
+
+
+def _spec_key(tensors: list[Any]) -> tuple:
+    out = []
+    for v in tensors:
+        if isinstance(v, (list, tuple)):
+            out.append(tuple((tuple(t.shape), t.dtype) for t in v))
+        elif v is None:
+            out.append(None)
+        else:
+            out.append((tuple(v.shape), v.dtype))
+    return tuple(out)
+
+
+def _hashable(statics: dict) -> tuple:
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in statics.items())
+
+
+__all__ = ["DerivedFake", "jax_shape_fn", "Kind"]

@@ -1,0 +1,16 @@
+"""Named shapes for scale_add, shared by tests and benchmarks: (x shape, y shape)."""
+
+TEST = {
+    "matrix": ((64, 256), (64, 256)),
+    "ragged_rows": ((300, 128), (300, 128)),
+    "odd_last_dim": ((7, 33), (7, 33)),
+    "broadcast_row": ((16, 256), (256,)),
+    "broadcast_col": ((4, 16, 128), (4, 1, 128)),
+    "vector": ((1000,), (1000,)),
+}
+
+BENCH = {
+    "1M": ((1024, 1024), (1024, 1024)),
+    "4M": ((2048, 2048), (2048, 2048)),
+    "16M": ((4096, 4096), (4096, 4096)),
+}

@@ -1,0 +1,13 @@
+"""Tiled matmul: torch.ops.tpu_kernels.matmul(a, b, *, block_m=256, block_n=256, block_k=256).
+
+The backward is derived with jax.vjp from a JAX reference (the Pallas kernel
+itself is not differentiable by JAX) and registered as
+torch.ops.tpu_kernels.matmul_backward.
+"""
+
+from tpu_kernels.kernels.matmul import pallas, reference
+from tpu_kernels.op import tpu_kernel
+
+matmul = tpu_kernel("tpu_kernels::matmul", reference=reference.matmul_jax)(pallas.matmul)
+
+__all__ = ["matmul"]

@@ -1,0 +1,13 @@
+"""Named shapes for matmul, shared by tests and benchmarks: (M, K, N)."""
+
+TEST = {
+    "one_block": (128, 256, 128),
+    "tiled": (512, 512, 256),
+    "small_m": (8, 256, 384),
+}
+
+BENCH = {
+    "512": (512, 512, 512),
+    "1024": (1024, 1024, 1024),
+    "2048": (2048, 2048, 2048),
+}

@@ -1,0 +1,111 @@
+"""RMSNorm over the last dimension as Pallas TPU kernels, forward and backward.
+
+    forward:  r = 1 / sqrt(mean(x^2) + eps);  y = x * r * w
+    backward: g = dy * w;  xhat = x * r
+              dx = r * (g - xhat * mean(g * xhat))
+              dw = sum over rows of dy * xhat
+
+The forward returns r (float32, shape x.shape[:-1] + (1,)) beside y, so the
+backward does not recompute it. dw is reduced in two steps: each grid step
+writes its block's partial sum, and a plain `sum` adds the partials; the grid
+stays "parallel" (no cross-step accumulator), so on chips with two
+TensorCores both can work.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import export
+from jax.experimental import pallas as pl
+
+from tpu_kernels.kernels._blocks import cost, row_block
+
+
+def _acc(dtype) -> jnp.dtype:
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _fwd_kernel(x_ref, w_ref, y_ref, r_ref, *, eps: float):
+    acc = _acc(y_ref.dtype)
+    x = x_ref[...].astype(acc)
+    r = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+    y_ref[...] = (x * r * w_ref[...].astype(acc)).astype(y_ref.dtype)
+    r_ref[...] = r.astype(r_ref.dtype)
+
+
+def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref):
+    acc = _acc(dx_ref.dtype)
+    x, r = x_ref[...].astype(acc), r_ref[...].astype(acc)
+    dy, w = dy_ref[...].astype(acc), w_ref[...].astype(acc)
+    xhat = x * r
+    g = dy * w
+    dx_ref[...] = (r * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))).astype(dx_ref.dtype)
+    dw_ref[...] = jnp.sum(dy * xhat, axis=0, keepdims=True).astype(dw_ref.dtype)
+
+
+def _check(x: jax.Array, weight: jax.Array) -> None:
+    if x.ndim == 0 or weight.shape != (x.shape[-1],):
+        raise ValueError(
+            f"rmsnorm: weight must have shape (x.shape[-1],) = ({x.shape[-1] if x.ndim else '?'},), "
+            f"got {weight.shape} for x of shape {x.shape}."
+        )
+
+
+def rmsnorm(
+    x: jax.Array, weight: jax.Array, *, eps: float = 1e-6, block_rows: int = 256
+) -> tuple[jax.Array, jax.Array]:
+    """-> (y, inv_rms): y = x / rms(x) * weight, inv_rms float32 of shape x.shape[:-1] + (1,)."""
+    _check(x, weight)
+    d = x.shape[-1]
+    x2 = x.reshape(-1, d)
+    rows = x2.shape[0]
+    br = row_block(rows, block_rows)
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
+    y, r = pl.pallas_call(
+        functools.partial(_fwd_kernel, eps=eps),
+        out_shape=(jax.ShapeDtypeStruct((rows, d), x.dtype), jax.ShapeDtypeStruct((rows, 1), _acc(x.dtype))),
+        grid=(pl.cdiv(rows, br),),
+        in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0))],
+        out_specs=(row_spec, pl.BlockSpec((br, 1), lambda i: (i, 0))),
+        cost_estimate=cost(4 * rows * d, rows, (2 * rows * d + d) * x.dtype.itemsize + 4 * rows),
+    )(x2, weight.reshape(1, d))
+    return y.reshape(x.shape), r.reshape(x.shape[:-1] + (1,))
+
+
+def rmsnorm_backward(
+    x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, *, block_rows: int = 256
+) -> tuple[jax.Array, jax.Array]:
+    """-> (dx, dweight), from the forward's inputs, its saved inv_rms and dy."""
+    d = x.shape[-1]
+    x2, dy2 = x.reshape(-1, d), grad_y.reshape(-1, d).astype(x.dtype)
+    r2 = inv_rms.reshape(-1, 1)
+    rows = x2.shape[0]
+    br = row_block(rows, block_rows)
+    n_blocks = pl.cdiv(rows, br)
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
+    pad = n_blocks * br - rows
+    if export.is_symbolic_dim(pad) or pad:  # zero the last block's padding rows: they add nothing to dw
+        x2, dy2 = jnp.pad(x2, ((0, pad), (0, 0))), jnp.pad(dy2, ((0, pad), (0, 0)))
+        r2 = jnp.pad(r2, ((0, pad), (0, 0)))
+    dx, dw_parts = pl.pallas_call(
+        _bwd_kernel,
+        out_shape=(
+            jax.ShapeDtypeStruct(x2.shape, x.dtype),
+            jax.ShapeDtypeStruct((n_blocks, 1, d), _acc(x.dtype)),
+        ),
+        grid=(n_blocks,),
+        in_specs=[
+            row_spec,
+            pl.BlockSpec((1, d), lambda i: (0, 0)),
+            pl.BlockSpec((br, 1), lambda i: (i, 0)),
+            row_spec,
+        ],
+        # (None, 1, d): the block drops the leading dim, and its last two dims equal the array's.
+        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
+        cost_estimate=cost(8 * rows * d, 0, 4 * rows * d * x.dtype.itemsize),
+    )(x2, weight.reshape(1, d), r2, dy2)
+    dw = dw_parts.sum(axis=(0, 1)).astype(weight.dtype)
+    return dx[:rows].reshape(x.shape), dw

@@ -1,0 +1,13 @@
+"""Named shapes for rmsnorm, shared by tests and benchmarks: x shape (weight is x.shape[-1])."""
+
+TEST = {
+    "small": (8, 128),
+    "ragged_rows": (300, 256),
+    "odd_dim": (5, 96),
+    "batched": (2, 24, 128),
+}
+
+BENCH = {
+    "4kx1k": (4096, 1024),
+    "8kx4k": (8192, 4096),
+}

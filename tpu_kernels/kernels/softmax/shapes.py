@@ -1,0 +1,15 @@
+"""Named shapes for softmax, shared by tests and benchmarks."""
+
+TEST = {
+    "small": (8, 128),
+    "ragged_rows": (300, 256),
+    "odd_cols": (5, 37),
+    "batched": (2, 3, 64, 128),
+    "vector": (1000,),
+}
+
+BENCH = {
+    "1kx1k": (1024, 1024),
+    "4kx1k": (4096, 1024),
+    "4kx4k": (4096, 4096),
+}

@@ -1,0 +1,353 @@
+"""`@tpu_kernel`: a JAX/Pallas function -> a registered torch operator.
+
+One `KernelOp` per decorated function. It defines `torch.ops.<ns>.<name>` with
+a schema derived from the signature, and registers:
+
+- CPU and CUDA kernels (`devices.jax_exec.JaxExecutor` over `devices.cpu` /
+  `devices.cuda`), a TPU kernel (`devices.tpu.TpuKernel`, through torch_tpu),
+- a fake function derived with `jax.eval_shape` (`fake.DerivedFake`),
+  overridable with `register_fake`,
+- an autograd formula (`autograd.register`), explicit, derived or absent.
+
+Ops are registered directly with `torch.library.Library` rather than through
+`torch.library.custom_op`: the custom_op wrapper adds about 8 us of Python per
+call (an aliasing check and a second call layer) that a kernel toolkit's hot
+path cannot afford; the registrations are the same ones custom_op makes.
+"""
+
+from __future__ import annotations
+
+import keyword
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import torch
+
+from tpu_kernels import autograd, fake
+from tpu_kernels.cache import CacheInfo
+from tpu_kernels.devices import cpu as cpu_device
+from tpu_kernels.devices import cuda as cuda_device
+from tpu_kernels.devices import tpu as tpu_device
+from tpu_kernels.devices.jax_exec import JaxExecutor
+from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.signature import Kind, Signature, parse
+
+_REGISTRY: dict[str, KernelOp] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def registered_ops() -> dict[str, KernelOp]:
+    """Every op defined with @tpu_kernel in this process, by qualified name."""
+    with _REGISTRY_LOCK:
+        return dict(_REGISTRY)
+
+
+def _split_name(qualname: str) -> tuple[str, str]:
+    if not isinstance(qualname, str) or qualname.count("::") != 1:
+        raise OpDefinitionError(
+            f"tpu_kernel: op name {qualname!r} needs exactly one namespace, as in 'mylib::my_op'."
+        )
+    ns, name = qualname.split("::")
+    for part, what in ((ns, "namespace"), (name, "name")):
+        if not part.isidentifier() or keyword.iskeyword(part):
+            raise OpDefinitionError(
+                f"tpu_kernel: the {what} {part!r} of {qualname!r} is not a valid identifier."
+            )
+    if ns in ("aten", "prim", "prims", "torch"):
+        raise OpDefinitionError(f"tpu_kernel: namespace {ns!r} of {qualname!r} is reserved by torch.")
+    if "." in name:
+        raise OpDefinitionError(f"tpu_kernel: {qualname!r}: overload names are not supported.")
+    return ns, name
+
+
+class KernelOp:
+    """A kernel registered as `torch.ops.<ns>.<name>`; call it like a function.
+
+    Calling it returns the op's outputs without its residuals; the registered
+    op (`.overload`, or `torch.ops.<ns>.<name>`) returns all of them.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable,
+        *,
+        outputs: Sequence[str] | None = None,
+        residuals: Sequence[str] = (),
+        mutates_args: Sequence[str] = (),
+        backward: str | None = None,
+        reference: Callable | None = None,
+        cache_size: int = 256,
+        noncontiguous: str = "copy",
+        tags: Sequence[torch.Tag] = (),
+        signature: Signature | None = None,
+        returns_list: bool = False,
+    ) -> None:
+        self.ns, self.short_name = _split_name(name)
+        self.name = name
+        self.fn = fn
+        self.fn_name = getattr(fn, "__name__", self.short_name)
+        self.mutates_args = tuple(mutates_args)
+        self.signature = signature or parse(name, fn, allow_no_outputs=bool(self.mutates_args))
+        sig = self.signature
+        self.returns_list = returns_list
+        self._check_options(outputs, residuals, backward, reference, noncontiguous)
+        n = sig.n_outputs
+        self.output_names = (
+            tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
+        )
+        self.n_visible = n - len(tuple(residuals))
+        self.reference = reference
+        self.mutated = tuple(sig.index(a) for a in self.mutates_args)
+
+        n_results = None if returns_list else n + len(self.mutated)
+        self._cpu = JaxExecutor(
+            sig,
+            fn,
+            cpu_device.TRANSFER,
+            n_outputs=n,
+            mutated=self.mutated,
+            maxsize=cache_size,
+            noncontiguous=noncontiguous,
+            returns_list=returns_list,
+        )
+        self._cuda = JaxExecutor(
+            sig,
+            fn,
+            cuda_device.TRANSFER,
+            n_outputs=n,
+            mutated=self.mutated,
+            maxsize=cache_size,
+            noncontiguous=noncontiguous,
+            returns_list=returns_list,
+        )
+        self._tpu = tpu_device.TpuKernel(
+            name, sig, fn, n_outputs=n, mutated=self.mutated, returns_list=returns_list
+        )
+        self._derived_fake = fake.DerivedFake(
+            sig, fake.jax_shape_fn(fn, sig), n_outputs=n, n_results=n_results, returns_list=returns_list
+        )
+        self._user_fake: Callable | None = None
+        self._backward: Any = None
+        self.backward_op: KernelOp | None = None
+
+        self.lib = self._define(tags)
+        self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
+        if backward == "vjp" or reference is not None:
+            self._derive_backward(reference or fn)
+        with _REGISTRY_LOCK:
+            _REGISTRY[name] = self
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    # ---- definition -----------------------------------------------------------------
+    def _check_options(
+        self, outputs: Any, residuals: Any, backward: Any, reference: Any, noncontiguous: str
+    ) -> None:
+        sig, name = self.signature, self.name
+        if not any(p.is_tensor for p in sig.params):
+            raise OpDefinitionError(f"{name}: needs at least one tensor parameter (it decides the device).")
+        for a in self.mutates_args:
+            if a not in {p.name for p in sig.params}:
+                raise OpDefinitionError(f"{name}: mutates_args names '{a}', which is not a parameter.")
+            if sig.params[sig.index(a)].kind is not Kind.TENSOR:
+                raise OpDefinitionError(f"{name}: mutates_args names '{a}', which is not a Tensor parameter.")
+        if outputs is not None and len(tuple(outputs)) != sig.n_outputs:
+            raise OpDefinitionError(
+                f"{name}: outputs={tuple(outputs)} names {len(tuple(outputs))} outputs, but the "
+                f"return annotation declares {sig.n_outputs}."
+            )
+        names = tuple(outputs) if outputs else ()
+        residuals = tuple(residuals)
+        if residuals:
+            if not names:
+                raise OpDefinitionError(f"{name}: residuals need outputs=(...) to name every output.")
+            if names[len(names) - len(residuals) :] != residuals:
+                raise OpDefinitionError(f"{name}: residuals {residuals} must be the last outputs of {names}.")
+            if len(residuals) == len(names):
+                raise OpDefinitionError(f"{name}: at least one output must not be a residual.")
+        if backward not in (None, "vjp"):
+            raise OpDefinitionError(
+                f"{name}: backward={backward!r}; use 'vjp' to differentiate the kernel body, "
+                "reference=fn to differentiate a JAX reference, or @op.def_backward."
+            )
+        if backward or reference is not None:
+            self._check_differentiable()
+        if noncontiguous not in ("copy", "error"):
+            raise OpDefinitionError(
+                f"{name}: noncontiguous must be 'copy' or 'error', got {noncontiguous!r}."
+            )
+
+    def _check_differentiable(self) -> None:
+        if self.mutates_args:
+            raise OpDefinitionError(f"{self.name}: an op that mutates its arguments cannot have a backward.")
+        if not autograd.supported(self.signature):
+            raise OpDefinitionError(
+                f"{self.name}: has keyword-only tensor parameters, which torch's autograd "
+                "cannot differentiate; make them positional to give the op a backward."
+            )
+
+    def _define(self, tags: Sequence[torch.Tag]) -> torch.library.Library:
+        returns = "Tensor[]" if self.returns_list else None
+        schema = self.signature.schema(mutates_args=self.mutates_args, returns=returns)
+        lib = torch.library.Library(self.ns, "FRAGMENT")
+        try:
+            lib.define(self.short_name + schema, tags=tuple(tags))
+        except RuntimeError as e:
+            lib._destroy()
+            if "already" in str(e) or "multiple times" in str(e):
+                raise OpDefinitionError(
+                    f"{self.name}: an operator of this name is already registered; pick "
+                    "another name (names are global to the process)."
+                ) from e
+            raise OpDefinitionError(f"{self.name}: torch rejected the schema {schema!r}: {e}") from e
+        self.schema = schema
+        lib.impl(self.short_name, self._cpu, "CPU")
+        lib.impl(self.short_name, self._cuda, "CUDA")
+        lib.impl(self.short_name, self._tpu, tpu_device.DISPATCH_KEY)
+        torch.library.register_fake(self.name, self._fake, lib=lib)
+        if not self.mutates_args and autograd.supported(self.signature):
+            autograd.register(self, lib)
+        return lib
+
+    def _fake(self, *args: Any, **kwargs: Any) -> Any:
+        return (self._user_fake or self._derived_fake)(*args, **kwargs)
+
+    def _derive_backward(self, diff_fn: Callable) -> None:
+        qualname = f"{self.name}_backward"
+        sig = autograd.vjp_signature(self.signature, qualname)
+        kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible)
+        self.backward_op = KernelOp(qualname, kernel, signature=sig, returns_list=True)
+        self._backward = autograd.DerivedBackward(self, self.backward_op)
+
+    # ---- public API -----------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.overload(*args, **kwargs)
+        if self.n_visible == self.signature.n_outputs:
+            return out
+        return out[0] if self.n_visible == 1 else out[: self.n_visible]
+
+    def def_backward(self, fn: Callable | None = None, *, wrt: Sequence[str] | None = None) -> Any:
+        """Register `fn` (a JAX/Pallas kernel) as this op's backward, as op `<name>_backward`.
+
+        Its parameters are bound by name: the forward's inputs, its outputs
+        (residuals included), and `grad_<output>` for each returned output. It
+        returns one gradient per name in `wrt` (default: the forward's
+        positional Tensor parameters), in that order.
+        """
+
+        def register(bwd_fn: Callable) -> KernelOp:
+            self._check_differentiable()
+            if self._backward is not None:
+                raise OpDefinitionError(f"{self.name}: already has a backward.")
+            names = (
+                tuple(wrt)
+                if wrt is not None
+                else tuple(
+                    p.name for p in self.signature.params if p.kind is Kind.TENSOR and not p.keyword_only
+                )
+            )
+            qualname = f"{self.name}_backward"
+            bwd_sig = parse(qualname, bwd_fn)
+            autograd.check_explicit(self, bwd_sig, names)
+            bwd = KernelOp(qualname, bwd_fn, signature=bwd_sig)
+            self._backward = autograd.ExplicitBackward(self, bwd, names)
+            self.backward_op = bwd
+            return bwd
+
+        return register(fn) if fn is not None else register
+
+    def register_fake(self, fn: Callable) -> Callable:
+        """Replace the derived fake function (e.g. for symbolic shapes it cannot trace)."""
+        self._user_fake = fn
+        return fn
+
+    def cache_info(self, device: str = "cpu") -> CacheInfo:
+        """Hits and misses of the compiled-callable cache of one device ("cpu" or "cuda")."""
+        return {"cpu": self._cpu, "cuda": self._cuda}[device].cache.info()
+
+    def cache_clear(self) -> None:
+        self._cpu.cache.clear()
+        self._cuda.cache.clear()
+        self._derived_fake.cache.clear()
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """Output ShapeDtypeStructs for example arguments (tensors or ShapeDtypeStructs)."""
+        values = self.signature.bind(args, kwargs)
+        tensors, statics = self.signature.split(values)
+        specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
+        return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
+
+    def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
+        """Export the kernel for `platform` at these example shapes (no device needed)."""
+        from tpu_kernels.check import export_kernel
+
+        return export_kernel(self, args, kwargs, platform=platform)
+
+    def __repr__(self) -> str:
+        return f"<tpu_kernel {self.name}{self.schema}>"
+
+
+def _as_spec(op: str, name: str, v: Any) -> Any:
+    from tpu_kernels import dtypes
+
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_as_spec(op, name, t) for t in v]
+    if isinstance(v, torch.Tensor):
+        return jax.ShapeDtypeStruct(tuple(v.shape), dtypes.to_jax(op, name, v.dtype))
+    return v  # already a ShapeDtypeStruct or an array
+
+
+def tpu_kernel(
+    name: str,
+    fn: Callable | None = None,
+    /,
+    *,
+    outputs: Sequence[str] | None = None,
+    residuals: Sequence[str] = (),
+    mutates_args: Sequence[str] = (),
+    backward: str | None = None,
+    reference: Callable | None = None,
+    cache_size: int = 256,
+    noncontiguous: str = "copy",
+    tags: Sequence[torch.Tag] = (),
+) -> Any:
+    """Register a JAX/Pallas function as the torch operator `name` ("namespace::op").
+
+    Tensor parameters (annotated torch.Tensor or jax.Array, optionally Optional
+    or list[...]) reach the function as jax.Arrays; every other parameter is a
+    compile-time static passed as its Python value. The function returns a
+    jax.Array or a tuple of them, matching its return annotation; an op that
+    mutates arguments returns, after its outputs, the new value of each.
+
+    Args:
+      outputs: names of the outputs (for `def_backward` binding and residuals).
+      residuals: trailing outputs saved for backward and not returned by the call.
+      mutates_args: tensor parameters the op writes to.
+      backward: "vjp" to derive the backward with jax.vjp of the body.
+      reference: a differentiable JAX function with the same signature whose vjp
+        gives the backward (for a Pallas forward JAX cannot differentiate).
+      cache_size: compiled callables kept per device (LRU).
+      noncontiguous: "copy" (default: such inputs are copied to contiguous
+        memory first) or "error".
+    """
+
+    def wrap(f: Callable) -> KernelOp:
+        return KernelOp(
+            name,
+            f,
+            outputs=outputs,
+            residuals=residuals,
+            mutates_args=mutates_args,
+            backward=backward,
+            reference=reference,
+            cache_size=cache_size,
+            noncontiguous=noncontiguous,
+            tags=tags,
+        )
+
+    return wrap(fn) if fn is not None else wrap

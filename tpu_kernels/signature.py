@@ -1,0 +1,291 @@
+"""A kernel's Python signature -> a torch operator schema.
+
+Which arguments are tensors (they cross into the kernel as `jax.Array`s) and
+which are statics (compile-time constants, passed to the kernel as Python
+values and part of the compilation cache key) is decided here, once, from the
+annotations. Nothing in this module runs on the hot path except `Signature.split`.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+import inspect
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tpu_kernels.errors import OpDefinitionError
+
+
+class Kind(enum.Enum):
+    TENSOR = "Tensor"
+    OPTIONAL_TENSOR = "Tensor?"
+    TENSOR_LIST = "Tensor[]"
+    STATIC = "static"
+
+
+# Python annotation -> schema type of a static argument.
+_STATIC_SCALARS: dict[Any, str] = {
+    int: "int",
+    float: "float",
+    bool: "bool",
+    str: "str",
+    torch.dtype: "ScalarType",
+}
+_STATIC_LIST_ELEMENTS = {int: "int", float: "float", bool: "bool"}
+_SEQUENCE_ORIGINS = (list, tuple, collections.abc.Sequence)
+
+
+def _is_tensor_type(t: Any) -> bool:
+    if t is torch.Tensor:
+        return True
+    try:
+        import jax
+
+        return t is jax.Array
+    except ImportError:  # pragma: no cover - jax is a hard dependency
+        return False
+
+
+def _strip_optional(t: Any) -> tuple[Any, bool]:
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(t) if a is not types.NoneType]
+        if len(args) == 1 and len(typing.get_args(t)) == 2:
+            return args[0], True
+    return t, False
+
+
+def _sequence_element(t: Any) -> Any | None:
+    """`list[X]`, `Sequence[X]` or `tuple[X, ...]` -> X; anything else -> None."""
+    origin = typing.get_origin(t)
+    if origin not in _SEQUENCE_ORIGINS:
+        return None
+    args = typing.get_args(t)
+    if origin is tuple:
+        return args[0] if len(args) == 2 and args[1] is Ellipsis else None
+    return args[0] if len(args) == 1 else None
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Kind
+    schema_type: str  # e.g. "Tensor", "Tensor?", "int[]", "float?"
+    default: Any  # inspect.Parameter.empty when required
+    keyword_only: bool
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind is not Kind.STATIC
+
+
+def _classify(op: str, name: str, annotation: Any) -> tuple[Kind, str]:
+    if annotation is inspect.Parameter.empty:
+        raise OpDefinitionError(
+            f"{op}: parameter '{name}' has no type annotation. Annotate tensors as "
+            "torch.Tensor (or jax.Array) and statics as int, float, bool, str, "
+            "torch.dtype or list[int]/list[float]/list[bool]."
+        )
+    inner, optional = _strip_optional(annotation)
+    if _is_tensor_type(inner):
+        return (Kind.OPTIONAL_TENSOR, "Tensor?") if optional else (Kind.TENSOR, "Tensor")
+    element = _sequence_element(inner)
+    if element is not None and _is_tensor_type(element) and not optional:
+        return Kind.TENSOR_LIST, "Tensor[]"
+    if inner in _STATIC_SCALARS:
+        base = _STATIC_SCALARS[inner]
+    elif element in _STATIC_LIST_ELEMENTS:
+        base = _STATIC_LIST_ELEMENTS[element] + "[]"
+    else:
+        raise OpDefinitionError(
+            f"{op}: parameter '{name}' has unsupported annotation {annotation!r}. "
+            "Tensors: torch.Tensor, Optional[torch.Tensor], list[torch.Tensor]. "
+            "Statics: int, float, bool, str, torch.dtype, list[int], list[float], "
+            "list[bool], each optionally Optional[...]."
+        )
+    return Kind.STATIC, base + ("?" if optional else "")
+
+
+def _default_literal(op: str, p: Param) -> str:
+    d = p.default
+    if d is None:
+        if not p.schema_type.endswith("?"):
+            raise OpDefinitionError(
+                f"{op}: parameter '{p.name}' defaults to None, so annotate it Optional[...]."
+            )
+        return "None"
+    if isinstance(d, bool):
+        return str(d)
+    if isinstance(d, int):
+        return str(d)
+    if isinstance(d, float):
+        if math.isinf(d) or math.isnan(d):
+            return {math.inf: "inf", -math.inf: "-inf"}.get(d, "nan")
+        return repr(d)
+    if isinstance(d, str):
+        escaped = d.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(d, torch.dtype):
+        return str(d).removeprefix("torch.")
+    if isinstance(d, (list, tuple)) and all(isinstance(v, (int, float, bool)) for v in d):
+        return "[" + ", ".join(str(v) for v in d) + "]"
+    raise OpDefinitionError(
+        f"{op}: parameter '{p.name}' has a default {d!r} that a torch schema cannot "
+        "express; use None, a number, a bool, a string, a dtype or a list of numbers."
+    )
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The parsed signature of a kernel function."""
+
+    op: str
+    params: tuple[Param, ...]
+    n_outputs: int  # 0 when the op only mutates its arguments
+    returns_tuple: bool
+
+    @property
+    def tensor_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_tensor)
+
+    @property
+    def static_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.is_tensor)
+
+    def index(self, name: str) -> int:
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i
+        raise KeyError(name)
+
+    def schema(self, *, mutates_args: tuple[str, ...] = (), returns: str | None = None) -> str:
+        """The schema string for `torch.library` (without the op name)."""
+        parts: list[str] = []
+        kw_started = False
+        for i, p in enumerate(self.params):
+            if p.keyword_only and not kw_started:
+                parts.append("*")
+                kw_started = True
+            t = p.schema_type
+            if p.name in mutates_args:
+                t = f"Tensor(a{i}!)" + t[len("Tensor") :]
+            text = f"{t} {p.name}"
+            if p.default is not inspect.Parameter.empty:
+                text += "=" + _default_literal(self.op, p)
+            parts.append(text)
+        if returns is None:
+            returns = (
+                "()"
+                if self.n_outputs == 0
+                else (
+                    "Tensor" if not self.returns_tuple else "(" + ", ".join(["Tensor"] * self.n_outputs) + ")"
+                )
+            )
+        return f"({', '.join(parts)}) -> {returns}"
+
+    def values(self, args: tuple, kwargs: dict) -> list[Any]:
+        """Arguments as torch's dispatcher passes them -> one value per param.
+
+        The dispatcher hands a Python kernel the positional schema arguments
+        positionally and the keyword-only ones as kwargs, and drops trailing
+        arguments equal to their defaults; this puts the defaults back.
+        """
+        if len(args) == len(self.params):
+            return list(args)
+        values = list(args)
+        for p in self.params[len(args) :]:
+            values.append(kwargs.get(p.name, p.default))
+        return values
+
+    def bind(self, args: tuple, kwargs: dict) -> list[Any]:
+        """Bind a user's call (any mix of positional and keyword) -> one value per param."""
+        n_pos = sum(not p.keyword_only for p in self.params)
+        if len(args) > n_pos:
+            raise TypeError(f"{self.op}() takes {n_pos} positional arguments but {len(args)} were given")
+        values = list(args)
+        for p in self.params[len(args) :]:
+            if p.name in kwargs:
+                values.append(kwargs[p.name])
+            elif p.default is not inspect.Parameter.empty:
+                values.append(p.default)
+            else:
+                raise TypeError(f"{self.op}() missing required argument '{p.name}'")
+        extra = set(kwargs) - {p.name for p in self.params}
+        if extra:
+            raise TypeError(f"{self.op}() got unexpected keyword arguments {sorted(extra)}")
+        return values
+
+    def split(self, values: list[Any]) -> tuple[list[Any], tuple]:
+        """-> (the tensor arguments in param order, a hashable tuple of the statics)."""
+        tensors = []
+        statics = []
+        for p, v in zip(self.params, values):
+            if p.kind is Kind.STATIC:
+                statics.append(_hashable(v))
+            else:
+                tensors.append(v)
+        return tensors, tuple(statics)
+
+    def static_kwargs(self, statics: tuple) -> dict[str, Any]:
+        return {p.name: v for p, v in zip(self.static_params, statics)}
+
+
+def parse(op: str, fn: Callable, *, allow_no_outputs: bool = False) -> Signature:
+    """Parse `fn`'s signature; errors name the op and the parameter."""
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except NameError as e:
+        raise OpDefinitionError(
+            f"{op}: could not evaluate the annotations of {fn!r}: {e}. Annotations must "
+            "name importable types at module scope."
+        ) from e
+    params = []
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            raise OpDefinitionError(
+                f"{op}: parameter '{name}' is {p.kind.description}; a torch operator needs "
+                "named parameters (positional-or-keyword or keyword-only)."
+            )
+        kind, schema_type = _classify(op, name, p.annotation)
+        params.append(Param(name, kind, schema_type, p.default, p.kind is p.KEYWORD_ONLY))
+        if p.default is not inspect.Parameter.empty:
+            _default_literal(op, params[-1])  # validate early
+    n_outputs, returns_tuple = _parse_return(op, sig.return_annotation, allow_no_outputs)
+    return Signature(op, tuple(params), n_outputs, returns_tuple)
+
+
+def _parse_return(op: str, ann: Any, allow_none: bool) -> tuple[int, bool]:
+    if ann is inspect.Signature.empty:
+        raise OpDefinitionError(
+            f"{op}: the kernel function needs a return annotation: torch.Tensor, "
+            "tuple[torch.Tensor, ...] of fixed length, or None for an op that only "
+            "mutates its arguments."
+        )
+    if ann is None or ann is types.NoneType:
+        if not allow_none:
+            raise OpDefinitionError(
+                f"{op}: returns None but mutates no argument; declare mutates_args=(...) or return tensors."
+            )
+        return 0, False
+    if _is_tensor_type(ann):
+        return 1, False
+    if typing.get_origin(ann) is tuple:
+        args = typing.get_args(ann)
+        if args and Ellipsis not in args and all(_is_tensor_type(a) for a in args):
+            return len(args), True
+    raise OpDefinitionError(
+        f"{op}: unsupported return annotation {ann!r}; use torch.Tensor or "
+        "tuple[torch.Tensor, torch.Tensor, ...] (fixed length)."
+    )
