@@ -16,12 +16,12 @@ shape or strides changed (`.data =`, `set_`, `resize_`) is imported again.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import jax
 import numpy as np
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 try:  # private, fast entry points; checked by tests/test_bridge.py
     from jax._src.lib import _jax as _jaxlib
@@ -63,33 +63,41 @@ def to_torch_cpu(a: jax.Array) -> torch.Tensor:
 class ViewCache:
     """tensor object -> its JAX view, for as long as the tensor object lives.
 
-    A weak-keyed map: an entry dies with its tensor, and the view (which holds
-    the tensor's storage through its DLPack capsule) dies with the entry.
+    Keyed by `id(tensor)`, with a weak reference whose callback drops the entry
+    when the tensor dies (before its id can be reused); the view (which holds
+    the tensor's storage through its DLPack capsule) dies with the entry. A hit
+    costs one dict lookup and three attribute reads (data pointer, shape,
+    strides) to catch a tensor whose memory was swapped under the same object.
     """
 
     def __init__(self) -> None:
-        # Keyed by identity: a plain WeakKeyDictionary would compare tensors with ==.
-        self._views: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._views: dict[int, tuple] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, t: torch.Tensor) -> jax.Array:
-        entry = self._views.get(t)
-        if entry is not None:
-            ptr, shape, stride, view = entry
-            if ptr == t.data_ptr() and shape == t.shape and stride == t.stride():
-                self.hits += 1
-                return view
+        entry = self._views.get(id(t))
+        if (
+            entry is not None
+            and entry[0]() is t
+            and entry[1] == t.data_ptr()
+            and entry[2] == t.shape
+            and entry[3] == t.stride()
+        ):
+            self.hits += 1
+            return entry[4]
         view = to_jax_cpu(t)
+        key = id(t)
+        ref = weakref.ref(t, lambda _, key=key, views=self._views: views.pop(key, None))
         with self._lock:
-            self._views[t] = (t.data_ptr(), t.shape, t.stride(), view)
+            self._views[key] = (ref, t.data_ptr(), t.shape, t.stride(), view)
             self.misses += 1
         return view
 
     def clear(self) -> None:
         with self._lock:
-            self._views = WeakIdKeyDictionary()
+            self._views.clear()
 
     def __len__(self) -> int:
         return len(self._views)

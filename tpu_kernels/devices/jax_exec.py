@@ -13,6 +13,7 @@ per output.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -83,10 +84,17 @@ class JaxExecutor:
         self._tensor_params = [(i, p.kind, p.name) for i, p in enumerate(sig.params) if p.is_tensor]
         self._static_idx = [i for i, p in enumerate(sig.params) if not p.is_tensor]
         self._simple = all(kind is Kind.TENSOR for _, kind, _ in self._tensor_params)
+        self._n_params = len(sig.params)
+        self._single = n_outputs == 1 and not sig.returns_tuple and not returns_list
+        # bound once: the hot path makes no attribute lookups it can avoid
+        self._mode = transfer.mode
+        self._to_jax = transfer.to_jax
+        self._to_torch = transfer.to_torch
+        self._on_device = operator.attrgetter(f"is_{transfer.device_type}")
 
     # ---- the hot path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        values = self.sig.values(args, kwargs)
+        values = args if len(args) == self._n_params else self.sig.values(args, kwargs)
         arrays, key = self._arrays_and_key(values)
         entry = self.cache.get_or_build(key, lambda: self._build(arrays, key))
         try:
@@ -95,7 +103,7 @@ class JaxExecutor:
                     results = entry.fn(*arrays)
             else:
                 results = entry.fn(*arrays)
-            to_torch = self.transfer.to_torch
+            to_torch = self._to_torch
             outs = [to_torch(r) for r in results]
         except Exception as e:
             self.transfer.recover(key[0])
@@ -104,26 +112,31 @@ class JaxExecutor:
             return outs
         for j, i in enumerate(self.mutated):
             values[i].copy_(outs[self.n_outputs + j])
-        if self.n_outputs == 1 and not self.sig.returns_tuple:
+        if self._single:
             return outs[0]
         if self.n_outputs == 0:
             return None
         return tuple(outs[: self.n_outputs])
 
-    def _arrays_and_key(self, values: list[Any]) -> tuple[list[Any], tuple]:
-        key: list[Any] = [self.transfer.mode()]
+    def _arrays_and_key(self, values: Any) -> tuple[list[Any], tuple]:
+        """The JAX arrays for the kernel, and the cache key: (mode, statics, shapes, dtypes)."""
+        key: list[Any] = [self._mode()]
         for i in self._static_idx:
             v = values[i]
             key.append(tuple(v) if isinstance(v, list) else v)
         arrays: list[Any] = []
-        convert = self._convert
+        to_jax, on_device = self._to_jax, self._on_device
         if self._simple:
             for i, _, name in self._tensor_params:
                 t = values[i]
                 key.append(t.shape)
                 key.append(t.dtype)
-                arrays.append(convert(name, t))
+                if on_device(t) and t.is_contiguous():
+                    arrays.append(to_jax(t))
+                else:
+                    arrays.append(self._convert(name, t))
             return arrays, tuple(key)
+        convert = self._convert
         for i, kind, name in self._tensor_params:
             v = values[i]
             if kind is Kind.TENSOR_LIST:
@@ -137,10 +150,9 @@ class JaxExecutor:
                 arrays.append(convert(name, v))
         return arrays, tuple(key)
 
-    def _convert(self, name: str, t: Any) -> jax.Array:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{self.op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != self.transfer.device_type:
+    def _convert(self, name: str, t: torch.Tensor) -> jax.Array:
+        """Checks, and contiguity, for one tensor argument; then the transfer."""
+        if not self._on_device(t):
             raise ValueError(
                 f"{self.op}: argument '{name}' is on {t.device}, but this call runs on "
                 f"{self.transfer.device_type}; move all tensor arguments to one device."
@@ -153,7 +165,7 @@ class JaxExecutor:
                 )
             t = t.contiguous()
         try:
-            return self.transfer.to_jax(t)
+            return self._to_jax(t)
         except Exception:
             dtypes.to_jax(self.op, name, t.dtype)  # an unsupported dtype: say so
             raise
