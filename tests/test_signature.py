@@ -30,8 +30,7 @@ def test_every_supported_annotation_maps_to_its_schema_type():
         name: str = 'a"b',
         mode: torch.dtype = torch.bfloat16,
         dims: list[int] = [1, 2],  # noqa: B006
-    ) -> Tensor:
-        ...
+    ) -> Tensor: ...
 
     sig = parse("t::f", f)
     assert [p.kind for p in sig.params[:4]] == [

@@ -62,7 +62,7 @@ class DerivedFake:
         values = self.sig.values(args, kwargs)
         tensors = [v for p, v in zip(self.sig.params, values) if p.is_tensor]
         device = _first_device(self.op, self.sig, tensors)
-        statics = {p.name: v for p, v in zip(self.sig.params, values) if not p.is_tensor}
+        statics = self.sig.static_kwargs(self.sig.split(values)[1])
         if _has_symbolic(tensors):
             outs = self._symbolic(tensors, statics)
         else:

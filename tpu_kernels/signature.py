@@ -141,6 +141,14 @@ def _default_literal(op: str, p: Param) -> str:
     )
 
 
+def _kernel_static(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        from tpu_kernels.dtypes import TORCH_TO_JAX
+
+        return TORCH_TO_JAX.get(value, value)
+    return value
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
@@ -239,7 +247,11 @@ class Signature:
         return tensors, tuple(statics)
 
     def static_kwargs(self, statics: tuple) -> dict[str, Any]:
-        return {p.name: v for p, v in zip(self.static_params, statics)}
+        """Statics (as `split` returns them) -> the kernel's keyword arguments.
+
+        A `torch.dtype` static reaches the kernel as the matching JAX dtype, so
+        `x.astype(out_dtype)` works in the body."""
+        return {p.name: _kernel_static(v) for p, v in zip(self.static_params, statics)}
 
 
 def parse(op: str, fn: Callable, *, allow_no_outputs: bool = False) -> Signature:

@@ -1,0 +1,5 @@
+import sys
+
+from tpu_kernels.cli import main
+
+sys.exit(main())
