@@ -13,7 +13,8 @@ Times, interleaved in one run, a 2-input/1-output add through:
 and the pieces of a call, to show where the time goes. Target (issue #2): at
 most 30 us over `direct`, and at least 5x less overhead than `naive`.
 
-    python bench/overhead.py [--calls N] [--rounds R] [--json PATH]
+    python bench/overhead.py [--calls N] [--rounds R] [--json PATH]   # with the pieces
+    tpu-kernels bench overhead                                        # in the harness
 """
 
 from __future__ import annotations
@@ -53,6 +54,43 @@ def naive_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @naive_add.register_fake
 def _(x, y):
     return torch.empty_like(x)
+
+
+def benchmarks(quick: bool, device_type: str) -> list:
+    """The same comparison in the harness (per-call times; every candidate waits for its result)."""
+    from tpu_kernels import bench
+
+    if device_type != "cpu":
+        return []  # the bridge measured here is the CPU one
+
+    def fresh(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # new tensor objects over the same memory each call: the view cache cannot hit
+        return add(x.view(x.shape), y.view(y.shape))
+
+    return [
+        bench.Benchmark(
+            name="overhead",
+            description="per-call overhead of the torch <-> JAX bridge on a 2-input add",
+            points=[{"shape": SHAPE, "dtype": torch.float32}],
+            inputs=lambda p, dev: (
+                torch.randn(*p["shape"], device=dev),
+                torch.randn(*p["shape"], device=dev),
+            ),
+            candidates=lambda p: [
+                bench.Candidate("tpu_kernels, same tensors", add, primary=True),
+                bench.Candidate("tpu_kernels, fresh tensors", fresh),
+                bench.Candidate(
+                    "jax direct",
+                    lambda a, b: _jitted(a, b).block_until_ready(),
+                    prepare=lambda xs: tuple(bridge.to_jax_cpu(t) for t in xs),
+                    to_torch=lambda a: torch.from_dlpack(a),
+                ),
+                bench.Candidate("naive bridge", naive_add),
+            ],
+            reference=lambda x, y: x + y,
+            baseline="jax direct",
+        )
+    ]
 
 
 def per_call_us(fn: Callable[[], object], calls: int) -> float:

@@ -17,6 +17,7 @@ path cannot afford; the registrations are the same ones custom_op makes.
 
 from __future__ import annotations
 
+import inspect
 import keyword
 import threading
 from collections.abc import Callable, Sequence
@@ -279,6 +280,36 @@ class KernelOp:
         tensors, statics = self.signature.split(values)
         specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
         return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
+
+    def jax_function(self, *, interpret: Any = "current", **statics: Any) -> Callable:
+        """The kernel as a jitted JAX function of its tensor arguments, statics bound.
+
+        Pallas calls inside run in `interpret` mode (default: the current
+        tpu_kernels setting; None for none, on a real TPU). This is what the
+        benchmarks' raw-JAX baseline times: the same kernel without the bridge.
+        """
+        from tpu_kernels import interpret as interpret_settings
+        from tpu_kernels.devices.jax_exec import pallas_interpret
+
+        sig = self.signature
+        missing = [
+            p.name
+            for p in sig.static_params
+            if p.name not in statics and p.default is inspect.Parameter.empty
+        ]
+        if missing:
+            raise TypeError(f"{self.name}.jax_function() needs the statics {missing}")
+        values = tuple(statics.get(p.name, p.default) for p in sig.static_params)
+        kwargs = sig.static_kwargs(tuple(tuple(v) if isinstance(v, list) else v for v in values))
+        names = [p.name for p in sig.tensor_params]
+        mode = interpret_settings.current() if interpret == "current" else interpret
+        fn = self.fn
+
+        def kernel(*tensors: Any) -> Any:
+            with pallas_interpret(mode):
+                return fn(**kwargs, **dict(zip(names, tensors)))
+
+        return jax.jit(kernel)
 
     def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
         """Export the kernel for `platform` at these example shapes (no device needed)."""

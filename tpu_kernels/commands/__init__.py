@@ -1,3 +1,5 @@
 """Subcommands of `tpu-kernels`: one module each, with `add_parser(subparsers)`."""
 
-ALL: list = []
+from tpu_kernels.commands import bench
+
+ALL = [bench]

@@ -1,0 +1,195 @@
+"""The harness end to end: correctness flags, reports, plots, compare mode, the CLI."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from tpu_kernels import bench
+from tpu_kernels.bench import plots
+from tpu_kernels.bench.device import Device
+from tpu_kernels.bench.results import Report
+from tpu_kernels.cli import main
+
+CPU = Device("cpu", "test", torch.device("cpu"), None)
+FAST = bench.Settings(rounds=3, min_sample_s=0.002, warmup_s=0.05, warmup_calls=2)
+
+
+def _softmax_benchmark(wrong: bool = False) -> bench.Benchmark:
+    def broken(x):
+        return torch.softmax(x, -1) + (1e-2 if wrong else 0.0)
+
+    return bench.Benchmark(
+        name="toy_softmax",
+        points=bench.grid(shape=[(64, 128), (256, 128)], dtype=[torch.float32]),
+        inputs=lambda p, dev: (torch.randn(*p["shape"], dtype=p["dtype"], device=dev),),
+        candidates=lambda p: [
+            bench.Candidate("mine", broken, primary=True),
+            bench.Candidate("torch", lambda x: torch.softmax(x, -1)),
+        ],
+        reference=lambda x: torch.softmax(x, -1),
+        bytes=lambda p: 2 * 4 * p["shape"][0] * p["shape"][1],
+    )
+
+
+def test_a_wrong_kernel_is_flagged_whatever_its_speed():
+    report = bench.run([_softmax_benchmark(wrong=True)], CPU, FAST)
+    for point in report.results:
+        mine, ref = point.candidate("mine"), point.candidate("torch")
+        assert mine.wrong and mine.check["max_abs_err"] == pytest.approx(1e-2, rel=1e-3)
+        assert not ref.wrong
+        assert mine.time["median"] > 0  # still timed, and flagged
+
+
+def test_report_round_trips_through_json_and_csv(tmp_path):
+    report = bench.run([_softmax_benchmark()], CPU, FAST)
+    report.write_json(tmp_path / "r.json")
+    again = Report.read_json(tmp_path / "r.json")
+    assert again.to_dict() == json.loads((tmp_path / "r.json").read_text())
+    assert again.results[0].candidates[0].time == report.results[0].candidates[0].time
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == "tpu_kernels.bench/1"
+    env = again.environment
+    assert env["packages"]["torch"] and "time" in env and "git_commit" in env
+    report.write_csv(tmp_path / "r.csv")
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    assert lines[0].startswith("benchmark,point_id,candidate") and len(lines) == 1 + 2 * 2
+    with pytest.raises(ValueError, match="schema"):
+        Report.from_dict({"schema": "other"})
+
+
+def test_speedups_throughput_and_rotation():
+    report = bench.run([_softmax_benchmark()], CPU, FAST)
+    point = report.results[0]
+    assert point.candidate("torch").speedup == pytest.approx(1.0)
+    mine = point.candidate("mine")
+    assert mine.speedup == pytest.approx(point.candidate("torch").median / mine.median)
+    assert mine.throughput["gbps"] > 0 and mine.throughput["pct_peak_bw"] is None  # no roofline on CPU
+    assert point.input_sets >= 2
+    assert any("do not predict TPU speed" in n for n in report.notes) or report.device["type"] != "cpu"
+
+
+def test_plots_are_written_and_not_empty(tmp_path):
+    report = bench.run([_softmax_benchmark()], CPU, FAST)
+    paths = plots.write(report, tmp_path)
+    assert [p.name for p in paths] == ["toy_softmax.png"]
+    data = paths[0].read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def _with_median(report: Report, factor: float) -> Report:
+    data = report.to_dict()
+    for r in data["results"]:
+        for c in r["candidates"]:
+            c["time"] = {k: (v * factor if k not in ("n", "cv") else v) for k, v in c["time"].items()}
+    return Report.from_dict(data)
+
+
+def test_compare_flags_regressions_and_the_cli_exits_nonzero(tmp_path, capsys):
+    base = bench.run([_softmax_benchmark()], CPU, FAST)
+    slower = _with_median(base, 1.5)
+    changes = bench.compare(base, slower, threshold=0.10)
+    assert changes and all(c.regressed and c.ratio == pytest.approx(1.5) for c in changes)
+    assert not bench.regressions(bench.compare(base, _with_median(base, 1.05), threshold=0.10))
+    base.write_json(tmp_path / "base.json")
+    slower.write_json(tmp_path / "new.json")
+    assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json")]) == 3
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 0
+
+
+def test_a_result_that_turns_wrong_is_a_regression():
+    good = bench.run([_softmax_benchmark()], CPU, FAST)
+    bad = bench.run([_softmax_benchmark(wrong=True)], CPU, FAST)
+    reasons = {c.reason for c in bench.regressions(bench.compare(good, bad))}
+    assert "result now wrong" in reasons
+
+
+def _busy(seconds: float):
+    def fn():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    return fn
+
+
+def test_harness_median_matches_an_independent_timing_of_a_known_workload():
+    """A 2 ms busy loop: the harness's median and a plain perf_counter loop, in one run, within 10%."""
+    work = _busy(0.002)
+    b = bench.Benchmark(
+        name="busy",
+        points=[{"n": 1}],
+        inputs=lambda p, dev: (),
+        candidates=lambda p: [bench.Candidate("busy", work, primary=True)],
+        baseline="busy",
+    )
+    report = bench.run([b], CPU, bench.Settings(rounds=7, min_sample_s=0.02, warmup_s=0.05))
+    t0 = time.perf_counter()
+    for _ in range(50):
+        work()
+    independent = (time.perf_counter() - t0) / 50
+    harness = report.results[0].candidates[0].time["median"]
+    assert harness == pytest.approx(independent, rel=0.10)
+    assert harness == pytest.approx(0.002, rel=0.10)
+
+
+def test_a_failing_baseline_is_reported_not_fatal():
+    def boom(x):
+        raise RuntimeError("not on this device")
+
+    b = _softmax_benchmark()
+    b.candidates = lambda p: [
+        bench.Candidate("mine", lambda x: torch.softmax(x, -1), primary=True),
+        bench.Candidate("broken", boom),
+    ]
+    report = bench.run([b], CPU, FAST)
+    broken = report.results[0].candidate("broken")
+    assert broken.error == "RuntimeError: not on this device" and broken.time is None
+
+
+def test_cli_runs_a_suite_file_and_writes_the_report(tmp_path):
+    suite = tmp_path / "toy.py"
+    suite.write_text(
+        "import torch\nfrom tpu_kernels import bench\n"
+        "def benchmarks(quick, device_type):\n"
+        "    return [bench.Benchmark(name='toy', points=[{'dtype': torch.float32}],\n"
+        "        inputs=lambda p, dev: (torch.randn(32, 32, device=dev),),\n"
+        "        candidates=lambda p: [bench.Candidate('mine', lambda x: x * 2, primary=True),\n"
+        "                              bench.Candidate('torch', lambda x: x + x)],\n"
+        "        reference=lambda x: 2 * x)]\n"
+    )
+    out = tmp_path / "out"
+    assert main(["bench", str(suite), "--quick", "--out", str(out), "--rounds", "2"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.json", "toy.png"]
+    report = Report.read_json(out / "report.json")
+    assert report.settings["quick"] and report.results[0].candidates[0].check["passed"]
+
+    suite.write_text(suite.read_text().replace("lambda x: x * 2", "lambda x: x * 3"))
+    assert main(["bench", str(suite), "--quick", "--out", str(out), "--rounds", "2", "--no-plots"]) == 1
+
+
+def test_cli_reports_unknown_suites(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench").mkdir()
+    with pytest.raises(FileNotFoundError, match="no suite 'nope'"):
+        main(["bench", "nope"])
+
+
+def test_kernel_benchmark_builds_the_standard_candidates():
+    from tpu_kernels.kernels import softmax
+
+    b = bench.kernel_benchmark(
+        "softmax",
+        softmax,
+        inputs=lambda p, dev: (torch.randn(16, 128, device=dev),),
+        points=[{"dtype": torch.float32}],
+        reference=lambda x: torch.softmax(x, -1),
+        quick=True,
+    )
+    names = [c.name for c in b.candidates(b.points[0])]
+    assert names == ["tpu_kernels", "torch", "jax"]
+    report = bench.run([b], CPU, FAST)
+    point = report.results[0]
+    assert all(c.check["passed"] for c in point.candidates)
+    assert point.cost_source == "pallas CostEstimate" and point.flops == 5 * 16 * 128

@@ -1,0 +1,51 @@
+"""Compare a report with a saved baseline: regressions over a threshold fail the run.
+
+A point regressed when its median grew by more than `threshold` (0.10 = 10%) AND
+the two runs' interquartile ranges do not overlap (new p25 > old p75), so noise
+alone does not fail CI. A candidate that was right and is now wrong is a
+regression too, whatever its speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpu_kernels.bench.results import Report
+
+
+@dataclass(frozen=True)
+class Change:
+    benchmark: str
+    point_id: str
+    candidate: str
+    old_median: float | None
+    new_median: float | None
+    ratio: float | None  # new / old
+    regressed: bool
+    reason: str
+
+
+def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[Change]:
+    old = {(r.benchmark, r.point_id, c.name): c for r in baseline.results for c in r.candidates}
+    changes = []
+    for r in current.results:
+        for c in r.candidates:
+            prev = old.get((r.benchmark, r.point_id, c.name))
+            if prev is None:
+                continue
+            ratio = c.median / prev.median if (c.median and prev.median) else None
+            regressed, reason = False, ""
+            if c.wrong and not prev.wrong:
+                regressed, reason = True, "result now wrong"
+            elif c.error and not prev.error:
+                regressed, reason = True, f"now fails: {c.error}"
+            elif ratio is not None and ratio > 1 + threshold and c.time["p25"] > prev.time["p75"]:
+                regressed, reason = True, f"{(ratio - 1) * 100:.0f}% slower"
+            changes.append(
+                Change(r.benchmark, r.point_id, c.name, prev.median, c.median, ratio, regressed, reason)
+            )
+    return changes
+
+
+def regressions(changes: list[Change]) -> list[Change]:
+    return [c for c in changes if c.regressed]

@@ -1,0 +1,108 @@
+"""The console view: a progress bar while running, then one table per benchmark."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tpu_kernels.bench import runner
+from tpu_kernels.bench.results import Report
+
+
+class RichProgress(runner.Progress):
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task = None
+
+    def start(self, total: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task("benchmarks", total=total)
+
+    def point(self, benchmark: str, point: str) -> None:
+        self._progress.update(self._task, description=f"{benchmark} {point}")
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def _num(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def render(report: Report, console: Console) -> None:
+    dev = report.device
+    console.print(f"[bold]device[/]: {dev['type']} ({dev['name']})   [bold]timer[/]: {report.timer}")
+    for note in report.notes:
+        console.print(f"[yellow]note[/]: {note}")
+    by_bench: dict[str, list] = {}
+    for r in report.results:
+        by_bench.setdefault(r.benchmark, []).append(r)
+    roof = dev.get("peaks") is not None
+    for name, points in by_bench.items():
+        table = Table(title=name, title_justify="left", show_lines=False)
+        for col in ("point", "candidate", "median", "p10 / p90", "cv", "speed-up", "correct"):
+            table.add_column(col, justify="right" if col not in ("point", "candidate") else "left")
+        table.add_column("TFLOP/s" if not roof else "TFLOP/s (% peak)", justify="right")
+        table.add_column("GB/s" if not roof else "GB/s (% peak)", justify="right")
+        for r in points:
+            for i, c in enumerate(r.candidates):
+                label = c.name + (f" [{c.implementation}]" if c.implementation else "")
+                if c.error:
+                    table.add_row(
+                        r.point_id if i == 0 else "", label, "[red]error[/]", c.error[:60], "", "", "", "", ""
+                    )
+                    continue
+                t = c.time or {}
+                correct = (
+                    "-"
+                    if c.check is None
+                    else (
+                        "[green]ok[/]"
+                        if c.check["passed"]
+                        else f"[bold red]WRONG[/] ({c.check['max_abs_err']:.2g})"
+                    )
+                )
+                tp = c.throughput
+                flops = _num(tp.get("tflops"))
+                gbps = _num(tp.get("gbps"))
+                if roof:
+                    flops += (
+                        f" ({_num(tp.get('pct_peak_flops'), '.0f')}%)" if tp.get("pct_peak_flops") else ""
+                    )
+                    gbps += f" ({_num(tp.get('pct_peak_bw'), '.0f')}%)" if tp.get("pct_peak_bw") else ""
+                table.add_row(
+                    r.point_id if i == 0 else "",
+                    label,
+                    fmt_time(t.get("median")),
+                    f"{fmt_time(t.get('p10'))} / {fmt_time(t.get('p90'))}",
+                    _num(t.get("cv"), ".2f"),
+                    "-" if c.speedup is None else f"{c.speedup:.2f}x",
+                    correct,
+                    flops,
+                    gbps,
+                )
+        console.print(table)
+    if not roof:
+        console.print(
+            "roofline: not meaningful on this device (no peak figures); TFLOP/s and GB/s are achieved rates."
+        )

@@ -1,0 +1,96 @@
+"""The device a benchmark runs on: how to synchronise with it, and its peaks.
+
+- CPU: results are ready when returned (tpu_kernels and torch); JAX arrays are
+  blocked on. Roofline figures are not meaningful (interpret mode).
+- CUDA: CUDA events on torch's current stream for torch results; JAX results
+  are blocked on (JAX runs on its own stream).
+- TPU (torch_tpu): `torch.accelerator.synchronize()`; JAX results blocked on.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import torch
+
+from tpu_kernels.bench import roofline
+
+
+@dataclass(frozen=True)
+class Device:
+    type: str  # "cpu", "cuda", "tpu"
+    name: str  # e.g. "TPU v6e", "NVIDIA H100 80GB HBM3", the CPU model
+    torch_device: torch.device
+    peaks: roofline.Peaks | None  # None where a roofline is not meaningful
+
+    def synchronize(self, out: Any = None) -> None:
+        """Wait until `out` (any pytree of tensors / JAX arrays) and all queued work are done."""
+        for leaf in jax.tree_util.tree_leaves(out):
+            if isinstance(leaf, jax.Array):
+                leaf.block_until_ready()
+        if self.type != "cpu":
+            torch.accelerator.synchronize()
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "name": self.name, "peaks": self.peaks.to_dict() if self.peaks else None}
+
+
+def default_device_type() -> str:
+    if torch.accelerator.is_available():
+        acc = torch.accelerator.current_accelerator()
+        if acc is not None:
+            return acc.type
+    return "cpu"
+
+
+def resolve(requested: str | None = None) -> Device:
+    """The device to benchmark on: `requested` ("cpu", "cuda", "tpu") or the default accelerator."""
+    kind = requested or default_device_type()
+    if kind == "cpu":
+        return Device("cpu", _cpu_name(), torch.device("cpu"), None)
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("tpu-kernels bench: --device cuda, but torch sees no CUDA device.")
+        name = torch.cuda.get_device_name()
+        return Device(
+            "cuda", name, torch.device("cuda", torch.cuda.current_device()), roofline.gpu_peaks(name)
+        )
+    if kind == "tpu":
+        if not (
+            torch.accelerator.is_available()
+            and str(torch.accelerator.current_accelerator()).startswith("tpu")
+        ):
+            raise RuntimeError("tpu-kernels bench: --device tpu, but torch_tpu reports no TPU device.")
+        name = torch.tpu.get_device_name()  # type: ignore[attr-defined]
+        return Device("tpu", name, torch.device("tpu"), roofline.tpu_peaks(name))
+    raise ValueError(f"tpu-kernels bench: unknown device {kind!r}; use cpu, cuda or tpu.")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def last_level_cache_bytes() -> int:
+    """The CPU's largest cache (Linux sysfs), or 32 MiB when unknown."""
+    best = 0
+    import glob
+
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        value = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+        best = max(best, value)
+    return best or 32 << 20

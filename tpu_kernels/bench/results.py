@@ -1,0 +1,169 @@
+"""The report's data model and its JSON and CSV forms.
+
+JSON schema ("tpu_kernels.bench/1"), documented in docs/benchmarking.md:
+
+    {"schema": "tpu_kernels.bench/1",
+     "environment": {time, python, platform, cpu_count, packages{...}, git_commit},
+     "device": {type, name, peaks: {flops_per_s, bytes_per_s, source} | null},
+     "settings": {rounds, min_sample_s, warmup_s, ..., quick},
+     "timer": "wall-clock ..." (what the times are),
+     "notes": [str, ...],
+     "results": [{benchmark, point{...}, point_id, flops, bytes, cost_source, input_sets,
+                  candidates: [{name, implementation, primary, calls_per_sample,
+                                warmup_calls, first_call_s,
+                                time: {median, p10, p25, p75, p90, min, max, mean, stdev, cv, n} (seconds),
+                                device_time_s, check: {passed, max_abs_err, max_rel_err, rtol, atol},
+                                throughput: {tflops, gbps, pct_peak_flops, pct_peak_bw},
+                                speedup, error}]}]}
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "tpu_kernels.bench/1"
+
+
+@dataclass
+class CandidateResult:
+    name: str
+    implementation: str | None = None
+    primary: bool = False
+    calls_per_sample: int = 0
+    warmup_calls: int = 0
+    first_call_s: float | None = None
+    time: dict | None = None  # stats.Summary.to_dict(), seconds per call
+    device_time_s: float | None = None
+    check: dict | None = None  # correctness.Check.to_dict()
+    throughput: dict = field(default_factory=dict)
+    speedup: float | None = None  # the baseline's median / this median
+    error: str | None = None  # the candidate raised instead of running
+
+    @property
+    def wrong(self) -> bool:
+        return self.check is not None and not self.check["passed"]
+
+    @property
+    def median(self) -> float | None:
+        return self.time["median"] if self.time else None
+
+
+@dataclass
+class PointResult:
+    benchmark: str
+    point: dict
+    point_id: str
+    flops: float | None = None
+    bytes: float | None = None
+    cost_source: str | None = None  # "formula", "pallas CostEstimate", "xla cost_analysis" or None
+    input_sets: int = 0
+    candidates: list[CandidateResult] = field(default_factory=list)
+
+    def candidate(self, name: str) -> CandidateResult | None:
+        return next((c for c in self.candidates if c.name == name), None)
+
+
+@dataclass
+class Report:
+    environment: dict
+    device: dict
+    settings: dict
+    timer: str
+    notes: list[str] = field(default_factory=list)
+    results: list[PointResult] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(
+                f"not a tpu_kernels benchmark report (schema {data.get('schema')!r}, expected {SCHEMA!r})"
+            )
+        results = [
+            PointResult(**{**r, "candidates": [CandidateResult(**c) for c in r["candidates"]]})
+            for r in data["results"]
+        ]
+        return cls(**{**data, "results": results})
+
+    def write_json(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
+
+    @classmethod
+    def read_json(cls, path: Path) -> Report:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def write_csv(self, path: Path) -> None:
+        """One row per (benchmark, point, candidate)."""
+        fields = [
+            "benchmark",
+            "point_id",
+            "candidate",
+            "implementation",
+            "primary",
+            "median_s",
+            "p10_s",
+            "p25_s",
+            "p75_s",
+            "p90_s",
+            "cv",
+            "n",
+            "calls_per_sample",
+            "device_time_s",
+            "correct",
+            "max_abs_err",
+            "tflops",
+            "gbps",
+            "pct_peak_flops",
+            "pct_peak_bw",
+            "speedup",
+            "flops",
+            "bytes",
+            "error",
+        ]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in self.results:
+                for c in r.candidates:
+                    t = c.time or {}
+                    w.writerow(
+                        {
+                            "benchmark": r.benchmark,
+                            "point_id": r.point_id,
+                            "candidate": c.name,
+                            "implementation": c.implementation or "",
+                            "primary": c.primary,
+                            "median_s": t.get("median"),
+                            "p10_s": t.get("p10"),
+                            "p25_s": t.get("p25"),
+                            "p75_s": t.get("p75"),
+                            "p90_s": t.get("p90"),
+                            "cv": t.get("cv"),
+                            "n": t.get("n"),
+                            "calls_per_sample": c.calls_per_sample,
+                            "device_time_s": c.device_time_s,
+                            "correct": None if c.check is None else c.check["passed"],
+                            "max_abs_err": None if c.check is None else c.check["max_abs_err"],
+                            **{
+                                k: c.throughput.get(k)
+                                for k in ("tflops", "gbps", "pct_peak_flops", "pct_peak_bw")
+                            },
+                            "speedup": c.speedup,
+                            "flops": r.flops,
+                            "bytes": r.bytes,
+                            "error": c.error or "",
+                        }
+                    )
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)

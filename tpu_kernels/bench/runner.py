@@ -1,0 +1,175 @@
+"""Run benchmarks: inputs, correctness, timing, roofline, speed-ups -> a Report."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+
+import torch
+
+from tpu_kernels import environment
+from tpu_kernels.bench import correctness, roofline, timing
+from tpu_kernels.bench.device import Device, last_level_cache_bytes
+from tpu_kernels.bench.results import CandidateResult, PointResult, Report
+from tpu_kernels.bench.spec import Benchmark, Point, jsonable, point_id
+from tpu_kernels.bench.stats import Summary
+
+CPU_NOTE = (
+    "CPU: Pallas kernels run in JAX's interpreter here, so these timings do not predict TPU "
+    "speed and no roofline is given; they compare the bridge and the baselines on this machine."
+)
+
+
+def timer_description(device: Device, settings: timing.Settings) -> str:
+    clock = "CUDA events (wall clock for JAX results)" if device.type == "cuda" else "wall clock"
+    text = f"{clock} per call, between device synchronisations, over batches of >= {settings.min_sample_s * 1e3:g} ms"
+    if settings.device_time:
+        text += "; device_time_s from a jax.profiler trace"
+    return text
+
+
+class Progress:
+    """What the runner reports while it works (the console shows a progress bar)."""
+
+    def start(self, total: int) -> None: ...
+
+    def point(self, benchmark: str, point: str) -> None: ...
+
+    def advance(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def run(
+    benchmarks: Sequence[Benchmark],
+    device: Device,
+    settings: timing.Settings,
+    *,
+    quick: bool = False,
+    progress: Progress | None = None,
+    now: Callable[[], float] | None = None,
+) -> Report:
+    progress = progress or Progress()
+    report = Report(
+        environment=environment.snapshot(),
+        device=device.to_dict(),
+        settings={**settings.to_dict(), "quick": quick},
+        timer=timer_description(device, settings),
+        notes=[CPU_NOTE] if device.type == "cpu" else [],
+    )
+    plan = [(b, p) for b in benchmarks for p in b.sweep(quick)]
+    total = sum(len(b.candidates(p)) * settings.rounds for b, p in plan)
+    progress.start(total)
+    try:
+        for bench, point in plan:
+            progress.point(bench.name, point_id(point))
+            report.results.append(run_point(bench, point, device, settings, progress, now))
+    finally:
+        progress.stop()
+    return report
+
+
+def run_point(
+    bench: Benchmark,
+    point: Point,
+    device: Device,
+    settings: timing.Settings,
+    progress: Progress,
+    now: Callable[[], float] | None = None,
+) -> PointResult:
+    result = PointResult(bench.name, jsonable(point), point_id(point))
+    first = bench.inputs(point, device.torch_device)
+    default_rotate = 2 * last_level_cache_bytes() if device.type == "cpu" else 256 << 20
+    sets = [first] + timing.input_sets(
+        lambda: bench.inputs(point, device.torch_device), timing.nbytes(first), settings, default_rotate
+    )[1:]
+    result.input_sets = len(sets)
+    result.flops, result.bytes, result.cost_source = _cost(bench, point)
+    expected = _expected(bench, point, first)
+    dtype = point.get("dtype", _first_dtype(first))
+    scale = bench.tolerance_scale(point)
+
+    runnable: dict[str, tuple[Callable, list[tuple]]] = {}
+    for cand in bench.candidates(point):
+        res = CandidateResult(cand.name, cand.implementation, cand.primary)
+        result.candidates.append(res)
+        try:
+            prepared = [cand.prepare(s) if cand.prepare else s for s in sets]
+            out = cand.fn(*prepared[0])
+            if expected is not None:
+                got = cand.to_torch(out) if cand.to_torch else out
+                res.check = correctness.check(got, expected, dtype, scale).to_dict()
+            runnable[cand.name] = (cand.fn, prepared)
+        except Exception as e:  # a baseline that cannot run here is reported, not fatal
+            res.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            res.check = None
+            _skip(progress, settings.rounds)
+            if cand.primary:
+                res.error += " | " + traceback.format_exc(limit=3).replace("\n", " ")[:500]
+
+    now_kw = {"now": now} if now else {}
+    timings = timing.measure(device, runnable, settings, on_sample=progress.advance, **now_kw)
+    peaks = device.peaks
+    for res in result.candidates:
+        t = timings.get(res.name)
+        if t is None:
+            continue
+        summary = Summary.of(t.samples)
+        res.time = summary.to_dict()
+        res.calls_per_sample = t.calls_per_sample
+        res.warmup_calls = t.warmup_calls
+        res.first_call_s = t.first_call_s
+        res.throughput = roofline.throughput(summary.median, result.flops, result.bytes, peaks)
+        if settings.device_time and device.type == "tpu":
+            from tpu_kernels.bench import profile
+
+            fn, prepared = runnable[res.name]
+            res.device_time_s = profile.device_seconds_per_call(device, fn, prepared, t.calls_per_sample)
+    base = result.candidate(bench.baseline)
+    if base is not None and base.median:
+        for res in result.candidates:
+            if res.median:
+                res.speedup = base.median / res.median
+    return result
+
+
+def _skip(progress: Progress, n: int) -> None:
+    for _ in range(n):
+        progress.advance()
+
+
+def _cost(bench: Benchmark, point: Point) -> tuple[float | None, float | None, str | None]:
+    if bench.flops or bench.bytes:
+        return (
+            bench.flops(point) if bench.flops else None,
+            bench.bytes(point) if bench.bytes else None,
+            "formula",
+        )
+    if bench.cost_fn:
+        try:
+            cost = bench.cost_fn(point)
+        except Exception:
+            cost = None
+        if cost:
+            return cost
+    return None, None, None
+
+
+def _expected(bench: Benchmark, point: Point, inputs: tuple) -> torch.Tensor | None:
+    if bench.reference is None:
+        return None
+    up = tuple(
+        t.detach().cpu().to(torch.float64)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else (t.detach().cpu() if isinstance(t, torch.Tensor) else t)
+        for t in inputs
+    )
+    out = bench.reference(*up, **bench.reference_kwargs(point))
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _first_dtype(inputs: tuple) -> torch.dtype:
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.dtype
+    return torch.float32

@@ -1,0 +1,104 @@
+"""Building blocks for benchmark suites: the standard candidates around a kernel op.
+
+`kernel_benchmark` sets a tpu_kernels op beside its baselines:
+
+- `tpu_kernels`: the op, called on torch tensors (the candidate under test);
+- `torch`: the torch reference in the inputs' dtype (eager);
+- `torch.compile`: the same reference compiled (Inductor) - left out in --quick
+  runs, where its compile time would dominate;
+- `jax`: the kernel as a plain jitted JAX function on arrays converted
+  beforehand, on CPU and CUDA: the difference to `tpu_kernels` is what the torch
+  bridge costs. (Not on TPU, where torch_tpu owns the device.)
+- any `extra` candidates, e.g. the matching Tokamax op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import torch
+
+from tpu_kernels.bench import correctness
+from tpu_kernels.bench.cost import kernel_cost
+from tpu_kernels.bench.spec import Benchmark, Candidate, Point
+from tpu_kernels.dtypes import TORCH_TO_JAX
+
+
+def to_jax(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return t
+    from tpu_kernels import bridge
+
+    if t.device.type == "cpu":
+        return bridge.to_jax_cpu(t.contiguous())
+    return bridge.to_jax_cuda(t.contiguous())
+
+
+def _spec(t: Any) -> Any:
+    return jax.ShapeDtypeStruct(tuple(t.shape), TORCH_TO_JAX[t.dtype]) if isinstance(t, torch.Tensor) else t
+
+
+def kernel_benchmark(
+    name: str,
+    op: Any,  # a tpu_kernels KernelOp
+    *,
+    inputs: Callable[[Point, torch.device], tuple],
+    points: Sequence[Point],
+    reference: Callable[..., torch.Tensor],
+    statics: Callable[[Point], dict] = lambda p: {},
+    reference_kwargs: Callable[[Point], dict] | None = None,
+    extra: Callable[[Point], list[Candidate]] | None = None,
+    flops: Callable[[Point], float] | None = None,
+    bytes: Callable[[Point], float] | None = None,
+    tolerance_scale: Callable[[Point], float] = lambda p: 1.0,
+    quick_points: Sequence[Point] | None = None,
+    quick: bool = False,
+    device_type: str = "cpu",
+    description: str = "",
+) -> Benchmark:
+    ref_kwargs = reference_kwargs or (lambda p: {})
+
+    def candidates(p: Point) -> list[Candidate]:
+        kw, rkw = statics(p), ref_kwargs(p)
+        cands = [
+            Candidate("tpu_kernels", lambda *xs: op(*xs, **kw), primary=True),
+            Candidate("torch", lambda *xs: reference(*xs, **rkw)),
+        ]
+        if not quick:
+            compiled = torch.compile(lambda *xs: reference(*xs, **rkw), dynamic=False)
+            cands.append(Candidate("torch.compile", compiled))
+        if device_type in ("cpu", "cuda"):
+            jitted = op.jax_function(**kw)
+            cands.append(
+                Candidate(
+                    "jax",
+                    jitted,
+                    prepare=lambda xs: tuple(to_jax(t) for t in xs),
+                    to_torch=correctness.as_tensor,
+                )
+            )
+        if extra:
+            cands.extend(extra(p))
+        return cands
+
+    def cost(p: Point) -> tuple[float, float, str] | None:
+        example = inputs(p, torch.device("meta"))
+        result, source = kernel_cost(op.jax_function(**statics(p)), *(_spec(t) for t in example))
+        return None if result is None else (*result, source)
+
+    return Benchmark(
+        name=name,
+        points=points,
+        inputs=inputs,
+        candidates=candidates,
+        reference=reference,
+        reference_kwargs=ref_kwargs,
+        flops=flops,
+        bytes=bytes,
+        cost_fn=None if (flops or bytes) else cost,
+        tolerance_scale=tolerance_scale,
+        quick_points=quick_points,
+        description=description,
+    )

@@ -1,0 +1,158 @@
+"""`tpu-kernels bench`: run benchmark suites, print the table, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+EXIT_WRONG = 1
+EXIT_REGRESSION = 3
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="run benchmark suites (bench/*.py) and write a report",
+        description=__doc__ + "\n\nSee docs/benchmarking.md for the method and the report format.",
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        help="a suite name (bench/NAME.py), a .py file or a directory; default: all of bench/",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer points and rounds, no torch.compile baseline (< 2 min on CPU)",
+    )
+    p.add_argument(
+        "--device", choices=["cpu", "cuda", "tpu"], help="default: the available accelerator, else cpu"
+    )
+    p.add_argument("--out", type=Path, help="report folder (default: bench-results/<UTC time>)")
+    p.add_argument("--filter", help="only benchmarks whose name matches this regular expression")
+    p.add_argument("--rounds", type=int, help="interleaved timing rounds per point")
+    p.add_argument("--min-sample-ms", type=float, help="minimum duration of one timed sample")
+    p.add_argument(
+        "--device-time", action="store_true", help="also read device time from a jax.profiler trace (TPU)"
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        metavar="BASELINE.json",
+        help="compare with a saved report; exit 3 on regressions",
+    )
+    p.add_argument(
+        "--threshold", type=float, default=0.10, help="regression threshold for --compare (default 0.10)"
+    )
+    p.set_defaults(run=run)
+
+    c = sub.add_parser("compare", help="compare two benchmark reports; exit 3 on regressions")
+    c.add_argument("baseline", type=Path)
+    c.add_argument("current", type=Path)
+    c.add_argument("--threshold", type=float, default=0.10)
+    c.set_defaults(run=run_compare)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tpu_kernels.bench import console as bench_console
+    from tpu_kernels.bench import discover, plots, runner, timing
+    from tpu_kernels.bench.device import resolve
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    device = resolve(args.device)
+    settings = timing.quick(timing.Settings()) if args.quick else timing.Settings()
+    if args.rounds:
+        settings = replace(settings, rounds=args.rounds)
+    if args.min_sample_ms:
+        settings = replace(settings, min_sample_s=args.min_sample_ms / 1e3)
+    if args.device_time:
+        settings = replace(settings, device_time=True)
+
+    benchmarks = []
+    for path in discover.suite_files(args.target):
+        benchmarks += discover.load(path, quick=args.quick, device_type=device.type)
+    if args.filter:
+        benchmarks = [b for b in benchmarks if re.search(args.filter, b.name)]
+    if not benchmarks:
+        console.print("[red]no benchmarks selected[/]")
+        return 2
+
+    report = runner.run(
+        benchmarks, device, settings, quick=args.quick, progress=bench_console.RichProgress(console)
+    )
+    bench_console.render(report, console)
+
+    out = args.out or Path("bench-results") / datetime.datetime.now(datetime.UTC).strftime(
+        "%Y-%m-%dT%H-%M-%SZ"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_json(out / "report.json")
+    report.write_csv(out / "report.csv")
+    written = ["report.json", "report.csv"]
+    if not args.no_plots:
+        written += [p.name for p in plots.write(report, out)]
+    console.print(f"report written to [bold]{out}[/]: {', '.join(written)}")
+
+    status = 0
+    wrong = [
+        (r.benchmark, r.point_id, c.name)
+        for r in report.results
+        for c in r.candidates
+        if c.primary and (c.wrong or c.error)
+    ]
+    if wrong:
+        console.print(f"[bold red]{len(wrong)} point(s) of the op under test are wrong or failed[/]: {wrong}")
+        status = EXIT_WRONG
+    if args.compare:
+        from tpu_kernels.bench.results import Report
+
+        status = max(status, _print_compare(console, Report.read_json(args.compare), report, args.threshold))
+    return status
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tpu_kernels.bench.results import Report
+
+    return _print_compare(
+        Console(), Report.read_json(args.baseline), Report.read_json(args.current), args.threshold
+    )
+
+
+def _print_compare(console, baseline, current, threshold: float) -> int:
+    from rich.table import Table
+
+    from tpu_kernels.bench.compare import compare, regressions
+    from tpu_kernels.bench.console import fmt_time
+
+    changes = compare(baseline, current, threshold)
+    table = Table(title=f"compared with baseline (threshold {threshold:.0%})", title_justify="left")
+    for col in ("benchmark", "point", "candidate", "before", "after", "change", "verdict"):
+        table.add_column(col)
+    for c in changes:
+        change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
+        verdict = f"[bold red]REGRESSION[/] {c.reason}" if c.regressed else "ok"
+        table.add_row(
+            c.benchmark,
+            c.point_id,
+            c.candidate,
+            fmt_time(c.old_median),
+            fmt_time(c.new_median),
+            change,
+            verdict,
+        )
+    console.print(table)
+    bad = regressions(changes)
+    if bad:
+        console.print(f"[bold red]{len(bad)} regression(s)[/]")
+        return EXIT_REGRESSION
+    console.print(f"no regressions among {len(changes)} matched measurements")
+    return 0
