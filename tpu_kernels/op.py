@@ -83,6 +83,7 @@ class KernelOp:
         cache_size: int = 256,
         noncontiguous: str = "copy",
         tags: Sequence[torch.Tag] = (),
+        examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
         signature: Signature | None = None,
         returns_list: bool = False,
     ) -> None:
@@ -101,6 +102,7 @@ class KernelOp:
         )
         self.n_visible = n - len(tuple(residuals))
         self.reference = reference
+        self.examples = examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
 
         n_results = None if returns_list else n + len(self.mutated)
@@ -346,6 +348,7 @@ def tpu_kernel(
     cache_size: int = 256,
     noncontiguous: str = "copy",
     tags: Sequence[torch.Tag] = (),
+    examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
 ) -> Any:
     """Register a JAX/Pallas function as the torch operator `name` ("namespace::op").
 
@@ -365,6 +368,9 @@ def tpu_kernel(
       cache_size: compiled callables kept per device (LRU).
       noncontiguous: "copy" (default: such inputs are copied to contiguous
         memory first) or "error".
+      examples: a function returning representative calls, [(args, kwargs), ...],
+        with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
+        lowering check (`tpu-kernels check`) lowers the kernel at each.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -379,6 +385,7 @@ def tpu_kernel(
             cache_size=cache_size,
             noncontiguous=noncontiguous,
             tags=tags,
+            examples=examples,
         )
 
     return wrap(fn) if fn is not None else wrap

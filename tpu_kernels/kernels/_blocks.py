@@ -7,6 +7,8 @@ dimensions.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 
@@ -41,3 +43,8 @@ def cost(flops, transcendentals, bytes_accessed) -> pl.CostEstimate | None:
     return pl.CostEstimate(
         flops=int(flops), transcendentals=int(transcendentals), bytes_accessed=int(bytes_accessed)
     )
+
+
+def bf16(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    """An example argument for the TPU lowering check."""
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.bfloat16)

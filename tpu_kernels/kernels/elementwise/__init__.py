@@ -4,9 +4,15 @@ The backward is derived with jax.vjp from the kernel body, which is a
 jax.custom_vjp whose backward runs the same Pallas kernel.
 """
 
-from tpu_kernels.kernels.elementwise import pallas
+from tpu_kernels.kernels._blocks import bf16 as _bf16
+from tpu_kernels.kernels.elementwise import pallas, shapes
 from tpu_kernels.op import tpu_kernel
 
-scale_add = tpu_kernel("tpu_kernels::scale_add", backward="vjp")(pallas.scale_add)
+
+def _examples():
+    return [((_bf16(x), _bf16(y)), {"alpha": 0.5}) for x, y in shapes.BENCH.values()]
+
+
+scale_add = tpu_kernel("tpu_kernels::scale_add", backward="vjp", examples=_examples)(pallas.scale_add)
 
 __all__ = ["scale_add"]

@@ -5,9 +5,15 @@ itself is not differentiable by JAX) and registered as
 torch.ops.tpu_kernels.matmul_backward.
 """
 
-from tpu_kernels.kernels.matmul import pallas, reference
+from tpu_kernels.kernels._blocks import bf16 as _bf16
+from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
 
-matmul = tpu_kernel("tpu_kernels::matmul", reference=reference.matmul_jax)(pallas.matmul)
+
+def _examples():
+    return [((_bf16((m, k)), _bf16((k, n))), {}) for m, k, n in shapes.BENCH.values()]
+
+
+matmul = tpu_kernel("tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples)(pallas.matmul)
 
 __all__ = ["matmul"]

@@ -5,10 +5,18 @@ inv_rms is kept as a residual for the explicit backward kernel
 (torch.ops.tpu_kernels.rmsnorm_backward).
 """
 
-from tpu_kernels.kernels.rmsnorm import pallas
+from tpu_kernels.kernels._blocks import bf16 as _bf16
+from tpu_kernels.kernels.rmsnorm import pallas, shapes
 from tpu_kernels.op import tpu_kernel
 
-rmsnorm = tpu_kernel("tpu_kernels::rmsnorm", outputs=("y", "inv_rms"), residuals=("inv_rms",))(pallas.rmsnorm)
+
+def _examples():
+    return [((_bf16(shape), _bf16(shape[-1:])), {}) for shape in shapes.BENCH.values()]
+
+
+rmsnorm = tpu_kernel(
+    "tpu_kernels::rmsnorm", outputs=("y", "inv_rms"), residuals=("inv_rms",), examples=_examples
+)(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 
 __all__ = ["rmsnorm"]
