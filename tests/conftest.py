@@ -5,6 +5,9 @@ import os
 # libtpu (a dependency of torch-tpu) makes JAX probe for a TPU at start-up: seconds
 # of failed initialisation on a CPU machine. The tests run JAX on the CPU.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Helion must never autotune implicitly in a test: a kernel without a config that
+# would autotune raises instead (tests that autotune on purpose lift this).
+os.environ.setdefault("HELION_DISALLOW_AUTOTUNING", "1")
 
 import random  # noqa: E402
 

@@ -17,6 +17,7 @@ from tpu_kernels.errors import (
 )
 from tpu_kernels.interpret import interpret_mode, set_interpret_mode
 from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
 
 __version__ = "0.1.0"
 
@@ -28,8 +29,10 @@ __all__ = [
     "NoBackwardError",
     "OpDefinitionError",
     "TpuKernelsError",
+    "helion_cpu_mode",
     "interpret_mode",
     "registered_ops",
+    "set_helion_cpu_mode",
     "set_interpret_mode",
     "tpu_kernel",
 ]

@@ -134,11 +134,23 @@ def check_explicit(kop: KernelOp, bwd: Signature, wrt: tuple[str, ...]) -> None:
 
 
 @dataclasses.dataclass
+class Composite:
+    """A backward written as a torch function of other kernel ops (`composite=True`)."""
+
+    name: str
+    fn: Callable
+    signature: Signature
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+@dataclasses.dataclass
 class ExplicitBackward:
     """Calls the backward op with arguments bound by name; returns one grad per input."""
 
     kop: KernelOp
-    bwd: KernelOp
+    bwd: KernelOp | Composite
     wrt: tuple[str, ...]
 
     def __call__(self, values: list[Any], outs: list[Any], grads: list[Any]) -> list[Any]:

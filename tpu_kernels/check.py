@@ -31,7 +31,7 @@ def export_kernel(kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "
     names = [p.name for p in sig.tensor_params]
 
     def flat(*ts: Any) -> Any:
-        return kop.fn(**static_kwargs, **dict(zip(names, ts)))
+        return kop.source.lowering_body(**static_kwargs, **dict(zip(names, ts)))
 
     x64 = any(s.dtype in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
     try:

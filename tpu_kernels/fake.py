@@ -16,6 +16,9 @@ from typing import Any
 
 import jax
 import torch
+import torch._guards
+from torch._dispatch.python import no_python_dispatcher
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tpu_kernels import dtypes
 from tpu_kernels.bridge import describe
@@ -49,6 +52,7 @@ class DerivedFake:
         n_results: int | None,
         returns_list: bool = False,
         maxsize: int = 512,
+        source_fake: Callable[[Signature, list[Any]], Any] | None = None,
     ) -> None:
         self.sig = sig
         self.op = sig.op
@@ -57,12 +61,15 @@ class DerivedFake:
         self.n_results = n_results  # what the kernel returns (outputs + mutated values)
         self.returns_list = returns_list
         self.cache: CompileCache[tuple] = CompileCache(maxsize)
+        self.source_fake = source_fake  # a source's own shape inference (Helion), used instead
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         values = self.sig.values(args, kwargs)
         tensors = [v for p, v in zip(self.sig.params, values) if p.is_tensor]
         device = _first_device(self.op, self.sig, tensors)
         statics = self.sig.static_kwargs(self.sig.split(values)[1])
+        if self.source_fake is not None:
+            return self._from_source(values, tensors, statics, device)
         if _has_symbolic(tensors):
             outs = self._symbolic(tensors, statics)
         else:
@@ -74,6 +81,26 @@ class DerivedFake:
         if self.n_outputs == 0:
             return None
         return made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made)
+
+    def _from_source(self, values: Any, tensors: list[Any], statics: dict, device: torch.device) -> Any:
+        def infer() -> list[Any]:
+            try:
+                return list(self.source_fake(self.sig, list(values)))
+            except Exception as e:
+                raise KernelError(
+                    f"{self.op}: deriving output shapes failed for {describe(tensors)}, statics "
+                    f"{statics}: {type(e).__name__}: {e}"
+                ) from e
+
+        if _has_symbolic(tensors):
+            made = infer()
+        else:
+            key = (_hashable(statics), _spec_key(tensors))
+            outs = self.cache.get_or_build(key, lambda: tuple((tuple(t.shape), t.dtype) for t in infer()))
+            made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
+        return (
+            made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made[: self.n_outputs])
+        )
 
     def _concrete(self, tensors: list[Any], statics: dict) -> tuple:
         specs = [_spec(self.op, p.name, v, lambda s: s) for p, v in zip(self.sig.tensor_params, tensors)]
@@ -107,7 +134,16 @@ class DerivedFake:
     def _eval(self, specs: list[Any], statics: dict, tensors: list[Any], *, symbolic: bool) -> tuple:
         x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
         try:
-            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+            # Outside torch's dispatch modes (fake, proxy tracing, functionalisation)
+            # and its tracing context: a kernel source may run torch code of its own
+            # while tracing (Helion's compiler does), which must not see the caller's
+            # fake tensors, shape environment or graph.
+            with (
+                _disable_current_modes(),
+                torch._guards.tracing(None),
+                no_python_dispatcher(),
+                jax.enable_x64(True) if x64 else contextlib.nullcontext(),
+            ):
                 result = self.shape_fn(specs, statics)
         except Exception as e:
             hint = (

@@ -28,10 +28,6 @@ import torch
 
 from tpu_kernels import autograd, fake
 from tpu_kernels.cache import CacheInfo
-from tpu_kernels.devices import cpu as cpu_device
-from tpu_kernels.devices import cuda as cuda_device
-from tpu_kernels.devices import tpu as tpu_device
-from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
 
@@ -84,17 +80,23 @@ class KernelOp:
         noncontiguous: str = "copy",
         tags: Sequence[torch.Tag] = (),
         examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
+        autotune: bool = False,
         signature: Signature | None = None,
         returns_list: bool = False,
     ) -> None:
         self.ns, self.short_name = _split_name(name)
         self.name = name
-        self.fn = fn
-        self.fn_name = getattr(fn, "__name__", self.short_name)
+        self.source = _make_source(name, fn, autotune)
+        self.fn = self.source.jax_body  # the kernel as a JAX function of keyword arguments
+        self.fn_name = getattr(self.source.signature_fn, "__name__", self.short_name)
         self.mutates_args = tuple(mutates_args)
-        self.signature = signature or parse(name, fn, allow_no_outputs=bool(self.mutates_args))
+        self.signature = signature or parse(
+            name, self.source.signature_fn, allow_no_outputs=bool(self.mutates_args)
+        )
         sig = self.signature
         self.returns_list = returns_list
+        self.cache_size = cache_size
+        self.noncontiguous = noncontiguous
         self._check_options(outputs, residuals, backward, reference, noncontiguous)
         n = sig.n_outputs
         self.output_names = (
@@ -106,31 +108,13 @@ class KernelOp:
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
 
         n_results = None if returns_list else n + len(self.mutated)
-        self._cpu = JaxExecutor(
-            sig,
-            fn,
-            cpu_device.TRANSFER,
-            n_outputs=n,
-            mutated=self.mutated,
-            maxsize=cache_size,
-            noncontiguous=noncontiguous,
-            returns_list=returns_list,
-        )
-        self._cuda = JaxExecutor(
-            sig,
-            fn,
-            cuda_device.TRANSFER,
-            n_outputs=n,
-            mutated=self.mutated,
-            maxsize=cache_size,
-            noncontiguous=noncontiguous,
-            returns_list=returns_list,
-        )
-        self._tpu = tpu_device.TpuKernel(
-            name, sig, fn, n_outputs=n, mutated=self.mutated, returns_list=returns_list
-        )
         self._derived_fake = fake.DerivedFake(
-            sig, fake.jax_shape_fn(fn, sig), n_outputs=n, n_results=n_results, returns_list=returns_list
+            sig,
+            fake.jax_shape_fn(self.fn, sig),
+            n_outputs=n,
+            n_results=n_results,
+            returns_list=returns_list,
+            source_fake=getattr(self.source, "fake", None),
         )
         self._user_fake: Callable | None = None
         self._backward: Any = None
@@ -139,10 +123,10 @@ class KernelOp:
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
         if backward == "vjp" or reference is not None:
-            self._derive_backward(reference or fn)
+            self._derive_backward(reference or self.fn)
         with _REGISTRY_LOCK:
             _REGISTRY[name] = self
-        self.__doc__ = fn.__doc__
+        self.__doc__ = getattr(self.source.signature_fn, "__doc__", None)
         self.__wrapped__ = fn
 
     # ---- definition -----------------------------------------------------------------
@@ -207,9 +191,8 @@ class KernelOp:
                 ) from e
             raise OpDefinitionError(f"{self.name}: torch rejected the schema {schema!r}: {e}") from e
         self.schema = schema
-        lib.impl(self.short_name, self._cpu, "CPU")
-        lib.impl(self.short_name, self._cuda, "CUDA")
-        lib.impl(self.short_name, self._tpu, tpu_device.DISPATCH_KEY)
+        for key, kernel in self.source.kernels(self).items():
+            lib.impl(self.short_name, kernel, key)
         torch.library.register_fake(self.name, self._fake, lib=lib)
         if not self.mutates_args and autograd.supported(self.signature):
             autograd.register(self, lib)
@@ -232,8 +215,15 @@ class KernelOp:
             return out
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
 
-    def def_backward(self, fn: Callable | None = None, *, wrt: Sequence[str] | None = None) -> Any:
-        """Register `fn` (a JAX/Pallas kernel) as this op's backward, as op `<name>_backward`.
+    def def_backward(
+        self, fn: Callable | None = None, *, wrt: Sequence[str] | None = None, composite: bool = False
+    ) -> Any:
+        """Register `fn` as this op's backward.
+
+        By default `fn` is a kernel (a JAX/Pallas function or a Helion kernel),
+        registered as the op `<name>_backward`. With `composite=True`, `fn` is a
+        plain torch function that calls other kernel ops (for a backward that
+        needs several kernels); compiled graphs then show those ops.
 
         Its parameters are bound by name: the forward's inputs, its outputs
         (residuals included), and `grad_<output>` for each returned output. It
@@ -241,7 +231,7 @@ class KernelOp:
         positional Tensor parameters), in that order.
         """
 
-        def register(bwd_fn: Callable) -> KernelOp:
+        def register(bwd_fn: Callable) -> Any:
             self._check_differentiable()
             if self._backward is not None:
                 raise OpDefinitionError(f"{self.name}: already has a backward.")
@@ -253,14 +243,30 @@ class KernelOp:
                 )
             )
             qualname = f"{self.name}_backward"
-            bwd_sig = parse(qualname, bwd_fn)
+            source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
+            bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
-            bwd = KernelOp(qualname, bwd_fn, signature=bwd_sig)
+            bwd = (
+                autograd.Composite(qualname, bwd_fn, bwd_sig)
+                if composite
+                else KernelOp(qualname, bwd_fn, signature=bwd_sig)
+            )
             self._backward = autograd.ExplicitBackward(self, bwd, names)
             self.backward_op = bwd
             return bwd
 
         return register(fn) if fn is not None else register
+
+    def autotune(self, *args: Any, device: str = "cpu", **kwargs: Any) -> Any:
+        """Autotune a Helion kernel for these example arguments (explicitly; never implicit).
+
+        Helion keeps the best config in its on-disk cache, keyed by shapes, dtypes,
+        hardware and the kernel's source, so later processes reuse it."""
+        if self.source.kind != "helion":
+            raise TypeError(
+                f"{self.name}: autotune() applies to Helion kernels; this op is a {self.source.kind} kernel."
+            )
+        return self.source.autotune(args, kwargs, device)
 
     def register_fake(self, fn: Callable) -> Callable:
         """Replace the derived fake function (e.g. for symbolic shapes it cannot trace)."""
@@ -269,11 +275,10 @@ class KernelOp:
 
     def cache_info(self, device: str = "cpu") -> CacheInfo:
         """Hits and misses of the compiled-callable cache of one device ("cpu" or "cuda")."""
-        return {"cpu": self._cpu, "cuda": self._cuda}[device].cache.info()
+        return self.source.cache_info(device)
 
     def cache_clear(self) -> None:
-        self._cpu.cache.clear()
-        self._cuda.cache.clear()
+        self.source.cache_clear()
         self._derived_fake.cache.clear()
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
@@ -323,6 +328,22 @@ class KernelOp:
         return f"<tpu_kernel {self.name}{self.schema}>"
 
 
+def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
+    from tpu_kernels import sources
+
+    if sources.from_function(fn) == "helion":
+        from tpu_kernels.sources.helion import HelionSource
+
+        return HelionSource(name, fn, autotune=autotune)
+    if autotune:
+        raise OpDefinitionError(f"{name}: autotune=True applies to Helion kernels only.")
+    if not callable(fn):
+        raise OpDefinitionError(f"{name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
+    from tpu_kernels.sources.jax import JaxSource
+
+    return JaxSource(fn)
+
+
 def _as_spec(op: str, name: str, v: Any) -> Any:
     from tpu_kernels import dtypes
 
@@ -349,8 +370,9 @@ def tpu_kernel(
     noncontiguous: str = "copy",
     tags: Sequence[torch.Tag] = (),
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
+    autotune: bool = False,
 ) -> Any:
-    """Register a JAX/Pallas function as the torch operator `name` ("namespace::op").
+    """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
     Tensor parameters (annotated torch.Tensor or jax.Array, optionally Optional
     or list[...]) reach the function as jax.Arrays; every other parameter is a
@@ -368,6 +390,8 @@ def tpu_kernel(
       cache_size: compiled callables kept per device (LRU).
       noncontiguous: "copy" (default: such inputs are copied to contiguous
         memory first) or "error".
+      autotune: Helion kernels only: let Helion autotune on the first call per shape
+        (results cached on disk); by default a fixed or the default config is used.
       examples: a function returning representative calls, [(args, kwargs), ...],
         with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
         lowering check (`tpu-kernels check`) lowers the kernel at each.
@@ -386,6 +410,7 @@ def tpu_kernel(
             noncontiguous=noncontiguous,
             tags=tags,
             examples=examples,
+            autotune=autotune,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,57 @@
+"""The shipped Helion kernels as torch ops (importing this module imports Helion).
+
+    from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
+
+| op | kernel | backward |
+|---|---|---|
+| `tpu_kernels::add_helion(x, y, alpha=1.0)` | `elementwise/helion_kernel.py`, 2-D with broadcasting | derived (`jax.vjp` of a JAX reference) |
+| `tpu_kernels::softmax_helion(x)` | `softmax/helion_kernel.py` | derived from a JAX reference |
+| `tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)` | `rmsnorm/helion_kernel.py`, returns inv_rms as a residual | explicit: two Helion kernels, `rmsnorm_helion_dx` and `rmsnorm_helion_dweight` |
+| `tpu_kernels::matmul_helion(a, b)` | `matmul/helion_kernel.py` | derived from a JAX reference |
+
+Each has a Pallas twin in the same family (scale_add, softmax, rmsnorm,
+matmul) so the benchmarks can set them side by side.
+"""
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from tpu_kernels.kernels.elementwise import helion_kernel as add_k
+from tpu_kernels.kernels.matmul import helion_kernel as matmul_k
+from tpu_kernels.kernels.matmul import reference as matmul_ref
+from tpu_kernels.kernels.rmsnorm import helion_kernel as rms_k
+from tpu_kernels.kernels.softmax import helion_kernel as softmax_k
+from tpu_kernels.op import tpu_kernel
+
+
+def _add_reference(x: jax.Array, y: jax.Array, alpha: float = 1.0) -> jax.Array:
+    dtype = jnp.result_type(x, y)
+    acc = jnp.promote_types(dtype, jnp.float32)
+    return (x.astype(acc) + alpha * y.astype(acc)).astype(dtype)
+
+
+def _softmax_reference(x: jax.Array) -> jax.Array:
+    return jax.nn.softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis=-1).astype(x.dtype)
+
+
+add_helion = tpu_kernel("tpu_kernels::add_helion", reference=_add_reference)(add_k.add)
+softmax_helion = tpu_kernel("tpu_kernels::softmax_helion", reference=_softmax_reference)(softmax_k.softmax)
+matmul_helion = tpu_kernel("tpu_kernels::matmul_helion", reference=matmul_ref.matmul_jax)(matmul_k.matmul)
+
+rmsnorm_helion = tpu_kernel("tpu_kernels::rmsnorm_helion", outputs=("y", "inv_rms"), residuals=("inv_rms",))(
+    rms_k.rmsnorm
+)
+rmsnorm_helion_dx = tpu_kernel("tpu_kernels::rmsnorm_helion_dx")(rms_k.rmsnorm_dx)
+rmsnorm_helion_dweight = tpu_kernel("tpu_kernels::rmsnorm_helion_dweight")(rms_k.rmsnorm_dweight)
+
+
+@rmsnorm_helion.def_backward(composite=True)
+def _rmsnorm_helion_backward(
+    x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor, grad_y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_w = rmsnorm_helion_dweight(x, inv_rms, grad_y).to(weight.dtype)
+    return rmsnorm_helion_dx(x, weight, inv_rms, grad_y), grad_w
+
+
+__all__ = ["add_helion", "matmul_helion", "rmsnorm_helion", "softmax_helion"]

@@ -1,0 +1,53 @@
+"""RMSNorm as Helion kernels: the forward (which returns the inverse RMS), and
+the backward as two kernels, one per gradient.
+
+Why two backward kernels: dx reduces along rows (a tile is a block of full
+rows) and dweight along columns (a tile is a block of full columns). Helion
+1.5's Pallas backend compiles neither two top-level tile loops in one kernel
+nor a nested reduction loop nor atomics (each tried; each fails to lower), so
+each reduction gets its own kernel. The dweight kernel holds every row of its
+column block at once, which bounds the rows it can take by VMEM; the Pallas
+rmsnorm backward (partial sums per row block) has no such bound.
+"""
+
+import helion
+import helion.language as hl
+import torch
+
+
+@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[8]))
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    m, _ = x.size()
+    out = torch.empty_like(x)
+    inv_rms = torch.empty([m], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m):
+        xf = x[tile_m, :].to(torch.float32)
+        r = torch.rsqrt(torch.mean(xf * xf, dim=-1) + eps)
+        out[tile_m, :] = (xf * r[:, None] * weight[:].to(torch.float32)).to(out.dtype)
+        inv_rms[tile_m] = r
+    return out, inv_rms
+
+
+@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[8]))
+def rmsnorm_dx(
+    x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor, grad_y: torch.Tensor
+) -> torch.Tensor:
+    m, _ = x.size()
+    grad_x = torch.empty_like(x)
+    for tile_m in hl.tile(m):
+        r = inv_rms[tile_m]
+        xhat = x[tile_m, :].to(torch.float32) * r[:, None]
+        g = grad_y[tile_m, :].to(torch.float32) * weight[:].to(torch.float32)
+        c = torch.mean(g * xhat, dim=-1)
+        grad_x[tile_m, :] = (r[:, None] * (g - xhat * c[:, None])).to(grad_x.dtype)
+    return grad_x
+
+
+@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[128]))
+def rmsnorm_dweight(x: torch.Tensor, inv_rms: torch.Tensor, grad_y: torch.Tensor) -> torch.Tensor:
+    _, n = x.size()
+    grad_w = torch.empty([n], dtype=torch.float32, device=x.device)
+    for tile_n in hl.tile(n):
+        xhat = x[:, tile_n].to(torch.float32) * inv_rms[:][:, None]
+        grad_w[tile_n] = torch.sum(grad_y[:, tile_n].to(torch.float32) * xhat, dim=0)
+    return grad_w

@@ -1,0 +1,314 @@
+"""Helion kernels: one `helion.Kernel`, a variant of it per device.
+
+| where | what runs |
+|---|---|
+| CPU, mode "pallas" (default) | Helion's Pallas backend in interpret mode, as a jitted JAX function (`Kernel.jax_fn`) behind tpu_kernels' DLPack bridge |
+| CPU, mode "eager" | Helion's reference mode: the kernel body as eager torch ops |
+| TPU | Helion's Pallas backend, which launches through torch_tpu |
+| CUDA | Helion's Triton backend |
+
+Why "pallas" is the CPU default: it runs the Pallas code Helion generates for
+the TPU (through the interpreter), so a test on the CPU exercises the TPU
+code generation, and once jitted it is fast (about 0.5 ms per call for a
+256x256 softmax here, after a first call of 1-3 s for Helion's code
+generation). "eager" skips code generation (a few ms from the first call),
+accepts float64, and helps when debugging the algorithm itself; it does not
+exercise Pallas. Choose with `set_helion_cpu_mode`, `helion_cpu_mode(...)` or
+TPU_KERNELS_HELION_CPU=eager.
+
+Configs: a kernel with one `helion.Config` uses it. Autotuning runs only when
+asked: `tpu_kernel(..., autotune=True)` (Helion tunes on the first call per
+shape and keeps the result in its on-disk cache, so later processes reuse it)
+or `op.autotune(*example_args)`. Otherwise a kernel with no config uses
+Helion's default config, and one with several uses the first (with a warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from tpu_kernels.cache import CacheInfo
+from tpu_kernels.devices import cpu as cpu_device
+from tpu_kernels.devices import tpu as tpu_device
+from tpu_kernels.devices.jax_exec import JaxExecutor
+from tpu_kernels.errors import BackendUnavailableError, KernelError, OpDefinitionError
+
+CPU_MODES = ("pallas", "eager")
+_ENV = "TPU_KERNELS_HELION_CPU"
+_mode: contextvars.ContextVar[str | None] = contextvars.ContextVar("tpu_kernels_helion_cpu", default=None)
+_global_mode: str | None = None
+
+
+def is_helion_kernel(fn: Any) -> bool:
+    helion = sys.modules.get("helion")  # a Helion kernel means helion is imported already
+    return helion is not None and isinstance(fn, helion.Kernel)
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in CPU_MODES:
+        raise ValueError(f"Helion CPU mode must be one of {CPU_MODES}, got {mode!r}")
+    return mode
+
+
+def set_helion_cpu_mode(mode: str) -> None:
+    """How Helion kernels run on CPU tensors, process-wide: "pallas" (default) or "eager"."""
+    global _global_mode
+    _global_mode = _check_mode(mode)
+
+
+@contextlib.contextmanager
+def helion_cpu_mode(mode: str) -> Iterator[None]:
+    """Run Helion kernels on CPU in this mode inside the block (thread- and task-local)."""
+    token = _mode.set(_check_mode(mode))
+    try:
+        yield
+    finally:
+        _mode.reset(token)
+
+
+def current_cpu_mode() -> str:
+    mode = _mode.get()
+    if mode is not None:
+        return mode
+    if _global_mode is None:
+        set_helion_cpu_mode(os.environ.get(_ENV, "pallas"))
+    return _global_mode  # type: ignore[return-value]
+
+
+def variant(kernel: Any, **settings: Any) -> Any:
+    """The same Helion kernel with other settings, leaving `kernel` untouched."""
+    import helion
+
+    return helion.Kernel(
+        kernel.fn,
+        configs=kernel.configs,
+        settings=kernel.settings.copy(**settings),
+        key=getattr(kernel, "_key_fn", None),
+    )
+
+
+class TorchKernel:
+    """A dispatch kernel that calls a Helion kernel on torch tensors."""
+
+    def __init__(self, op_name: str, sig: Any, kernel: Any, device_type: str) -> None:
+        self.op = op_name
+        self.sig = sig
+        self.kernel = kernel
+        self.device_type = device_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.sig.values(args, kwargs)
+        for p, v in zip(self.sig.params, values):
+            if p.is_tensor and isinstance(v, torch.Tensor) and v.device.type != self.device_type:
+                raise ValueError(
+                    f"{self.op}: argument '{p.name}' is on {v.device}, but this call runs on "
+                    f"{self.device_type}; move all tensor arguments to one device."
+                )
+        try:
+            out = self.kernel(*values)
+        except Exception as e:
+            _reset_ref_mode()
+            raise KernelError(
+                f"{self.op}: the Helion kernel failed on {self.device_type}: {type(e).__name__}: {e}"
+            ) from e
+        return _fresh(out, values)
+
+
+def _fresh(out: Any, inputs: list[Any]) -> Any:
+    """Clone any output that is an input (torch ops may not return aliases)."""
+    ptrs = {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+    if isinstance(out, tuple):
+        return tuple(o.clone() if o.data_ptr() in ptrs else o for o in out)
+    return out.clone() if out.data_ptr() in ptrs else out
+
+
+def _reset_ref_mode() -> None:
+    """Helion leaves its reference-mode context set after an exception inside it,
+    and every later reference-mode call in the thread fails; clear it."""
+    try:
+        from helion.runtime import ref_mode
+
+        ref_mode.ref_mode_tls.context = None
+    except (ImportError, AttributeError):  # pragma: no cover - depends on Helion's internals
+        pass
+
+
+class CpuKernel:
+    """CPU: Helion's Pallas interpret mode through the JAX bridge, or its eager reference mode."""
+
+    def __init__(self, pallas: JaxExecutor, eager: TorchKernel) -> None:
+        self.pallas = pallas
+        self.eager = eager
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if current_cpu_mode() == "eager":
+            return self.eager(*args, **kwargs)
+        return self.pallas(*args, **kwargs)
+
+
+class HelionSource:
+    kind = "helion"
+
+    def __init__(self, name: str, kernel: Any, *, autotune: bool = False) -> None:
+        import helion
+        from helion.runtime.settings import RefMode
+
+        self.name = name
+        self.kernel = kernel
+        self.signature_fn = kernel.fn
+        self.autotune_enabled = autotune
+        overrides: dict[str, Any] = {}
+        configs = list(kernel.configs)
+        if not autotune:
+            if not configs:
+                overrides["autotune_effort"] = "none"
+            elif len(configs) > 1:
+                warnings.warn(
+                    f"{name}: the Helion kernel has {len(configs)} configs and autotune=False; using the "
+                    "first. Pass autotune=True to tune among them.",
+                    stacklevel=4,
+                )
+                kernel = helion.Kernel(
+                    kernel.fn,
+                    configs=configs[:1],
+                    settings=kernel.settings,
+                    key=getattr(kernel, "_key_fn", None),
+                )
+        self.interpret = variant(
+            kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF, **overrides
+        )
+        self.eager = variant(kernel, ref_mode=RefMode.EAGER, pallas_interpret=False, **overrides)
+        self.tpu = variant(
+            kernel, backend="pallas", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
+        )
+        self.cuda = variant(
+            kernel, backend="triton", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
+        )
+        self.jax_body = self._body(self.interpret)
+        self.lowering_body = self._lowering_body()
+        self._pallas: JaxExecutor | None = None
+
+    def _body(self, k: Any) -> Callable:
+        names = list(_param_names(self.kernel.fn))
+        op = self.name
+
+        def body(**kwargs: Any) -> Any:
+            args = [kwargs[n] for n in names]
+            for n, a in zip(names, args):
+                # Helion's Pallas backend has no 64-bit types; its JAX path does not check
+                # and (Helion 1.5, JAX 0.12) loops forever inferring a float64 tiling.
+                if str(getattr(a, "dtype", "")) in ("float64", "int64", "uint64"):
+                    raise TypeError(
+                        f"{op}: argument '{n}' is {a.dtype}, which Helion's Pallas backend does not "
+                        "support; use 32-bit types, or run on CPU in Helion's eager mode "
+                        "(tpu_kernels.helion_cpu_mode('eager'))."
+                    )
+            return k.jax_fn(*args)
+
+        body.__name__ = getattr(self.kernel.fn, "__name__", "helion_kernel")
+        return body
+
+    def _lowering_body(self) -> Callable:
+        """The TPU variant's JAX function, traced with TPU metadata registered for the CPU."""
+        inner = self._body(self.tpu)
+
+        def body(**kwargs: Any) -> Any:
+            try:
+                from helion.runtime.pallas.launcher import _ensure_cpu_tpu_info
+
+                _ensure_cpu_tpu_info()  # the TPU7x target; the lowering checks tiling against it
+            except ImportError:  # pragma: no cover - depends on Helion's internals
+                pass
+            return inner(**kwargs)
+
+        return body
+
+    def kernels(self, op: Any) -> dict[str, Callable]:
+        if op.mutates_args:
+            raise OpDefinitionError(f"{op.name}: mutating Helion kernels are not supported yet.")
+        self._pallas = JaxExecutor(
+            op.signature,
+            self.jax_body,
+            cpu_device.TRANSFER,
+            n_outputs=op.signature.n_outputs,
+            maxsize=op.cache_size,
+            noncontiguous=op.noncontiguous,
+        )
+        cpu = CpuKernel(self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu"))
+        return {
+            "CPU": cpu,
+            "CUDA": _Lazy(op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda")),
+            tpu_device.DISPATCH_KEY: _Lazy(
+                op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu")
+            ),
+        }
+
+    def fake(self, sig: Any, values: list[Any]) -> Any:
+        """Output fakes from Helion's own shape inference (a private API, which Helion's
+        torch.compile integration uses too). jax.eval_shape of `jax_fn` also gives
+        shapes, but Helion's code generation fails inside torch.compile's tracing
+        context; this path was built for it, and handles symbolic sizes."""
+        try:
+            from helion._compiler._dynamo.variables import infer_output_spec
+        except ImportError as e:  # pragma: no cover - depends on Helion's internals
+            raise KernelError(
+                f"{self.name}: this Helion version offers no shape inference for symbolic sizes"
+            ) from e
+        spec = infer_output_spec(self.interpret, tuple(values))
+        device = next(v.device for v in values if isinstance(v, torch.Tensor))
+        outs = [
+            torch.empty_strided(s["shape"], s["stride"], dtype=s["dtype"], device=device)
+            for s in spec["leaf_specs"]
+        ]
+        return outs
+
+    def autotune(self, args: tuple, kwargs: dict, device: str = "cpu") -> Any:
+        """Tune the variant that runs on `device` for these arguments; Helion caches the result."""
+        k = {"cpu": self.interpret, "tpu": self.tpu, "cuda": self.cuda}[device]
+        values = k.normalize_args(*args, **kwargs)
+        return k.autotune(values, force=False)
+
+    def cache_info(self, device: str) -> CacheInfo:
+        if device != "cpu" or self._pallas is None:
+            raise ValueError(f"{self.name}: only the CPU Pallas path keeps a tpu_kernels cache")
+        return self._pallas.cache.info()
+
+    def cache_clear(self) -> None:
+        if self._pallas is not None:
+            self._pallas.cache.clear()
+
+
+class _Lazy:
+    """A device kernel built on first use (the device's backend may be absent here)."""
+
+    def __init__(self, op: str, device: str, build: Callable[[], Callable]) -> None:
+        self.op, self.device, self.build = op, device, build
+        self.kernel: Callable | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.kernel is None:
+            if self.device == "tpu":
+                tpu_device.torch_tpu_pallas()  # BackendUnavailableError when torch_tpu is missing
+            if self.device == "cuda" and "triton" not in sys.modules:
+                try:
+                    import triton  # noqa: F401
+                except ImportError as e:
+                    raise BackendUnavailableError(
+                        f"{self.op}: CUDA tensors need Triton for Helion ({e})"
+                    ) from e
+            self.kernel = self.build()
+        return self.kernel(*args, **kwargs)
+
+
+def _param_names(fn: Callable) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(fn).parameters)
