@@ -4,6 +4,7 @@
     report = check_op(my_op)            # every example call of the op, lowered for "tpu"
     assert report.status == "ok", report
 
+- `chips.py`: TPU generations: the lowering's target and its VMEM.
 - `export.py`: `jax.export` of a kernel for platform "tpu" (Pallas -> Mosaic).
 - `explain.py`: common Mosaic/Pallas lowering errors in plain words.
 - `vmem.py`: VMEM per grid step of each Pallas kernel, from its traced jaxpr.
@@ -15,15 +16,17 @@
 See docs/tpu-lowering-check.md.
 """
 
+from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.check.explain import Explanation, explain
 from tpu_kernels.check.export import export_kernel
-from tpu_kernels.check.lowering import DEFAULT_CHIP, ExampleResult, OpReport, check_call, check_op, chip
+from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
 from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
 from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
 
 __all__ = [
     "DEFAULT_CHIP",
     "DEFAULT_MODULE",
+    "Chip",
     "ExampleResult",
     "Explanation",
     "KernelFootprint",

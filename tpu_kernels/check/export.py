@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tpu_kernels import dtypes
+from tpu_kernels.check.chips import Chip, targeting
 from tpu_kernels.errors import KernelError
 
 if TYPE_CHECKING:
@@ -43,11 +44,17 @@ def x64_scope(x64: bool) -> contextlib.AbstractContextManager:
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
 
-def export_kernel(kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu") -> jax.export.Exported:
-    """Export `kop`'s kernel for `platform` at the shapes of the example arguments."""
+def export_kernel(
+    kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu", chip: Chip | None = None
+) -> jax.export.Exported:
+    """Export `kop`'s kernel for `platform` at the shapes of the example arguments.
+
+    For "tpu", `chip` is the generation to lower for (default: the attached TPU, or
+    chips.DEFAULT_CHIP on a machine without one)."""
     flat, specs, x64 = flat_kernel(kop, args, kwargs)
+    target = targeting(chip) if platform == "tpu" else contextlib.nullcontext()
     try:
-        with x64_scope(x64):
+        with x64_scope(x64), target:
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
     except Exception as e:
         raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e

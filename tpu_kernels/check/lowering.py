@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check import vmem
+from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.check.explain import DTYPE, VMEM, Explanation, explain
 from tpu_kernels.check.export import export_kernel, flat_kernel, x64_scope
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
-
-DEFAULT_CHIP = "v6e"
 
 
 @dataclass
@@ -51,24 +50,6 @@ class OpReport:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class Chip:
-    name: str
-    vmem_bytes: int
-
-
-def chip(name: str = DEFAULT_CHIP) -> Chip:
-    """A TPU generation by JAX's name for it ("v5e", "v5p", "v6e", "7x", ...) and its VMEM per core."""
-    from jax._src import tpu_info
-
-    try:
-        version = tpu_info.ChipVersion(name)
-    except ValueError:
-        known = ", ".join(v.value for v in tpu_info.ChipVersion)
-        raise ValueError(f"unknown TPU chip {name!r}; known: {known}") from None
-    return Chip(name, tpu_info.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes)
 
 
 def _check_footprints(result: ExampleResult, target: Chip) -> None:
@@ -109,7 +90,7 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     """Lower one call of `op` for the TPU and estimate its kernels' VMEM."""
     result = ExampleResult(ex.describe_call(args, kwargs))
     try:
-        exported = export_kernel(op, args, kwargs, platform="tpu")
+        exported = export_kernel(op, args, kwargs, platform="tpu", chip=target)
     except Exception as e:
         result.problems.append(explain(e))
         return result
