@@ -184,3 +184,28 @@ def test_generated_bench_suites_load_and_run(tmp_path):
         quick=True,
     )
     assert all(c.check["passed"] for r in report.results for c in r.candidates if c.primary)
+
+
+def test_a_wheel_carries_the_templates(tmp_path):
+    """In a wheel there is no checkout: setup.py copies templates/ into tpu_kernels/_templates."""
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in ("tpu_kernels", "templates"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", "dist", "."],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    [wheel] = (src / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for t in TEMPLATES:
+        assert f"tpu_kernels/_templates/{t}/README.md" in names
+    assert "tpu_kernels/_templates/matmul/pallas/{{name}}/pallas.py.tmpl" in names
