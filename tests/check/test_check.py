@@ -164,3 +164,18 @@ def test_races_are_found_in_the_tpu_interpreter(capsys):
 def test_shipped_kernels_have_no_races(capsys):
     assert main(["check", "--races"]) == 0
     assert "0 failed" in capsys.readouterr().out
+
+
+def test_block_shape_errors_are_parsed_when_the_source_path_has_spaces():
+    raw = ValueError(
+        "The Pallas TPU lowering currently requires that the last two dimensions of your block shape are "
+        "divisible by 8 and 128 respectively, or be equal to the respective dimensions of the overall array. "
+        "Block spec for outputs[0] in pallas_call _k at my notebook.py[cell 3]:9 has block shape "
+        "(Squeezed(), Blocked(block_size=16), Blocked(block_size=64)), array shape (4, 64, 256), and ..."
+    )
+    e = explain(raw)
+    assert e.kind == "block-shape"
+    assert e.message.startswith(
+        "block shape (None, 16, 64) of output 0 (array shape (4, 64, 256)) in kernel _k at my notebook.py[cell 3]:9 "
+        "is not TPU-aligned: 64 is neither a multiple of 128 nor the array's 256;"
+    )

@@ -31,7 +31,7 @@ def _raw(error: BaseException) -> str:
 
 
 _BLOCK_DETAILS = re.compile(
-    r"Block spec for (?P<what>\S+) in pallas_call (?P<kernel>\S+)(?: at (?P<where>\S+))? has block shape "
+    r"Block spec for (?P<what>\S+) in pallas_call (?P<kernel>\S+)(?: at (?P<where>.+?))? has block shape "
     r"\((?P<block>.*?)\), array shape \((?P<array>.*?)\)",
     re.S,
 )
