@@ -179,3 +179,10 @@ def test_block_shape_errors_are_parsed_when_the_source_path_has_spaces():
         "block shape (None, 16, 64) of output 0 (array shape (4, 64, 256)) in kernel _k at my notebook.py[cell 3]:9 "
         "is not TPU-aligned: 64 is neither a multiple of 128 nor the array's 256;"
     )
+
+
+def test_a_module_that_cannot_be_imported_is_named(capsys):
+    assert main(["check", "no_such_module_for_check"]) == 2
+    err = capsys.readouterr().err
+    assert "could not import no_such_module_for_check" in err
+    assert "no module, .py file or package folder named 'no_such_module_for_check'" in err

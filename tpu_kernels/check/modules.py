@@ -33,8 +33,8 @@ def import_target(target: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name and target.startswith(e.name):
             raise ModuleNotFoundError(
-                f"tpu-kernels check: cannot import {target!r}: no such module, .py file or package "
-                "folder (module names are searched in the current directory and on sys.path)."
+                f"no module, .py file or package folder named {target!r} (module names are searched "
+                "in the current directory and on sys.path)."
             ) from e
         raise
 

@@ -43,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also run each example, scaled down, in the TPU interpreter with race detection (slow)",
     )
     p.add_argument(
-        "--chip", default=None, help="TPU generation whose VMEM the estimate is compared with (default v6e)"
+        "--chip",
+        default=None,
+        help="TPU generation to lower for and compare VMEM with: v5e, v5p, v6e, 7x, ... (default v6e)",
     )
     p.add_argument("--filter", help="only ops whose name matches this regular expression")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
@@ -63,7 +65,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tpu-kernels check: {e}", file=sys.stderr)
         return EXIT_NOTHING
-    ops = ops_of(modules)
+    try:
+        ops = ops_of(modules)
+    except Exception as e:  # an import error in the user's module: say which, keep the cause
+        print(
+            f"tpu-kernels check: could not import {', '.join(modules)}: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
     if args.filter:
         ops = [op for op in ops if re.search(args.filter, op.name)]
     if not ops:
