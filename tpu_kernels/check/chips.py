@@ -2,8 +2,8 @@
 
 Some lowerings depend on the TPU generation (JAX asks `get_tpu_info()`, which on
 a machine without a TPU fails unless an abstract mesh names the device), so the
-check lowers for one chip: `--chip`, default v6e. On a TPU host, the attached
-chip is used unless one is named.
+lowering targets one chip: `tpu-kernels check` the one `--chip` names (default
+v6e, on any machine); `op.lower()` the attached TPU, or v6e without one.
 """
 
 from __future__ import annotations
