@@ -1,5 +1,5 @@
 """Subcommands of `tpu-kernels`: one module each, with `add_parser(subparsers)`."""
 
-from tpu_kernels.commands import bench
+from tpu_kernels.commands import bench, check, new
 
-ALL = [bench]
+ALL = [bench, check, new]

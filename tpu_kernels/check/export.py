@@ -2,25 +2,28 @@
 
 `jax.export` with platforms=["tpu"] runs the Pallas -> Mosaic lowering on the
 CPU: block shapes, dtypes and most unsupported operations are rejected here.
-Errors that only the TPU compiler itself raises are not caught this way.
+Errors that only the TPU compiler itself raises (Mosaic's layout passes, the
+scoped VMEM limit) are not caught this way.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jax
 
 from tpu_kernels import dtypes
+from tpu_kernels.check.chips import Chip, targeting
 from tpu_kernels.errors import KernelError
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
 
 
-def export_kernel(kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu") -> jax.export.Exported:
-    """Export `kop`'s kernel for `platform` at the shapes of the example arguments."""
+def flat_kernel(kop: KernelOp, args: tuple, kwargs: dict) -> tuple[Callable, list[Any], bool]:
+    """(a function of the tensor arguments only, their ShapeDtypeStructs, whether x64 is needed)."""
     from tpu_kernels.op import _as_spec
 
     sig = kop.signature
@@ -34,8 +37,24 @@ def export_kernel(kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "
         return kop.source.lowering_body(**static_kwargs, **dict(zip(names, ts)))
 
     x64 = any(s.dtype in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
+    return flat, specs, x64
+
+
+def x64_scope(x64: bool) -> contextlib.AbstractContextManager:
+    return jax.enable_x64(True) if x64 else contextlib.nullcontext()
+
+
+def export_kernel(
+    kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu", chip: Chip | None = None
+) -> jax.export.Exported:
+    """Export `kop`'s kernel for `platform` at the shapes of the example arguments.
+
+    For "tpu", `chip` is the generation to lower for (default: the attached TPU, or
+    chips.DEFAULT_CHIP on a machine without one)."""
+    flat, specs, x64 = flat_kernel(kop, args, kwargs)
+    target = targeting(chip) if platform == "tpu" else contextlib.nullcontext()
     try:
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+        with x64_scope(x64), target:
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
     except Exception as e:
         raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e

@@ -1,0 +1,211 @@
+"""`tpu-kernels new`: every template renders, lints clean, and its generated tests pass."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpu_kernels import scaffold
+from tpu_kernels.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = sorted(scaffold.list_templates())
+RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+
+
+def render_all(dest: Path, prefix: str) -> dict[str, list[Path]]:
+    """Every template rendered into `dest` as kernel `<prefix>_<template>` (a prefix per test:
+    the packages a test imports stay in sys.modules, and a name is rendered only once)."""
+    return {t: scaffold.new(f"{prefix}_{t}", t, dest=dest, namespace=f"tpl_{prefix}") for t in TEMPLATES}
+
+
+def test_the_four_templates_are_listed(capsys):
+    assert set(TEMPLATES) == {"elementwise", "row_reduction", "matmul", "flash_attention"}
+    assert main(["new", "--list"]) == 0
+    out = capsys.readouterr().out
+    for t in TEMPLATES:
+        assert re.search(rf"^{t} +\[pallas\]  \S", out, re.M), out
+
+
+def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
+    assert main(["new", "my_kernel", "--template", "matmul", "--dir", str(tmp_path)]) == 0
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [
+        "bench/my_kernel.py",
+        "my_kernel/__init__.py",
+        "my_kernel/pallas.py",
+        "my_kernel/reference.py",
+        "my_kernel/shapes.py",
+        "tests/test_my_kernel.py",
+    ]
+    init = (tmp_path / "my_kernel" / "__init__.py").read_text()
+    assert '"mylib::my_kernel",' in init and "my_kernel.def_backward(pallas.my_kernel_backward)" in init
+    assert "python -m pytest tests/test_my_kernel.py" in capsys.readouterr().out
+
+
+def test_no_placeholder_is_left_and_all_templates_lint_clean(tmp_path):
+    # Short and long names: the generated code must be formatted whatever the name's length.
+    written = render_all(tmp_path, "s") | {
+        f"{t}_long": paths for t, paths in render_all(tmp_path, "a_longer_kernel_name").items()
+    }
+    for paths in written.values():
+        for p in paths:
+            assert "{{" not in p.read_text() and "{{" not in str(p), p
+    if not Path(RUFF).exists():
+        pytest.skip("ruff is not installed")
+    config = str(ROOT / "pyproject.toml")
+    # From the generated folder, where tpu_kernels is a third-party import, as in a user's project.
+    lint = subprocess.run(
+        [RUFF, "check", "--config", config, "."], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout
+    fmt = subprocess.run(
+        [RUFF, "format", "--check", "--config", config, "."], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert fmt.returncode == 0, fmt.stdout
+
+
+def test_existing_files_are_never_overwritten(tmp_path, capsys):
+    args = ["new", "my_norm", "-t", "row_reduction", "--dir", str(tmp_path)]
+    assert main(args) == 0
+    kernel = tmp_path / "my_norm" / "pallas.py"
+    kernel.write_text("# edited by hand\n")
+    (tmp_path / "bench" / "my_norm.py").unlink()
+    assert main(args) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert kernel.read_text() == "# edited by hand\n"
+    assert not (tmp_path / "bench" / "my_norm.py").exists()  # nothing written at all
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("MyKernel", "must be a lowercase Python identifier"),
+        ("2fast", "must be a lowercase Python identifier"),
+        ("my-kernel", "must be a lowercase Python identifier"),
+        ("lambda", "is a Python keyword or the name of a module"),
+        ("pallas", "is a Python keyword or the name of a module"),
+        ("torch", "is a Python keyword or the name of a module"),
+        ("json", "is a Python keyword or the name of a module"),
+        ("xdist", "is already importable"),
+    ],
+)
+def test_names_are_validated(tmp_path, capsys, name, message):
+    assert main(["new", name, "-t", "elementwise", "--dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_helion_backend_is_not_available_yet(tmp_path, capsys):
+    assert main(["new", "my_add", "-t", "elementwise", "--backend", "helion", "--dir", str(tmp_path)]) == 2
+    assert "the helion backend is not available yet for templates" in capsys.readouterr().err
+
+
+def test_unknown_template_and_namespace(tmp_path, capsys):
+    assert main(["new", "my_add", "-t", "conv", "--dir", str(tmp_path)]) == 2
+    assert "unknown template 'conv'; choose from" in capsys.readouterr().err
+    assert main(["new", "my_add", "-t", "matmul", "--namespace", "aten", "--dir", str(tmp_path)]) == 2
+    assert "namespace 'aten' must be a Python identifier other than" in capsys.readouterr().err
+
+
+def test_a_helion_variant_is_just_more_template_files(tmp_path, monkeypatch):
+    """Adding templates/<t>/helion/ makes --backend helion render it (common files shared)."""
+    root = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates" / "elementwise", root / "elementwise")
+    kernel = root / "elementwise" / "helion" / "{{name}}" / "helion.py.tmpl"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text('"""{{name}} for {{backend}}"""\n')
+    monkeypatch.setenv(scaffold.ENV, str(root))
+    files = scaffold.plan("my_add", "elementwise", backend="helion", dest=tmp_path / "out")
+    names = sorted(str(p.relative_to(tmp_path / "out")) for p in files)
+    assert names == [
+        "bench/my_add.py",
+        "my_add/helion.py",
+        "my_add/reference.py",
+        "my_add/shapes.py",
+        "tests/test_my_add.py",
+    ]
+    assert files[tmp_path / "out" / "my_add" / "helion.py"] == '"""my_add for helion"""\n'
+
+
+def test_unknown_placeholders_are_template_bugs():
+    with pytest.raises(scaffold.ScaffoldError, match=r"unknown placeholder \{\{nmae\}\}"):
+        scaffold.render("x = {{nmae}}", {"name": "a"})
+
+
+@pytest.mark.slow
+def test_generated_tests_pass_and_every_template_lowers_for_tpu(tmp_path, capsys):
+    """CI's check of the templates: render all, run their generated tests as a user would
+    (from the generated folder, in a fresh process), then `tpu-kernels check` them."""
+    render_all(tmp_path, "ci")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert re.search(r"\b\d+ passed\b", result.stdout) and "failed" not in result.stdout.splitlines()[-1]
+
+    packages = [str(tmp_path / f"ci_{t}") for t in TEMPLATES]
+    assert main(["check", *packages]) == 0
+    out = capsys.readouterr().out
+    for t in TEMPLATES:
+        assert re.search(rf"^ok +tpl_ci::ci_{t} +\d+ of \d+ calls lowered, VMEM per grid step", out, re.M), (
+            out
+        )
+        assert re.search(rf"^ok +tpl_ci::ci_{t}_backward ", out, re.M), out
+
+
+@pytest.mark.slow
+def test_generated_bench_suites_load_and_run(tmp_path):
+    from tpu_kernels import bench
+    from tpu_kernels.bench import discover
+
+    render_all(tmp_path, "bench")
+    for t in TEMPLATES:
+        suites = discover.load(tmp_path / "bench" / f"bench_{t}.py", quick=True, device_type="cpu")
+        assert [s.name for s in suites] == [f"bench_{t}"]
+    # One suite end to end, at its quick point with minimal timing (the others differ only in data).
+    [suite] = discover.load(tmp_path / "bench" / "bench_elementwise.py", quick=True, device_type="cpu")
+    report = bench.run(
+        [suite],
+        bench.resolve("cpu"),
+        bench.Settings(rounds=1, min_sample_s=0.001, warmup_s=0.1, max_input_sets=2),
+        quick=True,
+    )
+    assert all(c.check["passed"] for r in report.results for c in r.candidates if c.primary)
+
+
+def test_a_wheel_carries_the_templates(tmp_path):
+    """In a wheel there is no checkout: setup.py copies templates/ into tpu_kernels/_templates."""
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in ("tpu_kernels", "templates"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", "dist", "."],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    [wheel] = (src / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for t in TEMPLATES:
+        assert f"tpu_kernels/_templates/{t}/README.md" in names
+    assert "tpu_kernels/_templates/matmul/pallas/{{name}}/pallas.py.tmpl" in names

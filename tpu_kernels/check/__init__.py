@@ -1,0 +1,41 @@
+"""The TPU lowering check: does each op compile for the TPU, on a machine without one?
+
+    from tpu_kernels.check import check_op
+    report = check_op(my_op)            # every example call of the op, lowered for "tpu"
+    assert report.status == "ok", report
+
+- `chips.py`: TPU generations: the lowering's target and its VMEM.
+- `export.py`: `jax.export` of a kernel for platform "tpu" (Pallas -> Mosaic).
+- `explain.py`: common Mosaic/Pallas lowering errors in plain words.
+- `vmem.py`: VMEM per grid step of each Pallas kernel, from its traced jaxpr.
+- `examples.py`: the op's example calls (derived for backward ops).
+- `races.py`: the TPU-semantics interpreter with its race detector.
+- `lowering.py`: `check_op`, the per-op report.
+- `modules.py`: the ops a module defines (for `tpu-kernels check MODULE`).
+
+See docs/tpu-lowering-check.md.
+"""
+
+from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.check.explain import Explanation, explain
+from tpu_kernels.check.export import export_kernel
+from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
+from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
+from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
+
+__all__ = [
+    "DEFAULT_CHIP",
+    "DEFAULT_MODULE",
+    "Chip",
+    "ExampleResult",
+    "Explanation",
+    "KernelFootprint",
+    "OpReport",
+    "check_call",
+    "check_op",
+    "chip",
+    "explain",
+    "export_kernel",
+    "kernel_footprints",
+    "ops_of",
+]

@@ -1,0 +1,67 @@
+"""TPU generations: which one the lowering targets, and its VMEM.
+
+Some lowerings depend on the TPU generation (JAX asks `get_tpu_info()`, which on
+a machine without a TPU fails unless an abstract mesh names the device), so the
+lowering targets one chip: `tpu-kernels check` the one `--chip` names (default
+v6e, on any machine); `op.lower()` the attached TPU, or v6e without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import jax
+
+DEFAULT_CHIP = "v6e"
+
+# JAX's device_kind strings, one per generation (jax._src.tpu_info.chip_version_from_device_kind).
+_DEVICE_KINDS = (
+    "TPU v2",
+    "TPU v3",
+    "TPU v4",
+    "TPU v4 lite",
+    "TPU v5 lite",
+    "TPU v5",
+    "TPU v6 lite",
+    "TPU7",
+    "TPU7x",
+    "TPU8i",
+    "TPU8t",
+)
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str  # JAX's short name: "v5e", "v5p", "v6e", "7x", ...
+    device_kind: str  # what jax.Device.device_kind says on that chip
+    vmem_bytes: int  # per TensorCore
+
+
+def chip(name: str = DEFAULT_CHIP) -> Chip:
+    """A TPU generation by JAX's name for it ("v5e", "v5p", "v6e", "7x", ...)."""
+    from jax._src import tpu_info
+
+    try:
+        version = tpu_info.ChipVersion(name)
+    except ValueError:
+        known = ", ".join(v.value for v in tpu_info.ChipVersion)
+        raise ValueError(f"unknown TPU chip {name!r}; known: {known}") from None
+    kind = next(k for k in _DEVICE_KINDS if tpu_info.chip_version_from_device_kind(k) == version)
+    return Chip(name, kind, tpu_info.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes)
+
+
+@contextlib.contextmanager
+def targeting(target: Chip | None) -> Iterator[None]:
+    """Lower for `target` (None: the attached TPU, or the default chip without one)."""
+    if target is None:
+        if jax.default_backend() == "tpu":
+            yield
+            return
+        target = chip()
+    from jax._src.mesh import AbstractDevice
+
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=AbstractDevice(target.device_kind, 1, "tpu"))
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield

@@ -1,0 +1,152 @@
+"""Representative calls of an op, for the TPU lowering check and the race check.
+
+A forward op gives its own (`examples=` on `@tpu_kernel`). A backward op
+(`<name>_backward`) has none; its calls are derived from the forward's:
+
+- explicit backward (`@op.def_backward`): its parameters bound by name to the
+  forward's inputs, outputs (shapes from `op.eval_shape`) and `grad_<output>`
+  (shaped like the output);
+- derived backward (`jax.vjp`): `(grads, *forward args)`, with one gradient
+  per returned output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from tpu_kernels import dtypes, registered_ops
+from tpu_kernels.signature import Kind
+
+if TYPE_CHECKING:
+    from tpu_kernels.op import KernelOp
+
+Call = tuple[tuple, dict]
+
+
+def forward_of(op: KernelOp) -> KernelOp | None:
+    """The op whose backward `op` is, if any."""
+    for fwd in registered_ops().values():
+        if fwd.backward_op is op:
+            return fwd
+    return None
+
+
+def _outputs(fwd: KernelOp, args: tuple, kwargs: dict) -> list[jax.ShapeDtypeStruct]:
+    out = fwd.eval_shape(*args, **kwargs)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _grad_spec(out: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(out.shape, out.dtype)
+
+
+def backward_calls(fwd: KernelOp, bwd: KernelOp, forward_calls: Sequence[Call]) -> list[Call]:
+    """The calls of `bwd` that the forward's example calls lead to."""
+    calls = []
+    for args, kwargs in forward_calls:
+        values = fwd.signature.bind(args, kwargs)
+        outs = _outputs(fwd, args, kwargs)
+        visible = outs[: fwd.n_visible]
+        if (
+            bwd.signature.params
+            and bwd.signature.params[0].name == "grads"
+            and (bwd.signature.params[0].kind is Kind.TENSOR_LIST)
+        ):  # derived with jax.vjp: (grads, *forward parameters)
+            pos = tuple(v for p, v in zip(fwd.signature.params, values) if not p.keyword_only)
+            kw = {p.name: v for p, v in zip(fwd.signature.params, values) if p.keyword_only}
+            calls.append(((list(map(_grad_spec, visible)), *pos), kw))
+            continue
+        env: dict[str, Any] = {p.name: v for p, v in zip(fwd.signature.params, values)}
+        env.update(zip(fwd.output_names, outs))
+        env.update({f"grad_{n}": _grad_spec(o) for n, o in zip(fwd.output_names, visible)})
+        pos = tuple(env[p.name] for p in bwd.signature.params if not p.keyword_only)
+        kw = {p.name: env[p.name] for p in bwd.signature.params if p.keyword_only and p.name in env}
+        calls.append((pos, kw))
+    return calls
+
+
+def example_calls(op: KernelOp) -> list[Call] | None:
+    """The op's representative calls (derived for backward ops); None when it has none."""
+    if op.examples is not None:
+        return list(op.examples())
+    fwd = forward_of(op)
+    if fwd is None or fwd.examples is None:
+        return None
+    return backward_calls(fwd, op, list(fwd.examples()))
+
+
+def describe(value: Any) -> str:
+    """A short text for one argument: `bf16[512,256]`, `[f32[8,128]]`, `alpha=0.5`."""
+    if isinstance(value, (list, tuple)) and value and all(hasattr(v, "shape") for v in value):
+        return "[" + ", ".join(describe(v) for v in value) + "]"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        name = np.dtype(value.dtype).name if not hasattr(value, "is_floating_point") else str(value.dtype)
+        name = name.removeprefix("torch.")
+        short = {"bfloat16": "bf16", "float32": "f32", "float16": "f16", "float64": "f64"}.get(name, name)
+        return f"{short}[{','.join(str(d) for d in value.shape)}]"
+    return repr(value)
+
+
+def describe_call(args: tuple, kwargs: dict) -> str:
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+# ---- concrete inputs for the race check ----------------------------------------------
+
+MAX_TRAILING = 512  # the last two dimensions of every tensor, at most
+MAX_LEADING = 2  # every other dimension, at most
+
+
+def scale_down(calls: Sequence[Call]) -> list[Call]:
+    """The calls with every tensor shrunk, consistently across arguments: each size above
+    the cap becomes the cap (512 for the last two dimensions, 2 for the others), so equal
+    sizes stay equal and aligned ones stay aligned."""
+
+    def shrink(spec: Any) -> Any:
+        if isinstance(spec, (list, tuple)):
+            return type(spec)(shrink(s) for s in spec)
+        if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
+            return spec
+        rank = len(spec.shape)
+        shape = tuple(
+            min(d, MAX_TRAILING if i >= rank - 2 else MAX_LEADING) for i, d in enumerate(spec.shape)
+        )
+        return jax.ShapeDtypeStruct(shape, _jax_dtype(spec.dtype))
+
+    return [
+        (tuple(shrink(a) for a in args), {k: shrink(v) for k, v in kwargs.items()}) for args, kwargs in calls
+    ]
+
+
+def _jax_dtype(dtype: Any) -> np.dtype:
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtypes.TORCH_TO_JAX[dtype]
+    return np.dtype(dtype)
+
+
+def random_arrays(call: Call, seed: int = 0) -> Call:
+    """Concrete JAX arrays for the specs of one call: standard normal for floating
+    types (never zeros), zeros for integers and booleans."""
+    rng = np.random.default_rng(seed)
+
+    def make(spec: Any) -> Any:
+        if isinstance(spec, (list, tuple)):
+            return type(spec)(make(s) for s in spec)
+        if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
+            return spec
+        dt = _jax_dtype(spec.dtype)
+        if jax.numpy.issubdtype(dt, jax.numpy.floating):
+            data = rng.standard_normal(math.prod(spec.shape)).reshape(spec.shape)
+            return jax.numpy.asarray(data, dtype=dt)
+        return jax.numpy.zeros(spec.shape, dt)
+
+    args, kwargs = call
+    return tuple(make(a) for a in args), {k: make(v) for k, v in kwargs.items()}

@@ -1,0 +1,152 @@
+"""The TPU lowering check of one op: lower every example call, estimate VMEM, look for races."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpu_kernels.check import examples as ex
+from tpu_kernels.check import vmem
+from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.check.explain import DTYPE, VMEM, Explanation, explain
+from tpu_kernels.check.export import export_kernel, flat_kernel, x64_scope
+
+if TYPE_CHECKING:
+    from tpu_kernels.op import KernelOp
+
+
+@dataclass
+class ExampleResult:
+    """One example call of an op."""
+
+    call: str  # its arguments, described: "bf16[512,256], alpha=0.5"
+    lowered: bool = False
+    mosaic: bool = False  # the TPU lowering contains a Mosaic (Pallas) kernel
+    kernels: list[vmem.KernelFootprint] = field(default_factory=list)
+    problems: list[Explanation] = field(default_factory=list)  # each one fails the op
+    warnings: list[str] = field(default_factory=list)
+    race_call: str | None = None  # the scaled-down call the race check ran, if it ran
+
+    @property
+    def ok(self) -> bool:
+        return self.lowered and not self.problems
+
+    @property
+    def vmem_bytes(self) -> int | None:
+        return max((k.bytes for k in self.kernels), default=None)
+
+
+@dataclass
+class OpReport:
+    op: str
+    status: str  # "ok", "failed" or "skipped"
+    reason: str = ""  # why it was skipped
+    examples: list[ExampleResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_footprints(result: ExampleResult, target: Chip) -> None:
+    for k in result.kernels:
+        if k.wide_dtypes:
+            result.problems.append(
+                Explanation(
+                    DTYPE,
+                    f"kernel {k.kernel} has {'/'.join(k.wide_dtypes)} blocks, which Mosaic does not "
+                    "support on TPU; use 32-bit or narrower dtypes in TPU examples and kernels.",
+                    "",
+                )
+            )
+        size = vmem.fmt_bytes(k.bytes)
+        if k.bytes > target.vmem_bytes:
+            result.problems.append(
+                Explanation(
+                    VMEM,
+                    f"kernel {k.kernel} needs about {size} of VMEM per grid step, more than the "
+                    f"{vmem.fmt_bytes(target.vmem_bytes)} a TPU {target.name} core has; use smaller blocks.",
+                    "",
+                )
+            )
+        elif k.bytes > (k.vmem_limit_bytes or vmem.DEFAULT_SCOPED_LIMIT):
+            limit = k.vmem_limit_bytes or vmem.DEFAULT_SCOPED_LIMIT
+            result.warnings.append(
+                f"kernel {k.kernel} needs about {size} of VMEM per grid step, above "
+                + (
+                    f"its vmem_limit_bytes ({vmem.fmt_bytes(limit)})"
+                    if k.vmem_limit_bytes
+                    else f"Mosaic's smallest default scoped limit ({vmem.fmt_bytes(limit)}); set "
+                    "pltpu.CompilerParams(vmem_limit_bytes=...) or use smaller blocks"
+                )
+            )
+
+
+def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> ExampleResult:
+    """Lower one call of `op` for the TPU and estimate its kernels' VMEM."""
+    result = ExampleResult(ex.describe_call(args, kwargs))
+    try:
+        exported = export_kernel(op, args, kwargs, platform="tpu", chip=target)
+    except Exception as e:
+        result.problems.append(explain(e))
+        return result
+    result.lowered = True
+    result.mosaic = "tpu_custom_call" in exported.mlir_module()
+    try:
+        flat, specs, x64 = flat_kernel(op, args, kwargs)
+        with x64_scope(x64):
+            result.kernels = vmem.kernel_footprints(flat, *specs)
+    except Exception as e:  # the estimate is a bonus: never fail the check over it
+        result.warnings.append(f"no VMEM estimate: {type(e).__name__}: {e}")
+    _check_footprints(result, target)
+    return result
+
+
+def check_op(op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False) -> OpReport:
+    """Lower `op` for the TPU at each of its example calls (and optionally look for races).
+
+    An op without examples (and not the backward of one with examples) is skipped.
+    """
+    target = chip(chip_name)
+    try:
+        calls = ex.example_calls(op)
+    except Exception as e:
+        return OpReport(op.name, "failed", examples=[_failed_examples(e)])
+    if not calls:
+        return OpReport(op.name, "skipped", reason="no examples")
+    results = [check_call(op, args, kwargs, target) for args, kwargs in calls]
+    if races:
+        _check_races(op, calls, results)
+    status = "ok" if all(r.ok for r in results) else "failed"
+    return OpReport(op.name, status, examples=results)
+
+
+def _failed_examples(e: Exception) -> ExampleResult:
+    result = ExampleResult("(building the example calls)")
+    result.problems.append(explain(e))
+    return result
+
+
+def _check_races(op: KernelOp, calls: list[ex.Call], results: list[ExampleResult]) -> None:
+    from tpu_kernels.check.races import run_with_race_detection
+
+    seen: set[str] = set()
+    for (args, kwargs), result in zip(ex.scale_down(calls), results):
+        if not result.lowered:
+            continue
+        described = ex.describe_call(args, kwargs)
+        if described in seen:
+            continue  # several examples shrink to the same call
+        seen.add(described)
+        result.race_call = described
+        problem = run_with_race_detection(op, ex.random_arrays((args, kwargs)))
+        if problem is not None:
+            result.problems.append(
+                dataclasses.replace(
+                    problem, message=f"in the TPU interpreter at {described}: {problem.message}"
+                )
+            )

@@ -1,0 +1,170 @@
+"""Estimate the VMEM a Pallas TPU kernel needs per grid step, from its traced jaxpr.
+
+For each `pallas_call` in the traced function, the estimate adds up:
+
+- every input and output block that lives in VMEM (BlockSpecs in the default
+  or VMEM memory space), times its number of pipeline buffers: 2 (double
+  buffering: the next block is copied in while this one is computed), 1 for a
+  block that is the whole array with an all-zero index map (Mosaic
+  single-buffers those), or the `pipeline_mode=pl.Buffered(n)` given;
+- every VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), once.
+
+Each buffer is rounded up to whole TPU tiles: the last dimension to a multiple
+of 128 lanes, the second-to-last to 8 sublanes times the dtype's packing
+(16 rows for 16-bit types, 32 for 8-bit). Not counted: operands in HBM
+(`memory_space=pl.ANY`), SMEM (scalar prefetch, `pltpu.SMEM`), semaphores,
+and the temporaries Mosaic allocates for intermediate values inside the body,
+so a kernel with large intermediates needs more than the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex_core
+
+LANES = 128
+SUBLANES = 8
+
+# Mosaic's default scoped VMEM limit varies by chip (16 MiB on some, 32 MiB on newer ones); a
+# kernel above the lower figure may need pltpu.CompilerParams(vmem_limit_bytes=...).
+DEFAULT_SCOPED_LIMIT = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class Buffer:
+    what: str  # "input 0", "output 1", "scratch 0"
+    shape: tuple[int, ...]
+    dtype: str
+    copies: int  # pipeline buffers (1 for scratch)
+    bytes: int  # all copies, tile padding included
+
+
+@dataclass(frozen=True)
+class KernelFootprint:
+    """One pallas_call: its grid and the VMEM buffers it holds during a grid step."""
+
+    kernel: str
+    grid: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    vmem_limit_bytes: int | None  # from pltpu.CompilerParams, if the kernel sets it
+    wide_dtypes: tuple[str, ...]  # 64-bit dtypes among the blocks (Mosaic rejects them)
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.bytes for b in self.buffers)
+
+
+def tile_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Bytes of one buffer of `shape` in VMEM, rounded up to whole (8 * packing, 128) tiles."""
+    dt = np.dtype(dtype)
+    itemsize = dt.itemsize
+    if not shape:
+        return itemsize
+    packing = max(1, 4 // itemsize)
+    dims = list(shape)
+    dims[-1] = -(-dims[-1] // LANES) * LANES
+    if len(dims) >= 2:
+        rows = SUBLANES * packing
+        dims[-2] = -(-dims[-2] // rows) * rows
+    return math.prod(dims) * itemsize
+
+
+def _memory_space(aval: Any) -> str:
+    return str(getattr(aval, "memory_space", "")).lower().rsplit(".", 1)[-1]
+
+
+def _in_vmem(aval: Any) -> bool:
+    return _memory_space(aval) in ("", "default", "vmem", "none")
+
+
+def _vmem_limit(compiler_params: Any) -> int | None:
+    params = compiler_params
+    if isinstance(params, dict):  # older JAX: {"mosaic_tpu": CompilerParams(...)}
+        params = next(iter(params.values()), None)
+    return getattr(params, "vmem_limit_bytes", None)
+
+
+def _kernel_name(eqn: Any) -> str:
+    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    name = getattr(debug, "func_name", None) or eqn.params.get("name") or "kernel"
+    return str(name)
+
+
+def footprint(eqn: Any) -> KernelFootprint:
+    """The VMEM footprint of one `pallas_call` equation."""
+    gm = eqn.params["grid_mapping"]
+    buffers: list[Buffer] = []
+    wide: set[str] = set()
+    n_in = gm.num_inputs
+    for i, bm in enumerate(gm.block_mappings):
+        what = f"input {i}" if i < n_in else f"output {i - n_in}"
+        aval = bm.block_aval
+        dtype = np.dtype(bm.array_aval.dtype)
+        if dtype.itemsize == 8:
+            wide.add(str(dtype))
+        if not _in_vmem(aval):
+            continue
+        shape = tuple(int(d) for d in aval.shape)
+        if bm.pipeline_mode is not None and isinstance(bm.pipeline_mode.buffer_count, int):
+            copies = bm.pipeline_mode.buffer_count
+        else:
+            copies = 1 if bm.has_trivial_window() else 2
+        buffers.append(Buffer(what, shape, str(dtype), copies, copies * tile_bytes(shape, dtype)))
+    for j, aval in enumerate(gm.scratch_avals):
+        if _memory_space(aval) != "vmem":
+            continue  # SMEM scratch, semaphores
+        inner = getattr(aval, "inner_aval", aval)
+        shape, dtype = tuple(int(d) for d in inner.shape), np.dtype(inner.dtype)
+        if dtype.itemsize == 8:
+            wide.add(str(dtype))
+        buffers.append(Buffer(f"scratch {j}", shape, str(dtype), 1, tile_bytes(shape, dtype)))
+    grid = tuple(int(g) if isinstance(g, (int, np.integer)) else -1 for g in gm.grid)
+    return KernelFootprint(
+        _kernel_name(eqn),
+        grid,
+        tuple(buffers),
+        _vmem_limit(eqn.params.get("compiler_params")),
+        tuple(sorted(wide)),
+    )
+
+
+# One class in newer JAX (a Jaxpr holds its constants), two in older ones.
+_JAXPR_TYPES = tuple({jex_core.Jaxpr, jex_core.ClosedJaxpr})
+
+
+def _sub_jaxprs(value: Any) -> Iterator[Any]:
+    if isinstance(value, _JAXPR_TYPES):
+        yield value if hasattr(value, "eqns") else value.jaxpr
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _sub_jaxprs(v)
+
+
+def pallas_calls(jaxpr: Any) -> Iterator[Any]:
+    """Every pallas_call equation in `jaxpr`, nested calls (jit, custom_vjp, cond, scan) included."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            yield eqn
+            continue
+        for value in eqn.params.values():
+            for sub in _sub_jaxprs(value):
+                yield from pallas_calls(sub)
+
+
+def kernel_footprints(fn: Callable, *specs: Any) -> list[KernelFootprint]:
+    """Trace `fn` at `specs` (ShapeDtypeStructs) and estimate each of its Pallas kernels."""
+    traced = jax.make_jaxpr(fn)(*specs)
+    return [footprint(eqn) for eqn in pallas_calls(next(_sub_jaxprs(traced)))]
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

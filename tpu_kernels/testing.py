@@ -1,0 +1,123 @@
+"""Helpers for testing kernel ops: float64 references, dtype-aware tolerances, torch checks.
+
+The tests that `tpu-kernels new` generates use these, so they run wherever
+tpu_kernels is installed:
+
+    from tpu_kernels import testing
+
+    x = testing.rand(64, 256, dtype=torch.bfloat16)           # fresh normal values, never zeros
+    testing.assert_close(my_op(x), reference(x.double()))     # tolerance of x's dtype
+    testing.opcheck(my_op, (x,))                               # torch.library.opcheck, all tests
+    testing.compile_matches_eager(model, [x])                  # one graph, same values and grads
+    testing.assert_lowers_for_tpu(my_op)                       # every example call lowers for TPU
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from tpu_kernels.op import KernelOp
+
+
+@dataclass(frozen=True)
+class Tol:
+    rtol: float
+    atol: float
+
+
+# Kernel output vs a float64 reference of the same inputs. The low-precision rows
+# are about 2 ulps of the output format at magnitude 1 (bf16 ulp 2^-8, fp16 2^-11):
+# kernels accumulate in float32, so the final rounding dominates.
+TOL: dict[torch.dtype, Tol] = {
+    torch.float64: Tol(1e-10, 1e-12),
+    torch.float32: Tol(2e-5, 2e-6),
+    torch.float16: Tol(2e-3, 1e-3),
+    torch.bfloat16: Tol(1.6e-2, 8e-3),
+}
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def rand(
+    *shape: int, dtype: torch.dtype = torch.float32, requires_grad: bool = False, scale: float = 1.0
+) -> torch.Tensor:
+    """Fresh standard-normal values (never zeros), made in float64 and rounded to dtype."""
+    t = (torch.randn(*shape, dtype=torch.float64) * scale).to(dtype)
+    return t.requires_grad_(requires_grad)
+
+
+def assert_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    *,
+    scale: float = 1.0,
+    what: str = "",
+) -> None:
+    """`actual` against a float64 `expected`, with `dtype`'s tolerance (default: actual's)
+    and `scale` times its atol (the typical magnitude of the values, e.g. sqrt(K) for a
+    K-long dot product)."""
+    dtype = dtype or actual.dtype
+    tol = TOL[dtype]
+    torch.testing.assert_close(
+        actual.to(torch.float64),
+        expected.to(torch.float64),
+        rtol=tol.rtol,
+        atol=tol.atol * scale,
+        msg=lambda m: f"{what} ({dtype}): {m}",
+    )
+
+
+def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> None:
+    """torch.library.opcheck with all its default tests; fails on any non-SUCCESS."""
+    results = torch.library.opcheck(op.overload, args, kwargs or {}, raise_exception=True)
+    if set(results.values()) != {"SUCCESS"}:
+        raise AssertionError(f"{op.name}: opcheck results {results}")
+
+
+def compile_matches_eager(
+    model: Callable[..., torch.Tensor],
+    inputs: list[torch.Tensor],
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    backend: str = "aot_eager",
+) -> None:
+    """torch.compile(fullgraph=True) gives one graph, and the same loss and gradients as eager."""
+    import torch._dynamo.testing
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=False)
+    eager_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    comp_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    eager_loss, comp_loss = model(*eager_in), compiled(*comp_in)
+    eager_loss.backward()
+    comp_loss.backward()
+    torch.testing.assert_close(comp_loss, eager_loss, rtol=rtol, atol=atol)
+    for a, b in zip(comp_in, eager_in):
+        if b.requires_grad:
+            torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+    if counter.frame_count != 1:
+        raise AssertionError(f"graph breaks: torch.compile produced {counter.frame_count} graphs")
+
+
+def assert_lowers_for_tpu(op: KernelOp, *, with_backward: bool = True, **check_options: Any) -> None:
+    """Every example call of `op` (and of its backward) lowers for the TPU with a Mosaic
+    kernel where the forward has one, and fits in VMEM (`tpu-kernels check` for one op)."""
+    from tpu_kernels.check import check_op
+
+    ops = [op] + ([op.backward_op] if with_backward and op.backward_op is not None else [])
+    for o in ops:
+        report = check_op(o, **check_options)
+        if report.status == "skipped":
+            raise AssertionError(f"{o.name}: no example calls to lower ({report.reason}); give it examples=")
+        problems = [f"{e.call}: {p.message}" for e in report.examples for p in e.problems]
+        if problems:
+            raise AssertionError(f"{o.name} does not lower for the TPU:\n  " + "\n  ".join(problems))
+        if o is op and not any(e.mosaic for e in report.examples):
+            raise AssertionError(f"{op.name}: the TPU lowering contains no Mosaic (Pallas) kernel")
