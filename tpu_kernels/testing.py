@@ -80,6 +80,16 @@ def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> None:
         raise AssertionError(f"{op.name}: opcheck results {results}")
 
 
+def compile_counted(
+    fn: Callable, *, backend: str = "aot_eager", dynamic: bool | None = False
+) -> tuple[Callable, Any]:
+    """torch.compile(fullgraph=True) with a counter of the graphs dynamo produced."""
+    import torch._dynamo.testing
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    return torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic), counter
+
+
 def compile_matches_eager(
     model: Callable[..., torch.Tensor],
     inputs: list[torch.Tensor],
@@ -89,10 +99,7 @@ def compile_matches_eager(
     backend: str = "aot_eager",
 ) -> None:
     """torch.compile(fullgraph=True) gives one graph, and the same loss and gradients as eager."""
-    import torch._dynamo.testing
-
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
-    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=False)
+    compiled, counter = compile_counted(model, backend=backend)
     eager_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     comp_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
     eager_loss, comp_loss = model(*eager_in), compiled(*comp_in)

@@ -9,14 +9,9 @@ import jax
 import numpy as np
 import torch
 
-# Same table as the test suite (tests/helpers.py): about two units in the last
-# place of the output format at magnitude 1, for kernels that accumulate in float32.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float64: (1e-10, 1e-12),
-    torch.float32: (2e-5, 2e-6),
-    torch.float16: (2e-3, 1e-3),
-    torch.bfloat16: (1.6e-2, 8e-3),
-}
+from tpu_kernels.testing import TOL  # noqa: E402  (the test suite's table: one truth)
+
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {dt: (t.rtol, t.atol) for dt, t in TOL.items()}
 
 
 @dataclass(frozen=True)
