@@ -1,4 +1,4 @@
-"""Tiled matmul: the Pallas kernel (float32 accumulator) against torch.matmul."""
+"""Tiled matmul: the Pallas kernel (float32 accumulator) and its Helion twin against torch.matmul."""
 
 import math
 
@@ -8,6 +8,13 @@ from _common import FLOATS, randn
 from tpu_kernels import bench
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import shapes
+
+
+def _helion(p):
+    """The Helion twin of the kernel (CPU: Helion's Pallas backend in interpret mode)."""
+    from tpu_kernels.kernels.helion_ops import matmul_helion
+
+    return [bench.Candidate("helion", lambda a, b: matmul_helion(a, b))]
 
 
 def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
@@ -25,6 +32,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             reference=torch.matmul,
             tolerance_scale=lambda p: math.sqrt(p["mkn"][1]),
             flops=lambda p: 2 * math.prod(p["mkn"]),
+            extra=_helion,
             quick=quick,
             device_type=device_type,
         )

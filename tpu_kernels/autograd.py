@@ -39,9 +39,12 @@ def supported(sig: Signature) -> bool:
     return not any(p.is_tensor and p.keyword_only for p in sig.params)
 
 
-def register(kop: KernelOp, lib: torch.library.Library) -> None:
+def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | None = None) -> None:
     """Register the op's autograd formula; what it does is looked up at backward time,
-    so `def_backward` may come after the decorator."""
+    so `def_backward` may come after the decorator.
+
+    `cpu_kernel`: the op's CPU kernel, for the fast path below.
+    """
 
     def setup_context(ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: dict | None = None) -> None:
         values = list(inputs) + [
@@ -67,7 +70,50 @@ def register(kop: KernelOp, lib: torch.library.Library) -> None:
         grads_in = kop._backward(values, outs, list(grads[: kop.n_visible]))
         return tuple(grads_in[:n_positional])
 
-    torch.library.register_autograd(kop.name, backward, setup_context=setup_context, lib=lib)
+    impl = _autograd_impl(kop, backward, setup_context)
+    if impl is None or cpu_kernel is None:  # torch moved its internals: the public registration
+        torch.library.register_autograd(kop.name, backward, setup_context=setup_context, lib=lib)
+        return
+    lib.impl(kop.short_name, _fast_path(impl, cpu_kernel), "Autograd", with_keyset=True)
+
+
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+# What is left of a plain CPU tensor's keys below autograd: ADInplaceOrView (a
+# fallthrough for ops that mutate nothing) and the CPU backend.
+_PLAIN_CPU = (
+    torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
+).raw_repr()
+
+
+def _fast_path(impl: Callable, cpu_kernel: Callable) -> Callable:
+    """The autograd kernel torch's `register_autograd` would install, plus one shortcut.
+
+    When nothing needs a gradient and nothing but the CPU backend lies below
+    autograd (no fake/functional/tracing mode, no other device), the dispatcher's
+    next stop is certainly the CPU kernel; calling it directly skips a second
+    dispatch round through Python (measured in bench/overhead.py). Every other
+    case takes torch's own path.
+    """
+    is_grad_enabled, any_requires_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
+
+    def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if (keyset & _AFTER_AUTOGRAD).raw_repr() == _PLAIN_CPU and not (
+            is_grad_enabled() and any_requires_grad(*args)
+        ):
+            return cpu_kernel(*args, **kwargs)
+        return impl(keyset, *args, **kwargs)
+
+    return autograd_kernel
+
+
+def _autograd_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:
+    """torch's generated autograd kernel for this op (what `register_autograd` registers)."""
+    try:
+        from torch._library.autograd import Info, make_autograd_impl
+    except ImportError:  # pragma: no cover - depends on torch's internals
+        return None
+    return make_autograd_impl(kop.overload, Info(_backward_fn=backward, _setup_context_fn=setup_context))
 
 
 def _flatten(items: list[Any]) -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor]], list[Any]]]:

@@ -122,6 +122,8 @@ class KernelOp:
 
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
+        if not self.mutates_args and autograd.supported(sig):
+            autograd.register(self, self.lib, self._kernels.get("CPU"))
         if backward == "vjp" or reference is not None:
             self._derive_backward(reference or self.fn)
         with _REGISTRY_LOCK:
@@ -191,11 +193,10 @@ class KernelOp:
                 ) from e
             raise OpDefinitionError(f"{self.name}: torch rejected the schema {schema!r}: {e}") from e
         self.schema = schema
-        for key, kernel in self.source.kernels(self).items():
+        self._kernels = self.source.kernels(self)
+        for key, kernel in self._kernels.items():
             lib.impl(self.short_name, kernel, key)
         torch.library.register_fake(self.name, self._fake, lib=lib)
-        if not self.mutates_args and autograd.supported(self.signature):
-            autograd.register(self, lib)
         return lib
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:

@@ -144,14 +144,30 @@ def _reset_ref_mode() -> None:
 class CpuKernel:
     """CPU: Helion's Pallas interpret mode through the JAX bridge, or its eager reference mode."""
 
-    def __init__(self, pallas: JaxExecutor, eager: TorchKernel) -> None:
+    def __init__(self, source: HelionSource, pallas: JaxExecutor, eager: TorchKernel) -> None:
+        self.source = source
         self.pallas = pallas
         self.eager = eager
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if current_cpu_mode() == "eager":
             return self.eager(*args, **kwargs)
+        if self.source.autotune_enabled:
+            # Helion's autotuner needs real tensors, which the JAX path does not have.
+            self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
         return self.pallas(*args, **kwargs)
+
+
+def _shape_key(values: list[Any]) -> tuple:
+    """(shape, dtype) of each array or tensor argument and the value of the others:
+    the same key for torch tensors and the JAX arrays the bridge makes of them."""
+    key = []
+    for v in values:
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            key.append((tuple(v.shape), str(v.dtype).removeprefix("torch.")))
+        else:
+            key.append(v)
+    return tuple(key)
 
 
 class HelionSource:
@@ -192,16 +208,18 @@ class HelionSource:
         self.cuda = variant(
             kernel, backend="triton", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
         )
-        self.jax_body = self._body(self.interpret)
+        self._tuned: dict[tuple, Any] = {}  # shape key -> the interpret variant with its tuned config
+        self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
         self.lowering_body = self._lowering_body()
         self._pallas: JaxExecutor | None = None
 
-    def _body(self, k: Any) -> Callable:
+    def _body(self, pick: Callable[[list[Any]], Any]) -> Callable:
         names = list(_param_names(self.kernel.fn))
         op = self.name
 
         def body(**kwargs: Any) -> Any:
             args = [kwargs[n] for n in names]
+            k = pick(args)
             for n, a in zip(names, args):
                 # Helion's Pallas backend has no 64-bit types; its JAX path does not check
                 # and (Helion 1.5, JAX 0.12) loops forever inferring a float64 tiling.
@@ -218,7 +236,7 @@ class HelionSource:
 
     def _lowering_body(self) -> Callable:
         """The TPU variant's JAX function, traced with TPU metadata registered for the CPU."""
-        inner = self._body(self.tpu)
+        inner = self._body(lambda args: self.tpu)
 
         def body(**kwargs: Any) -> Any:
             try:
@@ -242,7 +260,7 @@ class HelionSource:
             maxsize=op.cache_size,
             noncontiguous=op.noncontiguous,
         )
-        cpu = CpuKernel(self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu"))
+        cpu = CpuKernel(self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu"))
         return {
             "CPU": cpu,
             "CUDA": _Lazy(op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda")),
@@ -270,11 +288,36 @@ class HelionSource:
         ]
         return outs
 
+    def ensure_tuned(self, values: list[Any]) -> None:
+        """Autotune the CPU (interpret) variant for these real arguments, once per shape.
+
+        Helion's on-disk cache makes this a lookup in later processes. The tuned
+        config is kept as a variant with that single config, which the JAX path
+        (`jax_fn`, no real data) then compiles without tuning again."""
+        import helion
+
+        key = _shape_key(values)
+        if key in self._tuned:
+            return
+        # A first call on real tensors goes through Helion's own autotuning entry point,
+        # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
+        self.interpret(*values)
+        config = self.interpret.bind(tuple(values))._config
+        self._tuned[key] = helion.Kernel(
+            self.kernel.fn,
+            configs=[config],
+            settings=self.interpret.settings.copy(),
+            key=getattr(self.kernel, "_key_fn", None),
+        )
+
     def autotune(self, args: tuple, kwargs: dict, device: str = "cpu") -> Any:
         """Tune the variant that runs on `device` for these arguments; Helion caches the result."""
-        k = {"cpu": self.interpret, "tpu": self.tpu, "cuda": self.cuda}[device]
-        values = k.normalize_args(*args, **kwargs)
-        return k.autotune(values, force=False)
+        if device == "cpu":
+            values = self.interpret.normalize_args(*args, **kwargs)
+            self.ensure_tuned(list(values))
+            return self._tuned[_shape_key(list(values))].configs[0]
+        k = {"tpu": self.tpu, "cuda": self.cuda}[device]
+        return k.autotune(k.normalize_args(*args, **kwargs), force=False)
 
     def cache_info(self, device: str) -> CacheInfo:
         if device != "cpu" or self._pallas is None:
