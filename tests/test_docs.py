@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import re
 from pathlib import Path
 
@@ -25,8 +26,11 @@ def test_code_blocks_run(page):
     """Each page's Python blocks run in order in one namespace, as a reader would paste them."""
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, code in enumerate(python_blocks(page)):
+        filename = f"{page.parent}/{page.stem}_block{i}.py"
+        # Registered with linecache so inspect.getsource works (Helion reads kernel source).
+        linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
         try:
-            exec(compile(code, f"{page.name}[block {i}]", "exec"), namespace)
+            exec(compile(code, filename, "exec"), namespace)
         except Exception as e:
             raise AssertionError(f"{page.name}, python block {i} failed: {e!r}\n{code}") from e
 
