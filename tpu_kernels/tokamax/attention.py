@@ -80,6 +80,11 @@ def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths:
             f"{k}/{value.shape[-2]}; key and value need the same number of heads, and it must "
             "divide the query's (grouped-query attention)."
         )
+    if query.dtype == torch.float16 and query.device.type == "cpu":
+        raise NotImplementedError(
+            "tokamax.dot_product_attention: float16 query/key/value cannot run on cpu (XLA:CPU has no "
+            "float16 dot with float32 accumulation); use bfloat16 or float32 on cpu."
+        )
     if lengths and query.ndim != 4:
         raise ValueError(
             "tokamax.dot_product_attention: query_seq_lengths/key_value_seq_lengths need exactly "
