@@ -7,6 +7,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tests.helpers import rand
 from tpu_kernels.tokamax import attention, glu, loss, ragged, triangle
+from tpu_kernels.tokamax import ops_extra as X
 from tpu_kernels.tokamax.wrap import _gradient_fake
 
 
@@ -117,3 +118,57 @@ def test_the_backward_fake_gives_one_gradient_per_floating_input():
         == [(t.shape, t.dtype) for t in real]
         == [(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)]
     )
+
+
+def _mhc(t=5, m=4, h=32):
+    bf = torch.bfloat16
+    return dict(
+        x=_e(t, h, dtype=bf),
+        residual=_e(t, m * h, dtype=bf),
+        post=_e(t, m),
+        comb=_e(t, m, m),
+        fn=_e(m * (m + 2), m * h),
+        scale=_e(3),
+        base=_e(m * (m + 2)),
+    )
+
+
+MHC = _mhc()
+MHC_KW = dict(rms_eps=1e-6, hc_pre_eps=1e-6, hc_sinkhorn_eps=1e-6, hc_post_mult_value=2.0, sinkhorn_repeat=2)
+KDA = [_e(2, 3, 6, 8), _e(2, 3, 6, 8), _e(2, 3, 6, 4), _e(2, 3, 6, 8), _e(2, 3, 6)]
+EXTRA_CASES = [
+    (X.top_k_op, X._top_k_outputs, [_e(4, 32), _e(4, dtype=I32)], {"k": 5}),
+    (X.router_topk_op, X._router_topk_outputs, [_e(6, 16, dtype=BF16)], {"k": 3}),
+    (
+        X.ragged_gather_reduce_op,
+        X._gather_reduce_outputs,
+        [_e(10, 8), _e(12, dtype=I32), _e(12), _e(12, dtype=BOOL)],
+        {"reduce_group_size": 3},
+    ),
+    (X.deepseek_rope_op, X._rope_outputs, [_e(6, 2, 128, dtype=BF16), _e(6, dtype=I32), _e(16, 64)], {}),
+    (X.mhc_pre_op, X._mhc_pre_outputs, [MHC["residual"], MHC["fn"], MHC["scale"], MHC["base"]], MHC_KW),
+    (X.mhc_post_op, X._mhc_post_outputs, [MHC["x"], MHC["residual"], MHC["post"], MHC["comb"]], {}),
+    (
+        X.mhc_fused_post_pre_op,
+        X._mhc_fused_outputs,
+        [MHC["x"], MHC["residual"], MHC["post"], MHC["comb"], MHC["fn"], MHC["scale"], MHC["base"]],
+        MHC_KW,
+    ),
+    (X.kimi_delta_attention_op, X._kda_outputs, KDA, {}),
+    (
+        X.kimi_delta_attention_op,
+        X._kda_outputs,
+        [*[t.double() for t in KDA], None, None, _e(3, 2, 2, 8, 4, dtype=F64)],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "rule", "args", "kwargs"), EXTRA_CASES, ids=lambda v: getattr(v, "name", None)
+)
+def test_extra_ops_symbolic_shape_rules_agree_with_the_derived_fakes(op, rule, args, kwargs):
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        want = op._derived_fake(*args, **kwargs)
+        got = rule(*args, **kwargs)
+    assert [(tuple(t.shape), t.dtype) for t in got] == [(tuple(t.shape), t.dtype) for t in want]

@@ -17,47 +17,54 @@ def _floating(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
+def _per(value: float | Sequence[float], n: int) -> list[float]:
+    return [value] * n if isinstance(value, (int, float)) else list(value)
+
+
 def check_against_reference(
     op: str,
     case: str,
-    fn: Callable[..., torch.Tensor],
-    ref: Callable[..., torch.Tensor],
+    fn: Callable[..., Any],
+    ref: Callable[..., Any],
     inputs: Sequence[Any],
     dtype: torch.dtype,
     *,
-    out_scale: float = 1.0,
+    out_scale: float | Sequence[float] = 1.0,
     grad_scale: float | Sequence[float] = 1.0,
     tol_dtype: torch.dtype | None = None,
     grads: bool = True,
 ) -> None:
-    """fn(*inputs) against ref(*inputs in float64): the output, then the gradient of
-    sum(out * g) for a random g with respect to every floating-point input.
+    """fn(*inputs) against ref(*inputs in float64): each output, then the gradient of
+    sum(out * g) (g random, one per floating output) with respect to every floating input.
 
-    inputs: tensors already in `dtype` (ints and bools as they are) and other values.
-    out_scale / grad_scale: the typical magnitude of the output / of each gradient,
-    which scales the absolute tolerance (assert_close's `scale`).
+    inputs: tensors already in their dtypes (ints and bools as they are) and other values.
+    out_scale / grad_scale: the typical magnitude of each output / each gradient, which
+    scales the absolute tolerance (assert_close's `scale`).
     tol_dtype: the tolerance row to use when it is not `dtype`'s (an op that computes
     part of the result in a narrower type).
     """
+    tol_dtype = tol_dtype or dtype
+    name = str(dtype).removeprefix("torch.")
     live = [t.detach().requires_grad_(grads) if _floating(t) else t for t in inputs]
     wide = [t.detach().double().requires_grad_(grads) if _floating(t) else t for t in inputs]
-    out = fn(*live)
-    expected = ref(*wide)
-    assert out.shape == expected.shape, (out.shape, expected.shape)
-    tol_dtype = tol_dtype or dtype
-    MEASURED[(op, case, str(dtype).removeprefix("torch."), "out")] = _err(out, expected)
-    assert_close(out, expected, tol_dtype, scale=out_scale, what=f"{op} {case} output")
+    outs, expected = fn(*live), ref(*wide)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    for i, (o, e, s) in enumerate(zip(outs, expected, _per(out_scale, len(outs)))):
+        assert o.shape == e.shape, (i, o.shape, e.shape)
+        MEASURED[(op, case, name, f"out{i}")] = _err(o, e)
+        assert_close(o, e, tol_dtype, scale=s, what=f"{op} {case} output {i}")
     if not grads:
         return
-    g = torch.randn(out.shape, dtype=torch.float64).to(out.dtype)  # fresh, never all zeros
+    pairs = [(o, e) for o, e in zip(outs, expected) if o.is_floating_point()]
+    gs = [torch.randn(o.shape, dtype=torch.float64).to(o.dtype) for o, _ in pairs]  # fresh, never zeros
     diff = [t for t in live if _floating(t)]
     diff64 = [t for t in wide if _floating(t)]
-    got = torch.autograd.grad((out * g).sum(), diff)
-    want = torch.autograd.grad((expected * g.double()).sum(), diff64)
-    scales = [grad_scale] * len(got) if isinstance(grad_scale, (int, float)) else list(grad_scale)
-    for i, (a, b, s) in enumerate(zip(got, want, scales)):
+    got = torch.autograd.grad(sum((o * g).sum() for (o, _), g in zip(pairs, gs)), diff)
+    want = torch.autograd.grad(sum((e * g.double()).sum() for (_, e), g in zip(pairs, gs)), diff64)
+    for i, (a, b, s) in enumerate(zip(got, want, _per(grad_scale, len(got)))):
         assert a.dtype == diff[i].dtype and a.shape == diff[i].shape
-        MEASURED[(op, case, str(dtype).removeprefix("torch."), f"grad{i}")] = _err(a, b)
+        MEASURED[(op, case, name, f"grad{i}")] = _err(a, b)
         assert_close(a, b, tol_dtype, scale=s, what=f"{op} {case} grad of input {i}")
 
 

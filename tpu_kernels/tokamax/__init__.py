@@ -18,22 +18,42 @@ from tpu_kernels.tokamax.implementation import (
 )
 from tpu_kernels.tokamax.loss import linear_softmax_cross_entropy_loss
 from tpu_kernels.tokamax.norm import layer_norm, rms_norm
+from tpu_kernels.tokamax.ops_extra import (
+    deepseek_rope,
+    kimi_delta_attention,
+    mhc_fused_post_pre,
+    mhc_post,
+    mhc_pre,
+    ragged_gather,
+    ragged_gather_reduce,
+    router_topk,
+    top_k,
+)
 from tpu_kernels.tokamax.ragged import ragged_dot, ragged_dot_general
 from tpu_kernels.tokamax.triangle import triangle_multiplication
 from tpu_kernels.tokamax.wrap import tokamax_op
 
 __all__ = [
     "ImplementationError",
+    "deepseek_rope",
     "dot_product_attention",
     "gated_linear_unit",
     "implementations",
+    "kimi_delta_attention",
     "layer_norm",
     "linear_softmax_cross_entropy_loss",
+    "mhc_fused_post_pre",
+    "mhc_post",
+    "mhc_pre",
     "ragged_dot",
     "ragged_dot_general",
+    "ragged_gather",
+    "ragged_gather_reduce",
     "resolve_implementation",
     "rms_norm",
+    "router_topk",
     "scaled_dot_product_attention",
     "tokamax_op",
+    "top_k",
     "triangle_multiplication",
 ]

@@ -9,6 +9,7 @@ it (soft cap, masked rows). Differentiable with torch autograd.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -247,15 +248,156 @@ def triangle_multiplication(
     return (act @ projection_out_weights) * torch.sigmoid(xn @ gate_out_weights)
 
 
+# ---- tokamax.ops extras ------------------------------------------------------------------
+
+
+def top_k(
+    scores: torch.Tensor, k: int, row_lengths: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk over each row's first row_lengths[i] columns -> (indices, values), -1/-inf padded."""
+    n = scores.shape[1]
+    masked = scores
+    if row_lengths is not None:
+        masked = scores.masked_fill(
+            torch.arange(n, device=scores.device) >= row_lengths[:, None], float("-inf")
+        )
+    values, indices = torch.topk(masked, k, dim=1)
+    return indices.masked_fill(values == float("-inf"), -1).to(torch.int32), values
+
+
+def router_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk of the float32 scores -> (weights, indices)."""
+    values, indices = torch.topk(scores.float(), k, dim=1)
+    return values, indices.to(torch.int32)
+
+
+def ragged_gather(
+    x: torch.Tensor, indices: torch.Tensor, start: torch.Tensor, end: torch.Tensor
+) -> torch.Tensor:
+    return x[indices.long()]
+
+
+def ragged_gather_reduce(
+    x: torch.Tensor,
+    indices: torch.Tensor,
+    topk_weights: torch.Tensor,
+    valid_rows_mask: torch.Tensor,
+    reduce_group_size: int,
+) -> torch.Tensor:
+    """out[t] = sum of topk_weights[r] * x[indices[r]] over the valid routes r of token t."""
+    routed = x[indices.long()] * (topk_weights * valid_rows_mask.to(topk_weights.dtype))[:, None]
+    return routed.reshape(-1, reduce_group_size, x.shape[1]).sum(1)
+
+
+def deepseek_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    *,
+    mode: str = "rope",
+    inverse: bool = False,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GPT-J (interleaved) rotation of the trailing rotary_dim channels; "qnorm_rope" RMS-normalises first."""
+    if mode == "qnorm_rope":
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    rotary = cos_sin_cache.shape[1]
+    cos, sin = cos_sin_cache[positions.long()].to(x.dtype).chunk(2, dim=-1)
+    cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    if inverse:
+        sin = -sin
+    if x.ndim == 3:
+        cos, sin = cos[:, None], sin[:, None]
+    keep, rot = x[..., :-rotary], x[..., -rotary:]
+    turned = torch.stack([-rot[..., 1::2], rot[..., 0::2]], dim=-1).reshape(rot.shape)
+    return torch.cat([keep, rot * cos + turned * sin], dim=-1)
+
+
+def mhc_pre(
+    residual: torch.Tensor,
+    fn: torch.Tensor,
+    hc_scale: torch.Tensor,
+    hc_base: torch.Tensor,
+    rms_eps: float,
+    hc_pre_eps: float,
+    hc_sinkhorn_eps: float,
+    hc_post_mult_value: float,
+    sinkhorn_repeat: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeepSeek-V4 mHC pre: RMS-scaled mix logits -> sigmoid pre/post gates and a Sinkhorn-
+    normalised stream-mixing matrix; the streams collapsed by the pre gates."""
+    t = residual.shape[0]
+    m = math.isqrt(fn.shape[0] + 1) - 1
+    h = residual.shape[1] // m
+    mixes = residual @ fn.T
+    mixes = mixes * torch.rsqrt(residual.pow(2).sum(-1, keepdim=True) / (m * h) + rms_eps)
+    pre = torch.sigmoid(mixes[:, :m] * hc_scale[0] + hc_base[:m]) + hc_pre_eps
+    post = torch.sigmoid(mixes[:, m : 2 * m] * hc_scale[1] + hc_base[m : 2 * m]) * hc_post_mult_value
+    comb = mixes[:, 2 * m :].reshape(t, m, m) * hc_scale[2] + hc_base[2 * m :].reshape(1, m, m)
+    comb = torch.softmax(comb, dim=-1) + hc_sinkhorn_eps
+    comb = comb / (comb.sum(-2, keepdim=True) + hc_sinkhorn_eps)
+    for _ in range(sinkhorn_repeat - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + hc_sinkhorn_eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + hc_sinkhorn_eps)
+    layer_input = torch.einsum("tm,tmh->th", pre, residual.reshape(t, m, h))
+    return post, comb, layer_input
+
+
+def mhc_post(
+    x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tensor, comb_res_mix: torch.Tensor
+) -> torch.Tensor:
+    """new_residual[j] = post_layer_mix[j] * x + sum_i comb_res_mix[i, j] * residual[i]."""
+    t, h = x.shape
+    m = comb_res_mix.shape[-1]
+    mixed = torch.einsum("tij,tih->tjh", comb_res_mix, residual.reshape(t, m, h))
+    return (mixed + post_layer_mix[:, :, None] * x[:, None, :]).reshape(t, m * h)
+
+
+def kimi_delta_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    gate: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float | None = None,
+    use_qk_l2norm: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta-rule recurrence token by token ([H, B, T, K] layout); -> (output, final state
+    [B, 1, H, K, V]). Log-space gates, one segment, no initial state."""
+    heads, batch, steps, k_dim = query.shape
+    if use_qk_l2norm:
+        query = query * torch.rsqrt(query.pow(2).sum(-1, keepdim=True) + 1e-6)
+        key = key * torch.rsqrt(key.pow(2).sum(-1, keepdim=True) + 1e-6)
+    query = query * (k_dim**-0.5 if scale is None else scale)
+    state = query.new_zeros(heads, batch, k_dim, value.shape[-1])
+    outputs = []
+    for t in range(steps):
+        state = state * torch.exp(gate[:, :, t])[..., None]
+        k_t, v_t = key[:, :, t], value[:, :, t]
+        residual = v_t - torch.einsum("hbk,hbkv->hbv", k_t, state)
+        state = state + (beta[:, :, t, None] * k_t)[..., None] * residual[..., None, :]
+        outputs.append(torch.einsum("hbk,hbkv->hbv", query[:, :, t], state))
+    return torch.stack(outputs, dim=2), state.permute(1, 0, 2, 3)[:, None]
+
+
 __all__: Sequence[str] = [
     "attention_mask",
+    "deepseek_rope",
     "dot_product_attention",
     "gated_linear_unit",
+    "kimi_delta_attention",
     "layer_norm",
     "linear_softmax_cross_entropy_loss",
+    "mhc_post",
+    "mhc_pre",
     "ragged_dot",
     "ragged_dot_contracting",
+    "ragged_gather",
+    "ragged_gather_reduce",
     "rms_norm",
+    "router_topk",
     "scaled_dot_product_attention",
+    "top_k",
     "triangle_multiplication",
 ]
