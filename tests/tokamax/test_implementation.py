@@ -54,6 +54,14 @@ def test_a_fallback_order_keeps_what_runs_here():
     assert tk.resolve_implementation("dot_product_attention", "cpu", "xla_chunked") == "xla_chunked"
 
 
+def test_meta_tensors_take_any_implementation():
+    assert tk.resolve_implementation("ragged_dot", "meta") == "xla"
+    assert tk.resolve_implementation("ragged_dot", "meta", "mosaic_tpu") == "mosaic_tpu"
+    lhs, rhs = torch.empty(6, 8, device="meta"), torch.empty(2, 8, 3, device="meta")
+    out = tk.ragged_dot(lhs, rhs, torch.empty(2, dtype=torch.int64, device="meta"))
+    assert out.shape == (6, 3) and out.device.type == "meta"
+
+
 def test_unknown_names_and_devices_are_errors():
     with pytest.raises(ValueError, match="'flash' is not a Tokamax implementation of this op; choose from"):
         tk.resolve_implementation("dot_product_attention", "cpu", "flash")

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import rand
+from tests.helpers import compile_counted, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import ops_extra as X
@@ -248,6 +248,31 @@ def test_compile_fullgraph_moe_combine_and_rope_with_no_graph_breaks():
             rand(6, 1, 128, requires_grad=True),
         ],
     )
+
+
+def test_compile_fullgraph_selections_mhc_and_kda_with_no_graph_breaks():
+    def model(scores, x, residual, post, comb, q, k, v, gate, beta):
+        indices, values = X.top_k(scores, 3)
+        streams = X.mhc_post(x, residual, post, comb)
+        out, state = X.kimi_delta_attention(q, k, v, gate, beta)
+        return indices, values, streams, out, state
+
+    h, b, t, d = 2, 1, 4, 8
+    inputs = [
+        rand(4, 16),
+        rand(5, 32, dtype=torch.bfloat16),
+        rand(5, 128, dtype=torch.bfloat16),
+        rand(5, 4),
+        rand(5, 4, 4),
+    ]
+    inputs += [rand(h, b, t, d) for _ in range(3)] + [
+        -F.softplus(rand(h, b, t, d)),
+        torch.sigmoid(rand(h, b, t)),
+    ]
+    compiled, counter = compile_counted(model)
+    for got, want in zip(compiled(*inputs), model(*inputs)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert counter.frame_count == 1
 
 
 def test_bad_arguments_say_what_to_do():

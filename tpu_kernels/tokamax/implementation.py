@@ -192,11 +192,14 @@ def _registered(spec: OpImplementations) -> frozenset[str]:
 REGISTERED: dict[str, frozenset[str]] = {name: _registered(spec) for name, spec in OPS.items()}
 
 
+META = "meta"
+
+
 def platform_of(op: str, device: torch.device | str) -> str:
-    """ "cpu", "cuda" or "tpu" for a tensor's device; anything else is an error naming `op`."""
+    """The platform of a tensor's device: cpu, cuda, tpu, or meta; anything else is an error naming `op`."""
     kind = device if isinstance(device, str) else device.type
     kind = kind.split(":")[0]
-    if kind in (CPU, CUDA, TPU):
+    if kind in (CPU, CUDA, TPU, META):
         return kind
     if kind == "privateuseone":  # the TPU backend before torch_tpu renames it
         return TPU
@@ -217,6 +220,8 @@ def resolve_implementation(op: str, device: torch.device | str, requested: str |
         raise ValueError(f"resolve_implementation: unknown op {op!r}; known: {', '.join(OPS)}.")
     platform = platform_of(op, device)
     registered = REGISTERED[op]
+    if platform == META:  # shapes only (the op's fake runs): nothing to choose by
+        platform = CPU if requested is None else _first_platform(spec, requested)
     if requested is None:
         names = [n for n in spec.defaults[platform].split(",") if n in registered]
         return ",".join(names) if names else "xla"
@@ -246,6 +251,12 @@ def resolve_implementation(op: str, device: torch.device | str, requested: str |
         )
     # Names that cannot run here are dropped, as Tokamax's own fallback would skip them.
     return ",".join(n for n in usable if n in registered)
+
+
+def _first_platform(spec: OpImplementations, requested: str) -> str:
+    """For meta tensors: a platform the first requested name runs on (unknown names fail later)."""
+    name = requested.split(",")[0].strip()
+    return min(spec.runs_on.get(name, {CPU}))
 
 
 def tokamax_implementation(implementation: str | None) -> str | tuple[str, ...] | None:

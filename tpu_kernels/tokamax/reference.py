@@ -261,14 +261,21 @@ def top_k(
         masked = scores.masked_fill(
             torch.arange(n, device=scores.device) >= row_lengths[:, None], float("-inf")
         )
-    values, indices = torch.topk(masked, k, dim=1)
+    values, indices = _topk_lowest_index_first(masked, k)
     return indices.masked_fill(values == float("-inf"), -1).to(torch.int32), values
 
 
 def router_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.topk of the float32 scores -> (weights, indices)."""
-    values, indices = torch.topk(scores.float(), k, dim=1)
+    """The top k of the float32 scores, ties to the lowest index -> (weights, indices)."""
+    values, indices = _topk_lowest_index_first(scores.float(), k)
     return values, indices.to(torch.int32)
+
+
+def _topk_lowest_index_first(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # torch.topk leaves the order of ties unspecified (they are common in bfloat16 scores);
+    # a stable descending sort keeps equal values in index order, as Tokamax does.
+    values, indices = torch.sort(scores, dim=1, descending=True, stable=True)
+    return values[:, :k], indices[:, :k]
 
 
 def ragged_gather(
