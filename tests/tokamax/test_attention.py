@@ -46,8 +46,8 @@ def _inputs(shape: dict, dtype: torch.dtype, features: dict) -> tuple[list, dict
 @pytest.mark.parametrize("name", list(shapes.ATTENTION_TEST))
 def test_matches_float64_reference_forward_and_gradients(name, dtype):
     inputs, kw = _inputs(shapes.ATTENTION_TEST[name], dtype, FEATURES[name])
-    # bf16: logits and probabilities are rounded to bf16 before the value matmul, so errors
-    # grow with the number of keys summed; measured up to 3e-2 on outputs, 1.2e-1 on gradients.
+    # bf16: the probabilities are rounded to bf16 before the value matmul. Measured over 10
+    # seeds: outputs within 7.8e-3, gradients within 3.5e-2 (values of magnitude ~2-4).
     low = dtype == torch.bfloat16
     check_against_reference(
         "dot_product_attention",

@@ -44,7 +44,10 @@ CASES = [
 )
 def test_matches_the_formula(name, dtype, triangle_type):
     n, c, h, d = shapes.TRIANGLE_TEST[name]
-    # Weight gradients sum over all N*N pairs; the products over k add N terms.
+    # Weight gradients sum over all N*N pairs; the products over k add N terms. The x
+    # gradient passes both layer norms and both products: in bfloat16 it reached 0.14 at a
+    # value of 2.2 (one element in 1024, 1 seed in 10), hence 32 (atol 0.26 in bf16,
+    # 6.4e-5 in float32, where 2.4e-5 was the largest).
     big = 4 * n * n
     check_against_reference(
         "triangle_multiplication",
@@ -54,7 +57,7 @@ def test_matches_the_formula(name, dtype, triangle_type):
         _inputs(n, c, h, d, dtype),
         dtype,
         out_scale=4,
-        grad_scale=[8, big, big, big, big, big, big, big, big],
+        grad_scale=[32, big, big, big, big, big, big, big, big],
     )
 
 
