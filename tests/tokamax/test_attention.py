@@ -78,8 +78,8 @@ def test_reference_is_torch_sdpa_where_the_semantics_agree():
     assert_close(ours, sdpa, torch.float64)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_torch_layout_and_the_sdpa_helper_match_torch_sdpa(dtype):
+def test_torch_layout_and_the_sdpa_helper_match_torch_sdpa():
+    dtype = torch.float64  # the layouts and masks, not precision (the reference tests cover dtypes)
     q, k, v = (
         rand(2, 8, 12, 16, dtype=dtype),
         rand(2, 2, 12, 16, dtype=dtype),

@@ -12,9 +12,14 @@ from tpu_kernels.tokamax import loss, reference, shapes
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
 
-# Every reduction in every dtype for one shape; the odd vocabulary with "mean".
-CASES = [("small", dtype, reduction) for dtype in DTYPES for reduction in ("sum", "mean", "none")] + [
-    ("odd_vocab", dtype, "mean") for dtype in DTYPES
+# Every reduction in float32, and each other dtype with two of them; the odd vocabulary twice.
+CASES = [("small", torch.float32, reduction) for reduction in ("sum", "mean", "none")] + [
+    ("small", torch.float64, "sum"),
+    ("small", torch.float64, "none"),
+    ("small", torch.bfloat16, "mean"),
+    ("small", torch.bfloat16, "none"),
+    ("odd_vocab", torch.float32, "mean"),
+    ("odd_vocab", torch.bfloat16, "sum"),
 ]
 
 
