@@ -8,7 +8,7 @@ from tests.helpers import compile_counted, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import ops_extra as X
-from tpu_kernels.tokamax import reference
+from tpu_kernels.tokamax import reference, shapes
 
 I32 = torch.int32
 
@@ -17,9 +17,10 @@ I32 = torch.int32
 
 
 def test_top_k_matches_torch_topk_with_row_lengths():
-    scores, lengths = rand(6, 40), torch.tensor([40, 3, 17, 1, 40, 8])
-    indices, values = X.top_k(scores, 5, lengths)
-    want_indices, want_values = reference.top_k(scores, 5, lengths)
+    rows, n, k = shapes.TOPK_TEST["rows"]
+    scores, lengths = rand(rows, n), torch.tensor([n, 3, 17, 1, n, 8])
+    indices, values = X.top_k(scores, k, lengths)
+    want_indices, want_values = reference.top_k(scores, k, lengths)
     assert indices.dtype == I32 and values.dtype == torch.float32
     torch.testing.assert_close(indices, want_indices, rtol=0, atol=0)
     torch.testing.assert_close(values, want_values, rtol=0, atol=0)
@@ -28,10 +29,11 @@ def test_top_k_matches_torch_topk_with_row_lengths():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_router_topk_matches_torch_topk(dtype):
-    scores = rand(16, 32, dtype=dtype)
+    rows, n, k = shapes.TOPK_TEST["router"]
+    scores = rand(rows, n, dtype=dtype)
     scores[0, [7, 2, 5]] = 10.0  # a three-way tie at the top goes to the lowest expert ids first
-    weights, indices = X.router_topk(scores, 4)
-    want_weights, want_indices = reference.router_topk(scores, 4)
+    weights, indices = X.router_topk(scores, k)
+    want_weights, want_indices = reference.router_topk(scores, k)
     torch.testing.assert_close(weights, want_weights, rtol=0, atol=0)
     assert indices.dtype == I32 and indices[0, :3].tolist() == [2, 5, 7]
     torch.testing.assert_close(indices[1:], want_indices[1:], rtol=0, atol=0)
@@ -56,14 +58,14 @@ def test_ragged_gather_matches_indexing(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 def test_ragged_gather_reduce_matches_the_weighted_sum(dtype):
-    routes, group = 24, 3
-    idx, valid = torch.randint(0, 10, (routes,)), torch.rand(routes) > 0.25
+    num_rows, hidden, routes, group = shapes.GATHER_REDUCE_TEST["top3"]
+    idx, valid = torch.randint(0, num_rows, (routes,)), torch.rand(routes) > 0.25
     check_against_reference(
         "ragged_gather_reduce",
         "top3",
         lambda x, w: X.ragged_gather_reduce(x, idx, w, valid, group),
         lambda x, w: reference.ragged_gather_reduce(x, idx, w, valid, group),
-        [rand(10, 16, dtype=dtype), rand(routes, dtype=dtype)],
+        [rand(num_rows, hidden, dtype=dtype), rand(routes, dtype=dtype)],
         dtype,
         # Tokamax casts the weights to float32: float64 agrees to float32's tolerance.
         tol_dtype=torch.float32 if dtype == torch.float64 else None,
@@ -120,7 +122,7 @@ def _mhc_pre_inputs(t: int, m: int, h: int) -> list:
 
 
 def test_mhc_post_matches_the_stream_mix():
-    t, m, h = 5, 4, 32
+    t, m, h = shapes.MHC_TEST["t5_m4"]
     check_against_reference(
         "mhc_post",
         "t5_m4",
@@ -140,7 +142,7 @@ def test_mhc_pre_matches_gates_sinkhorn_and_collapse():
         "t5_m4",
         lambda *a: X.mhc_pre(*a, *c.values()),
         lambda *a: reference.mhc_pre(*a, *c.values()),
-        _mhc_pre_inputs(5, 4, 32),
+        _mhc_pre_inputs(*shapes.MHC_TEST["t5_m4"]),
         torch.bfloat16,
         out_scale=[2, 1, 4],
         grad_scale=[4, 4, 40, 8],
@@ -174,7 +176,7 @@ def test_mhc_fused_post_pre_is_post_then_pre():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_kimi_delta_attention_matches_the_recurrence(dtype):
-    h, b, t, k, v = 2, 2, 6, 8, 8
+    h, b, t, k, v = shapes.KDA_TEST["small"]
     inputs = [
         rand(h, b, t, k, dtype=dtype),
         rand(h, b, t, k, dtype=dtype),
@@ -214,7 +216,7 @@ def test_opcheck_routing_and_gather():
 
 @pytest.mark.slow
 def test_opcheck_mhc_and_kda():
-    pre = [t.requires_grad_() for t in _mhc_pre_inputs(5, 4, 32)]
+    pre = [t.requires_grad_() for t in _mhc_pre_inputs(*shapes.MHC_TEST["t5_m4"])]
     opcheck(X.mhc_pre_op, tuple(pre), MHC_CONSTANTS)
     post = [
         rand(5, 32, dtype=torch.bfloat16, requires_grad=True),

@@ -72,3 +72,34 @@ TRIANGLE_BENCH: dict[str, tuple[int, int, int, int]] = {
     "af2_256": (256, 128, 128, 128),
     "af3_384": (384, 128, 128, 128),
 }
+
+# ---- tokamax.ops extras ----------------------------------------------------------------------
+
+# top_k / router_topk: (rows, columns, k).
+TOPK_TEST: dict[str, tuple[int, int, int]] = {"rows": (6, 40, 5), "router": (16, 32, 4)}
+TOPK_BENCH: dict[str, tuple[int, int, int]] = {
+    "router_256_experts": (8192, 256, 8),
+    "indexer_32k": (64, 32768, 2048),
+}
+
+# ragged_gather_reduce: (num_rows, hidden, routes, reduce_group_size).
+GATHER_REDUCE_TEST: dict[str, tuple[int, int, int, int]] = {"top3": (10, 16, 24, 3)}
+GATHER_REDUCE_BENCH: dict[str, tuple[int, int, int, int]] = {
+    "moe_top8_7k": (65536, 7168, 65536, 8),
+    "moe_top2_4k": (16384, 4096, 16384, 2),
+}
+
+# deepseek_rope: (tokens, heads, head_dim, rotary_dim); heads 0 means x is [tokens, head_dim].
+ROPE_TEST: dict[str, tuple[int, int, int, int]] = {"heads": (6, 2, 128, 64), "flat": (6, 0, 256, 64)}
+ROPE_BENCH: dict[str, tuple[int, int, int, int]] = {
+    "dsv4_q": (8192, 64, 512, 64),
+    "dsv4_kv": (8192, 0, 512, 64),
+}
+
+# mhc_pre / mhc_post: (tokens, streams M, hidden H).
+MHC_TEST: dict[str, tuple[int, int, int]] = {"t5_m4": (5, 4, 32)}
+MHC_BENCH: dict[str, tuple[int, int, int]] = {"dsv4_4k_tokens": (4096, 4, 7168)}
+
+# kimi_delta_attention: (heads, batch, seq, key_dim, value_dim).
+KDA_TEST: dict[str, tuple[int, int, int, int, int]] = {"small": (2, 2, 6, 8, 8)}
+KDA_BENCH: dict[str, tuple[int, int, int, int, int]] = {"kimi_linear_4k": (32, 1, 4096, 128, 128)}
