@@ -44,11 +44,11 @@ CASES = [
 )
 def test_matches_the_formula(name, dtype, triangle_type):
     n, c, h, d = shapes.TRIANGLE_TEST[name]
-    # Weight gradients sum over all N*N pairs; the products over k add N terms. The x
-    # gradient passes both layer norms and both products: in bfloat16 it reached 0.14 at a
-    # value of 2.2 (one element in 1024, 1 seed in 10), hence 32 (atol 0.26 in bf16,
-    # 6.4e-5 in float32, where 2.4e-5 was the largest).
-    big = 4 * n * n
+    # bfloat16 sets these scales: it rounds the projections before both layer norms, and the
+    # output layer norm divides by a small spread. Measured over 60 seeds: outputs within 0.07
+    # (scale 16: atol 0.13), the x gradient within 0.16 (scale 48: 0.38), weight gradients,
+    # sums over all N*N pairs, within 2.0 (scale 8*N*N: 4.1). float32 stays within 2.4e-5.
+    big = 8 * n * n
     check_against_reference(
         "triangle_multiplication",
         f"{name}_{triangle_type}",
@@ -56,8 +56,8 @@ def test_matches_the_formula(name, dtype, triangle_type):
         lambda *a: reference.triangle_multiplication(*a, triangle_type),
         _inputs(n, c, h, d, dtype),
         dtype,
-        out_scale=4,
-        grad_scale=[32, big, big, big, big, big, big, big, big],
+        out_scale=16,
+        grad_scale=[48, big, big, big, big, big, big, big, big],
     )
 
 
