@@ -1,0 +1,104 @@
+"""The TPU kernels (Tokamax's Mosaic implementations) lower for a TPU on this CPU machine.
+
+Tokamax refuses its TPU kernels off-TPU unless told which chip to compile for: an
+abstract mesh names the TPU generation, and `tokamax.config.cross_compile` skips its
+device checks. `op.lower(platform="tpu")` then runs the Pallas -> Mosaic lowering of
+the op's body, forward or backward, as torch_tpu would export it on a TPU host.
+Errors only the TPU compiler raises are not caught here.
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+import tokamax
+
+from tests.kernels.checks import lowers_for_tpu
+from tpu_kernels.tokamax import attention, loss, ragged
+from tpu_kernels.tokamax import ops_extra as X
+
+S, BF16, I32, F32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.int32, jnp.float32
+# Tokamax's SparseCore kernels use APIs JAX now warns about; not ours to fix.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Destination semaphore is ignored"),
+    pytest.mark.filterwarnings("ignore:plsc.bitcast is deprecated"),
+]
+
+
+@contextlib.contextmanager
+def compiling_for(device_kind: str = "TPU v6 lite"):
+    device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=1, platform="tpu")
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh), tokamax.config.cross_compile(True):
+        yield
+
+
+QKV = [S((1, 512, 4, 128), BF16)] * 3
+
+
+@pytest.mark.parametrize("device_kind", ["TPU v5 lite", "TPU v6 lite"])
+def test_flash_attention_forward_and_backward(device_kind):
+    with compiling_for(device_kind):
+        lowers_for_tpu(attention.dot_product_attention_op, *QKV, is_causal=True, implementation="mosaic_tpu")
+        backward = attention.dot_product_attention_op.backward_op
+        lowers_for_tpu(backward, [QKV[0]], *QKV, is_causal=True, implementation="mosaic_tpu")
+
+
+def test_ragged_dot_and_fused_loss():
+    with compiling_for():
+        lowers_for_tpu(
+            ragged.ragged_dot_op,
+            S((512, 256), BF16),
+            S((4, 256, 512), BF16),
+            S((4,), I32),
+            implementation="mosaic_tpu",
+        )
+        x, labels, w = S((512, 256), BF16), S((512,), I32), S((256, 2048), BF16)
+        lowers_for_tpu(loss.linear_softmax_cross_entropy_loss_op, x, labels, w, implementation="mosaic_tpu")
+        lowers_for_tpu(
+            loss.linear_softmax_cross_entropy_loss_op.backward_op,
+            [S((), F32)],
+            x,
+            labels,
+            w,
+            implementation="mosaic_tpu",
+        )
+
+
+def test_tokamax_ops_kernels():
+    with compiling_for("TPU7x"):  # these run on the SparseCore of TPU v7 and later
+        lowers_for_tpu(X.top_k_op, S((8, 1024), F32), None, k=16, implementation="mosaic_tpu")
+        rows, idx = S((1024, 256), BF16), S((512,), I32)
+        lowers_for_tpu(X.ragged_gather_op, rows, idx, S((1,), I32), S((1,), I32), implementation="mosaic")
+        # Inputs that fit in VMEM take Tokamax's XLA path even here: give it a real MoE size.
+        expert_rows, routes = S((16384, 4096), BF16), S((8192,), I32)
+        weights, valid = S((8192,), F32), S((8192,), jnp.bool_)
+        lowers_for_tpu(
+            X.ragged_gather_reduce_op,
+            expert_rows,
+            routes,
+            weights,
+            valid,
+            reduce_group_size=8,
+            implementation="mosaic_tpu",
+        )
+    with compiling_for():
+        lowers_for_tpu(X.router_topk_op, S((512, 64), F32), k=8, implementation="mosaic_tpu")
+        lowers_for_tpu(
+            X.deepseek_rope_op,
+            S((64, 4, 128), BF16),
+            S((64,), I32),
+            S((128, 64), F32),
+            implementation="mosaic_tpu",
+        )
+
+
+def test_kimi_delta_attention_kernel():
+    with compiling_for():
+        lowers_for_tpu(
+            X.kimi_delta_attention_op,
+            *[S((2, 1, 256, 128), BF16)] * 4,
+            S((2, 1, 256), BF16),
+            implementation="mosaic",
+        )

@@ -1,0 +1,95 @@
+"""The generic path: a Tokamax op we do not wrap, as a torch op with one decorator."""
+
+import itertools
+
+import jax
+import pytest
+import tokamax
+import torch
+
+from tests.helpers import assert_close, rand
+from tests.kernels.checks import opcheck
+from tpu_kernels import tpu_kernel
+from tpu_kernels.tokamax import reference, tokamax_op
+
+_ids = itertools.count()
+
+
+def uname(base: str) -> str:
+    return f"test_tokamax_wrap::{base}_{next(_ids)}"
+
+
+def test_an_integer_op_with_statics_and_a_shape_rule_passes_opcheck():
+    def outputs(nope_cache, rope_cache, indices, *, top_k):
+        n = indices.shape[0]
+        return indices.new_empty((n, 128)), indices.new_empty((n // 4, 128))
+
+    @tokamax_op(uname("csa_gather"), backward=None, symbolic_fake=outputs)
+    def csa_gather(
+        nope_cache: jax.Array, rope_cache: jax.Array, indices: jax.Array, *, top_k: int = 1024
+    ) -> tuple[jax.Array, jax.Array]:
+        return tuple(tokamax.ops.csa_gather(nope_cache, rope_cache, indices, top_k=top_k))
+
+    nope = torch.randint(-(2**31), 2**31 - 1, (2, 64, 128), dtype=torch.int32)
+    rope = torch.randint(-(2**31), 2**31 - 1, (2, 16, 128), dtype=torch.int32)
+    idx = torch.randint(0, 128, (128,), dtype=torch.int32)
+    rows, _ = csa_gather(nope, rope, idx, top_k=128)
+    assert torch.equal(rows, nope.reshape(-1, 128)[idx.long()])
+    opcheck(csa_gather, (nope, rope, idx), {"top_k": 128})
+
+
+def test_gradients_come_from_tokamax_vjp_and_the_backward_needs_no_trace_for_its_fake():
+    @tokamax_op(uname("layer_norm_rows"))
+    def layer_norm_rows(x: jax.Array, scale: jax.Array, *, eps: float = 1e-6) -> jax.Array:
+        return tokamax.layer_norm(x, scale, None, axis=0, epsilon=eps)
+
+    x, w = (
+        rand(6, 5, dtype=torch.float64, requires_grad=True),
+        rand(6, dtype=torch.float64, requires_grad=True),
+    )
+    assert torch.autograd.gradcheck(lambda a, b: layer_norm_rows(a, b), (x, w))
+    assert_close(layer_norm_rows(x, w), reference.layer_norm(x, w, dim=0), torch.float64)
+    opcheck(layer_norm_rows, (x.float().detach().requires_grad_(), w.float().detach().requires_grad_()))
+
+
+def _attention(name: str, decorator):
+    @decorator(name)
+    def attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:
+        return tokamax.dot_product_attention(q, k, v, bias, scale=0.25, implementation="xla")
+
+    return attention
+
+
+def test_tokamax_shape_checks_are_skipped_for_symbolic_sizes_only():
+    # Tokamax type-checks a broadcastable bias with jaxtyping, which cannot compare
+    # symbolic sizes: with the plain decorator, opcheck's dynamic-shape test fails.
+    plain = _attention(uname("attention_plain"), lambda n: tpu_kernel(n, backward="vjp"))
+    wrapped = _attention(uname("attention"), tokamax_op)
+    args = tuple(rand(*s, requires_grad=True) for s in [(2, 8, 4, 16)] * 3 + [(2, 1, 8, 8)])
+    with pytest.raises(Exception, match="typechecking parameter 'bias'"):
+        opcheck(plain, args)
+    opcheck(wrapped, args)
+    want = reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
+    assert_close(wrapped(*args), want, torch.float32, scale=2)
+    with pytest.raises(Exception, match="typechecking"):  # real calls are still checked
+        wrapped(rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(3, 1, 8, 8))
+
+
+def test_every_tokamax_op_is_documented_with_its_schema():
+    from pathlib import Path
+
+    from tpu_kernels import registered_ops
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tokamax.md").read_text()
+    ops = {
+        n: op
+        for n, op in registered_ops().items()
+        if n.startswith("tokamax::") and not n.endswith("_backward")
+    }
+    assert len(ops) >= 16
+    missing = [
+        n
+        for n, op in ops.items()
+        if f"torch.ops.tokamax.{n.removeprefix('tokamax::')}{op.schema}" not in page
+    ]
+    assert not missing, f"docs/tokamax.md does not list these ops with their current schema: {missing}"

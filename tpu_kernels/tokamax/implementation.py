@@ -1,0 +1,283 @@
+"""Which Tokamax implementation an op runs with: chosen by device, overridable per call.
+
+Every Tokamax op takes `implementation=`: one name ("xla", "mosaic", ...) or a
+fallback order. Here the order is written as one string, "mosaic,xla": Tokamax
+tries each in turn and moves on when one raises NotImplementedError (a config
+that implementation does not support). The ops in `tpu_kernels.tokamax` take
+the same string as a static argument; their Python functions resolve
+`implementation=None` by the tensors' device with `resolve_implementation`:
+
+- cpu: "xla" (every other implementation is a GPU or TPU kernel);
+- cuda: Tokamax's GPU default order (e.g. "mosaic,triton,xla" for attention);
+- tpu: Tokamax's TPU default order (e.g. "mosaic,xla" for attention).
+
+Names Tokamax could not import on this install (a Triton kernel without
+Triton, say) are dropped from a default order and refused when asked for.
+`resolve_implementation(op, device, requested)` is public, so the choice can be
+shown (a benchmark report prints it) and tested.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import torch
+
+from tpu_kernels.errors import TpuKernelsError
+
+CPU, CUDA, TPU = "cpu", "cuda", "tpu"
+_EVERYWHERE = frozenset({CPU, CUDA, TPU})
+_GPU = frozenset({CUDA})
+_TPU = frozenset({TPU})
+_ACCELERATORS = frozenset({CUDA, TPU})
+
+
+class ImplementationError(TpuKernelsError, NotImplementedError):
+    """A Tokamax implementation was asked for on a device it does not run on,
+    or is not available on this install."""
+
+
+@dataclass(frozen=True)
+class OpImplementations:
+    """The implementations of one Tokamax op and where each runs."""
+
+    op: str  # Tokamax's name, e.g. "dot_product_attention"
+    runs_on: dict[str, frozenset[str]]  # implementation -> platforms
+    defaults: dict[str, str]  # platform -> default order ("a,b")
+    api_module: str  # Tokamax module whose IMPLEMENTATIONS registry tells what imported
+    registry: str = "IMPLEMENTATIONS"
+
+
+def _ops(*entries: OpImplementations) -> dict[str, OpImplementations]:
+    return {e.op: e for e in entries}
+
+
+_SRC = "tokamax._src.ops."
+_XLA_ONLY_ACCELERATED = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
+
+# Where each implementation runs. Sources: each op's `api.py` in Tokamax 0.0.17
+# (its registry and `_DEFAULT_IMPLEMENTATIONS`), and the `supported_on` checks
+# of its kernels. "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and
+# mosaic_tpu elsewhere (attention, ragged_dot); for gated_linear_unit it is the
+# Mosaic GPU kernel only, and kimi_delta_attention's "mosaic" is TPU only.
+OPS: dict[str, OpImplementations] = _ops(
+    OpImplementations(
+        "dot_product_attention",
+        {
+            "xla": _EVERYWHERE,
+            "xla_chunked": _EVERYWHERE,
+            "mosaic": _ACCELERATORS,
+            "mosaic_tpu": _TPU,
+            "mosaic_gpu": _GPU,
+            "triton": _GPU,
+            "cudnn": _GPU,
+        },
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
+        _SRC + "attention.api",
+    ),
+    OpImplementations(
+        "layer_norm",
+        {"xla": _EVERYWHERE, "triton": _GPU},
+        {CPU: "xla", CUDA: "triton,xla", TPU: "xla"},
+        _SRC + "normalization.api",
+    ),
+    OpImplementations(
+        "gated_linear_unit",
+        {"xla": _EVERYWHERE, "mosaic": _GPU, "triton": _GPU, "cutedsl": _GPU},
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "xla"},
+        _SRC + "gated_linear_unit.api",
+    ),
+    OpImplementations(
+        "ragged_dot",
+        {
+            "xla": _EVERYWHERE,
+            "mosaic": _ACCELERATORS,
+            "mosaic_tpu": _TPU,
+            "mosaic_tpu_v2": _TPU,
+            "mosaic_gpu": _GPU,
+            "triton": _GPU,
+        },
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
+        _SRC + "ragged_dot.api",
+    ),
+    OpImplementations(
+        "linear_softmax_cross_entropy_loss",
+        {"xla": _EVERYWHERE, "chunked_xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"},
+        _SRC + "linear_softmax_cross_entropy_loss.api",
+    ),
+    OpImplementations(
+        "triangle_multiplication",
+        {"xla": _EVERYWHERE, "triton": _GPU, "mosaic": _ACCELERATORS},
+        {CPU: "xla", CUDA: "xla", TPU: "xla"},
+        _SRC + "triangle_multiplication.api",
+    ),
+    # tokamax.ops that run off-TPU through their XLA implementation.
+    OpImplementations(
+        "top_k", {"xla": _EVERYWHERE, "mosaic_tpu": _TPU}, _XLA_ONLY_ACCELERATED, _SRC + "topk.api"
+    ),
+    OpImplementations(
+        "router_topk",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "router_topk.api",
+    ),
+    OpImplementations(
+        "ragged_gather",
+        {"xla": _EVERYWHERE, "mosaic": _TPU},
+        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
+        _SRC + "ragged_gather.api",
+    ),
+    OpImplementations(
+        "ragged_gather_reduce",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "ragged_gather_reduce.api",
+    ),
+    OpImplementations(
+        "mhc_pre",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "mhc.api",
+        "PRE_IMPLEMENTATIONS",
+    ),
+    OpImplementations(
+        "mhc_post",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "mhc.api",
+        "POST_IMPLEMENTATIONS",
+    ),
+    OpImplementations(
+        "mhc_fused_post_pre",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "mhc.api",
+        "FUSED_POST_PRE_IMPLEMENTATIONS",
+    ),
+    OpImplementations(
+        "deepseek_rope",
+        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
+        _XLA_ONLY_ACCELERATED,
+        _SRC + "deepseek_rope.api",
+    ),
+    OpImplementations(
+        "kimi_delta_attention",
+        {"xla": _EVERYWHERE, "xla_chunked": _EVERYWHERE, "mosaic": _TPU},
+        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
+        _SRC + "kda.api",
+    ),
+)
+
+# Aliases Tokamax resolves itself: "mosaic" is available when its target is.
+_ALIASES = {"mosaic": ("mosaic_tpu", "mosaic_gpu")}
+
+
+def _registered(spec: OpImplementations) -> frozenset[str]:
+    """The names Tokamax's registry holds on this install (its backends import lazily
+    and are skipped when their dependency is missing)."""
+    try:
+        registry = getattr(importlib.import_module(spec.api_module), spec.registry)
+    except (ImportError, AttributeError):  # pragma: no cover - a Tokamax that moved its registry
+        return frozenset(spec.runs_on)  # cannot tell; let Tokamax decide
+    names = set(registry)
+    for alias, targets in _ALIASES.items():
+        if any(t in names for t in targets):
+            names.add(alias)
+    return frozenset(names)
+
+
+# Computed once at import, so resolving is plain dict lookups (torch.compile traces it).
+REGISTERED: dict[str, frozenset[str]] = {name: _registered(spec) for name, spec in OPS.items()}
+
+
+META = "meta"
+
+
+def platform_of(op: str, device: torch.device | str) -> str:
+    """The platform of a tensor's device: cpu, cuda, tpu, or meta; anything else is an error naming `op`."""
+    kind = device if isinstance(device, str) else device.type
+    kind = kind.split(":")[0]
+    if kind in (CPU, CUDA, TPU, META):
+        return kind
+    if kind == "privateuseone":  # the TPU backend before torch_tpu renames it
+        return TPU
+    raise ValueError(
+        f"tokamax.{op}: tensors on {kind!r} are not supported; Tokamax ops run on cpu, cuda and tpu tensors."
+    )
+
+
+def resolve_implementation(op: str, device: torch.device | str, requested: str | None = None) -> str:
+    """The implementation (or fallback order, "a,b") `op` runs with for tensors on `device`.
+
+    `requested=None` gives the device's default. A requested name that does not
+    run on that device, or that this install lacks, raises ImplementationError
+    naming the op, the argument and the choices that would work.
+    """
+    spec = OPS.get(op)
+    if spec is None:
+        raise ValueError(f"resolve_implementation: unknown op {op!r}; known: {', '.join(OPS)}.")
+    platform = platform_of(op, device)
+    registered = REGISTERED[op]
+    if platform == META:  # shapes only (the op's fake runs): nothing to choose by
+        platform = CPU if requested is None else _first_platform(spec, requested)
+    if requested is None:
+        names = [n for n in spec.defaults[platform].split(",") if n in registered]
+        return ",".join(names) if names else "xla"
+    names = [n.strip() for n in requested.split(",")]
+    for name in names:
+        if name not in spec.runs_on:
+            raise ValueError(
+                f"tokamax.{op}: implementation={requested!r}: {name!r} is not a Tokamax "
+                f"implementation of this op; choose from {', '.join(sorted(spec.runs_on))} "
+                "(or a fallback order such as 'mosaic,xla', or None to choose by device)."
+            )
+    usable = [n for n in names if platform in spec.runs_on[n]]
+    if not usable:
+        where = ", ".join(f"{n!r} runs on {'/'.join(sorted(spec.runs_on[n]))}" for n in names)
+        here = ", ".join(repr(n) for n, p in spec.runs_on.items() if platform in p)
+        raise ImplementationError(
+            f"tokamax.{op}: implementation={requested!r} cannot run on {platform} tensors ({where}). "
+            f"On {platform} use implementation={here.split(', ')[0]} (choices: {here}), or "
+            "implementation=None to choose by device."
+        )
+    missing = [n for n in usable if n not in registered]
+    if len(missing) == len(usable):
+        raise ImplementationError(
+            f"tokamax.{op}: implementation={requested!r} is not available on this install "
+            f"(Tokamax could not import {', '.join(repr(n) for n in missing)}; it has "
+            f"{', '.join(sorted(registered))}). Install its dependency, or use implementation=None."
+        )
+    # Names that cannot run here are dropped, as Tokamax's own fallback would skip them.
+    return ",".join(n for n in usable if n in registered)
+
+
+def _first_platform(spec: OpImplementations, requested: str) -> str:
+    """For meta tensors: a platform the first requested name runs on (unknown names fail later)."""
+    name = requested.split(",")[0].strip()
+    return min(spec.runs_on.get(name, {CPU}))
+
+
+def tokamax_implementation(implementation: str | None) -> str | tuple[str, ...] | None:
+    """Our static string -> what Tokamax's `implementation=` takes (a name or a tuple)."""
+    if implementation is None:
+        return None
+    names = tuple(n.strip() for n in implementation.split(","))
+    return names[0] if len(names) == 1 else names
+
+
+def implementations(op: str, platform: str | None = None) -> tuple[str, ...]:
+    """Tokamax's implementations of `op`, optionally only those that run on `platform`."""
+    spec = OPS[op]
+    return tuple(n for n, p in spec.runs_on.items() if platform is None or platform in p)
+
+
+__all__ = [
+    "ImplementationError",
+    "OPS",
+    "implementations",
+    "platform_of",
+    "resolve_implementation",
+    "tokamax_implementation",
+]

@@ -1,0 +1,106 @@
+"""Fused LM-head loss: torch.ops.tokamax.linear_softmax_cross_entropy_loss.
+
+    loss = reduction(cross_entropy(x @ weight, labels))
+
+Arguments in Tokamax's order, (x, labels, weight), with weight [H, V] (an
+`nn.Linear(H, V)` stores [V, H]: pass `linear.weight.T`). Differences from
+`F.cross_entropy(x @ weight, labels)`: the default reduction is "sum" (torch's
+is "mean"); the loss is always float32, whatever x's dtype; there is no
+ignore_index (every label must be in [0, V): an out-of-range label gives a
+forward loss of 0 for its row but a nonzero gradient).
+
+Tokamax's "chunked_xla" implementation pads the vocabulary to a multiple of
+its 2048-column block and counts the padding in the softmax, so its loss is
+wrong unless V % 2048 == 0 (Tokamax 0.0.17); asking for it with another V is
+an error here.
+"""
+
+from __future__ import annotations
+
+import jax
+import tokamax
+import torch
+
+from tpu_kernels.tokamax.implementation import resolve_implementation
+from tpu_kernels.tokamax.wrap import tokamax_op
+
+REDUCTIONS = ("sum", "mean", "none")
+CHUNKED_BLOCK = 2048  # chunked_xla's default v_block_size in Tokamax 0.0.17
+
+
+def _loss_outputs(x, labels, weight, *, reduction="sum", **kwargs) -> torch.Tensor:
+    shape = (x.shape[0],) if reduction == "none" else ()
+    return x.new_empty(shape, dtype=torch.float32)
+
+
+@tokamax_op("tokamax::linear_softmax_cross_entropy_loss", symbolic_fake=_loss_outputs)
+def _linear_softmax_cross_entropy_loss(
+    x: jax.Array,  # [B, H]
+    labels: jax.Array,  # int32 [B], in [0, V)
+    weight: jax.Array,  # [H, V]
+    *,
+    reduction: str = "sum",
+    implementation: str | None = None,
+) -> jax.Array:
+    if implementation is None:
+        return tokamax.linear_softmax_cross_entropy_loss(x, labels, weight, reduction=reduction)
+    # Tokamax takes one name here, not a fallback order: walk the order ourselves.
+    errors = []
+    for name in implementation.split(","):
+        try:
+            return tokamax.linear_softmax_cross_entropy_loss(
+                x, labels, weight, reduction=reduction, implementation=name
+            )
+        except NotImplementedError as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    raise ExceptionGroup("all implementations failed", errors)
+
+
+def linear_softmax_cross_entropy_loss(
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    reduction: str = "sum",
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """Cross entropy of the logits x @ weight, without materialising them on TPU.
+
+    Args:
+      x: [B, H], the last hidden states (flatten [batch, seq, H] to [B, H]).
+      labels: int [B], each in [0, V) (cast to int32; no gradient).
+      weight: [H, V], the LM head.
+      reduction: "sum" (Tokamax's default), "mean" or "none".
+      implementation: "xla", "chunked_xla" (needs V % 2048 == 0), "mosaic_tpu"
+        (TPU); None chooses by device.
+
+    Returns:
+      float32: a scalar, or [B] for reduction="none".
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(
+            f"tokamax.linear_softmax_cross_entropy_loss: reduction={reduction!r}; use one of {REDUCTIONS}."
+        )
+    if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[0] or labels.shape != (x.shape[0],):
+        raise ValueError(
+            "tokamax.linear_softmax_cross_entropy_loss: needs x [B, H], labels [B], weight [H, V] "
+            f"(Tokamax's argument order); got {tuple(x.shape)}, {tuple(labels.shape)}, "
+            f"{tuple(weight.shape)}."
+        )
+    chosen = resolve_implementation("linear_softmax_cross_entropy_loss", x.device, implementation)
+    if "chunked_xla" in chosen.split(",") and weight.shape[1] % CHUNKED_BLOCK != 0:
+        raise ValueError(
+            f"tokamax.linear_softmax_cross_entropy_loss: implementation='chunked_xla' gives a wrong loss "
+            f"unless V % {CHUNKED_BLOCK} == 0 (Tokamax 0.0.17 counts the vocabulary padding in the "
+            f"softmax), and V = {weight.shape[1]}; use implementation='xla'."
+        )
+    return _linear_softmax_cross_entropy_loss(
+        x, labels.to(torch.int32), weight, reduction=reduction, implementation=chosen
+    )
+
+
+linear_softmax_cross_entropy_loss_op = _linear_softmax_cross_entropy_loss
+
+__all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_loss_op"]

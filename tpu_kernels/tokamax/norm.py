@@ -1,0 +1,121 @@
+"""Normalisation: torch.ops.tokamax.layer_norm (LayerNorm, and RMSNorm with subtract_mean=False).
+
+Tokamax normalises over one axis (`dim`), computes in float32 or wider and
+casts back to x's dtype. `layer_norm(x, w, b, eps=e)` equals
+`F.layer_norm(x, (C,), w, b, e)` and `rms_norm(x, w, eps=e)` equals
+`F.rms_norm(x, (C,), w, e)` for dim=-1. The default eps is Tokamax's 1e-6
+(F.layer_norm's is 1e-5; F.rms_norm's is the dtype's machine epsilon).
+"""
+
+from __future__ import annotations
+
+import jax
+import tokamax
+import torch
+
+from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.wrap import tokamax_op
+
+
+@tokamax_op("tokamax::layer_norm")
+def _layer_norm(
+    x: jax.Array,  # any shape
+    weight: jax.Array | None = None,  # [x.shape[dim]]
+    bias: jax.Array | None = None,  # [x.shape[dim]]
+    *,
+    dim: int = -1,
+    eps: float = 1e-6,
+    scale_offset: float = 0.0,
+    subtract_mean: bool = True,
+    implementation: str | None = None,
+) -> jax.Array:
+    return tokamax.layer_norm(
+        x,
+        weight,
+        bias,
+        axis=dim,
+        epsilon=eps,
+        scale_offset=scale_offset,
+        subtract_mean=subtract_mean,
+        implementation=tokamax_implementation(implementation),
+    )
+
+
+def _check(x: torch.Tensor, dim: int, **params: torch.Tensor | None) -> None:
+    if not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"tokamax.layer_norm: dim={dim} is out of range for x of shape {tuple(x.shape)}.")
+    for name, p in params.items():
+        if p is not None and tuple(p.shape) != (x.shape[dim],):
+            raise ValueError(
+                f"tokamax.layer_norm: {name} must have shape (x.shape[{dim}],) = ({x.shape[dim]},), "
+                f"got {tuple(p.shape)}."
+            )
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    *,
+    dim: int = -1,
+    eps: float = 1e-6,
+    scale_offset: float = 0.0,
+    subtract_mean: bool = True,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """LayerNorm over `dim` (Tokamax's `layer_norm`).
+
+    y = (x - mean) / sqrt(var + eps) * (weight + scale_offset) + bias, with the
+    statistics over `dim`; subtract_mean=False gives RMSNorm.
+
+    Args:
+      x: any shape, normalised over `dim`.
+      weight, bias: [x.shape[dim]] or None (Tokamax's scale and offset).
+      scale_offset: added to weight (e.g. 1.0 for weights stored as w - 1).
+      implementation: "xla" or "triton" (CUDA); None chooses by device.
+
+    Returns:
+      x's shape and dtype.
+    """
+    _check(x, dim, weight=weight, bias=bias)
+    return _layer_norm(
+        x,
+        weight,
+        bias,
+        dim=dim,
+        eps=eps,
+        scale_offset=scale_offset,
+        subtract_mean=subtract_mean,
+        implementation=resolve_implementation("layer_norm", x.device, implementation),
+    )
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    *,
+    dim: int = -1,
+    eps: float = 1e-6,
+    scale_offset: float = 0.0,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """RMSNorm over `dim`: x / sqrt(mean(x^2) + eps) * (weight + scale_offset).
+
+    Tokamax's `layer_norm(..., subtract_mean=False)`, the same op
+    (torch.ops.tokamax.layer_norm); x's shape and dtype.
+    """
+    return layer_norm(
+        x,
+        weight,
+        None,
+        dim=dim,
+        eps=eps,
+        scale_offset=scale_offset,
+        subtract_mean=False,
+        implementation=implementation,
+    )
+
+
+layer_norm_op = _layer_norm
+
+__all__ = ["layer_norm", "layer_norm_op", "rms_norm"]

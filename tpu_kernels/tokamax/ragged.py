@@ -1,0 +1,227 @@
+"""Grouped matmul: torch.ops.tokamax.ragged_dot and torch.ops.tokamax.ragged_dot_general.
+
+ragged_dot(lhs [M, K], rhs [G, K, N], group_sizes [G]) -> [M, N]: the rows of
+lhs are split into G consecutive groups of group_sizes[g] rows, and group g is
+multiplied by rhs[g] (the expert matmul of a mixture-of-experts layer). Rows at
+or beyond sum(group_sizes) are zero in the output; a sum above M is clipped.
+group_sizes gets no gradient.
+
+ragged_dot_general follows `jax.lax.ragged_dot_general`, with its dimension
+numbers as lists of ints: the ragged dimension of lhs may be a non-contracting
+dimension (rhs then has a group dimension: ragged_dot is this case), a
+contracting dimension (the output gets a leading group dimension: the weight
+gradient of ragged_dot), or a batch dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import tokamax
+import torch
+
+from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.wrap import tokamax_op
+
+
+def _out_dtype(lhs: torch.Tensor, rhs: torch.Tensor, preferred: torch.dtype | None) -> torch.dtype:
+    return preferred if preferred is not None else torch.promote_types(lhs.dtype, rhs.dtype)
+
+
+def _ragged_dot_outputs(lhs, rhs, group_sizes, *, preferred_element_type=None, **kwargs) -> torch.Tensor:
+    dtype = _out_dtype(lhs, rhs, preferred_element_type)
+    return lhs.new_empty((lhs.shape[0], rhs.shape[-1]), dtype=dtype)
+
+
+@tokamax_op("tokamax::ragged_dot", symbolic_fake=_ragged_dot_outputs)
+def _ragged_dot(
+    lhs: jax.Array,  # [M, K]
+    rhs: jax.Array,  # [G, K, N]
+    group_sizes: jax.Array,  # int32 [G]
+    *,
+    precision: str | None = None,
+    preferred_element_type: torch.dtype | None = None,
+    implementation: str | None = None,
+) -> jax.Array:
+    return tokamax.ragged_dot(
+        lhs,
+        rhs,
+        group_sizes,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        implementation=tokamax_implementation(implementation),
+    )
+
+
+def _dimension_numbers(
+    lhs_contracting_dims: Sequence[int],
+    rhs_contracting_dims: Sequence[int],
+    lhs_batch_dims: Sequence[int],
+    rhs_batch_dims: Sequence[int],
+    lhs_ragged_dims: Sequence[int],
+    rhs_group_dims: Sequence[int],
+) -> jax.lax.RaggedDotDimensionNumbers:
+    return jax.lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(
+            (tuple(lhs_contracting_dims), tuple(rhs_contracting_dims)),
+            (tuple(lhs_batch_dims), tuple(rhs_batch_dims)),
+        ),
+        lhs_ragged_dimensions=tuple(lhs_ragged_dims),
+        rhs_group_dimensions=tuple(rhs_group_dims),
+    )
+
+
+def _general_outputs(
+    lhs,
+    rhs,
+    group_sizes,
+    *,
+    lhs_contracting_dims,
+    rhs_contracting_dims,
+    lhs_ragged_dims,
+    rhs_group_dims=(),
+    lhs_batch_dims=(),
+    rhs_batch_dims=(),
+    preferred_element_type=None,
+    **kwargs,
+) -> torch.Tensor:
+    """jax.lax.ragged_dot_general's shape rule: [G if ragged contracting] + batch + lhs free + rhs free."""
+    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contracting_dims and d not in lhs_batch_dims]
+    rhs_used = set(rhs_contracting_dims) | set(rhs_batch_dims) | set(rhs_group_dims)
+    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_used]
+    groups = [group_sizes.shape[-1]] if any(d in lhs_contracting_dims for d in lhs_ragged_dims) else []
+    shape = (
+        groups
+        + [lhs.shape[d] for d in lhs_batch_dims]
+        + [lhs.shape[d] for d in lhs_free]
+        + [rhs.shape[d] for d in rhs_free]
+    )
+    return lhs.new_empty(shape, dtype=_out_dtype(lhs, rhs, preferred_element_type))
+
+
+@tokamax_op("tokamax::ragged_dot_general", symbolic_fake=_general_outputs)
+def _ragged_dot_general(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    group_sizes: jax.Array,  # int32 [G]
+    *,
+    lhs_contracting_dims: list[int],
+    rhs_contracting_dims: list[int],
+    lhs_ragged_dims: list[int],
+    rhs_group_dims: list[int] = (),
+    lhs_batch_dims: list[int] = (),
+    rhs_batch_dims: list[int] = (),
+    precision: str | None = None,
+    preferred_element_type: torch.dtype | None = None,
+    implementation: str | None = None,
+) -> jax.Array:
+    dims = _dimension_numbers(
+        lhs_contracting_dims,
+        rhs_contracting_dims,
+        lhs_batch_dims,
+        rhs_batch_dims,
+        lhs_ragged_dims,
+        rhs_group_dims,
+    )
+    return tokamax.ragged_dot_general(
+        lhs,
+        rhs,
+        group_sizes,
+        dims,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        implementation=tokamax_implementation(implementation),
+    )
+
+
+def _check_group_sizes(op: str, group_sizes: torch.Tensor, groups: int) -> torch.Tensor:
+    if group_sizes.dtype.is_floating_point or group_sizes.is_complex() or group_sizes.dtype == torch.bool:
+        raise TypeError(f"tokamax.{op}: group_sizes must be an integer tensor, got {group_sizes.dtype}.")
+    if group_sizes.shape != (groups,):
+        raise ValueError(
+            f"tokamax.{op}: group_sizes must have shape ({groups},) (one size per group), "
+            f"got {tuple(group_sizes.shape)}."
+        )
+    return group_sizes.to(torch.int32)
+
+
+def ragged_dot(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    group_sizes: torch.Tensor,
+    *,
+    precision: str | None = None,
+    preferred_element_type: torch.dtype | None = None,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """Grouped matmul (Tokamax's `ragged_dot`, `jax.lax.ragged_dot`'s API).
+
+    Args:
+      lhs: [M, K]; its rows form G consecutive groups.
+      rhs: [G, K, N]; group g's rows are multiplied by rhs[g].
+      group_sizes: int [G], the rows per group (cast to int32; no gradient).
+      precision: dot precision ("default", "high", "highest").
+      preferred_element_type: output dtype (default: promote lhs, rhs).
+      implementation: "xla", "mosaic" (TPU, CUDA), "triton" (CUDA); None chooses by device.
+
+    Returns:
+      [M, N]; rows at or beyond sum(group_sizes) are zero.
+    """
+    if lhs.ndim != 2 or rhs.ndim != 3 or lhs.shape[1] != rhs.shape[1]:
+        raise ValueError(
+            f"tokamax.ragged_dot: needs lhs [M, K] and rhs [G, K, N]; got {tuple(lhs.shape)} and "
+            f"{tuple(rhs.shape)}."
+        )
+    return _ragged_dot(
+        lhs,
+        rhs,
+        _check_group_sizes("ragged_dot", group_sizes, rhs.shape[0]),
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        implementation=resolve_implementation("ragged_dot", lhs.device, implementation),
+    )
+
+
+def ragged_dot_general(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    group_sizes: torch.Tensor,
+    *,
+    lhs_contracting_dims: Sequence[int],
+    rhs_contracting_dims: Sequence[int],
+    lhs_ragged_dims: Sequence[int],
+    rhs_group_dims: Sequence[int] = (),
+    lhs_batch_dims: Sequence[int] = (),
+    rhs_batch_dims: Sequence[int] = (),
+    precision: str | None = None,
+    preferred_element_type: torch.dtype | None = None,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """Ragged matmul with `jax.lax.ragged_dot_general`'s dimension numbers.
+
+    `ragged_dot(lhs, rhs, gs)` is `ragged_dot_general(lhs, rhs, gs,
+    lhs_contracting_dims=[1], rhs_contracting_dims=[1], lhs_ragged_dims=[0],
+    rhs_group_dims=[0])`; with lhs_ragged_dims=[0] and lhs_contracting_dims=[0]
+    (no group dim) it gives out[g] = lhs[rows_g].T @ rhs[rows_g], [G, K, N].
+    """
+    return _ragged_dot_general(
+        lhs,
+        rhs,
+        _check_group_sizes("ragged_dot_general", group_sizes, group_sizes.shape[-1]),
+        lhs_contracting_dims=list(lhs_contracting_dims),
+        rhs_contracting_dims=list(rhs_contracting_dims),
+        lhs_ragged_dims=list(lhs_ragged_dims),
+        rhs_group_dims=list(rhs_group_dims),
+        lhs_batch_dims=list(lhs_batch_dims),
+        rhs_batch_dims=list(rhs_batch_dims),
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        implementation=resolve_implementation("ragged_dot", lhs.device, implementation),
+    )
+
+
+ragged_dot_op = _ragged_dot
+ragged_dot_general_op = _ragged_dot_general
+
+__all__ = ["ragged_dot", "ragged_dot_general", "ragged_dot_general_op", "ragged_dot_op"]
