@@ -17,6 +17,7 @@ path cannot afford; the registrations are the same ones custom_op makes.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import keyword
 import threading
@@ -26,7 +27,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import autograd, fake
+from tpu_kernels import autograd, dtypes, fake
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
@@ -287,7 +288,9 @@ class KernelOp:
         values = self.signature.bind(args, kwargs)
         tensors, statics = self.signature.split(values)
         specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
-        return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
+        x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
+        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+            return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
 
     def jax_function(self, *, interpret: Any = "current", **statics: Any) -> Callable:
         """The kernel as a jitted JAX function of its tensor arguments, statics bound.

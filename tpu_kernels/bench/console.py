@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -66,7 +67,7 @@ def render(report: Report, console: Console) -> None:
         table.add_column("GB/s" if not roof else "GB/s (% peak)", justify="right")
         for r in points:
             for i, c in enumerate(r.candidates):
-                label = c.name + (f" [{c.implementation}]" if c.implementation else "")
+                label = escape(c.name + (f" [{c.implementation}]" if c.implementation else ""))
                 if c.error:
                     table.add_row(
                         r.point_id if i == 0 else "", label, "[red]error[/]", c.error[:60], "", "", "", "", ""

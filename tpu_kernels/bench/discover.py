@@ -50,8 +50,8 @@ def load(path: Path, *, quick: bool, device_type: str) -> list[Benchmark]:
         raise ImportError(f"cannot load benchmark suite {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    if str(path.parent) not in sys.path:  # suites import their shared helpers (bench/_common.py)
-        sys.path.insert(0, str(path.parent))
+    if str(path.parent) not in sys.path:  # suites import their shared helpers (bench/_common.py);
+        sys.path.append(str(path.parent))  # appended, so a suite named like a package cannot shadow it
     spec.loader.exec_module(module)
     if not hasattr(module, "benchmarks"):
         raise AttributeError(
