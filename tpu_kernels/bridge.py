@@ -87,7 +87,10 @@ class ViewCache:
         ):
             self.hits += 1
             return entry[4]
-        view = to_jax_cpu(t)
+        # Import a detached alias: the capsule then holds a tensor of its own (same
+        # storage), not `t`'s TensorImpl, which would keep `t`'s Python object alive
+        # (torch preserves it while C++ holds the impl) and this entry with it, forever.
+        view = to_jax_cpu(t.detach())
         key = id(t)
         ref = weakref.ref(t, lambda _, key=key, views=self._views: views.pop(key, None))
         with self._lock:

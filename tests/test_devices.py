@@ -1,0 +1,67 @@
+"""The TPU and CUDA paths, as far as a machine with neither can check them."""
+
+import builtins
+
+import jax
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from tpu_kernels import BackendUnavailableError
+from tpu_kernels.devices import cuda as cuda_device
+from tpu_kernels.devices import tpu as tpu_device
+from tpu_kernels.kernels import matmul, rmsnorm, softmax
+
+
+@pytest.mark.parametrize("op", [softmax, rmsnorm, matmul], ids=lambda o: o.short_name)
+def test_every_device_kernel_is_registered(op):
+    for key in ("CPU", "CUDA", "PrivateUse1", "Meta", "Autograd"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name, key), (op.name, key)
+
+
+def test_the_tpu_kernel_goes_through_torch_tpu_and_exports_for_the_tpu():
+    """The TPU kernel builds torch_tpu's jax_op for the kernel; that op's fake function
+    runs torch_tpu's own jax.export for platform "tpu", so this lowers the kernel the way
+    a TPU call would, without a TPU."""
+    pytest.importorskip("torch_tpu")
+    inner = rmsnorm._kernels["PrivateUse1"].inner_op()
+    assert "rmsnorm__torch_tpu" in str(inner._name)
+    with FakeTensorMode():
+        y, inv_rms = inner(
+            torch.empty(256, 1024, dtype=torch.bfloat16), torch.empty(1024, dtype=torch.bfloat16)
+        )
+    assert y.shape == (256, 1024) and y.dtype == torch.bfloat16
+    assert inv_rms.shape == (256, 1) and inv_rms.dtype == torch.float32
+
+
+def test_tpu_without_torch_tpu_is_a_clear_error(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_torch_tpu(name, *args, **kwargs):
+        if name.startswith("torch_tpu"):
+            raise ImportError("No module named 'torch_tpu'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch_tpu)
+    with pytest.raises(BackendUnavailableError, match="TPU tensors need torch_tpu.*pip install torch-tpu"):
+        tpu_device.torch_tpu_pallas()
+
+
+def test_cuda_without_jax_cuda_is_a_clear_error():
+    try:
+        jax.devices("cuda")
+        pytest.skip("this machine has JAX's CUDA backend")
+    except RuntimeError:
+        pass
+    with pytest.raises(BackendUnavailableError, match=r"CUDA tensors need JAX's CUDA backend.*jax\[cuda13\]"):
+        cuda_device._check_backend()
+
+
+def test_inner_function_has_the_signature_torch_tpu_reads():
+    import inspect
+
+    fn = tpu_device.inner_function(rmsnorm.signature, rmsnorm.fn, 2)
+    sig = inspect.signature(fn)
+    assert list(sig.parameters) == ["x", "weight", "eps", "block_rows"]
+    assert sig.parameters["x"].annotation is jax.Array and sig.parameters["eps"].annotation is float
+    assert sig.return_annotation == tuple[jax.Array, jax.Array]
