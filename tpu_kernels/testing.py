@@ -117,8 +117,10 @@ def assert_lowers_for_tpu(op: KernelOp, *, with_backward: bool = True, **check_o
     """Every example call of `op` (and of its backward) lowers for the TPU with a Mosaic
     kernel where the forward has one, and fits in VMEM (`tpu-kernels check` for one op)."""
     from tpu_kernels.check import check_op
+    from tpu_kernels.op import KernelOp
 
-    ops = [op] + ([op.backward_op] if with_backward and op.backward_op is not None else [])
+    bwd = op.backward_op
+    ops = [op] + ([bwd] if with_backward and isinstance(bwd, KernelOp) else [])
     for o in ops:
         report = check_op(o, **check_options)
         if report.status == "skipped":

@@ -56,8 +56,8 @@ def chip(name: str = DEFAULT_CHIP) -> Chip:
 def targeting(target: Chip | None) -> Iterator[None]:
     """Lower for `target` (None: the attached TPU, or the default chip without one)."""
     if target is None:
-        if jax.default_backend() == "tpu":
-            yield
+        if jax.default_backend() == "tpu" or _active_tpu_mesh():
+            yield  # the attached TPU, or a target the caller already set
             return
         target = chip()
     from jax._src.mesh import AbstractDevice
@@ -65,3 +65,13 @@ def targeting(target: Chip | None) -> Iterator[None]:
     mesh = jax.sharding.AbstractMesh((), (), abstract_device=AbstractDevice(target.device_kind, 1, "tpu"))
     with jax.sharding.use_abstract_mesh(mesh):
         yield
+
+
+def _active_tpu_mesh() -> bool:
+    """An abstract mesh naming a TPU device kind is already in effect."""
+    try:
+        mesh = jax.sharding.get_abstract_mesh()
+    except Exception:  # pragma: no cover - API moved
+        return False
+    device = getattr(mesh, "abstract_device", None)
+    return device is not None and str(getattr(device, "device_kind", "")).upper().startswith("TPU")

@@ -82,6 +82,7 @@ def ops_of(targets: list[str]) -> list[KernelOp]:
                 if isinstance(value, KernelOp):
                     found[value.name] = value
     for op in list(found.values()):
-        if op.backward_op is not None:
+        # A composite backward is a torch function of other ops, found on their own.
+        if isinstance(op.backward_op, KernelOp):
             found[op.backward_op.name] = op.backward_op
     return [found[k] for k in sorted(found)]

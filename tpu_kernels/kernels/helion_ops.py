@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.elementwise import helion_kernel as add_k
 from tpu_kernels.kernels.matmul import helion_kernel as matmul_k
 from tpu_kernels.kernels.matmul import reference as matmul_ref
@@ -35,15 +36,34 @@ def _softmax_reference(x: jax.Array) -> jax.Array:
     return jax.nn.softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis=-1).astype(x.dtype)
 
 
-add_helion = tpu_kernel("tpu_kernels::add_helion", reference=_add_reference)(add_k.add)
-softmax_helion = tpu_kernel("tpu_kernels::softmax_helion", reference=_softmax_reference)(softmax_k.softmax)
-matmul_helion = tpu_kernel("tpu_kernels::matmul_helion", reference=matmul_ref.matmul_jax)(matmul_k.matmul)
+# Example calls for the TPU lowering check (`tpu-kernels check`), TPU-sized, bfloat16.
+_X, _W = _bf16((1024, 1024)), _bf16((1024,))
+_R = jax.ShapeDtypeStruct((1024,), jnp.float32)
 
-rmsnorm_helion = tpu_kernel("tpu_kernels::rmsnorm_helion", outputs=("y", "inv_rms"), residuals=("inv_rms",))(
-    rms_k.rmsnorm
+add_helion = tpu_kernel(
+    "tpu_kernels::add_helion",
+    reference=_add_reference,
+    examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
+)(add_k.add)
+softmax_helion = tpu_kernel(
+    "tpu_kernels::softmax_helion", reference=_softmax_reference, examples=lambda: [((_X,), {})]
+)(softmax_k.softmax)
+matmul_helion = tpu_kernel(
+    "tpu_kernels::matmul_helion", reference=matmul_ref.matmul_jax, examples=lambda: [((_X, _X), {})]
+)(matmul_k.matmul)
+
+rmsnorm_helion = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion",
+    outputs=("y", "inv_rms"),
+    residuals=("inv_rms",),
+    examples=lambda: [((_X, _W), {})],
+)(rms_k.rmsnorm)
+rmsnorm_helion_dx = tpu_kernel("tpu_kernels::rmsnorm_helion_dx", examples=lambda: [((_X, _W, _R, _X), {})])(
+    rms_k.rmsnorm_dx
 )
-rmsnorm_helion_dx = tpu_kernel("tpu_kernels::rmsnorm_helion_dx")(rms_k.rmsnorm_dx)
-rmsnorm_helion_dweight = tpu_kernel("tpu_kernels::rmsnorm_helion_dweight")(rms_k.rmsnorm_dweight)
+rmsnorm_helion_dweight = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion_dweight", examples=lambda: [((_X, _R, _X), {})]
+)(rms_k.rmsnorm_dweight)
 
 
 @rmsnorm_helion.def_backward(composite=True)
