@@ -62,6 +62,25 @@ def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
     assert "python -m pytest tests/test_my_kernel.py" in capsys.readouterr().out
 
 
+def test_rendering_a_helion_variant(tmp_path, capsys):
+    args = ["new", "my_kernel", "-t", "row_reduction", "--backend", "helion", "--dir", str(tmp_path)]
+    assert main(args) == 0
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [
+        "bench/my_kernel.py",
+        "my_kernel/__init__.py",
+        "my_kernel/helion_kernel.py",
+        "my_kernel/reference.py",
+        "my_kernel/shapes.py",
+        "tests/test_my_kernel.py",
+    ]
+    init = (tmp_path / "my_kernel" / "__init__.py").read_text()
+    assert "my_kernel.def_backward(\n    helion_kernel.my_kernel_backward," in init
+    assert "@helion.kernel(" in (tmp_path / "my_kernel" / "helion_kernel.py").read_text()
+    assert "helion_cpu_mode" in (tmp_path / "tests" / "test_my_kernel.py").read_text()
+    assert "from the row_reduction template (helion)" in capsys.readouterr().out
+
+
 def test_no_placeholder_is_left_and_all_templates_lint_clean(tmp_path):
     # Short and long names: the generated code must be formatted whatever the name's length.
     written = list(render_all(tmp_path, "s").values()) + list(
@@ -131,6 +150,33 @@ def test_unknown_template_and_namespace(tmp_path, capsys):
     assert "unknown template 'conv'; choose from" in capsys.readouterr().err
     assert main(["new", "my_add", "-t", "matmul", "--namespace", "aten", "--dir", str(tmp_path)]) == 2
     assert "namespace 'aten' must be a Python identifier other than" in capsys.readouterr().err
+
+
+def test_a_backend_file_replaces_the_common_file_of_the_same_path(tmp_path):
+    """A Helion variant brings its own kernel, registration, tests and shapes; the benchmark
+    (and, for row_reduction, the reference) come from common/."""
+    files = scaffold.plan("my_norm", "row_reduction", backend="helion", dest=tmp_path)
+    helion_dir, common_dir = (ROOT / "templates" / "row_reduction" / d for d in ("helion", "common"))
+    sources = {
+        "my_norm/helion_kernel.py": helion_dir / "{{name}}" / "helion_kernel.py.tmpl",
+        "tests/test_my_norm.py": helion_dir / "tests" / "test_{{name}}.py.tmpl",
+        "my_norm/shapes.py": helion_dir / "{{name}}" / "shapes.py.tmpl",
+        "my_norm/reference.py": common_dir / "{{name}}" / "reference.py.tmpl",
+        "bench/my_norm.py": common_dir / "bench" / "{{name}}.py.tmpl",
+    }
+    for rel, src in sources.items():
+        expected = scaffold.render(
+            src.read_text(),
+            {
+                "name": "my_norm",
+                "namespace": "mylib",
+                "op": "mylib::my_norm",
+                "template": "row_reduction",
+                "backend": "helion",
+            },
+        )
+        assert files[tmp_path / rel] == expected, rel
+    assert tmp_path / "my_norm" / "pallas.py" not in files
 
 
 def test_a_backend_is_a_folder(tmp_path, monkeypatch):
