@@ -39,6 +39,9 @@ def render_all(dest: Path, prefix: str, backends: list[str] = BACKENDS) -> dict[
 
 def test_the_four_templates_are_listed_with_their_backends(capsys):
     assert set(TEMPLATES) == {"elementwise", "row_reduction", "matmul", "flash_attention"}
+    assert set(VARIANTS) == {(t, "pallas") for t in TEMPLATES} | {
+        (t, "helion") for t in ("elementwise", "row_reduction", "matmul")
+    }
     assert main(["new", "--list"]) == 0
     out = capsys.readouterr().out
     for t in TEMPLATES:
@@ -284,3 +287,4 @@ def test_a_wheel_carries_the_templates(tmp_path):
     for t in TEMPLATES:
         assert f"tpu_kernels/_templates/{t}/README.md" in names
     assert "tpu_kernels/_templates/matmul/pallas/{{name}}/pallas.py.tmpl" in names
+    assert "tpu_kernels/_templates/matmul/helion/{{name}}/helion_kernel.py.tmpl" in names
