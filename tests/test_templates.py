@@ -16,21 +16,37 @@ from tpu_kernels.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = sorted(scaffold.list_templates())
+# Every (template, backend) pair that exists: CI renders and tests each.
+VARIANTS = [(t, b) for t, tpl in sorted(scaffold.list_templates().items()) for b in tpl.backends]
+BACKENDS = sorted({b for _, b in VARIANTS})
 RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
 
 
-def render_all(dest: Path, prefix: str) -> dict[str, list[Path]]:
-    """Every template rendered into `dest` as kernel `<prefix>_<template>` (a prefix per test:
-    the packages a test imports stay in sys.modules, and a name is rendered only once)."""
-    return {t: scaffold.new(f"{prefix}_{t}", t, dest=dest, namespace=f"tpl_{prefix}") for t in TEMPLATES}
+def kernel_name(prefix: str, template: str, backend: str) -> str:
+    return f"{prefix}_{template}" + ("" if backend == "pallas" else f"_{backend}")
 
 
-def test_the_four_templates_are_listed(capsys):
+def render_all(dest: Path, prefix: str, backends: list[str] = BACKENDS) -> dict[tuple[str, str], list[Path]]:
+    """Every (template, backend) variant rendered into `dest` as kernel `<prefix>_<template>`
+    (`<prefix>_<template>_<backend>` for backends other than pallas); a prefix per test: the
+    packages a test imports stay in sys.modules, and a name is rendered only once."""
+    return {
+        (t, b): scaffold.new(kernel_name(prefix, t, b), t, backend=b, dest=dest, namespace=f"tpl_{prefix}")
+        for t, b in VARIANTS
+        if b in backends
+    }
+
+
+def test_the_four_templates_are_listed_with_their_backends(capsys):
     assert set(TEMPLATES) == {"elementwise", "row_reduction", "matmul", "flash_attention"}
+    assert set(VARIANTS) == {(t, "pallas") for t in TEMPLATES} | {
+        (t, "helion") for t in ("elementwise", "row_reduction", "matmul")
+    }
     assert main(["new", "--list"]) == 0
     out = capsys.readouterr().out
     for t in TEMPLATES:
-        assert re.search(rf"^{t} +\[pallas\]  \S", out, re.M), out
+        backends = ", ".join(b for b in scaffold.BACKENDS if (t, b) in VARIANTS)
+        assert re.search(rf"^{t} +\[{backends}\]  \S", out, re.M), out
 
 
 def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
@@ -49,12 +65,31 @@ def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
     assert "python -m pytest tests/test_my_kernel.py" in capsys.readouterr().out
 
 
+def test_rendering_a_helion_variant(tmp_path, capsys):
+    args = ["new", "my_kernel", "-t", "row_reduction", "--backend", "helion", "--dir", str(tmp_path)]
+    assert main(args) == 0
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [
+        "bench/my_kernel.py",
+        "my_kernel/__init__.py",
+        "my_kernel/helion_kernel.py",
+        "my_kernel/reference.py",
+        "my_kernel/shapes.py",
+        "tests/test_my_kernel.py",
+    ]
+    init = (tmp_path / "my_kernel" / "__init__.py").read_text()
+    assert "my_kernel.def_backward(\n    helion_kernel.my_kernel_backward," in init
+    assert "@helion.kernel(" in (tmp_path / "my_kernel" / "helion_kernel.py").read_text()
+    assert "helion_cpu_mode" in (tmp_path / "tests" / "test_my_kernel.py").read_text()
+    assert "from the row_reduction template (helion)" in capsys.readouterr().out
+
+
 def test_no_placeholder_is_left_and_all_templates_lint_clean(tmp_path):
     # Short and long names: the generated code must be formatted whatever the name's length.
-    written = render_all(tmp_path, "s") | {
-        f"{t}_long": paths for t, paths in render_all(tmp_path, "a_longer_kernel_name").items()
-    }
-    for paths in written.values():
+    written = list(render_all(tmp_path, "s").values()) + list(
+        render_all(tmp_path, "a_longer_kernel_name").values()
+    )
+    for paths in written:
         for p in paths:
             assert "{{" not in p.read_text() and "{{" not in str(p), p
     if not Path(RUFF).exists():
@@ -102,9 +137,15 @@ def test_names_are_validated(tmp_path, capsys, name, message):
     assert not any(tmp_path.iterdir())
 
 
-def test_helion_backend_is_not_available_yet(tmp_path, capsys):
-    assert main(["new", "my_add", "-t", "elementwise", "--backend", "helion", "--dir", str(tmp_path)]) == 2
-    assert "the helion backend is not available yet for templates" in capsys.readouterr().err
+def test_flash_attention_has_no_helion_variant(tmp_path, capsys):
+    assert (
+        main(["new", "my_attn", "-t", "flash_attention", "--backend", "helion", "--dir", str(tmp_path)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "template 'flash_attention' has no helion variant; it has: pallas." in err
+    assert not any(tmp_path.iterdir())
+    assert main(["new", "my_attn", "-t", "matmul", "--backend", "triton", "--dir", str(tmp_path)]) == 2
+    assert "unknown backend 'triton'; choose from pallas, helion." in capsys.readouterr().err
 
 
 def test_unknown_template_and_namespace(tmp_path, capsys):
@@ -114,24 +155,52 @@ def test_unknown_template_and_namespace(tmp_path, capsys):
     assert "namespace 'aten' must be a Python identifier other than" in capsys.readouterr().err
 
 
-def test_a_helion_variant_is_just_more_template_files(tmp_path, monkeypatch):
-    """Adding templates/<t>/helion/ makes --backend helion render it (common files shared)."""
+def test_a_backend_file_replaces_the_common_file_of_the_same_path(tmp_path):
+    """A Helion variant brings its own kernel, registration, tests and shapes; the benchmark
+    (and, for row_reduction, the reference) come from common/."""
+    files = scaffold.plan("my_norm", "row_reduction", backend="helion", dest=tmp_path)
+    helion_dir, common_dir = (ROOT / "templates" / "row_reduction" / d for d in ("helion", "common"))
+    sources = {
+        "my_norm/helion_kernel.py": helion_dir / "{{name}}" / "helion_kernel.py.tmpl",
+        "tests/test_my_norm.py": helion_dir / "tests" / "test_{{name}}.py.tmpl",
+        "my_norm/shapes.py": helion_dir / "{{name}}" / "shapes.py.tmpl",
+        "my_norm/reference.py": common_dir / "{{name}}" / "reference.py.tmpl",
+        "bench/my_norm.py": common_dir / "bench" / "{{name}}.py.tmpl",
+    }
+    for rel, src in sources.items():
+        expected = scaffold.render(
+            src.read_text(),
+            {
+                "name": "my_norm",
+                "namespace": "mylib",
+                "op": "mylib::my_norm",
+                "template": "row_reduction",
+                "backend": "helion",
+            },
+        )
+        assert files[tmp_path / rel] == expected, rel
+    assert tmp_path / "my_norm" / "pallas.py" not in files
+
+
+def test_a_backend_is_a_folder(tmp_path, monkeypatch):
+    """Adding templates/<t>/<backend>/ makes --backend render it (common files shared)."""
     root = tmp_path / "templates"
-    shutil.copytree(ROOT / "templates" / "elementwise", root / "elementwise")
-    kernel = root / "elementwise" / "helion" / "{{name}}" / "helion.py.tmpl"
+    shutil.copytree(ROOT / "templates" / "flash_attention", root / "flash_attention")
+    kernel = root / "flash_attention" / "helion" / "{{name}}" / "helion_kernel.py.tmpl"
     kernel.parent.mkdir(parents=True)
     kernel.write_text('"""{{name}} for {{backend}}"""\n')
     monkeypatch.setenv(scaffold.ENV, str(root))
-    files = scaffold.plan("my_add", "elementwise", backend="helion", dest=tmp_path / "out")
+    assert scaffold.list_templates()["flash_attention"].backends == ("pallas", "helion")
+    files = scaffold.plan("my_attn", "flash_attention", backend="helion", dest=tmp_path / "out")
     names = sorted(str(p.relative_to(tmp_path / "out")) for p in files)
     assert names == [
-        "bench/my_add.py",
-        "my_add/helion.py",
-        "my_add/reference.py",
-        "my_add/shapes.py",
-        "tests/test_my_add.py",
+        "bench/my_attn.py",
+        "my_attn/helion_kernel.py",
+        "my_attn/reference.py",
+        "my_attn/shapes.py",
+        "tests/test_my_attn.py",
     ]
-    assert files[tmp_path / "out" / "my_add" / "helion.py"] == '"""my_add for helion"""\n'
+    assert files[tmp_path / "out" / "my_attn" / "helion_kernel.py"] == '"""my_attn for helion"""\n'
 
 
 def test_unknown_placeholders_are_template_bugs():
@@ -140,10 +209,13 @@ def test_unknown_placeholders_are_template_bugs():
 
 
 @pytest.mark.slow
-def test_generated_tests_pass_and_every_template_lowers_for_tpu(tmp_path, capsys):
-    """CI's check of the templates: render all, run their generated tests as a user would
-    (from the generated folder, in a fresh process), then `tpu-kernels check` them."""
-    render_all(tmp_path, "ci")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generated_tests_pass_and_every_template_lowers_for_tpu(tmp_path, capsys, backend):
+    """CI's check of the templates: render every template that has this backend, run their
+    generated tests as a user would (from the generated folder, in a fresh process), then
+    `tpu-kernels check` them."""
+    variants = [t for t, b in VARIANTS if b == backend]
+    render_all(tmp_path, "ci", backends=[backend])
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
@@ -156,14 +228,16 @@ def test_generated_tests_pass_and_every_template_lowers_for_tpu(tmp_path, capsys
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert re.search(r"\b\d+ passed\b", result.stdout) and "failed" not in result.stdout.splitlines()[-1]
 
-    packages = [str(tmp_path / f"ci_{t}") for t in TEMPLATES]
+    packages = [str(tmp_path / kernel_name("ci", t, backend)) for t in variants]
     assert main(["check", *packages]) == 0
     out = capsys.readouterr().out
-    for t in TEMPLATES:
-        assert re.search(rf"^ok +tpl_ci::ci_{t} +\d+ of \d+ calls lowered, VMEM per grid step", out, re.M), (
-            out
-        )
-        assert re.search(rf"^ok +tpl_ci::ci_{t}_backward ", out, re.M), out
+    # The VMEM estimate reads pallas_calls' BlockSpecs; Helion's kernels (inputs in HBM,
+    # pipelined inside the kernel) give none, so only Pallas lines must show one.
+    vmem = ", VMEM per grid step" if backend == "pallas" else ""
+    for t in variants:
+        op = f"tpl_ci::{kernel_name('ci', t, backend)}"
+        assert re.search(rf"^ok +{op} +\d+ of \d+ calls lowered{vmem}", out, re.M), out
+        assert re.search(rf"^ok +{op}_backward ", out, re.M), out
 
 
 @pytest.mark.slow
@@ -172,18 +246,22 @@ def test_generated_bench_suites_load_and_run(tmp_path):
     from tpu_kernels.bench import discover
 
     render_all(tmp_path, "bench")
-    for t in TEMPLATES:
-        suites = discover.load(tmp_path / "bench" / f"bench_{t}.py", quick=True, device_type="cpu")
-        assert [s.name for s in suites] == [f"bench_{t}"]
-    # One suite end to end, at its quick point with minimal timing (the others differ only in data).
-    [suite] = discover.load(tmp_path / "bench" / "bench_elementwise.py", quick=True, device_type="cpu")
-    report = bench.run(
-        [suite],
-        bench.resolve("cpu"),
-        bench.Settings(rounds=1, min_sample_s=0.001, warmup_s=0.1, max_input_sets=2),
-        quick=True,
-    )
-    assert all(c.check["passed"] for r in report.results for c in r.candidates if c.primary)
+    for t, b in VARIANTS:
+        name = kernel_name("bench", t, b)
+        suites = discover.load(tmp_path / "bench" / f"{name}.py", quick=True, device_type="cpu")
+        assert [s.name for s in suites] == [name]
+    # One suite per backend end to end, at its quick point with minimal timing (the others
+    # differ only in data).
+    for b in BACKENDS:
+        name = kernel_name("bench", "elementwise", b)
+        [suite] = discover.load(tmp_path / "bench" / f"{name}.py", quick=True, device_type="cpu")
+        report = bench.run(
+            [suite],
+            bench.resolve("cpu"),
+            bench.Settings(rounds=1, min_sample_s=0.001, warmup_s=0.1, max_input_sets=2),
+            quick=True,
+        )
+        assert all(c.check["passed"] for r in report.results for c in r.candidates if c.primary), name
 
 
 def test_a_wheel_carries_the_templates(tmp_path):
@@ -209,3 +287,4 @@ def test_a_wheel_carries_the_templates(tmp_path):
     for t in TEMPLATES:
         assert f"tpu_kernels/_templates/{t}/README.md" in names
     assert "tpu_kernels/_templates/matmul/pallas/{{name}}/pallas.py.tmpl" in names
+    assert "tpu_kernels/_templates/matmul/helion/{{name}}/helion_kernel.py.tmpl" in names

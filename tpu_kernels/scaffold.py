@@ -4,8 +4,9 @@ A template is a folder `templates/<template>/` holding
 
 - `README.md`: its first line is the one-line description `tpu-kernels new --list` shows;
 - `common/`: files every backend shares (reference, shapes, tests, benchmark);
-- `<backend>/` (`pallas/`, later `helion/`): the kernel and its registration;
-  a file here replaces the `common/` file of the same path.
+- `<backend>/` (`pallas/`, `helion/`): the kernel and its registration; a file
+  here replaces the `common/` file of the same path (the Helion variants bring
+  their own tests and shapes this way).
 
 Every file ends in `.tmpl`, which rendering strips (so linters and pytest leave
 the templates alone). Paths and contents may use the placeholders `{{name}}`
@@ -40,8 +41,8 @@ PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 # Names a generated package may not take: its own modules and folders, and what the
 # generated code imports (a package of that name would shadow it, or be shadowed).
 RESERVED = frozenset(
-    {"pallas", "helion", "reference", "shapes", "tests", "test", "bench", "templates", "common"}
-    | {"tpu_kernels", "torch", "jax", "jaxlib", "numpy", "pytest", "tokamax", "triton", "conftest"}
+    {"pallas", "helion", "helion_kernel", "reference", "shapes", "tests", "test", "bench", "templates"}
+    | {"common", "tpu_kernels", "torch", "jax", "jaxlib", "numpy", "pytest", "tokamax", "triton", "conftest"}
 )
 RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "torch"})
 
@@ -126,22 +127,16 @@ def render(text: str, values: dict[str, str], where: str = "template") -> str:
     return PLACEHOLDER.sub(sub, text)
 
 
-def _backend(template: Template, backend: str, all_templates: dict[str, Template]) -> None:
+def _backend(template: Template, backend: str) -> None:
     if backend not in BACKENDS:
         raise ScaffoldError(
             f"tpu-kernels new: unknown backend {backend!r}; choose from {', '.join(BACKENDS)}."
         )
-    if backend in template.backends:
-        return
-    if not any(backend in t.backends for t in all_templates.values()):
+    if backend not in template.backends:
         raise ScaffoldError(
-            f"tpu-kernels new: the {backend} backend is not available yet for templates (its "
-            f"integration into tpu_kernels is in progress); use --backend {template.backends[0]}."
+            f"tpu-kernels new: template {template.name!r} has no {backend} variant; it has: "
+            f"{', '.join(template.backends)}."
         )
-    raise ScaffoldError(
-        f"tpu-kernels new: template {template.name!r} has no {backend} variant; it has: "
-        f"{', '.join(template.backends)}."
-    )
 
 
 def plan(
@@ -156,7 +151,7 @@ def plan(
             f"tpu-kernels new: unknown template {template!r}; choose from {', '.join(templates)}."
         )
     t = templates[template]
-    _backend(t, backend, templates)
+    _backend(t, backend)
     values = {
         "name": name,
         "namespace": namespace,

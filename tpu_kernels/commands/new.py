@@ -23,7 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="the op and package name, e.g. my_softmax")
     p.add_argument("-t", "--template", help="the template (see --list)")
-    p.add_argument("--backend", default="pallas", help="pallas (default) or helion")
+    p.add_argument(
+        "--backend",
+        default="pallas",
+        help="pallas (default) or helion (a Helion kernel; --list shows which templates have one)",
+    )
     p.add_argument("--dir", type=Path, default=Path("."), help="where to write (default: the current folder)")
     p.add_argument("--namespace", default="mylib", help="the torch op namespace (default: mylib)")
     p.add_argument("--list", action="store_true", help="list the templates and their backends")
