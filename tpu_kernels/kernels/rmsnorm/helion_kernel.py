@@ -2,12 +2,15 @@
 the backward as two kernels, one per gradient.
 
 Why two backward kernels: dx reduces along rows (a tile is a block of full
-rows) and dweight along columns (a tile is a block of full columns). Helion
-1.5's Pallas backend compiles neither two top-level tile loops in one kernel
-nor a nested reduction loop nor atomics (each tried; each fails to lower), so
-each reduction gets its own kernel. The dweight kernel holds every row of its
-column block at once, which bounds the rows it can take by VMEM; the Pallas
-rmsnorm backward (partial sums per row block) has no such bound.
+rows) and dweight along columns (a tile is a block of full columns). One
+kernel can do both (the row_reduction template's Helion variant does: one tile
+spanning every column, an inner loop over blocks of 128 rows accumulating
+dweight), but its grid has a single step, so one TensorCore does all the work;
+two kernels each keep a parallel grid. Helion 1.5's Pallas backend compiles
+neither two top-level tile loops in one kernel nor atomics. The dweight kernel
+holds every row of its column block at once, which bounds the rows it can take
+by VMEM; the Pallas rmsnorm backward (partial sums per row block) has no such
+bound. The pair also shows a composite backward (`def_backward(composite=True)`).
 """
 
 import helion
