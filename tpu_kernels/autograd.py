@@ -78,12 +78,13 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
 
 
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
-# What is left of a plain CPU tensor's keys below autograd: ADInplaceOrView (a
-# fallthrough for ops that mutate nothing) and the CPU backend.
-_PLAIN_CPU = (
-    torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-    | torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
-).raw_repr()
+_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+# What is left below autograd of a plain CPU call: the CPU backend, and maybe
+# ADInplaceOrView (a fallthrough for ops that mutate nothing; the dispatcher
+# usually drops it before calling us).
+_PLAIN_CPU = frozenset(
+    {_CPU.raw_repr(), (_CPU | torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)).raw_repr()}
+)
 
 
 def _fast_path(impl: Callable, cpu_kernel: Callable) -> Callable:
@@ -98,7 +99,7 @@ def _fast_path(impl: Callable, cpu_kernel: Callable) -> Callable:
     is_grad_enabled, any_requires_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if (keyset & _AFTER_AUTOGRAD).raw_repr() == _PLAIN_CPU and not (
+        if (keyset & _AFTER_AUTOGRAD).raw_repr() in _PLAIN_CPU and not (
             is_grad_enabled() and any_requires_grad(*args)
         ):
             return cpu_kernel(*args, **kwargs)

@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import autograd, dtypes, fake
+from tpu_kernels import autograd, dtypes, eager, fake
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
@@ -125,6 +125,7 @@ class KernelOp:
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
+        self._eager_cpu = eager.EagerCpuCall.for_op(self)
         if backward == "vjp" or reference is not None:
             self._derive_backward(reference or self.fn)
         with _REGISTRY_LOCK:
@@ -212,7 +213,17 @@ class KernelOp:
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.overload(*args, **kwargs)
+        # is_compiling() first: under torch.compile dynamo reads it as True and never
+        # traces the checks behind it.
+        if (
+            self._eager_cpu is not None
+            and not kwargs
+            and not torch.compiler.is_compiling()
+            and self._eager_cpu.accepts(args)
+        ):
+            out = self._eager_cpu.kernel(*args)
+        else:
+            out = self.overload(*args, **kwargs)
         if self.n_visible == self.signature.n_outputs:
             return out
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
