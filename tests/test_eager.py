@@ -51,3 +51,46 @@ def test_autograd_and_compile_still_work_through_the_dispatcher():
     compiled = torch.compile(lambda a, b: axpy(a, b, 2.0) * 2, backend="aot_eager", fullgraph=True)
     a, b = rand(8, 16), rand(8, 16)
     torch.testing.assert_close(compiled(a, b), (a * 2 + b) * 2)
+
+
+@tpu_kernel("test_eager::scaled_pair")
+def scaled_pair(x: torch.Tensor, scale: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * scale, x - scale
+
+
+def test_one_pass_path_agrees_with_the_dispatcher_for_every_case_it_meets():
+    base = rand(16, 24)
+    x = base.t()  # non-contiguous: the shortcut hands the call to the full executor path
+    torch.testing.assert_close(axpy(x, x, 1.5), axpy.overload(x, x, 1.5))
+    y = rand(24, 16)
+    info = axpy.cache_info()
+    first = axpy(y, y, 0.5)  # possibly a new key: compiled by the executor, not the one-pass path
+    torch.testing.assert_close(first, y * 0.5 + y)
+    again = axpy(y, y, 0.5)  # now the one-pass path: a counted cache hit
+    torch.testing.assert_close(again, first)
+    assert axpy.cache_info().hits > info.hits
+    a, b = scaled_pair(y, 3)  # two outputs: the tuple path
+    torch.testing.assert_close(a, y * 3)
+    torch.testing.assert_close(b, y - 3)
+    a, b = scaled_pair(y, 3)
+    torch.testing.assert_close(b, y - 3)
+
+
+def test_a_failing_kernel_names_the_op_on_the_one_pass_path():
+    import pytest
+
+    from tpu_kernels import KernelError
+
+    @tpu_kernel("test_eager::fails_at_run")
+    def fails(x: torch.Tensor) -> torch.Tensor:
+        import jax
+
+        def boom(a):
+            raise RuntimeError("boom at run time")
+
+        return jax.pure_callback(boom, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    x = rand(4, 8)
+    for _ in range(2):  # first through the executor, then through the one-pass path
+        with pytest.raises(KernelError, match="(?s)test_eager::fails_at_run: the kernel failed.*boom at run time"):
+            fails(x)

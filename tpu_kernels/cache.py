@@ -60,6 +60,22 @@ class CompileCache[V]:
                     self._evictions += 1
             return value
 
+    def peek(self, key: Any) -> V | None:
+        """The value for `key` if built, else None; lock-free, for the eager hot path.
+
+        A hit is counted and refreshes the key's place in the LRU order. Under the
+        GIL each dict operation is atomic; a key evicted by another thread between
+        the two steps is simply a miss here.
+        """
+        value = self._entries.get(key)
+        if value is not None:
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:
+                return None
+            self._hits += 1  # not under the lock: counts from racing threads may be lost
+        return value
+
     def info(self) -> CacheInfo:
         with self._lock:
             return CacheInfo(self._hits, self._misses, self._evictions, len(self._entries), self.maxsize)

@@ -14,10 +14,11 @@ dispatcher as before. Checked by tests/test_eager.py against the dispatcher.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.signature import Kind
 
 if TYPE_CHECKING:
@@ -49,11 +50,30 @@ def plain_eager() -> bool:
     )
 
 
+DECLINED = object()
+"""`EagerCpuCall.try_call`'s answer when the call must go through the dispatcher."""
+
+
 class EagerCpuCall:
+    """The shortcut for one op: its checks, and the CPU kernel it calls.
+
+    When the CPU kernel is a `JaxExecutor` (Pallas/JAX ops) the checks also build
+    the executor's cache key, so a call with a compiled entry makes one pass over
+    its arguments: check, key, cache hit, views, kernel.
+    """
+
     def __init__(self, kernel: Callable, checks: list[tuple[bool, tuple[type, ...]]]) -> None:
         self.kernel = kernel
         self.checks = checks  # per positional parameter: (is_tensor, accepted static types)
         self.n = len(checks)
+        self.statics = [(i, types) for i, (is_tensor, types) in enumerate(checks) if not is_tensor]
+        self.tensors = [i for i, (is_tensor, _) in enumerate(checks) if is_tensor]
+        self.executor = kernel if isinstance(kernel, JaxExecutor) and kernel.simple else None
+        if self.executor is not None:
+            self._mode = self.executor.transfer.mode
+            self._peek = self.executor.cache.peek
+            self._run = self.executor.run
+            self._to_jax = self.executor.transfer.to_jax
 
     @classmethod
     def for_op(cls, op: KernelOp) -> EagerCpuCall | None:
@@ -70,23 +90,61 @@ class EagerCpuCall:
                 return None  # optional or list parameters: the dispatcher's path
         return cls(kernel, checks)
 
-    def accepts(self, args: tuple) -> bool:
-        if len(args) != self.n or not plain_eager():
-            return False
+    def key(self, args: tuple) -> tuple | None:
+        """The executor's cache key for `args`, or None when the dispatcher must decide.
+
+        Same layout as `JaxExecutor`'s key: (mode, statics..., shape, dtype, ...).
+        """
+        if (
+            len(args) != self.n
+            or _tf_mode()
+            or _dispatch_stack()
+            or _functorch()
+            or (_include().raw_repr(), _exclude().raw_repr()) != _BASE_TLS
+        ):
+            return None  # plain_eager(), inlined; the caller has checked is_compiling()
+        key: list = [self._mode() if self.executor is not None else None]
+        for i, types in self.statics:
+            v = args[i]
+            if type(v) not in types:
+                return None
+            key.append(v)
         grad = _grad_enabled()
-        for (is_tensor, types), v in zip(self.checks, args):
-            if is_tensor:
-                if (
-                    type(v) not in types
-                    or not v.is_cpu
-                    or (grad and v.requires_grad)
-                    or v.is_conj()
-                    or v.is_neg()
-                ):
-                    return False
-            elif type(v) not in types:
-                return False
-        return True
+        for i in self.tensors:
+            t = args[i]
+            if (
+                type(t) not in _TENSOR_TYPES
+                or not t.is_cpu
+                or (grad and t.requires_grad)
+                or t.is_conj()
+                or t.is_neg()
+            ):
+                return None
+            key.append(t.shape)
+            key.append(t.dtype)
+        return tuple(key)
+
+    def accepts(self, args: tuple) -> bool:
+        """Would the dispatcher certainly call the CPU kernel with these arguments?"""
+        return self.key(args) is not None
+
+    def try_call(self, args: tuple) -> Any:
+        """The op's result, or `DECLINED`."""
+        key = self.key(args)
+        if key is None:
+            return DECLINED
+        if self.executor is None:
+            return self.kernel(*args)
+        entry = self._peek(key)
+        if entry is None:  # not compiled yet, or a non-contiguous input: the full path
+            return self.executor(*args)
+        arrays = []
+        for i in self.tensors:
+            t = args[i]
+            if not t.is_contiguous():
+                return self.executor(*args)
+            arrays.append(self._to_jax(t))
+        return self._run(entry, arrays, args, key[0])
 
 
-__all__ = ["EagerCpuCall", "plain_eager"]
+__all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]

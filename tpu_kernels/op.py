@@ -33,6 +33,7 @@ from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
 
 _REGISTRY: dict[str, KernelOp] = {}
+_is_compiling = torch.compiler.is_compiling
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -104,6 +105,7 @@ class KernelOp:
             tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
         )
         self.n_visible = n - len(tuple(residuals))
+        self._all_visible = self.n_visible == n
         self.reference = reference
         self.examples = examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
@@ -215,16 +217,14 @@ class KernelOp:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # is_compiling() first: under torch.compile dynamo reads it as True and never
         # traces the checks behind it.
-        if (
-            self._eager_cpu is not None
-            and not kwargs
-            and not torch.compiler.is_compiling()
-            and self._eager_cpu.accepts(args)
-        ):
-            out = self._eager_cpu.kernel(*args)
+        shortcut = self._eager_cpu
+        if shortcut is not None and not kwargs and not _is_compiling():
+            out = shortcut.try_call(args)
+            if out is eager.DECLINED:
+                out = self.overload(*args)
         else:
             out = self.overload(*args, **kwargs)
-        if self.n_visible == self.signature.n_outputs:
+        if self._all_visible:
             return out
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
 

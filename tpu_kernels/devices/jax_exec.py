@@ -55,6 +55,7 @@ class Entry:
     fn: Callable  # jitted; takes the tensor arguments' arrays in param order
     x64: bool  # the call needs JAX's 64-bit mode
     n_results: int | None  # None: a list of any length
+    single: bool = False  # fn returns the op's one output as an array, not a tuple (and needs no x64)
 
 
 class JaxExecutor:
@@ -83,7 +84,7 @@ class JaxExecutor:
         self.returns_list = returns_list  # the kernel returns a list of any length
         self._tensor_params = [(i, p.kind, p.name) for i, p in enumerate(sig.params) if p.is_tensor]
         self._static_idx = [i for i, p in enumerate(sig.params) if not p.is_tensor]
-        self._simple = all(kind is Kind.TENSOR for _, kind, _ in self._tensor_params)
+        self.simple = all(kind is Kind.TENSOR for _, kind, _ in self._tensor_params)
         self._n_params = len(sig.params)
         self._single = n_outputs == 1 and not sig.returns_tuple and not returns_list
         # bound once: the hot path makes no attribute lookups it can avoid
@@ -97,6 +98,16 @@ class JaxExecutor:
         values = args if len(args) == self._n_params else self.sig.values(args, kwargs)
         arrays, key = self._arrays_and_key(values)
         entry = self.cache.get_or_build(key, lambda: self._build(arrays, key))
+        return self.run(entry, arrays, values, key[0])
+
+    def run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any) -> Any:
+        """Call a compiled entry on the arguments' arrays; torch results, mutations written."""
+        if entry.single:
+            try:
+                return self._to_torch(entry.fn(*arrays))
+            except Exception as e:
+                self.transfer.recover(mode)
+                raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
         try:
             if entry.x64:
                 with jax.enable_x64(True):
@@ -106,7 +117,7 @@ class JaxExecutor:
             to_torch = self._to_torch
             outs = [to_torch(r) for r in results]
         except Exception as e:
-            self.transfer.recover(key[0])
+            self.transfer.recover(mode)
             raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
         if self.returns_list:
             return outs
@@ -126,7 +137,7 @@ class JaxExecutor:
             key.append(tuple(v) if isinstance(v, list) else v)
         arrays: list[Any] = []
         to_jax, on_device = self._to_jax, self._on_device
-        if self._simple:
+        if self.simple:
             for i, _, name in self._tensor_params:
                 t = values[i]
                 key.append(t.shape)
@@ -190,8 +201,11 @@ class JaxExecutor:
                 result = fn(**statics, **dict(zip(names, tensor_args)))
             return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
 
-        jitted = jax.jit(flat)
         x64 = any(leaf.dtype in dtypes.WIDE_JAX for leaf in jax.tree_util.tree_leaves(arrays))
+        # One output and no 64-bit mode: the jitted function returns the array itself,
+        # which spares the hot path a tuple and a context manager.
+        single = self._single and not self.mutated and not x64
+        jitted = jax.jit((lambda *a: flat(*a)[0]) if single else flat)
         try:
             with jax.enable_x64(True) if x64 else contextlib.nullcontext():
                 jitted.lower(*arrays).compile()
@@ -203,7 +217,7 @@ class JaxExecutor:
                 f"{self.op}: tracing or compiling the kernel failed for "
                 f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
             ) from e
-        return Entry(jitted, x64, n_results)
+        return Entry(jitted, x64, n_results, single)
 
     def _describe(self, values: list[Any]) -> str:
         return ", ".join(f"{p.name}={describe(v)}" for p, v in zip(self.sig.params, values))
