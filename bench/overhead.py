@@ -154,6 +154,7 @@ def main() -> dict:
         "piece: torch op dispatch, no-op Python kernel": lambda: noop(x, y),
         "piece: DLPack import, low level (per tensor)": lambda: bridge.to_jax_cpu(x),
         "piece: DLPack import, public (per tensor)": lambda: jax.dlpack.from_dlpack(x),
+        "piece: NumPy view, for a tensor seen once (per tensor)": lambda: bridge.host_view(x),
         "piece: view cache hit (per tensor)": lambda: bridge.VIEWS.get(x),
         "piece: DLPack export to torch (per output)": lambda: bridge.to_torch_cpu(out),
         "piece: torch.from_dlpack (per output)": lambda: torch.from_dlpack(out),

@@ -61,3 +61,31 @@ def test_view_cache_entries_die_with_their_tensors():
 def test_tensors_that_require_grad_cross_detached():
     t = rand(4, requires_grad=True)
     assert bridge.to_jax_cpu(t).unsafe_buffer_pointer() == t.data_ptr()
+
+
+def test_a_tensor_seen_once_crosses_as_a_numpy_view_of_its_memory():
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool):
+        t = rand(8, 16).to(dtype)
+        v = bridge.host_view(t)
+        assert v.__array_interface__["data"][0] == t.data_ptr() and v.dtype == str(t.dtype).removeprefix("torch.")
+    b = rand(8, 16, dtype=torch.bfloat16)  # NumPy has no bfloat16: DLPack
+    assert bridge.host_view(b).unsafe_buffer_pointer() == b.data_ptr()
+    g = rand(4, requires_grad=True)
+    assert bridge.host_view(g).__array_interface__["data"][0] == g.data_ptr()
+
+
+def test_every_dtype_gives_the_same_result_through_either_route():
+    # first call: one-off views; third call: cached views of the same tensors
+    f = jax.jit(lambda x, y: (x + y, x * y))
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int16):
+        x, y = rand(8, 16, scale=40).to(dtype), rand(8, 16, scale=40).to(dtype)  # ints: not just 0 and +-1
+        cache = bridge.ViewCache()
+        with jax.enable_x64(dtype == torch.float64):
+            fresh = [bridge.to_torch_cpu(r) for r in f(cache.get(x), cache.get(y))]
+            cache.get(x), cache.get(y)
+            cached = [bridge.to_torch_cpu(r) for r in f(cache.get(x), cache.get(y))]
+        assert len(cache) == 2
+        for a, b, want in zip(fresh, cached, (x + y, x * y)):
+            assert a.dtype == dtype
+            torch.testing.assert_close(a, want, rtol=0, atol=0)
+            torch.testing.assert_close(b, want, rtol=0, atol=0)

@@ -6,11 +6,18 @@ points underneath (torch's `_to_dlpack`, JAX's `dlpack_managed_tensor_to_buffer`
 cost about 1 us and 8 us. We call those, and fall back to the public functions
 if a future release moves them (`LOW_LEVEL` says which path is live).
 
-On CPU a second saving: `ViewCache` remembers the JAX view of a tensor object
+On CPU two more savings. `ViewCache` remembers the JAX view of a tensor object
 for as long as that object lives, so weights and other tensors passed call
 after call are imported once. The view aliases the tensor's memory, so later
 in-place writes to the tensor are seen by the kernel; a tensor whose storage,
 shape or strides changed (`.data =`, `set_`, `resize_`) is imported again.
+A tensor seen once (a fresh activation) crosses as a NumPy view instead
+(`host_view`): a jitted function takes NumPy arguments in its C++ path, aliasing
+their memory, for about half the cost of a DLPack import in a real call.
+
+Both routes alias the tensor's memory when its data pointer is aligned (torch's
+allocations are); JAX copies a misaligned view (such as `x[1:]` of a 1-D
+float32 tensor) on the way in, as it does for any host buffer.
 """
 
 from __future__ import annotations
@@ -53,6 +60,34 @@ def to_jax_cpu(t: torch.Tensor) -> jax.Array:
     return jax.dlpack.from_dlpack(t)
 
 
+# dtypes NumPy holds natively; bfloat16 and the float8 types cross by DLPack
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+def host_view(t: torch.Tensor) -> np.ndarray | jax.Array:
+    """A contiguous CPU tensor -> an argument for one jitted call, sharing its memory.
+
+    A NumPy view where NumPy has the dtype (the jitted call imports it in C++,
+    zero-copy), else a DLPack import. Only for a call that finishes before the
+    tensor can change: JAX treats a NumPy argument as immutable while it runs.
+    """
+    if t.dtype in _NUMPY_DTYPES:
+        return (t.detach() if t.requires_grad else t).numpy()
+    return to_jax_cpu(t)
+
+
 def to_torch_cpu(a: jax.Array) -> torch.Tensor:
     """A JAX CPU array -> a torch tensor sharing its memory (waits until it is ready)."""
     if LOW_LEVEL:
@@ -84,7 +119,8 @@ class ViewCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, t: torch.Tensor) -> jax.Array:
+    def get(self, t: torch.Tensor) -> jax.Array | np.ndarray:
+        """An argument for one jitted call on `t`: its cached view, or a one-off `host_view`."""
         key = id(t)
         entry = self._views.get(key)
         if (
@@ -102,7 +138,7 @@ class ViewCache:
             self._recent[key] = ptr
             if len(self._recent) > self.RECENT:
                 self._recent.pop(next(iter(self._recent)), None)
-            return to_jax_cpu(t)  # seen once so far: not cached
+            return host_view(t)  # seen once so far: not cached
         # Import a detached alias: the capsule then holds a tensor of its own (same
         # storage), not `t`'s TensorImpl, which would keep `t`'s Python object alive
         # (torch preserves it while C++ holds the impl) and this entry with it, forever.
