@@ -102,3 +102,38 @@ def test_kimi_delta_attention_kernel():
             S((2, 1, 256), BF16),
             implementation="mosaic",
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chip", ["v6e", "7x"])
+def test_tpu_kernels_check_lowers_every_tokamax_op_and_its_backward(chip, capsys):
+    """`tpu-kernels check tpu_kernels.tokamax`: each op at its TPU examples (Tokamax's TPU
+    implementation order), forward and backward; on 7x the SparseCore kernels too."""
+    from tpu_kernels.cli import main
+
+    assert main(["check", "tpu_kernels.tokamax", "--chip", chip]) == 0
+    out = capsys.readouterr().out
+    assert "0 failed, 0 skipped" in out
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("ok ")}
+    # Mosaic kernels, not a fallback to XLA, where Tokamax has them for this chip
+    for name in ("dot_product_attention", "dot_product_attention_backward", "ragged_dot", "mhc_pre"):
+        assert "plain XLA" not in lines[f"tokamax::{name}"], lines[f"tokamax::{name}"]
+    sparsecore = lines["tokamax::top_k"]
+    assert ("plain XLA" in sparsecore) == (chip == "v6e"), sparsecore
+
+
+def test_backward_of_a_kernel_without_vjp_differentiates_the_rest_of_the_order():
+    from tpu_kernels.tokamax.wrap import differentiable_order
+
+    assert differentiable_order("mosaic_tpu,xla", ("mosaic_tpu",)) == "xla"
+    assert differentiable_order("mosaic_tpu", ("mosaic_tpu",)) == "xla"
+    assert differentiable_order(None, ("mosaic",)) == "xla"
+    assert differentiable_order("xla_chunked,xla", ("mosaic",)) == "xla_chunked,xla"
+    with compiling_for():  # the Mosaic forward has no VJP; its backward op still lowers
+        backward = X.deepseek_rope_op.backward_op
+        x, pos, cache = S((64, 4, 128), BF16), S((64,), I32), S((128, 64), F32)
+        assert (
+            "tpu_custom_call"
+            in X.deepseek_rope_op.lower(x, pos, cache, implementation="mosaic_tpu").mlir_module()
+        )
+        backward.lower([x], x, pos, cache, implementation="mosaic_tpu")

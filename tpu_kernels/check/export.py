@@ -9,6 +9,7 @@ scoped VMEM limit) are not caught this way.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,23 @@ def flat_kernel(kop: KernelOp, args: tuple, kwargs: dict) -> tuple[Callable, lis
     return flat, specs, x64
 
 
+def cross_compiling() -> contextlib.AbstractContextManager:
+    """Tell kernel libraries that we lower for a machine other than this one.
+
+    Tokamax refuses its TPU kernels ("Not supported on cpu") unless its
+    `cross_compile` option is set; with it, Tokamax ops lower their Mosaic
+    kernels for the chip of the abstract mesh (`chips.targeting`).
+    """
+    if "tokamax" not in sys.modules:  # no op of this process uses Tokamax
+        return contextlib.nullcontext()
+    try:
+        import tokamax
+
+        return tokamax.config.cross_compile(True)
+    except (ImportError, AttributeError):  # pragma: no cover - depends on Tokamax releases
+        return contextlib.nullcontext()
+
+
 def x64_scope(x64: bool) -> contextlib.AbstractContextManager:
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
@@ -53,8 +71,9 @@ def export_kernel(
     chips.DEFAULT_CHIP on a machine without one)."""
     flat, specs, x64 = flat_kernel(kop, args, kwargs)
     target = targeting(chip) if platform == "tpu" else contextlib.nullcontext()
+    cross = cross_compiling() if platform == "tpu" else contextlib.nullcontext()
     try:
-        with x64_scope(x64), target:
+        with x64_scope(x64), target, cross:
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
     except Exception as e:
         raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e

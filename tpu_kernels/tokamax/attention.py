@@ -21,6 +21,7 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -32,7 +33,11 @@ def _attention_outputs(query, key, value, *args, **kwargs) -> torch.Tensor:
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 
-@tokamax_op("tokamax::dot_product_attention", symbolic_fake=_attention_outputs)
+@tokamax_op(
+    "tokamax::dot_product_attention",
+    examples=examples.dot_product_attention,
+    symbolic_fake=_attention_outputs,
+)
 def _dot_product_attention(
     query: jax.Array,  # [*batch, seq_q, heads, head_dim]
     key: jax.Array,  # [*batch, seq_kv, kv_heads, head_dim]

@@ -22,6 +22,7 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -62,7 +63,7 @@ def _glu_outputs(x, weight, weight_up=None, **kwargs) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[-1]))
 
 
-@tokamax_op("tokamax::gated_linear_unit", symbolic_fake=_glu_outputs)
+@tokamax_op("tokamax::gated_linear_unit", examples=examples.gated_linear_unit, symbolic_fake=_glu_outputs)
 def _gated_linear_unit(
     x: jax.Array,  # [*batch, M, K]
     weight: jax.Array,  # [K, 2, N] fused, or w_gate [K, N] with weight_up

@@ -21,6 +21,7 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -33,7 +34,11 @@ def _loss_outputs(x, labels, weight, *, reduction="sum", **kwargs) -> torch.Tens
     return x.new_empty(shape, dtype=torch.float32)
 
 
-@tokamax_op("tokamax::linear_softmax_cross_entropy_loss", symbolic_fake=_loss_outputs)
+@tokamax_op(
+    "tokamax::linear_softmax_cross_entropy_loss",
+    examples=examples.linear_softmax_cross_entropy_loss,
+    symbolic_fake=_loss_outputs,
+)
 def _linear_softmax_cross_entropy_loss(
     x: jax.Array,  # [B, H]
     labels: jax.Array,  # int32 [B], in [0, V)

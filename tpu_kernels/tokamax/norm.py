@@ -13,11 +13,12 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
 
-@tokamax_op("tokamax::layer_norm")
+@tokamax_op("tokamax::layer_norm", examples=examples.layer_norm)
 def _layer_norm(
     x: jax.Array,  # any shape
     weight: jax.Array | None = None,  # [x.shape[dim]]

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from tokamax import ops
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -30,7 +31,7 @@ def _top_k_outputs(scores, row_lengths=None, *, k, **kwargs):
     return scores.new_empty(shape, dtype=torch.int32), scores.new_empty(shape, dtype=torch.float32)
 
 
-@tokamax_op("tokamax::top_k", backward=None, symbolic_fake=_top_k_outputs)
+@tokamax_op("tokamax::top_k", examples=examples.top_k, backward=None, symbolic_fake=_top_k_outputs)
 def _top_k(
     scores: jax.Array,  # float32 [b, n]
     row_lengths: jax.Array | None = None,  # int32 [b]
@@ -78,7 +79,9 @@ def _router_topk_outputs(scores, *, k, **kwargs):
     return scores.new_empty(shape, dtype=torch.float32), scores.new_empty(shape, dtype=torch.int32)
 
 
-@tokamax_op("tokamax::router_topk", backward=None, symbolic_fake=_router_topk_outputs)
+@tokamax_op(
+    "tokamax::router_topk", examples=examples.router_topk, backward=None, symbolic_fake=_router_topk_outputs
+)
 def _router_topk(
     scores: jax.Array, *, k: int, implementation: str | None = None
 ) -> tuple[jax.Array, jax.Array]:
@@ -108,7 +111,7 @@ def router_topk(
 # ---- MoE gather and combine ------------------------------------------------------------------
 
 
-@tokamax_op("tokamax::ragged_gather")
+@tokamax_op("tokamax::ragged_gather", examples=examples.ragged_gather, no_vjp=("mosaic",))
 def _ragged_gather(
     x: jax.Array,  # [in_size, hidden]
     indices: jax.Array,  # int32 [out_size]
@@ -143,7 +146,12 @@ def _gather_reduce_outputs(x, indices, topk_weights, valid_rows_mask, *, reduce_
     return x.new_empty((indices.shape[0] // reduce_group_size, x.shape[1]))
 
 
-@tokamax_op("tokamax::ragged_gather_reduce", symbolic_fake=_gather_reduce_outputs)
+@tokamax_op(
+    "tokamax::ragged_gather_reduce",
+    examples=examples.ragged_gather_reduce,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_gather_reduce_outputs,
+)
 def _ragged_gather_reduce(
     x: jax.Array,  # [num_rows, hidden]
     indices: jax.Array,  # int32 [routes]
@@ -209,7 +217,12 @@ def _rope_outputs(x, *args, **kwargs):
     return torch.empty_like(x)
 
 
-@tokamax_op("tokamax::deepseek_rope", symbolic_fake=_rope_outputs)
+@tokamax_op(
+    "tokamax::deepseek_rope",
+    examples=examples.deepseek_rope,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_rope_outputs,
+)
 def _deepseek_rope(
     x: jax.Array,  # [tokens, head_dim] or [tokens, heads, head_dim]
     positions: jax.Array,  # int32 [tokens]
@@ -286,7 +299,9 @@ def _mhc_pre_outputs(residual, fn, hc_scale, hc_base, **kwargs):
     )
 
 
-@tokamax_op("tokamax::mhc_pre", symbolic_fake=_mhc_pre_outputs)
+@tokamax_op(
+    "tokamax::mhc_pre", examples=examples.mhc_pre, no_vjp=("mosaic_tpu",), symbolic_fake=_mhc_pre_outputs
+)
 def _mhc_pre(
     residual: jax.Array,  # bfloat16 [T, M*H]
     fn: jax.Array,  # float32 [M*(M+2), M*H]
@@ -357,7 +372,9 @@ def _mhc_post_outputs(x, residual, *args, **kwargs):
     return torch.empty_like(residual)
 
 
-@tokamax_op("tokamax::mhc_post", symbolic_fake=_mhc_post_outputs)
+@tokamax_op(
+    "tokamax::mhc_post", examples=examples.mhc_post, no_vjp=("mosaic_tpu",), symbolic_fake=_mhc_post_outputs
+)
 def _mhc_post(
     x: jax.Array,  # bfloat16 [T, H]
     residual: jax.Array,  # bfloat16 [T, M*H]
@@ -408,7 +425,12 @@ def _mhc_fused_outputs(x, residual, post_layer_mix, comb_res_mix, fn, *args, **k
     )
 
 
-@tokamax_op("tokamax::mhc_fused_post_pre", symbolic_fake=_mhc_fused_outputs)
+@tokamax_op(
+    "tokamax::mhc_fused_post_pre",
+    examples=examples.mhc_fused_post_pre,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_mhc_fused_outputs,
+)
 def _mhc_fused_post_pre(
     x: jax.Array,
     residual: jax.Array,
@@ -511,7 +533,9 @@ def _kda_outputs(
     )
 
 
-@tokamax_op("tokamax::kimi_delta_attention", symbolic_fake=_kda_outputs)
+@tokamax_op(
+    "tokamax::kimi_delta_attention", examples=examples.kimi_delta_attention, symbolic_fake=_kda_outputs
+)
 def _kimi_delta_attention(
     query: jax.Array,  # [H, B, T, K]
     key: jax.Array,  # [H, B, T, K]

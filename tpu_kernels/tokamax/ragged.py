@@ -21,6 +21,7 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -34,7 +35,7 @@ def _ragged_dot_outputs(lhs, rhs, group_sizes, *, preferred_element_type=None, *
     return lhs.new_empty((lhs.shape[0], rhs.shape[-1]), dtype=dtype)
 
 
-@tokamax_op("tokamax::ragged_dot", symbolic_fake=_ragged_dot_outputs)
+@tokamax_op("tokamax::ragged_dot", examples=examples.ragged_dot, symbolic_fake=_ragged_dot_outputs)
 def _ragged_dot(
     lhs: jax.Array,  # [M, K]
     rhs: jax.Array,  # [G, K, N]
@@ -100,7 +101,9 @@ def _general_outputs(
     return lhs.new_empty(shape, dtype=_out_dtype(lhs, rhs, preferred_element_type))
 
 
-@tokamax_op("tokamax::ragged_dot_general", symbolic_fake=_general_outputs)
+@tokamax_op(
+    "tokamax::ragged_dot_general", examples=examples.ragged_dot_general, symbolic_fake=_general_outputs
+)
 def _ragged_dot_general(
     lhs: jax.Array,
     rhs: jax.Array,

@@ -19,6 +19,7 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.tokamax import examples
 from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
 from tpu_kernels.tokamax.wrap import tokamax_op
 
@@ -29,7 +30,11 @@ def _triangle_outputs(x, mask, projection_in_weights, gate_in_weights, projectio
     return x.new_empty((x.shape[0], x.shape[1], projection_out_weights.shape[-1]))
 
 
-@tokamax_op("tokamax::triangle_multiplication", symbolic_fake=_triangle_outputs)
+@tokamax_op(
+    "tokamax::triangle_multiplication",
+    examples=examples.triangle_multiplication,
+    symbolic_fake=_triangle_outputs,
+)
 def _triangle_multiplication(
     x: jax.Array,  # [N, N, C]
     mask: jax.Array,  # bool [N, N]

@@ -15,6 +15,11 @@
   whose trace itself needs concrete sizes.
 - The derived backward op gets a fake function that needs no trace: the
   gradients have the shapes and dtypes of the floating-point inputs.
+- Some of Tokamax's TPU kernels have no VJP (JAX cannot differentiate a
+  `pallas_call`, and Tokamax defines none for them): `no_vjp=` names them, and
+  the backward differentiates the rest of the implementation order instead
+  (XLA when nothing is left), recomputing the forward with it. Found by
+  `tpu-kernels check tpu_kernels.tokamax`, which lowers the backward ops for TPU.
 
 Every op in `tpu_kernels.tokamax` is defined with it.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -95,6 +100,26 @@ def _gradient_fake(kop: KernelOp) -> Callable:
     return fake
 
 
+def differentiable_order(implementation: str | None, no_vjp: Sequence[str]) -> str:
+    """The implementation order minus the kernels without a VJP ("xla" if none is left).
+
+    None (Tokamax's own default order, which may pick a kernel without a VJP) is "xla".
+    """
+    names = [n for n in (implementation or "").split(",") if n and n not in no_vjp]
+    return ",".join(names) or "xla"
+
+
+def _differentiable(fn: Callable, no_vjp: Sequence[str]) -> Callable:
+    """`fn` with its `implementation` order stripped of kernels that have no VJP."""
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        kwargs["implementation"] = differentiable_order(kwargs.get("implementation"), no_vjp)
+        return fn(*args, **kwargs)
+
+    return body
+
+
 def tokamax_op(
     name: str,
     fn: Callable | None = None,
@@ -102,6 +127,7 @@ def tokamax_op(
     *,
     backward: str | None = "vjp",
     symbolic_fake: Callable | None = None,
+    no_vjp: Sequence[str] = (),
     **options: Any,
 ) -> Any:
     """Register `fn`, a JAX function that calls a Tokamax op, as the torch op `name`.
@@ -113,15 +139,19 @@ def tokamax_op(
     (the default) differentiates through Tokamax's own VJP; pass None for an
     op without gradients (integer outputs). `symbolic_fake`: a torch function
     giving the outputs for symbolic sizes, for ops whose trace needs concrete
-    sizes. Other options go to `tpu_kernel`.
+    sizes. `no_vjp`: implementations whose kernel has no VJP; the backward
+    differentiates the rest of the order. Other options go to `tpu_kernel`.
     """
 
     def wrap(f: Callable) -> KernelOp:
-        kop = tpu_kernel(name, backward=backward, **options)(typecheck_concrete_only(f))
+        body = typecheck_concrete_only(f)
+        if no_vjp and backward == "vjp":
+            options["reference"] = _differentiable(body, tuple(no_vjp))
+        kop = tpu_kernel(name, backward=backward, **options)(body)
         _register_fakes(kop, symbolic_fake)
         return kop
 
     return wrap(fn) if fn is not None else wrap
 
 
-__all__ = ["tokamax_op", "typecheck_concrete_only"]
+__all__ = ["tokamax_op", "typecheck_concrete_only", "differentiable_order"]
