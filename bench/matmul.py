@@ -8,6 +8,7 @@ from _common import FLOATS, randn
 from tpu_kernels import bench
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import shapes
+from tpu_kernels.testing import dot_scale
 
 
 def _helion(p):
@@ -30,7 +31,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             points=points,
             quick_points=bench.grid(mkn=[shapes.BENCH["512"]], dtype=FLOATS),
             reference=torch.matmul,
-            tolerance_scale=lambda p: math.sqrt(p["mkn"][1]),
+            tolerance_scale=lambda p: dot_scale(p["mkn"][1], p["dtype"]),
             flops=lambda p: 2 * math.prod(p["mkn"]),
             extra=_helion,
             quick=quick,

@@ -67,7 +67,8 @@ def test_a_tensor_seen_once_crosses_as_a_numpy_view_of_its_memory():
     for dtype in (torch.float32, torch.float64, torch.int64, torch.uint8, torch.bool):
         t = rand(8, 16).to(dtype)
         v = bridge.host_view(t)
-        assert v.__array_interface__["data"][0] == t.data_ptr() and v.dtype == str(t.dtype).removeprefix("torch.")
+        assert v.__array_interface__["data"][0] == t.data_ptr()
+        assert str(v.dtype) == str(t.dtype).removeprefix("torch.")
     b = rand(8, 16, dtype=torch.bfloat16)  # NumPy has no bfloat16: DLPack
     assert bridge.host_view(b).unsafe_buffer_pointer() == b.data_ptr()
     g = rand(4, requires_grad=True)

@@ -92,5 +92,7 @@ def test_a_failing_kernel_names_the_op_on_the_one_pass_path():
 
     x = rand(4, 8)
     for _ in range(2):  # first through the executor, then through the one-pass path
-        with pytest.raises(KernelError, match="(?s)test_eager::fails_at_run: the kernel failed.*boom at run time"):
+        with pytest.raises(
+            KernelError, match="(?s)test_eager::fails_at_run: the kernel failed.*boom at run time"
+        ):
             fails(x)

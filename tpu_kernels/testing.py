@@ -14,6 +14,7 @@ tpu_kernels is installed:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,18 @@ def assert_close(
         atol=tol.atol * scale,
         msg=lambda m: f"{what} ({dtype}): {m}",
     )
+
+
+def dot_scale(k: int, dtype: torch.dtype) -> float:
+    """The `scale` for a K-term dot product of unit-sized inputs, checked against float64.
+
+    The results grow like sqrt(K): in 16-bit and float8 results the final rounding
+    dominates, relative to the result (rtol covers it), so the scale is sqrt(K). In
+    float32 (and float64) the accumulation's rounding dominates: each of K additions
+    rounds a partial sum of size up to sqrt(K), an absolute error that grows like K
+    and is largest relative to results near zero: scale K.
+    """
+    return float(k) if dtype in (torch.float32, torch.float64) else math.sqrt(k)
 
 
 def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> None:

@@ -10,6 +10,7 @@ from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import reference, shapes
+from tpu_kernels.testing import dot_scale
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -19,7 +20,7 @@ def test_matches_float64_reference(name, dtype):
     a, b = rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
     out = matmul(a, b, block_m=128, block_n=128, block_k=128)
     assert out.dtype == dtype and out.shape == (m, n)
-    assert_close(out, reference.matmul(a.double(), b.double()), dtype, scale=math.sqrt(k))
+    assert_close(out, reference.matmul(a.double(), b.double()), dtype, scale=dot_scale(k, dtype))
 
 
 def test_gradcheck():
