@@ -63,8 +63,8 @@ class EagerCpuCall:
     """
 
     def __init__(self, kernel: Callable, checks: list[tuple[bool, tuple[type, ...]]]) -> None:
+        # checks: per positional parameter, (is_tensor, accepted static types)
         self.kernel = kernel
-        self.checks = checks  # per positional parameter: (is_tensor, accepted static types)
         self.n = len(checks)
         self.statics = [(i, types) for i, (is_tensor, types) in enumerate(checks) if not is_tensor]
         self.tensors = [i for i, (is_tensor, _) in enumerate(checks) if is_tensor]
@@ -95,14 +95,8 @@ class EagerCpuCall:
 
         Same layout as `JaxExecutor`'s key: (mode, statics..., shape, dtype, ...).
         """
-        if (
-            len(args) != self.n
-            or _tf_mode()
-            or _dispatch_stack()
-            or _functorch()
-            or (_include().raw_repr(), _exclude().raw_repr()) != _BASE_TLS
-        ):
-            return None  # plain_eager(), inlined; the caller has checked is_compiling()
+        if len(args) != self.n or not plain_eager():
+            return None
         key: list = [self._mode() if self.executor is not None else None]
         for i, types in self.statics:
             v = args[i]

@@ -33,8 +33,8 @@ from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
 
 _REGISTRY: dict[str, KernelOp] = {}
-_is_compiling = torch.compiler.is_compiling
 _REGISTRY_LOCK = threading.Lock()
+_is_compiling = torch.compiler.is_compiling
 
 
 def registered_ops() -> dict[str, KernelOp]:

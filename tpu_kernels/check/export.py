@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -58,6 +58,14 @@ def cross_compiling() -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def lowering_for_tpu(chip: Chip | None = None) -> Iterator[None]:
+    """Trace for `chip` (None: the attached TPU, or the default chip), with kernel libraries
+    told that they cross-compile: what every TPU lowering of the check runs under."""
+    with targeting(chip), cross_compiling():
+        yield
+
+
 def x64_scope(x64: bool) -> contextlib.AbstractContextManager:
     return jax.enable_x64(True) if x64 else contextlib.nullcontext()
 
@@ -70,10 +78,9 @@ def export_kernel(
     For "tpu", `chip` is the generation to lower for (default: the attached TPU, or
     chips.DEFAULT_CHIP on a machine without one)."""
     flat, specs, x64 = flat_kernel(kop, args, kwargs)
-    target = targeting(chip) if platform == "tpu" else contextlib.nullcontext()
-    cross = cross_compiling() if platform == "tpu" else contextlib.nullcontext()
+    target = lowering_for_tpu(chip) if platform == "tpu" else contextlib.nullcontext()
     try:
-        with x64_scope(x64), target, cross:
+        with x64_scope(x64), target:
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
     except Exception as e:
         raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check import vmem
-from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip, targeting
+from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.check.explain import DTYPE, VMEM, Explanation, explain
-from tpu_kernels.check.export import cross_compiling, export_kernel, flat_kernel, x64_scope
+from tpu_kernels.check.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -98,7 +98,7 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     result.mosaic = "tpu_custom_call" in exported.mlir_module()
     try:
         flat, specs, x64 = flat_kernel(op, args, kwargs)
-        with x64_scope(x64), targeting(target), cross_compiling():
+        with x64_scope(x64), lowering_for_tpu(target):
             result.kernels = vmem.kernel_footprints(flat, *specs)
     except Exception as e:  # the estimate is a bonus: never fail the check over it
         result.warnings.append(f"no VMEM estimate: {type(e).__name__}: {e}")
@@ -113,7 +113,7 @@ def check_op(op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False
     """
     target = chip(chip_name)
     try:
-        with targeting(target), cross_compiling():  # examples may depend on the chip
+        with lowering_for_tpu(target):  # examples may depend on the chip
             calls = ex.example_calls(op)
     except Exception as e:
         return OpReport(op.name, "failed", examples=[_failed_examples(e)])

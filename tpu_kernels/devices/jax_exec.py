@@ -102,13 +102,9 @@ class JaxExecutor:
 
     def run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any) -> Any:
         """Call a compiled entry on the arguments' arrays; torch results, mutations written."""
-        if entry.single:
-            try:
-                return self._to_torch(entry.fn(*arrays))
-            except Exception as e:
-                self.transfer.recover(mode)
-                raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
         try:
+            if entry.single:
+                return self._to_torch(entry.fn(*arrays))
             if entry.x64:
                 with jax.enable_x64(True):
                     results = entry.fn(*arrays)

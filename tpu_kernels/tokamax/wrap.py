@@ -145,8 +145,8 @@ def tokamax_op(
 
     def wrap(f: Callable) -> KernelOp:
         body = typecheck_concrete_only(f)
-        if no_vjp and backward == "vjp":
-            options["reference"] = _differentiable(body, tuple(no_vjp))
+        if no_vjp and backward == "vjp":  # a given reference is stripped the same way
+            options["reference"] = _differentiable(options.get("reference") or body, tuple(no_vjp))
         kop = tpu_kernel(name, backward=backward, **options)(body)
         _register_fakes(kop, symbolic_fake)
         return kop
