@@ -7,6 +7,12 @@
 | tokamax_layer_norm | layer_norm | F.layer_norm |
 | tokamax_glu | gated_linear_unit (SwiGLU) | silu(x @ w_gate) * (x @ w_up) |
 | tokamax_loss | linear_softmax_cross_entropy_loss | F.cross_entropy(x @ w) |
+| tokamax_<op> for ragged_dot, triangle_multiplication, top_k, router_topk, ragged_gather, ragged_gather_reduce, deepseek_rope, mhc_pre, mhc_post, mhc_fused_post_pre, kimi_delta_attention | the op | its torch formula (tpu_kernels/tokamax/reference.py) |
+
+The last row's ops are timed at one modest size each (their first output when they
+return several), on every device; the torch formulas are written for clarity
+(loops over groups, a token-by-token recurrence), so read them as a correct
+baseline rather than a tuned one.
 
 The implementation Tokamax runs is shown beside the candidate ("xla" on CPU).
 On CPU the sizes are cut down (the real-workload sizes of
@@ -19,6 +25,8 @@ from _common import randn
 
 from tpu_kernels import bench
 from tpu_kernels import tokamax as tk
+from tpu_kernels.testing import dot_scale
+from tpu_kernels.tokamax import ops_extra as X
 from tpu_kernels.tokamax import reference, shapes
 
 CPU_ATTENTION = {
@@ -52,6 +60,161 @@ def _sdpa(q, k, v):
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+
+def _first(fn):
+    """An op returning several tensors, reduced to the one the benchmark checks."""
+    return lambda *a: fn(*a)[0]
+
+
+def _in_float32(fn):
+    """The formula on float32 copies of mixed bfloat16/float32 inputs (torch's matmuls want one dtype)."""
+    return lambda *a: fn(*(x.float() if x.is_floating_point() else x for x in a))
+
+
+def _formula_benchmark(op, dtype, inputs, tokamax_fn, formula, device_type, quick, scale=1.0):
+    """One point: the Tokamax op against its torch formula, which is also the float64 reference."""
+    torch_fn = _in_float32(formula) if dtype == torch.bfloat16 else formula
+    return bench.Benchmark(
+        name=f"tokamax_{op}",
+        points=[{"dtype": dtype}],
+        inputs=lambda p, dev: inputs(dev),
+        candidates=_candidates(op, tokamax_fn, torch_fn, device_type, quick),
+        reference=formula,
+        tolerance_scale=lambda p: scale,
+    )
+
+
+def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
+    f32, bf16 = torch.float32, torch.bfloat16
+
+    def r(*shape, dtype=f32, scale=1.0):
+        return lambda dev: randn(*shape, dtype=dtype, device=dev, scale=scale)
+
+    def ints(high, *shape):
+        return lambda dev: torch.randint(0, high, shape, device=dev, dtype=torch.int32)
+
+    def const(t):
+        return lambda dev: t.to(dev)
+
+    def make(*parts):
+        return lambda dev: tuple(part(dev) for part in parts)
+
+    groups = torch.tensor([96, 160, 0, 256], dtype=torch.int32)  # 512 rows, one empty group
+    routes, valid = torch.randint(0, 1024, (2048,), dtype=torch.int32), torch.rand(2048) > 0.25
+    n, c, h = 64, 64, 64  # triangle: pairs, channels, hidden
+    t, m, hid = 256, 4, 256  # mHC: tokens, streams, hidden
+    mhc_c = (1e-6, 1e-6, 1e-6, 2.0, 4)
+    mhc_pre_in = (
+        r(t, m * hid, dtype=bf16),
+        r(m * (m + 2), m * hid, scale=(m * hid) ** -0.5),
+        lambda dev: torch.rand(3, device=dev) + 0.5,
+        r(m * (m + 2)),
+    )
+    mhc_post_in = (r(t, hid, dtype=bf16), r(t, m * hid, dtype=bf16), r(t, m), r(t, m, m))
+    kda = (r(2, 1, 64, 32), r(2, 1, 64, 32), r(2, 1, 64, 32))
+    kda_gates = (
+        lambda dev: -F.softplus(randn(2, 1, 64, 32, dtype=f32, device=dev)),
+        lambda dev: torch.sigmoid(randn(2, 1, 64, dtype=f32, device=dev)),
+    )
+    cases = [
+        (
+            "ragged_dot",
+            f32,
+            make(r(512, 256), r(4, 256, 256), const(groups)),
+            tk.ragged_dot,
+            reference.ragged_dot,
+            dot_scale(256, f32),
+        ),
+        (
+            "triangle_multiplication",
+            f32,
+            make(
+                r(n, n, c),
+                lambda dev: torch.rand(n, n, device=dev) > 0.2,
+                r(c, 2, h, scale=c**-0.5),
+                r(c, 2, h, scale=c**-0.5),
+                r(h, c, scale=h**-0.5),
+                r(c, c, scale=c**-0.5),
+                r(c),
+                r(c),
+                r(h),
+                r(h),
+            ),
+            lambda *a: tk.triangle_multiplication(*a, "outgoing"),
+            lambda *a: reference.triangle_multiplication(*a, "outgoing"),
+            16.0,
+        ),
+        (
+            "top_k",
+            f32,
+            make(r(64, 4096)),
+            lambda s: X.top_k(s, 32)[1],
+            lambda s: reference.top_k(s, 32)[1],
+            1.0,
+        ),
+        (
+            "router_topk",
+            f32,
+            make(r(2048, 64)),
+            _first(lambda s: X.router_topk(s, 8)),
+            _first(lambda s: reference.router_topk(s, 8)),
+            1.0,
+        ),
+        (
+            "ragged_gather",
+            f32,
+            make(r(1024, 256), ints(1024, 2048), const(torch.tensor([0])), const(torch.tensor([2048]))),
+            X.ragged_gather,
+            reference.ragged_gather,
+            1.0,
+        ),
+        (
+            "ragged_gather_reduce",
+            f32,
+            make(r(1024, 256), const(routes), r(2048), const(valid)),
+            lambda x, i, w, v: X.ragged_gather_reduce(x, i, w, v, 8),
+            lambda x, i, w, v: reference.ragged_gather_reduce(x, i, w, v, 8),
+            4.0,
+        ),
+        (
+            "deepseek_rope",
+            f32,
+            make(r(512, 8, 128), ints(1024, 512), r(1024, 64)),
+            X.deepseek_rope,
+            reference.deepseek_rope,
+            4.0,
+        ),
+        (
+            "mhc_pre",
+            bf16,
+            make(*mhc_pre_in),
+            _first(lambda *a: X.mhc_pre(*a, *mhc_c)),
+            _first(lambda *a: reference.mhc_pre(*a, *mhc_c)),
+            2.0,
+        ),
+        ("mhc_post", bf16, make(*mhc_post_in), X.mhc_post, reference.mhc_post, 4.0),
+        (
+            "mhc_fused_post_pre",
+            bf16,
+            make(*mhc_post_in, *mhc_pre_in[1:]),
+            _first(lambda *a: X.mhc_fused_post_pre(*a, *mhc_c)),
+            lambda x, res, plm, crm, *_: reference.mhc_post(x, res, plm, crm),
+            4.0,
+        ),
+        (
+            "kimi_delta_attention",
+            f32,
+            make(*kda, *kda_gates),
+            _first(lambda *a: X.kimi_delta_attention(*a, use_qk_l2norm=True)),
+            _first(lambda *a: reference.kimi_delta_attention(*a, use_qk_l2norm=True)),
+            8.0,
+        ),
+    ]
+    return [
+        _formula_benchmark(op, dtype, inputs, ours, theirs, device_type, quick, scale)
+        for op, dtype, inputs, ours, theirs, scale in cases
+    ]
 
 
 def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
@@ -181,4 +344,4 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             # a sum of B per-row losses: the absolute tolerance grows with B
             tolerance_scale=lambda p: float(p["shape"][0]),
         ),
-    ]
+    ] + _formula_benchmarks(quick, device_type)

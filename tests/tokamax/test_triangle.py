@@ -27,7 +27,7 @@ def _inputs(n: int, c: int, h: int, d: int, dtype: torch.dtype) -> list:
 
 # Every dtype with both triangle types, without the full product: one case compiles a
 # forward and a nine-gradient backward, seconds each on two cores.
-SLOW = pytest.mark.slow  # the second half of the matrix: CI's second pass runs it
+SLOW = pytest.mark.slow  # the second half of the matrix: CI runs it too (the default run includes slow tests)
 CASES = [
     ("small", torch.float32, "outgoing"),
     ("small", torch.float64, "incoming"),
