@@ -30,16 +30,38 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 
+# pip's own chatter (version checks, warnings about this machine's extra package
+# indexes) is noise in a test or benchmark log; real errors still fail the script.
+pip_quiet() {
+  "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 \
+    | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
+  return "${PIPESTATUS[0]}"
+}
+
 want=$(sha256sum "$LOCK" | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$want" ]; then
   echo "== installing requirements/lock.txt into $VENV (first time: several minutes)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r "$LOCK"
+  pip_quiet install --upgrade pip
+  pip_quiet install -r "$LOCK"
   echo "$want" > "$VENV/.lock-sha256"
 fi
 
-# Point the environment's tpu_kernels (and the `tpu-kernels` command) at this checkout.
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+# Point the environment's tpu_kernels (and the `tpu-kernels` command) at this checkout,
+# once per checkout and packaging change: the editable install takes seconds and prints
+# setuptools banners, so it is skipped when the stamp says it is already done.
+stamp="$ROOT $(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.editable-stamp" 2>/dev/null)" != "$stamp" ]; then
+  pip_quiet install --no-deps --no-build-isolation -e "$ROOT" >/dev/null
+  echo "$stamp" > "$VENV/.editable-stamp"
+fi
+
+# torch auto-loads torch_tpu (installed from the lock) in every process that imports
+# torch: seconds of start-up and libtpu log lines in each spawned worker. Without a
+# TPU (no /dev/accel* or /dev/vfio device) nothing needs it loaded, and code that wants it
+# imports it explicitly; docs/devices.md says why.
+if ! compgen -G "/dev/accel*" >/dev/null && ! compgen -G "/dev/vfio/[0-9]*" >/dev/null; then
+  export TORCH_DEVICE_BACKEND_AUTOLOAD=${TORCH_DEVICE_BACKEND_AUTOLOAD:-0}
+fi
 
 export PATH="$VENV/bin:$PATH"
 export PYTHONUNBUFFERED=1
