@@ -48,7 +48,7 @@ def _candidates(name, op_fn, torch_fn, device_type, quick):
             bench.Candidate("torch", torch_fn),
         ]
         if not quick:
-            cands.append(bench.Candidate("torch.compile", torch.compile(torch_fn, dynamic=False)))
+            cands.append(bench.Candidate("torch.compile", bench.compiled_baseline(torch_fn)))
         return cands
 
     return make

@@ -214,3 +214,54 @@ def test_kernel_benchmark_builds_the_standard_candidates():
     point = report.results[0]
     assert all(c.check["passed"] for c in point.candidates)
     assert point.cost_source == "pallas CostEstimate" and point.flops == 5 * 16 * 128
+
+
+def test_compiled_baseline_is_compiled_at_every_point_of_a_long_sweep():
+    """Nine (shape, dtype) points: one shared compiled function would hit Dynamo's recompile
+    limit (8) and silently run eagerly from then on; each point compiles its own, and the
+    compiled graph count proves every one ran compiled. (Dynamo's "eager" backend keeps the
+    test fast: what is under test is Dynamo's caching, not Inductor.)"""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    shapes = [(8 * i, 16) for i in range(1, 10)]
+    bm = bench.Benchmark(
+        name="long_sweep",
+        points=bench.grid(shape=shapes, dtype=[torch.float32]),
+        inputs=lambda p, dev: (torch.randn(*p["shape"], dtype=p["dtype"], device=dev),),
+        candidates=lambda p: [
+            bench.Candidate("eager", lambda x: torch.tanh(x) * 2, primary=True),
+            bench.Candidate(
+                "torch.compile", bench.compiled_baseline(lambda x: torch.tanh(x) * 2, backend="eager")
+            ),
+        ],
+        reference=lambda x: torch.tanh(x) * 2,
+    )
+    before = counters["stats"]["unique_graphs"]
+    settings = bench.Settings(rounds=1, min_sample_s=0.0005, warmup_s=0.01, warmup_calls=2)
+    report = bench.run([bm], CPU, settings)
+    assert len(report.results) == 9
+    for point in report.results:
+        compiled = point.candidate("torch.compile")
+        assert compiled.error is None and not compiled.wrong, (point.point_id, compiled.error)
+    assert counters["stats"]["unique_graphs"] - before == 9
+
+
+def test_a_graph_break_in_a_compiled_baseline_is_an_error_not_a_timing():
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x * 2
+
+    bm = bench.Benchmark(
+        name="breaks",
+        points=bench.grid(shape=[(8, 16)], dtype=[torch.float32]),
+        inputs=lambda p, dev: (torch.randn(*p["shape"], dtype=p["dtype"], device=dev),),
+        candidates=lambda p: [
+            bench.Candidate("eager", breaks, primary=True),
+            bench.Candidate("torch.compile", bench.compiled_baseline(breaks, backend="eager")),
+        ],
+        reference=lambda x: x * 2,
+    )
+    report = bench.run([bm], CPU, bench.Settings(rounds=1, min_sample_s=0.0005, warmup_s=0.01))
+    compiled = report.results[0].candidate("torch.compile")
+    assert compiled.error and compiled.time is None

@@ -14,7 +14,7 @@ from tpu_kernels.bench.results import CandidateResult, PointResult, Report
 from tpu_kernels.bench.runner import run
 from tpu_kernels.bench.spec import Benchmark, Candidate, grid, point_id
 from tpu_kernels.bench.stats import Summary
-from tpu_kernels.bench.suite import kernel_benchmark
+from tpu_kernels.bench.suite import compiled_baseline, kernel_benchmark
 from tpu_kernels.bench.timing import QUICK, Settings
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Settings",
     "Summary",
     "compare",
+    "compiled_baseline",
     "grid",
     "kernel_benchmark",
     "point_id",

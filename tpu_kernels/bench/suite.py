@@ -4,8 +4,9 @@
 
 - `tpu_kernels`: the op, called on torch tensors (the candidate under test);
 - `torch`: the torch reference in the inputs' dtype (eager);
-- `torch.compile`: the same reference compiled (Inductor) - left out in --quick
-  runs, where its compile time would dominate;
+- `torch.compile`: the same reference compiled (Inductor) for this point alone,
+  with `fullgraph=True` (`compiled_baseline`) - left out in --quick runs, where
+  its compile time would dominate;
 - `jax`: the kernel as a plain jitted JAX function on arrays converted
   beforehand, on CPU and CUDA: the difference to `tpu_kernels` is what the torch
   bridge costs. (Not on TPU, where torch_tpu owns the device.)
@@ -14,6 +15,8 @@
 
 from __future__ import annotations
 
+import itertools
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +37,33 @@ def to_jax(t: Any) -> Any:
     if t.device.type == "cpu":
         return bridge.to_jax_cpu(t.contiguous())
     return bridge.to_jax_cuda(t.contiguous())
+
+
+_compiled_ids = itertools.count()
+
+
+def compiled_baseline(
+    reference: Callable[..., Any], kwargs: dict | None = None, *, backend: str = "inductor"
+) -> Callable[..., Any]:
+    """`reference(*xs, **kwargs)` compiled by torch.compile for one benchmark point.
+
+    Dynamo keeps its compiled graphs on the code object it traces. Had every point
+    compiled the same function, each new shape or dtype would be a recompile, and
+    after `torch._dynamo.config.recompile_limit` (8) of them Dynamo silently runs
+    the function eagerly: later points would time eager torch under the name
+    "torch.compile". So each point gets a code object of its own, and
+    `fullgraph=True` turns a graph break, or a recompile-limit hit, into an error
+    that the harness reports on this candidate instead of timing a fallback.
+    """
+
+    kwargs = kwargs or {}
+
+    def call(*xs: Any) -> Any:
+        return reference(*xs, **kwargs)
+
+    code = call.__code__.replace(co_name=f"compiled_baseline_{next(_compiled_ids)}")
+    fresh = types.FunctionType(code, call.__globals__, code.co_name, call.__defaults__, call.__closure__)
+    return torch.compile(fresh, backend=backend, dynamic=False, fullgraph=True)
 
 
 def _spec(t: Any) -> Any:
@@ -67,8 +97,7 @@ def kernel_benchmark(
             Candidate("torch", lambda *xs: reference(*xs, **rkw)),
         ]
         if not quick:
-            compiled = torch.compile(lambda *xs: reference(*xs, **rkw), dynamic=False)
-            cands.append(Candidate("torch.compile", compiled))
+            cands.append(Candidate("torch.compile", compiled_baseline(reference, rkw)))
         if device_type in ("cpu", "cuda"):
             jitted = op.jax_function(**kw)
             cands.append(
