@@ -1,8 +1,9 @@
-"""Build hook: ship templates/ inside the package, as tpu_kernels/_templates.
+"""Build hook: ship templates/ and the benchmark suites bench/ inside the package, as
+tpu_kernels/_templates and tpu_kernels/_suites.
 
-`tpu-kernels new` reads the templates from the checkout's templates/ folder (so an
-editable install sees edits at once); a wheel has no checkout, so the templates are
-copied into the built package. Everything else is in pyproject.toml.
+`tpu-kernels new` and `tpu-kernels bench` read them from the checkout's folders (so an
+editable install sees edits at once); a wheel has no checkout, so they are copied into
+the built package. Everything else is in pyproject.toml.
 """
 
 import shutil
@@ -15,10 +16,15 @@ from setuptools.command.build_py import build_py
 class BuildPyWithTemplates(build_py):
     def run(self):
         super().run()
-        source = Path(__file__).resolve().parent / "templates"
-        if source.is_dir() and not getattr(self, "editable_mode", False):
-            target = Path(self.build_lib) / "tpu_kernels" / "_templates"
-            shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        if getattr(self, "editable_mode", False):
+            return
+        root = Path(__file__).resolve().parent
+        for folder, copy in (("templates", "_templates"), ("bench", "_suites")):
+            if (root / folder).is_dir():
+                target = Path(self.build_lib) / "tpu_kernels" / copy
+                shutil.copytree(
+                    root / folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+                )
 
 
 setup(cmdclass={"build_py": BuildPyWithTemplates})

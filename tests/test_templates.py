@@ -264,15 +264,16 @@ def test_generated_bench_suites_load_and_run(tmp_path):
         assert all(c.check["passed"] for r in report.results for c in r.candidates if c.primary), name
 
 
-def test_a_wheel_carries_the_templates(tmp_path):
-    """In a wheel there is no checkout: setup.py copies templates/ into tpu_kernels/_templates."""
+def test_a_wheel_carries_the_templates_and_the_benchmark_suites(tmp_path):
+    """In a wheel there is no checkout: setup.py copies templates/ into tpu_kernels/_templates
+    and the suites of bench/ into tpu_kernels/_suites (so `tpu-kernels bench` runs anywhere)."""
     import zipfile
 
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for folder in ("tpu_kernels", "templates"):
+    for folder in ("tpu_kernels", "templates", "bench"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", "dist", "."],
@@ -288,3 +289,5 @@ def test_a_wheel_carries_the_templates(tmp_path):
         assert f"tpu_kernels/_templates/{t}/README.md" in names
     assert "tpu_kernels/_templates/matmul/pallas/{{name}}/pallas.py.tmpl" in names
     assert "tpu_kernels/_templates/matmul/helion/{{name}}/helion_kernel.py.tmpl" in names
+    for suite in ("_common", "softmax", "rmsnorm", "matmul", "elementwise", "tokamax_ops"):
+        assert f"tpu_kernels/_suites/{suite}.py" in names

@@ -1,20 +1,49 @@
-"""`tpu-kernels bench --quick` on the shipped suites (bench/*.py), as README's main job runs it."""
+"""`tpu-kernels bench --quick` on the shipped suites (bench/*.py), as README's main job runs it,
+and where the command finds suites."""
 
 import json
 from pathlib import Path
 
 import pytest
 
+from tpu_kernels.bench import discover
 from tpu_kernels.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_from_an_empty_directory_the_shipped_suites_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert discover.suite_files(None) == discover.suite_files(None, root=ROOT)
+    assert {p.stem for p in discover.suite_files(None)} >= {"softmax", "rmsnorm", "matmul", "tokamax_ops"}
+    assert discover.suite_files("softmax") == [ROOT / "bench" / "softmax.py"]
+
+
+def test_a_project_of_ones_own_takes_its_bench_folder_first(tmp_path, monkeypatch):
+    (tmp_path / "bench").mkdir()
+    mine = tmp_path / "bench" / "mine.py"
+    mine.write_text("def benchmarks(quick, device_type):\n    return []\n")
+    monkeypatch.chdir(tmp_path)
+    assert discover.suite_files(None) == [Path.cwd() / "bench" / "mine.py"]
+    # a shipped suite is still found by name
+    assert discover.suite_files("softmax") == [ROOT / "bench" / "softmax.py"]
+    assert discover.suite_files(None, suites=ROOT / "bench") == discover.suite_files(None, root=ROOT)
+
+
+def test_no_such_suite_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "no_such_suite"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no suite 'no_such_suite'" in err and "softmax" in err and len(err.splitlines()) == 1
+    assert main(["bench", "--suites", str(tmp_path)]) == 2
+    assert "no suites in" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quick_run_of_every_shipped_suite_writes_a_correct_report(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # suites are found under ./bench, as from the command line
-    out = tmp_path / "report"
-    assert main(["bench", "--quick", "--rounds", "2", "--min-sample-ms", "2", "--out", str(out)]) == 0
+    monkeypatch.chdir(tmp_path)  # an empty directory: the shipped suites run, the report lands here
+    assert main(["bench", "--quick", "--rounds", "2", "--min-sample-ms", "2"]) == 0
+    [out] = (tmp_path / "bench-results").iterdir()
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == "tpu_kernels.bench/1" and report["device"]["type"] == "cpu"
     names = {r["benchmark"] for r in report["results"]}

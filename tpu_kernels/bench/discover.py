@@ -1,9 +1,14 @@
 """Finding benchmark suites: Python files that define `benchmarks(quick, device)`.
 
-tpu-kernels bench                 every suite in ./bench/
-tpu-kernels bench softmax         ./bench/softmax.py
-tpu-kernels bench path/to/x.py    that file
-tpu-kernels bench path/to/dir     every suite in that directory
+tpu-kernels bench                  every suite in ./bench/ if it has any, else the shipped suites
+tpu-kernels bench softmax          ./bench/softmax.py, else the shipped suite of that name
+tpu-kernels bench path/to/x.py     that file
+tpu-kernels bench path/to/dir      every suite in that directory
+tpu-kernels bench --suites DIR     every suite in DIR (a name then means DIR/NAME.py)
+
+The shipped suites are the checkout's `bench/` folder (a source checkout, also an
+editable install) or the copy a wheel carries as `tpu_kernels/_suites`, so the
+benchmark runs from any directory; the report goes under the current one.
 """
 
 from __future__ import annotations
@@ -17,24 +22,58 @@ from tpu_kernels.bench.spec import Benchmark
 DEFAULT_DIR = Path("bench")
 
 
-def suite_files(target: str | None, root: Path | None = None) -> list[Path]:
-    base = (root or Path.cwd()) / DEFAULT_DIR
+class SuiteNotFound(FileNotFoundError):
+    """No suite where one was asked for: a user error, reported as one line."""
+
+
+def shipped_dir() -> Path | None:
+    """The suites that come with tpu_kernels: the checkout's bench/ or the wheel's copy."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package.parent / "bench", package / "_suites"):
+        if (candidate / "_common.py").is_file() and _suites_in(candidate):
+            return candidate
+    return None
+
+
+def default_dir(root: Path | None = None) -> Path | None:
+    """./bench when it holds suites (a project of the user's), else the shipped suites."""
+    local = (root or Path.cwd()) / DEFAULT_DIR
+    if local.is_dir() and _suites_in(local):
+        return local
+    return shipped_dir()
+
+
+def suite_files(target: str | None, root: Path | None = None, suites: Path | None = None) -> list[Path]:
+    if suites is not None and not suites.is_dir():
+        raise SuiteNotFound(f"tpu-kernels bench: --suites {suites}: no such directory.")
+    base = suites if suites is not None else default_dir(root)
     if target is None:
-        if not base.is_dir():
-            raise FileNotFoundError(
-                f"tpu-kernels bench: no suite directory {base}; run from the repository root or pass a path."
+        found = _suites_in(base) if base is not None else []
+        if not found:
+            where = base or (root or Path.cwd()) / DEFAULT_DIR
+            raise SuiteNotFound(
+                f"tpu-kernels bench: no suites in {where} (a suite is a .py file defining "
+                "benchmarks(quick, device_type)); pass a suite file or directory, or --suites DIR."
             )
-        return _suites_in(base)
+        return found
     path = Path(target)
     if path.is_dir():
-        return _suites_in(path)
-    if path.suffix == ".py" and path.exists():
-        return [path]
-    candidate = base / f"{target}.py"
-    if candidate.exists():
-        return [candidate]
-    known = ", ".join(p.stem for p in _suites_in(base)) if base.is_dir() else "none"
-    raise FileNotFoundError(f"tpu-kernels bench: no suite {target!r} (known suites: {known}).")
+        found = _suites_in(path)
+        if not found:
+            raise SuiteNotFound(f"tpu-kernels bench: no suites in directory {path}.")
+        return found
+    if path.suffix == ".py":
+        if path.exists():
+            return [path]
+        raise SuiteNotFound(f"tpu-kernels bench: no suite file {path}.")
+    bases = [base] if suites is not None else [base, shipped_dir()]
+    for b in bases:
+        if b is not None and (b / f"{target}.py").exists():
+            return [b / f"{target}.py"]
+    known = sorted({p.stem for b in bases if b is not None for p in _suites_in(b)})
+    raise SuiteNotFound(
+        f"tpu-kernels bench: no suite {target!r} (known suites: {', '.join(known) or 'none'})."
+    )
 
 
 def _suites_in(directory: Path) -> list[Path]:

@@ -22,8 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "target",
         nargs="?",
-        help="a suite name (bench/NAME.py), a .py file or a directory; default: all of bench/",
+        help="a suite name (bench/NAME.py or a shipped suite), a .py file or a directory; "
+        "default: every suite in ./bench, else the suites shipped with tpu_kernels",
     )
+    p.add_argument("--suites", type=Path, metavar="DIR", help="take the suites from DIR instead")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -75,8 +77,14 @@ def run(args: argparse.Namespace) -> int:
     if args.device_time:
         settings = replace(settings, device_time=True)
 
+    try:
+        files = discover.suite_files(args.target, suites=args.suites)
+    except discover.SuiteNotFound as e:
+        print(e, file=sys.stderr)
+        return 2
+    console.print(f"suites: {', '.join(str(f) for f in files)}", highlight=False)
     benchmarks = []
-    for path in discover.suite_files(args.target):
+    for path in files:
         benchmarks += discover.load(path, quick=args.quick, device_type=device.type)
     if args.filter:
         benchmarks = [b for b in benchmarks if re.search(args.filter, b.name)]
