@@ -5,34 +5,60 @@ from tpu_kernels import tpu_kernel
 @tpu_kernel("mylib::scale")
 def scale(x: torch.Tensor, *, alpha: float) -> torch.Tensor:
     return pl.pallas_call(...)(x)   # x arrives as a jax.Array
+
+The public names are imported on first use (PEP 562), so `import tpu_kernels` and the
+`tpu-kernels` command start without importing torch and JAX until they are needed; the
+command uses that to keep torch from auto-loading torch_tpu on a machine without a TPU.
 """
 
-from tpu_kernels.cache import CacheInfo
-from tpu_kernels.errors import (
-    BackendUnavailableError,
-    KernelError,
-    NoBackwardError,
-    OpDefinitionError,
-    TpuKernelsError,
-)
-from tpu_kernels.interpret import interpret_mode, set_interpret_mode
-from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
-from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BackendUnavailableError",
-    "CacheInfo",
-    "KernelError",
-    "KernelOp",
-    "NoBackwardError",
-    "OpDefinitionError",
-    "TpuKernelsError",
-    "helion_cpu_mode",
-    "interpret_mode",
-    "registered_ops",
-    "set_helion_cpu_mode",
-    "set_interpret_mode",
-    "tpu_kernel",
-]
+_EXPORTS = {
+    "CacheInfo": "tpu_kernels.cache",
+    "BackendUnavailableError": "tpu_kernels.errors",
+    "KernelError": "tpu_kernels.errors",
+    "NoBackwardError": "tpu_kernels.errors",
+    "OpDefinitionError": "tpu_kernels.errors",
+    "TpuKernelsError": "tpu_kernels.errors",
+    "interpret_mode": "tpu_kernels.interpret",
+    "set_interpret_mode": "tpu_kernels.interpret",
+    "KernelOp": "tpu_kernels.op",
+    "registered_ops": "tpu_kernels.op",
+    "tpu_kernel": "tpu_kernels.op",
+    "helion_cpu_mode": "tpu_kernels.sources.helion",
+    "set_helion_cpu_mode": "tpu_kernels.sources.helion",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tpu_kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from tpu_kernels.cache import CacheInfo
+    from tpu_kernels.errors import (
+        BackendUnavailableError,
+        KernelError,
+        NoBackwardError,
+        OpDefinitionError,
+        TpuKernelsError,
+    )
+    from tpu_kernels.interpret import interpret_mode, set_interpret_mode
+    from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+    from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode

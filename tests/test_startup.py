@@ -1,0 +1,47 @@
+"""Start-up: `import tpu_kernels` is lazy, and the command keeps torch_tpu's start-up noise away
+on a machine without a TPU."""
+
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code_or_args: list[str], cwd: Path, env_drop=("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS")):
+    env = {k: v for k, v in os.environ.items() if k not in env_drop}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, *code_or_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_import_tpu_kernels_imports_neither_torch_nor_jax_until_used(tmp_path):
+    out = _python(
+        [
+            "-c",
+            "import sys, tpu_kernels\n"
+            "print('torch' in sys.modules, 'jax' in sys.modules)\n"
+            "from tpu_kernels import tpu_kernel, interpret_mode\n"
+            "print('torch' in sys.modules, callable(tpu_kernel), sorted(tpu_kernels.__all__) == tpu_kernels.__all__)",
+        ],
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "True", "True"]
+
+
+@pytest.mark.skipif(
+    bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")), reason="a TPU machine: autoload is wanted"
+)
+def test_the_command_prints_no_torch_tpu_noise_without_a_tpu(tmp_path):
+    out = _python(["-m", "tpu_kernels.cli", "bench", "elementwise", "--quick", "--filter", "no-match"], tmp_path)
+    assert out.returncode == 2, out.stderr  # nothing selected
+    text = out.stdout + out.stderr
+    for noise in ("tcmalloc", "libtpu", "pjrt_api", "TPU_WORKER_HOSTNAMES", "absl::InitializeLog"):
+        assert noise not in text, text
+    assert text.strip().splitlines()[-1] == "no benchmarks selected"
