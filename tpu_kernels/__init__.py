@@ -34,7 +34,21 @@ _EXPORTS = {
     "set_helion_cpu_mode": "tpu_kernels.sources.helion",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
+    "BackendUnavailableError",
+    "CacheInfo",
+    "KernelError",
+    "KernelOp",
+    "NoBackwardError",
+    "OpDefinitionError",
+    "TpuKernelsError",
+    "helion_cpu_mode",
+    "interpret_mode",
+    "registered_ops",
+    "set_helion_cpu_mode",
+    "set_interpret_mode",
+    "tpu_kernel",
+]
 
 
 def __getattr__(name: str) -> Any:
