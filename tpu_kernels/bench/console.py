@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tpu_kernels.bench import runner
-from tpu_kernels.bench.results import Report
+from tpu_kernels.bench.results import PointResult, Report
 
 
 class RichProgress(runner.Progress):
@@ -22,19 +25,46 @@ class RichProgress(runner.Progress):
             transient=True,
         )
         self._task = None
+        self._where = ""
 
     def start(self, total: int) -> None:
         self._progress.start()
         self._task = self._progress.add_task("benchmarks", total=total)
 
     def point(self, benchmark: str, point: str) -> None:
-        self._progress.update(self._task, description=f"{benchmark} {point}")
+        self._where = f"{benchmark} {point}"
+        self._progress.update(self._task, description=escape(self._where))
 
-    def advance(self) -> None:
-        self._progress.advance(self._task)
+    def advance(self, candidate: str | None = None) -> None:
+        label = f"{self._where} {candidate}" if candidate else self._where
+        self._progress.update(self._task, advance=1, description=escape(label))
 
     def stop(self) -> None:
         self._progress.stop()
+
+
+class LineProgress(runner.Progress):
+    """Without a terminal (CI logs, pipes): one line per finished point, so a long run shows
+    that it is alive and where it is."""
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        self._console, self._clock = console, clock
+        self._t0 = clock()
+
+    def start(self, total: int) -> None:
+        self._t0 = self._clock()
+
+    def finished(self, result: PointResult) -> None:
+        parts = [f"{c.name} " + ("error" if c.error else fmt_time(c.median)) for c in result.candidates]
+        self._console.print(
+            f"[{self._clock() - self._t0:6.1f} s] {result.benchmark} {result.point_id}: " + ", ".join(parts),
+            markup=False,
+            highlight=False,
+        )
+
+
+def progress_for(console: Console) -> runner.Progress:
+    return RichProgress(console) if console.is_terminal else LineProgress(console)
 
 
 def fmt_time(seconds: float | None) -> str:

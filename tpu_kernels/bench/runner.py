@@ -29,13 +29,16 @@ def timer_description(device: Device, settings: timing.Settings) -> str:
 
 
 class Progress:
-    """What the runner reports while it works (the console shows a progress bar)."""
+    """What the runner reports while it works (the console shows a progress bar in a
+    terminal, one line per finished point elsewhere)."""
 
     def start(self, total: int) -> None: ...
 
     def point(self, benchmark: str, point: str) -> None: ...
 
-    def advance(self) -> None: ...
+    def advance(self, candidate: str | None = None) -> None: ...
+
+    def finished(self, result: PointResult) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -64,6 +67,7 @@ def run(
         for bench, point in plan:
             progress.point(bench.name, point_id(point))
             report.results.append(run_point(bench, point, device, settings, progress, now))
+            progress.finished(report.results[-1])
     finally:
         progress.stop()
     return report
@@ -103,7 +107,7 @@ def run_point(
         except Exception as e:  # a baseline that cannot run here is reported, not fatal
             res.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             res.check = None
-            _skip(progress, settings.rounds)
+            _skip(progress, settings.rounds, cand.name)
             if cand.primary:
                 res.error += " | " + traceback.format_exc(limit=3).replace("\n", " ")[:500]
 
@@ -133,9 +137,9 @@ def run_point(
     return result
 
 
-def _skip(progress: Progress, n: int) -> None:
+def _skip(progress: Progress, n: int, candidate: str) -> None:
     for _ in range(n):
-        progress.advance()
+        progress.advance(candidate)
 
 
 def _cost(bench: Benchmark, point: Point) -> tuple[float | None, float | None, str | None]:

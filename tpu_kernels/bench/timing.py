@@ -131,11 +131,12 @@ def measure(
     candidates: dict[str, tuple[Callable, Sequence[tuple]]],
     settings: Settings,
     now: Now = time.perf_counter,
-    on_sample: Callable[[], None] | None = None,
+    on_sample: Callable[[str], None] | None = None,
 ) -> dict[str, Timing]:
     """Warm up and calibrate each candidate, then time them in interleaved rounds.
 
-    `candidates` maps a name to (fn, the argument sets to cycle through)."""
+    `candidates` maps a name to (fn, the argument sets to cycle through); `on_sample` is
+    told the candidate's name after each sample (for progress reports)."""
     plans: dict[str, tuple[Callable, Sequence[tuple], int]] = {}
     timings: dict[str, Timing] = {}
     for name, (fn, arg_sets) in candidates.items():
@@ -150,7 +151,7 @@ def measure(
             fn, arg_sets, calls = plans[name]
             timings[name].samples.append(time_calls(device, fn, arg_sets, calls, offset=r * calls, now=now))
             if on_sample:
-                on_sample()
+                on_sample(name)
     return timings
 
 

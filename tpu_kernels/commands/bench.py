@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     report = runner.run(
-        benchmarks, device, settings, quick=args.quick, progress=bench_console.RichProgress(console)
+        benchmarks, device, settings, quick=args.quick, progress=bench_console.progress_for(console)
     )
     bench_console.render(report, console)
 
