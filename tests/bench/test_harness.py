@@ -72,9 +72,60 @@ def test_speedups_throughput_and_rotation():
 def test_plots_are_written_and_not_empty(tmp_path):
     report = bench.run([_softmax_benchmark()], CPU, FAST)
     paths = plots.write(report, tmp_path)
-    assert [p.name for p in paths] == ["toy_softmax.png"]
-    data = paths[0].read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert [p.name for p in paths] == ["toy_softmax.png", "summary.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_log_axes_label_only_major_ticks():
+    """Minor labels on a log axis piled up into an unreadable column: only major ticks are
+    labelled, over a wide and over a narrow range."""
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    for lo, hi in ((0.01, 300.0), (3.1, 4.4)):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [lo, hi])
+        ax.set_yscale("log")
+        plots._log_axis(ax.yaxis, lo, hi)
+        fig.canvas.draw()
+        assert isinstance(ax.yaxis.get_minor_formatter(), ticker.NullFormatter)
+        majors = [t for t in ax.yaxis.get_major_ticks() if lo <= t.get_loc() <= hi]
+        assert 2 <= len(majors) <= 12, (lo, hi, [t.get_loc() for t in majors])
+        plt.close(fig)
+
+
+def test_summary_speedups_are_geometric_means_against_the_baseline():
+    report = bench.run([_softmax_benchmark()], CPU, FAST)
+    got = plots.speedups(report)["toy_softmax"]
+    assert set(got) == {"mine"}  # the baseline ("torch") is not compared with itself
+    ups = [r.candidate("mine").speedup for r in report.results]
+    assert got["mine"] == pytest.approx((ups[0] * ups[1]) ** 0.5)
+
+
+def test_first_call_includes_compilation():
+    """The first call of a point is timed as such (tracing and compiling included), not the
+    first call of the warm-up, which comes after the correctness check."""
+    calls = []
+
+    def slow_first(x):
+        if not calls:
+            time.sleep(0.05)
+        calls.append(1)
+        return torch.softmax(x, -1)
+
+    b = _softmax_benchmark()
+    b = bench.Benchmark(
+        name="first",
+        points=b.points[:1],
+        inputs=b.inputs,
+        candidates=lambda p: [bench.Candidate("mine", slow_first, primary=True)],
+        reference=b.reference,
+    )
+    [point] = bench.run([b], CPU, FAST).results
+    mine = point.candidate("mine")
+    assert mine.first_call_s >= 0.05 > mine.median
 
 
 def _with_times(report: Report, median: float, spread: float = 0.02) -> Report:
@@ -106,6 +157,28 @@ def test_compare_flags_regressions_and_the_cli_exits_nonzero(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json")]) == 3
     assert "REGRESSION" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "base.json")]) == 0
+
+
+def test_compare_never_cuts_points_apart_and_writes_markdown(tmp_path, capsys):
+    """In a narrow terminal the point column folds: float32 and bfloat16 rows stay distinct."""
+    from rich.console import Console
+
+    from tpu_kernels.commands.bench import _print_compare
+
+    base = bench.run([_softmax_benchmark()], CPU, FAST)
+    data = base.to_dict()
+    long_id = "shape=4096x4096,block_rows=256,dtype=bfloat16"
+    data["results"][0]["point_id"] = long_id
+    data["results"][1]["point_id"] = long_id.replace("bfloat16", "float32")
+    report = Report.from_dict(data)
+    console = Console(width=60, record=True)
+    md = tmp_path / "cmp.md"
+    assert _print_compare(console, report, report, 0.1, markdown=md) == 0
+    text = console.export_text().replace("\n", "").replace("│", "").replace(" ", "")
+    assert "bfloat16" in text and "float32" in text and "…" not in text
+    table = md.read_text()
+    assert "| toy_softmax | shape=4096x4096,block_rows=256,dtype=bfloat16 | mine |" in table
+    assert table.startswith("**0 regression(s)**")
 
 
 def test_a_result_that_turns_wrong_is_a_regression():
@@ -182,7 +255,7 @@ def test_cli_runs_a_suite_file_and_writes_the_report(tmp_path):
     )
     out = tmp_path / "out"
     assert main(["bench", str(suite), "--quick", "--out", str(out), "--rounds", "2"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.json", "toy.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv", "report.json", "summary.png", "toy.png"]
     report = Report.read_json(out / "report.json")
     assert report.settings["quick"] and report.results[0].candidates[0].check["passed"]
 

@@ -59,6 +59,6 @@ def test_quick_run_of_every_shipped_suite_writes_a_correct_report(tmp_path, monk
             assert cand["check"] is None or cand["check"]["passed"], where
     header = (out / "report.csv").read_text().splitlines()[0]
     assert "benchmark" in header and "median" in header
-    for name in names:
+    for name in [*names, "summary"]:
         png = out / f"{name}.png"
         assert png.exists() and png.stat().st_size > 1000, name

@@ -49,3 +49,22 @@ def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[
 
 def regressions(changes: list[Change]) -> list[Change]:
     return [c for c in changes if c.regressed]
+
+
+def markdown_table(changes: list[Change], threshold: float) -> str:
+    """The comparison as a GitHub-flavoured Markdown table, for a pull request."""
+    from tpu_kernels.bench.console import fmt_time
+
+    bad = regressions(changes)
+    lines = [
+        f"**{len(bad)} regression(s)** among {len(changes)} measurements (threshold {threshold:.0%})",
+        "",
+        "| benchmark | point | candidate | before | after | change | verdict |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for c in changes:
+        change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
+        verdict = f"**REGRESSION** {c.reason}" if c.regressed else "ok"
+        cells = [c.benchmark, c.point_id, c.candidate, fmt_time(c.old_median), fmt_time(c.new_median), change]
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in [*cells, verdict]) + " |")
+    return "\n".join(lines) + "\n"

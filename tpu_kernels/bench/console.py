@@ -91,7 +91,7 @@ def render(report: Report, console: Console) -> None:
     roof = dev.get("peaks") is not None
     for name, points in by_bench.items():
         table = Table(title=name, title_justify="left", show_lines=False)
-        for col in ("point", "candidate", "median", "p10 / p90", "cv", "speed-up", "correct"):
+        for col in ("point", "candidate", "median", "p10 / p90", "cv", "speed-up", "first call", "correct"):
             table.add_column(col, justify="right" if col not in ("point", "candidate") else "left")
         table.add_column("TFLOP/s" if not roof else "TFLOP/s (% peak)", justify="right")
         table.add_column("GB/s" if not roof else "GB/s (% peak)", justify="right")
@@ -100,7 +100,7 @@ def render(report: Report, console: Console) -> None:
                 label = escape(c.name + (f" [{c.implementation}]" if c.implementation else ""))
                 if c.error:
                     table.add_row(
-                        r.point_id if i == 0 else "", label, "[red]error[/]", c.error[:60], "", "", "", "", ""
+                        r.point_id if i == 0 else "", label, "[red]error[/]", escape(c.error[:60]), *[""] * 6
                     )
                     continue
                 t = c.time or {}
@@ -128,6 +128,7 @@ def render(report: Report, console: Console) -> None:
                     f"{fmt_time(t.get('p10'))} / {fmt_time(t.get('p90'))}",
                     _num(t.get("cv"), ".2f"),
                     "-" if c.speedup is None else f"{c.speedup:.2f}x",
+                    fmt_time(c.first_call_s),
                     correct,
                     flops,
                     gbps,

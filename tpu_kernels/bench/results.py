@@ -35,7 +35,7 @@ class CandidateResult:
     primary: bool = False
     calls_per_sample: int = 0
     warmup_calls: int = 0
-    first_call_s: float | None = None
+    first_call_s: float | None = None  # the first call of this point: tracing and compiling included
     time: dict | None = None  # stats.Summary.to_dict(), seconds per call
     device_time_s: float | None = None
     check: dict | None = None  # correctness.Check.to_dict()
@@ -62,6 +62,7 @@ class PointResult:
     cost_source: str | None = None  # "formula", "pallas CostEstimate", "xla cost_analysis" or None
     input_sets: int = 0
     candidates: list[CandidateResult] = field(default_factory=list)
+    baseline: str | None = None  # the candidate speed-ups are measured against
 
     def candidate(self, name: str) -> CandidateResult | None:
         return next((c for c in self.candidates if c.name == name), None)
@@ -115,6 +116,7 @@ class Report:
             "cv",
             "n",
             "calls_per_sample",
+            "first_call_s",
             "device_time_s",
             "correct",
             "max_abs_err",
@@ -148,6 +150,7 @@ class Report:
                             "cv": t.get("cv"),
                             "n": t.get("n"),
                             "calls_per_sample": c.calls_per_sample,
+                            "first_call_s": c.first_call_s,
                             "device_time_s": c.device_time_s,
                             "correct": None if c.check is None else c.check["passed"],
                             "max_abs_err": None if c.check is None else c.check["max_abs_err"],

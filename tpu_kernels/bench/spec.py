@@ -76,6 +76,8 @@ def format_value(v: Any) -> str:
     if isinstance(v, torch.dtype):
         return str(v).removeprefix("torch.")
     if isinstance(v, (tuple, list)):
+        if any(isinstance(x, (tuple, list)) for x in v):  # several shapes: keep them apart
+            return "(" + ", ".join(format_value(x) for x in v) + ")"
         return "x".join(format_value(x) for x in v)
     return str(v)
 

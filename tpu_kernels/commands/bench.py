@@ -57,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("baseline", type=Path)
     c.add_argument("current", type=Path)
     c.add_argument("--threshold", type=float, default=0.10)
+    c.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="also write the comparison as a Markdown table (for a PR)"
+    )
     c.set_defaults(run=run_compare)
 
 
@@ -131,20 +134,27 @@ def run_compare(args: argparse.Namespace) -> int:
     from tpu_kernels.bench.results import Report
 
     return _print_compare(
-        Console(), Report.read_json(args.baseline), Report.read_json(args.current), args.threshold
+        Console(),
+        Report.read_json(args.baseline),
+        Report.read_json(args.current),
+        args.threshold,
+        markdown=args.markdown,
     )
 
 
-def _print_compare(console, baseline, current, threshold: float) -> int:
+def _print_compare(console, baseline, current, threshold: float, markdown: Path | None = None) -> int:
     from rich.table import Table
 
-    from tpu_kernels.bench.compare import compare, regressions
+    from tpu_kernels.bench.compare import compare, markdown_table, regressions
     from tpu_kernels.bench.console import fmt_time
 
     changes = compare(baseline, current, threshold)
+    if markdown is not None:
+        markdown.write_text(markdown_table(changes, threshold))
     table = Table(title=f"compared with baseline (threshold {threshold:.0%})", title_justify="left")
     for col in ("benchmark", "point", "candidate", "before", "after", "change", "verdict"):
-        table.add_column(col)
+        # folded, never cut: "shape=...,dtype=float32" and "...bfloat16" must stay distinguishable
+        table.add_column(col, overflow="fold")
     for c in changes:
         change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
         verdict = f"[bold red]REGRESSION[/] {c.reason}" if c.regressed else "ok"
