@@ -303,14 +303,19 @@ class KernelOp:
         with jax.enable_x64(True) if x64 else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
 
-    def jax_function(self, *, interpret: Any = "current", **statics: Any) -> Callable:
+    def jax_function(
+        self, *, interpret: Any = "current", matmul_precision: str = "current", **statics: Any
+    ) -> Callable:
         """The kernel as a jitted JAX function of its tensor arguments, statics bound.
 
         Pallas calls inside run in `interpret` mode (default: the current
-        tpu_kernels setting; None for none, on a real TPU). This is what the
-        benchmarks' raw-JAX baseline times: the same kernel without the bridge.
+        tpu_kernels setting; None for none, on a real TPU), and dots at JAX
+        `matmul_precision` (default: the one torch's setting gives now, as a call would
+        use; see tpu_kernels.precision). This is what the benchmarks' raw-JAX
+        baseline times: the same kernel without the bridge.
         """
         from tpu_kernels import interpret as interpret_settings
+        from tpu_kernels import precision as precision_settings
         from tpu_kernels.devices.jax_exec import pallas_interpret
 
         sig = self.signature
@@ -325,10 +330,12 @@ class KernelOp:
         kwargs = sig.static_kwargs(tuple(tuple(v) if isinstance(v, list) else v for v in values))
         names = [p.name for p in sig.tensor_params]
         mode = interpret_settings.current() if interpret == "current" else interpret
+        if matmul_precision == "current":
+            matmul_precision = precision_settings.current()
         fn = self.fn
 
         def kernel(*tensors: Any) -> Any:
-            with pallas_interpret(mode):
+            with pallas_interpret(mode), jax.default_matmul_precision(matmul_precision):
                 return fn(**kwargs, **dict(zip(names, tensors)))
 
         return jax.jit(kernel)
