@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, dtypes, eager, fake
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import OpDefinitionError
@@ -85,6 +86,7 @@ class KernelOp:
         autotune: bool = False,
         signature: Signature | None = None,
         returns_list: bool = False,
+        autocast: str = "keep",
     ) -> None:
         self.ns, self.short_name = _split_name(name)
         self.name = name
@@ -100,6 +102,7 @@ class KernelOp:
         self.cache_size = cache_size
         self.noncontiguous = noncontiguous
         self._check_options(outputs, residuals, backward, reference, noncontiguous)
+        self.autocast = autocast_policies.check_policy(name, autocast)
         n = sig.n_outputs
         self.output_names = (
             tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
@@ -125,6 +128,7 @@ class KernelOp:
 
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
+        autocast_policies.register(self, self.lib, self.autocast)
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
@@ -393,6 +397,7 @@ def tpu_kernel(
     tags: Sequence[torch.Tag] = (),
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
     autotune: bool = False,
+    autocast: str = "keep",
 ) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -417,6 +422,11 @@ def tpu_kernel(
       examples: a function returning representative calls, [(args, kwargs), ...],
         with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
         lowering check (`tpu-kernels check`) lowers the kernel at each.
+      autocast: what the op does inside `torch.autocast`: "keep" (default: runs
+        in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
+        (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
+        to float32, like CUDA's softmax and norms) or "promote" (to the widest
+        floating input dtype). See tpu_kernels.autocast.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -433,6 +443,7 @@ def tpu_kernel(
             tags=tags,
             examples=examples,
             autotune=autotune,
+            autocast=autocast,
         )
 
     return wrap(fn) if fn is not None else wrap
