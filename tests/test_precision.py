@@ -194,3 +194,18 @@ def test_helion_dots_stay_at_pallas_default():
     torch.set_float32_matmul_precision("highest")
     text = matmul_helion.jax_function().lower(S((64, 128), "float32"), S((128, 128), "float32")).as_text()
     assert dot_precisions(text) == {"DEFAULT"}
+
+
+def test_at_precision_fixes_the_trace_precision_of_a_wrapped_function():
+    # What the TPU path needs (torch_tpu's jax_op traces the function itself, once per shape):
+    # the wrapper keeps its signature, which jax_op reads, and its precision under any ambient one.
+    import inspect
+
+    from tpu_kernels.devices.tpu import inner_function
+
+    fn = precision.at_precision(scaled_dot.fn, "high")
+    assert inspect.signature(fn) == inspect.signature(scaled_dot.fn)
+    inner = inner_function(scaled_dot.signature, fn, 1)
+    with jax.default_matmul_precision("highest"):
+        text = jax.jit(inner, static_argnums=2).lower(S((8, 16), "float32"), S((16, 4), "float32"), 2.0).as_text()
+    assert dot_precisions(text) == {"HIGH"}

@@ -30,8 +30,12 @@ the CPU the setting changes the compiled module, not the numbers.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
+import jax
 import torch
 
 TORCH_TO_JAX = {"highest": "highest", "high": "high", "medium": "default"}
@@ -61,4 +65,18 @@ def current() -> str:
     return TORCH_TO_JAX[torch.get_float32_matmul_precision()]
 
 
-__all__ = ["TORCH_TO_JAX", "TPU_TO_JAX", "current"]
+def at_precision(fn: Callable, matmul_precision: str) -> Callable:
+    """`fn`, traced at JAX default matmul precision `matmul_precision` whatever the caller's.
+
+    For a path that traces `fn` itself and caches per shape only (torch_tpu's
+    `jax_op`): build one wrapped function, and one inner op, per precision."""
+
+    @functools.wraps(fn)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        with jax.default_matmul_precision(matmul_precision):
+            return fn(*args, **kwargs)
+
+    return traced
+
+
+__all__ = ["TORCH_TO_JAX", "TPU_TO_JAX", "at_precision", "current"]
