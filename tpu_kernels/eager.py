@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels import precision
 from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.signature import Kind
 
@@ -38,6 +39,7 @@ _dispatch_stack = torch._C._len_torch_dispatch_stack
 _functorch = torch._C._are_functorch_transforms_active
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_precision = precision.current
 _include, _exclude = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
 _BASE_TLS = (_include().raw_repr(), _exclude().raw_repr())
 
@@ -93,11 +95,12 @@ class EagerCpuCall:
     def key(self, args: tuple) -> tuple | None:
         """The executor's cache key for `args`, or None when the dispatcher must decide.
 
-        Same layout as `JaxExecutor`'s key: (mode, statics..., shape, dtype, ...).
+        Same layout as `JaxExecutor`'s key: (mode, matmul precision, statics..., shape,
+        dtype, ...); tests/test_precision.py checks the two agree.
         """
         if len(args) != self.n or not plain_eager():
             return None
-        key: list = [self._mode() if self.executor is not None else None]
+        key: list = [self._mode() if self.executor is not None else None, _precision()]
         for i, types in self.statics:
             v = args[i]
             if type(v) not in types:

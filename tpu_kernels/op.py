@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, dtypes, eager, fake
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import OpDefinitionError
@@ -85,6 +86,7 @@ class KernelOp:
         autotune: bool = False,
         signature: Signature | None = None,
         returns_list: bool = False,
+        autocast: str = "keep",
     ) -> None:
         self.ns, self.short_name = _split_name(name)
         self.name = name
@@ -100,6 +102,7 @@ class KernelOp:
         self.cache_size = cache_size
         self.noncontiguous = noncontiguous
         self._check_options(outputs, residuals, backward, reference, noncontiguous)
+        self.autocast = autocast_policies.check_policy(name, autocast)
         n = sig.n_outputs
         self.output_names = (
             tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
@@ -125,6 +128,7 @@ class KernelOp:
 
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
+        autocast_policies.register(self, self.lib, self.autocast)
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
@@ -303,14 +307,19 @@ class KernelOp:
         with jax.enable_x64(True) if x64 else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
 
-    def jax_function(self, *, interpret: Any = "current", **statics: Any) -> Callable:
+    def jax_function(
+        self, *, interpret: Any = "current", matmul_precision: str = "current", **statics: Any
+    ) -> Callable:
         """The kernel as a jitted JAX function of its tensor arguments, statics bound.
 
         Pallas calls inside run in `interpret` mode (default: the current
-        tpu_kernels setting; None for none, on a real TPU). This is what the
-        benchmarks' raw-JAX baseline times: the same kernel without the bridge.
+        tpu_kernels setting; None for none, on a real TPU), and dots at JAX
+        `matmul_precision` (default: the one torch's setting gives now, as a call would
+        use; see tpu_kernels.precision). This is what the benchmarks' raw-JAX
+        baseline times: the same kernel without the bridge.
         """
         from tpu_kernels import interpret as interpret_settings
+        from tpu_kernels import precision as precision_settings
         from tpu_kernels.devices.jax_exec import pallas_interpret
 
         sig = self.signature
@@ -325,10 +334,12 @@ class KernelOp:
         kwargs = sig.static_kwargs(tuple(tuple(v) if isinstance(v, list) else v for v in values))
         names = [p.name for p in sig.tensor_params]
         mode = interpret_settings.current() if interpret == "current" else interpret
+        if matmul_precision == "current":
+            matmul_precision = precision_settings.current()
         fn = self.fn
 
         def kernel(*tensors: Any) -> Any:
-            with pallas_interpret(mode):
+            with pallas_interpret(mode), jax.default_matmul_precision(matmul_precision):
                 return fn(**kwargs, **dict(zip(names, tensors)))
 
         return jax.jit(kernel)
@@ -386,6 +397,7 @@ def tpu_kernel(
     tags: Sequence[torch.Tag] = (),
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
     autotune: bool = False,
+    autocast: str = "keep",
 ) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -410,6 +422,11 @@ def tpu_kernel(
       examples: a function returning representative calls, [(args, kwargs), ...],
         with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
         lowering check (`tpu-kernels check`) lowers the kernel at each.
+      autocast: what the op does inside `torch.autocast`: "keep" (default: runs
+        in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
+        (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
+        to float32, like CUDA's softmax and norms) or "promote" (to the widest
+        floating input dtype). See tpu_kernels.autocast.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -426,6 +443,7 @@ def tpu_kernel(
             tags=tags,
             examples=examples,
             autotune=autotune,
+            autocast=autocast,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -23,11 +23,13 @@ import jax.numpy as jnp
 import torch
 from jax._src import config as jax_config
 
-from tpu_kernels import dtypes
+from tpu_kernels import dtypes, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
 from tpu_kernels.signature import Kind, Signature
+
+_precision = precision.current
 
 
 class Transfer(Protocol):
@@ -126,8 +128,9 @@ class JaxExecutor:
         return tuple(outs[: self.n_outputs])
 
     def _arrays_and_key(self, values: Any) -> tuple[list[Any], tuple]:
-        """The JAX arrays for the kernel, and the cache key: (mode, statics, shapes, dtypes)."""
-        key: list[Any] = [self._mode()]
+        """The JAX arrays for the kernel, and the cache key: (mode, matmul precision,
+        statics, shapes, dtypes). `eager.EagerCpuCall.key` builds the same layout."""
+        key: list[Any] = [self._mode(), _precision()]
         for i in self._static_idx:
             v = values[i]
             key.append(tuple(v) if isinstance(v, list) else v)
@@ -179,8 +182,8 @@ class JaxExecutor:
 
     # ---- the cold path: trace and compile once per key -----------------------------
     def _build(self, arrays: list[Any], key: tuple) -> Entry:
-        mode = key[0]
-        statics = self.sig.static_kwargs(tuple(key[1 : 1 + len(self._static_idx)]))
+        mode, matmul_precision = key[0], key[1]
+        statics = self.sig.static_kwargs(tuple(key[2 : 2 + len(self._static_idx)]))
         names = [name for _, _, name in self._tensor_params]
         for (_, _, name), a in zip(self._tensor_params, arrays):
             for leaf in a if isinstance(a, list) else [a]:
@@ -193,7 +196,9 @@ class JaxExecutor:
         fn, op, trace_context = self.fn, self.op, self.transfer.trace_context
 
         def flat(*tensor_args: Any) -> tuple:
-            with trace_context(mode):
+            # the precision is set inside the traced function, so it holds whatever
+            # JAX's ambient setting is when jit traces
+            with trace_context(mode), jax.default_matmul_precision(matmul_precision):
                 result = fn(**statics, **dict(zip(names, tensor_args)))
             return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
 

@@ -9,6 +9,9 @@
 | `tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)` | `rmsnorm/helion_kernel.py`, returns inv_rms as a residual | explicit: two Helion kernels, `rmsnorm_helion_dx` and `rmsnorm_helion_dweight` |
 | `tpu_kernels::matmul_helion(a, b)` | `matmul/helion_kernel.py` | derived from a JAX reference |
 
+Under torch.autocast each follows its Pallas twin's policy (matmul casts like
+aten.mm, softmax and rmsnorm run in float32, add keeps its inputs' dtypes).
+
 Each has a Pallas twin in the same family (scale_add, softmax, rmsnorm,
 matmul) so the benchmarks can set them side by side.
 """
@@ -44,12 +47,16 @@ add_helion = tpu_kernel(
     "tpu_kernels::add_helion",
     reference=_add_reference,
     examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
+    autocast="keep",
 )(add_k.add)
 softmax_helion = tpu_kernel(
-    "tpu_kernels::softmax_helion", reference=_softmax_reference, examples=lambda: [((_X,), {})]
+    "tpu_kernels::softmax_helion", reference=_softmax_reference, examples=lambda: [((_X,), {})], autocast="fp32"
 )(softmax_k.softmax)
 matmul_helion = tpu_kernel(
-    "tpu_kernels::matmul_helion", reference=matmul_ref.matmul_jax, examples=lambda: [((_X, _X), {})]
+    "tpu_kernels::matmul_helion",
+    reference=matmul_ref.matmul_jax,
+    examples=lambda: [((_X, _X), {})],
+    autocast="lower_precision_fp",
 )(matmul_k.matmul)
 
 rmsnorm_helion = tpu_kernel(
@@ -57,6 +64,7 @@ rmsnorm_helion = tpu_kernel(
     outputs=("y", "inv_rms"),
     residuals=("inv_rms",),
     examples=lambda: [((_X, _W), {})],
+    autocast="fp32",
 )(rms_k.rmsnorm)
 rmsnorm_helion_dx = tpu_kernel("tpu_kernels::rmsnorm_helion_dx", examples=lambda: [((_X, _W, _R, _X), {})])(
     rms_k.rmsnorm_dx

@@ -14,6 +14,9 @@ def _examples():
     return [((_bf16((m, k)), _bf16((k, n))), {}) for m, k, n in shapes.BENCH.values()]
 
 
-matmul = tpu_kernel("tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples)(pallas.matmul)
+# Under torch.autocast it casts like aten.mm: both operands to the autocast dtype.
+matmul = tpu_kernel(
+    "tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples, autocast="lower_precision_fp"
+)(pallas.matmul)
 
 __all__ = ["matmul"]

@@ -14,8 +14,13 @@ def _examples():
     return [((_bf16(shape), _bf16(shape[-1:])), {}) for shape in shapes.BENCH.values()]
 
 
+# Under torch.autocast it runs in float32 (statistics and output), like CUDA autocast's norms.
 rmsnorm = tpu_kernel(
-    "tpu_kernels::rmsnorm", outputs=("y", "inv_rms"), residuals=("inv_rms",), examples=_examples
+    "tpu_kernels::rmsnorm",
+    outputs=("y", "inv_rms"),
+    residuals=("inv_rms",),
+    examples=_examples,
+    autocast="fp32",
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 

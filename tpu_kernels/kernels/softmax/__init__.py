@@ -10,7 +10,8 @@ def _examples():
     return [((_bf16(shape),), {}) for shape in shapes.BENCH.values()]
 
 
-softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples)(pallas.softmax)
+# Under torch.autocast it runs in float32, like CUDA autocast's softmax.
+softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples, autocast="fp32")(pallas.softmax)
 softmax.def_backward(pallas.softmax_backward)
 
 __all__ = ["softmax"]
