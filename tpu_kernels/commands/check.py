@@ -4,7 +4,8 @@ For each op defined by the given modules (default: tpu_kernels.kernels, the
 shipped kernels), every example call (`examples=` on @tpu_kernel; derived for
 backward ops) is exported with `jax.export` for platform "tpu". Reported per
 op: lowered or not, the Mosaic/Pallas error in plain words when not, and the
-estimated VMEM per grid step of each Pallas kernel. With --races, each call
+estimated VMEM per grid step of each Pallas kernel; a grid that leaves output
+elements unwritten, or a block entirely outside its array, fails. With --races, each call
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
 detector. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
 """
