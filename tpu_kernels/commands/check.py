@@ -74,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_NOTHING
+    except SystemExit as e:  # a script's sys.exit() at import would end the check silently
+        print(
+            f"tpu-kernels check: importing {', '.join(modules)} called sys.exit({e.code!r}); the check "
+            'imports each module, so keep script code under `if __name__ == "__main__":`',
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
     if args.filter:
         ops = [op for op in ops if re.search(args.filter, op.name)]
     if not ops:

@@ -48,11 +48,18 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        problem = _not_a_folder(args.dir)
+        if problem:
+            print(f"tpu-kernels new: --dir {args.dir}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
         written = scaffold.new(
             args.name, args.template, backend=args.backend, dest=args.dir, namespace=args.namespace
         )
     except scaffold.ScaffoldError as e:
         print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a folder we may not write to, a full disk
+        print(f"tpu-kernels new: cannot write under --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     print(f"created {args.namespace}::{args.name} from the {args.template} template ({args.backend}):")
     for path in written:
@@ -64,3 +71,14 @@ def run(args: argparse.Namespace) -> int:
         f"  tpu-kernels bench bench/{args.name}.py --quick   # timings against torch"
     )
     return 0
+
+
+def _not_a_folder(dest: Path) -> str | None:
+    """Why `dest` cannot hold the generated folders (checked before anything is written)."""
+    for path in (dest, *dest.parents):
+        if path.exists():
+            if path.is_dir():
+                return None
+            what = "is" if path == dest else f"is inside {path}, which is"
+            return f"{what} a file, not a folder; give a folder (it is created if missing)"
+    return None
