@@ -152,3 +152,29 @@ def test_a_helion_kernel_without_source_is_refused_at_definition():
         "Python prompt; put the kernel in a .py file and import it."
     )
     assert isinstance(info.value.__cause__, OSError)
+
+
+def test_bad_options_are_refused_before_any_work(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    bad_regex = "--filter '(' is not a regular expression (missing ), unterminated subpattern at position 0)"
+    assert (
+        _one_line_error(capsys, ["check", "--filter", "("])
+        == f"tpu-kernels check: {bad_regex}; escape special characters with a backslash"
+    )
+    err = _one_line_error(capsys, ["check", "--json", str(tmp_path)])
+    assert (
+        err
+        == f"tpu-kernels check: --json {tmp_path}: is a folder; give a file path, e.g. {tmp_path / 'report.json'}"
+    )
+    err = _one_line_error(capsys, ["check", "--json", str(afile / "c.json")])
+    assert err.endswith(
+        f"--json {afile / 'c.json'}: is inside {afile}, which is a file, not a folder; give another path"
+    )
+    err = _one_line_error(capsys, ["bench", "--filter", "(", str(tmp_path)])
+    assert err.startswith(f"tpu-kernels bench: {bad_regex}")
+    err = _one_line_error(capsys, ["bench", "--out", str(afile), str(tmp_path)])
+    assert (
+        err
+        == f"tpu-kernels bench: --out {afile}: is a file, not a folder; give a folder (it is created if missing)"
+    )

@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from tpu_kernels.commands._args import folder_problem, regex_problem
+
 EXIT_WRONG = 1
 EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report
 EXIT_REGRESSION = 3
@@ -76,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     if args.device_time:
         settings = replace(settings, device_time=True)
 
+    problem = regex_problem("--filter", args.filter) or folder_problem("--out", args.out)
+    if problem:
+        print(f"tpu-kernels bench: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     baseline = None
     if args.compare:  # read it first: a bad baseline should not cost a whole run
         from tpu_kernels.bench.results import Report, ReportError

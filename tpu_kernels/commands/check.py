@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from tpu_kernels.commands._args import file_problem, regex_problem
+
 EXIT_FAILED = 1
 EXIT_NOTHING = 2
 RAW_CHARS = 400  # of each raw error, without --verbose
@@ -61,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     out = sys.stdout
     modules = args.modules or [DEFAULT_MODULE]
+    problem = regex_problem("--filter", args.filter) or file_problem("--json", args.json)
+    if problem:
+        print(f"tpu-kernels check: {problem}", file=sys.stderr)
+        return EXIT_NOTHING
     try:
         target = chip(args.chip or DEFAULT_CHIP)
     except ValueError as e:

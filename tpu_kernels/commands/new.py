@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tpu_kernels.commands._args import folder_problem
+
 EXIT_USAGE = 2
 
 
@@ -48,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        problem = _not_a_folder(args.dir)
+        problem = folder_problem("--dir", args.dir)
         if problem:
-            print(f"tpu-kernels new: --dir {args.dir}: {problem}", file=sys.stderr)
+            print(f"tpu-kernels new: {problem}", file=sys.stderr)
             return EXIT_USAGE
         written = scaffold.new(
             args.name, args.template, backend=args.backend, dest=args.dir, namespace=args.namespace
@@ -71,14 +73,3 @@ def run(args: argparse.Namespace) -> int:
         f"  tpu-kernels bench bench/{args.name}.py --quick   # timings against torch"
     )
     return 0
-
-
-def _not_a_folder(dest: Path) -> str | None:
-    """Why `dest` cannot hold the generated folders (checked before anything is written)."""
-    for path in (dest, *dest.parents):
-        if path.exists():
-            if path.is_dir():
-                return None
-            what = "is" if path == dest else f"is inside {path}, which is"
-            return f"{what} a file, not a folder; give a folder (it is created if missing)"
-    return None
