@@ -76,3 +76,38 @@ def test_troubleshooting_lists_messages_that_exist():
     assert len(fragments) > 30
     missing = [f for f in fragments if f.replace("\\|", "|") not in source]
     assert not missing, f"troubleshooting.md lists messages the code no longer raises: {missing}"
+
+
+def _readme_axpy(namespace: str, code_edit=lambda code: code):
+    """The README's axpy example, registered under another namespace (the page's own test
+    registers mylib::axpy in this process)."""
+    code = python_blocks(ROOT / "README.md")[0].replace("mylib", namespace)
+    ns: dict = {"__name__": f"docs_readme_{namespace}"}
+    exec(compile(code_edit(code), f"README_{namespace}.py", "exec"), ns)
+    return ns["axpy"]
+
+
+def test_readme_example_is_right_when_rows_are_not_a_multiple_of_the_block():
+    """grid=(x.shape[0] // 8,) left rows 8-11 of a 12-row input unwritten (NaN); pl.cdiv covers them."""
+    import jax
+    import torch
+
+    from tpu_kernels.check import check_call, chip
+
+    axpy = _readme_axpy("readme_rows")
+    for shape in [(12, 128), (4, 128), (13, 100), (1, 1)]:
+        x, y = torch.randn(shape), torch.randn(shape)
+        torch.testing.assert_close(axpy(x, y, alpha=2.0), x + 2 * y)
+    with pytest.raises(
+        Exception, match="x and y must be 2-D and of one shape, got \\(12, 128\\) and \\(12, 64\\)"
+    ):
+        axpy(torch.randn(12, 128), torch.randn(12, 64))
+    spec = jax.ShapeDtypeStruct((12, 128), "float32")
+    assert check_call(axpy, (spec, spec), {}, chip("v6e")).ok
+    # The version the README had: `tpu-kernels check` names the rows it never writes.
+    floor = _readme_axpy("readme_floor", lambda c: c.replace("pl.cdiv(x.shape[0], 8)", "x.shape[0] // 8"))
+    [problem] = check_call(floor, (spec, spec), {}, chip("v6e")).problems
+    assert (
+        problem.kind == "coverage"
+        and "rows 8-11 of output 0 (shape 12x128) are never written" in problem.message
+    )

@@ -292,6 +292,13 @@ class KernelOp:
 
     def cache_info(self, device: str = "cpu") -> CacheInfo:
         """Hits and misses of the compiled-callable cache of one device ("cpu" or "cuda")."""
+        device = getattr(device, "type", device)  # a torch.device too
+        if device not in ("cpu", "cuda"):
+            hint = " (GPUs are 'cuda')" if device == "gpu" else ""
+            raise ValueError(
+                f"{self.name}: cache_info(device={device!r}): tpu_kernels keeps a compiled-callable "
+                f"cache per device type, 'cpu' or 'cuda'{hint}; TPU calls are cached by torch_tpu."
+            )
         return self.source.cache_info(device)
 
     def cache_clear(self) -> None:

@@ -266,7 +266,7 @@ def test_cli_runs_a_suite_file_and_writes_the_report(tmp_path):
 def test_cli_reports_unknown_suites(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bench").mkdir()
-    assert main(["bench", "nope"]) == 2
+    assert main(["bench", "nope"]) == 2  # a user error: a message, not a traceback
     assert "no suite 'nope'" in capsys.readouterr().err
 
 

@@ -123,3 +123,32 @@ def scaled(x: torch.Tensor, *, scale: float = 1.0) -> tuple[torch.Tensor, torch.
 @scaled.def_backward
 def scaled_backward(e: torch.Tensor, grad_y: torch.Tensor, *, scale: float) -> torch.Tensor:
     return grad_y * scale * 2
+
+
+def _rows_of_8(x: torch.Tensor, rows: int) -> torch.Tensor:
+    block = pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0))
+    return pl.pallas_call(
+        _double,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows,),
+        in_specs=[block],
+        out_specs=block,
+    )(x)
+
+
+@tpu_kernel("check_demo::floor_grid", examples=lambda: [((_spec(12, 128),), {})])
+def floor_grid(x: torch.Tensor) -> torch.Tensor:
+    """grid=(12 // 8,): one step of 8 rows, rows 8-11 never written."""
+    return _rows_of_8(x, x.shape[0] // 8)
+
+
+@tpu_kernel("check_demo::cdiv_grid", examples=lambda: [((_spec(12, 128),), {})])
+def cdiv_grid(x: torch.Tensor) -> torch.Tensor:
+    """grid=(pl.cdiv(12, 8),): the second block is partial, which Pallas masks."""
+    return _rows_of_8(x, pl.cdiv(x.shape[0], 8))
+
+
+@tpu_kernel("check_demo::past_the_end", examples=lambda: [((_spec(12, 128),), {})])
+def past_the_end(x: torch.Tensor) -> torch.Tensor:
+    """Four steps of 8 rows on 12 rows: blocks 2 and 3 lie entirely past the array."""
+    return _rows_of_8(x, 4)

@@ -28,6 +28,10 @@ from typing import Any
 SCHEMA = "tpu_kernels.bench/1"
 
 
+class ReportError(ValueError):
+    """A file that is not a readable benchmark report (missing, not JSON, incomplete)."""
+
+
 @dataclass
 class CandidateResult:
     name: str
@@ -83,22 +87,62 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: dict) -> Report:
+        if not isinstance(data, dict):
+            raise ReportError(
+                f"holds a JSON {type(data).__name__}, not a tpu_kernels benchmark report (an object "
+                f'with "schema": "{SCHEMA}")'
+            )
         if data.get("schema") != SCHEMA:
-            raise ValueError(
+            raise ReportError(
                 f"not a tpu_kernels benchmark report (schema {data.get('schema')!r}, expected {SCHEMA!r})"
             )
-        results = [
-            PointResult(**{**r, "candidates": [CandidateResult(**c) for c in r["candidates"]]})
-            for r in data["results"]
-        ]
-        return cls(**{**data, "results": results})
+        missing = [k for k in ("environment", "device", "settings", "timer", "results") if k not in data]
+        if missing:
+            raise ReportError(f"the report has no {', '.join(repr(k) for k in missing)}")
+        if not isinstance(data["results"], list):
+            raise ReportError("its 'results' is not a list")
+        results = []
+        for i, r in enumerate(data["results"]):
+            if not isinstance(r, dict) or "candidates" not in r:
+                raise ReportError(f"result {i} has no 'candidates' (a list of timed candidates)")
+            try:
+                candidates = [CandidateResult(**c) for c in r["candidates"]]
+                results.append(PointResult(**{**r, "candidates": candidates}))
+            except TypeError as e:  # an unknown or missing field
+                raise ReportError(f"result {i} ({r.get('benchmark', '?')}) is malformed: {e}") from e
+        try:
+            return cls(**{**data, "results": results})
+        except TypeError as e:
+            raise ReportError(f"the report is malformed: {e}") from e
 
     def write_json(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_dict(), indent=1, default=_json_default) + "\n")
 
     @classmethod
     def read_json(cls, path: Path) -> Report:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a report that `tpu-kernels bench` wrote; ReportError (naming the file and what
+        to do) when the file is missing, not JSON, or not a complete report."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ReportError(
+                f"{path}: no such file; give the report.json a `tpu-kernels bench` run wrote "
+                "(bench-results/<time>/report.json)"
+            ) from None
+        except OSError as e:
+            raise ReportError(f"{path}: cannot read it ({e.strerror or e})") from e
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ReportError(
+                f"{path}: not valid JSON ({e.msg}: line {e.lineno} column {e.colno}); the file may be "
+                "truncated: write it again with `tpu-kernels bench --out DIR`"
+            ) from e
+        try:
+            return cls.from_dict(data)
+        except ReportError as e:
+            raise ReportError(f"{path}: {e}; give a report.json that `tpu-kernels bench` wrote") from e
 
     def write_csv(self, path: Path) -> None:
         """One row per (benchmark, point, candidate)."""

@@ -8,6 +8,7 @@
 - `export.py`: `jax.export` of a kernel for platform "tpu" (Pallas -> Mosaic).
 - `explain.py`: common Mosaic/Pallas lowering errors in plain words.
 - `vmem.py`: VMEM per grid step of each Pallas kernel, from its traced jaxpr.
+- `coverage.py`: output elements no grid step writes, blocks entirely outside their array.
 - `examples.py`: the op's example calls (derived for backward ops).
 - `races.py`: the TPU-semantics interpreter with its race detector.
 - `lowering.py`: `check_op`, the per-op report.

@@ -16,6 +16,8 @@ UNSUPPORTED_OP = "unsupported-op"
 DTYPE = "dtype"
 VMEM = "vmem"
 RACE = "race"
+COVERAGE = "coverage"  # output elements that no grid step writes (check/coverage.py)
+OUT_OF_BOUNDS = "out-of-bounds"  # a block entirely outside its array (check/coverage.py)
 OTHER = "other"
 
 

@@ -6,10 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpu_kernels.check import coverage, vmem
 from tpu_kernels.check import examples as ex
-from tpu_kernels.check import vmem
 from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.check.explain import DTYPE, VMEM, Explanation, explain
+from tpu_kernels.check.explain import COVERAGE, DTYPE, OUT_OF_BOUNDS, VMEM, Explanation, explain
 from tpu_kernels.check.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
 
 if TYPE_CHECKING:
@@ -99,11 +99,32 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     try:
         flat, specs, x64 = flat_kernel(op, args, kwargs)
         with x64_scope(x64), lowering_for_tpu(target):
-            result.kernels = vmem.kernel_footprints(flat, *specs)
+            eqns = vmem.traced_pallas_calls(flat, *specs)
     except Exception as e:  # the estimate is a bonus: never fail the check over it
+        result.warnings.append(f"no VMEM estimate or coverage check: {type(e).__name__}: {e}")
+        eqns = []
+    try:
+        result.kernels = [vmem.footprint(eqn) for eqn in eqns]
+    except Exception as e:
         result.warnings.append(f"no VMEM estimate: {type(e).__name__}: {e}")
     _check_footprints(result, target)
+    for eqn in eqns:
+        _check_coverage(result, eqn)
     return result
+
+
+def _check_coverage(result: ExampleResult, eqn: Any) -> None:
+    """Output elements no grid step writes, blocks entirely outside their array: failures."""
+    name = vmem._kernel_name(eqn)
+    try:
+        findings, warnings = coverage.check_kernel(eqn)
+    except Exception as e:  # an index map this check cannot evaluate: say so, do not fail
+        result.warnings.append(f"kernel {name}: no coverage check: {type(e).__name__}: {e}")
+        return
+    kinds = {"coverage": COVERAGE, "out-of-bounds": OUT_OF_BOUNDS}
+    for f in findings:
+        result.problems.append(Explanation(kinds[f.kind], f"kernel {name}: {f.message}", ""))
+    result.warnings += [f"kernel {name}: {w}" for w in warnings]
 
 
 def check_op(op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False) -> OpReport:

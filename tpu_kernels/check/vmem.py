@@ -157,10 +157,15 @@ def pallas_calls(jaxpr: Any) -> Iterator[Any]:
                 yield from pallas_calls(sub)
 
 
+def traced_pallas_calls(fn: Callable, *specs: Any) -> list[Any]:
+    """Trace `fn` at `specs` (ShapeDtypeStructs): its pallas_call equations."""
+    traced = jax.make_jaxpr(fn)(*specs)
+    return list(pallas_calls(next(_sub_jaxprs(traced))))
+
+
 def kernel_footprints(fn: Callable, *specs: Any) -> list[KernelFootprint]:
     """Trace `fn` at `specs` (ShapeDtypeStructs) and estimate each of its Pallas kernels."""
-    traced = jax.make_jaxpr(fn)(*specs)
-    return [footprint(eqn) for eqn in pallas_calls(next(_sub_jaxprs(traced)))]
+    return [footprint(eqn) for eqn in traced_pallas_calls(fn, *specs)]
 
 
 def fmt_bytes(n: int) -> str:

@@ -9,7 +9,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from tpu_kernels.commands._args import folder_problem, regex_problem
+
 EXIT_WRONG = 1
+EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report
 EXIT_REGRESSION = 3
 
 
@@ -80,20 +83,39 @@ def run(args: argparse.Namespace) -> int:
     if args.device_time:
         settings = replace(settings, device_time=True)
 
+    problem = regex_problem("--filter", args.filter) or folder_problem("--out", args.out)
+    if problem:
+        print(f"tpu-kernels bench: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    baseline = None
+    if args.compare:  # read it first: a bad baseline should not cost a whole run
+        from tpu_kernels.bench.results import Report, ReportError
+
+        try:
+            baseline = Report.read_json(args.compare)
+        except ReportError as e:
+            print(f"tpu-kernels bench: --compare {e}", file=sys.stderr)
+            return EXIT_USAGE
     try:
-        files = discover.suite_files(args.target, suites=args.suites)
-    except discover.SuiteNotFound as e:
+        paths = discover.suite_files(args.target, suites=args.suites)
+    except discover.SuiteNotFound as e:  # its message names the folder or suite
         print(e, file=sys.stderr)
-        return 2
-    console.print(f"suites: {', '.join(str(f) for f in files)}", highlight=False)
+        return EXIT_USAGE
+    console.print(f"suites: {', '.join(str(f) for f in paths)}", highlight=False)
     benchmarks = []
-    for path in files:
+    for path in paths:
         benchmarks += discover.load(path, quick=args.quick, device_type=device.type)
     if args.filter:
         benchmarks = [b for b in benchmarks if re.search(args.filter, b.name)]
     if not benchmarks:
-        console.print("[red]no benchmarks selected[/]")
-        return 2
+        where = ", ".join(map(str, paths)) or f"{args.target or discover.DEFAULT_DIR} (no suite files)"
+        why = f"--filter {args.filter!r} matched none of" if args.filter and paths else "no benchmarks in"
+        print(
+            f"tpu-kernels bench: {why} {where}; a suite is a .py file defining `def benchmarks(`"
+            " (see docs/benchmarking.md)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
     report = runner.run(
         benchmarks, device, settings, quick=args.quick, progress=bench_console.progress_for(console)
@@ -121,25 +143,22 @@ def run(args: argparse.Namespace) -> int:
     if wrong:
         console.print(f"[bold red]{len(wrong)} point(s) of the op under test are wrong or failed[/]: {wrong}")
         status = EXIT_WRONG
-    if args.compare:
-        from tpu_kernels.bench.results import Report
-
-        status = max(status, _print_compare(console, Report.read_json(args.compare), report, args.threshold))
+    if baseline is not None:
+        status = max(status, _print_compare(console, baseline, report, args.threshold))
     return status
 
 
 def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tpu_kernels.bench.results import Report
+    from tpu_kernels.bench.results import Report, ReportError
 
-    return _print_compare(
-        Console(),
-        Report.read_json(args.baseline),
-        Report.read_json(args.current),
-        args.threshold,
-        markdown=args.markdown,
-    )
+    try:
+        baseline, current = Report.read_json(args.baseline), Report.read_json(args.current)
+    except ReportError as e:  # names the file and what to give instead
+        print(f"tpu-kernels compare: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_compare(Console(), baseline, current, args.threshold, markdown=args.markdown)
 
 
 def _print_compare(console, baseline, current, threshold: float, markdown: Path | None = None) -> int:

@@ -4,7 +4,8 @@ For each op defined by the given modules (default: tpu_kernels.kernels, the
 shipped kernels), every example call (`examples=` on @tpu_kernel; derived for
 backward ops) is exported with `jax.export` for platform "tpu". Reported per
 op: lowered or not, the Mosaic/Pallas error in plain words when not, and the
-estimated VMEM per grid step of each Pallas kernel. With --races, each call
+estimated VMEM per grid step of each Pallas kernel; a grid that leaves output
+elements unwritten, or a block entirely outside its array, fails. With --races, each call
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
 detector. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
 """
@@ -17,6 +18,8 @@ import re
 import sys
 from pathlib import Path
 from typing import TextIO
+
+from tpu_kernels.commands._args import file_problem, regex_problem
 
 EXIT_FAILED = 1
 EXIT_NOTHING = 2
@@ -60,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     out = sys.stdout
     modules = args.modules or [DEFAULT_MODULE]
+    problem = regex_problem("--filter", args.filter) or file_problem("--json", args.json)
+    if problem:
+        print(f"tpu-kernels check: {problem}", file=sys.stderr)
+        return EXIT_NOTHING
     try:
         target = chip(args.chip or DEFAULT_CHIP)
     except ValueError as e:
@@ -70,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # an import error in the user's module: say which, keep the cause
         print(
             f"tpu-kernels check: could not import {', '.join(modules)}: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return EXIT_NOTHING
+    except SystemExit as e:  # a script's sys.exit() at import would end the check silently
+        print(
+            f"tpu-kernels check: importing {', '.join(modules)} called sys.exit({e.code!r}); the check "
+            'imports each module, so keep script code under `if __name__ == "__main__":`',
             file=sys.stderr,
         )
         return EXIT_NOTHING

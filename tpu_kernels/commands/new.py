@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tpu_kernels.commands._args import folder_problem
+
 EXIT_USAGE = 2
 
 
@@ -48,11 +50,18 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
+        problem = folder_problem("--dir", args.dir)
+        if problem:
+            print(f"tpu-kernels new: {problem}", file=sys.stderr)
+            return EXIT_USAGE
         written = scaffold.new(
             args.name, args.template, backend=args.backend, dest=args.dir, namespace=args.namespace
         )
     except scaffold.ScaffoldError as e:
         print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a folder we may not write to, a full disk
+        print(f"tpu-kernels new: cannot write under --dir {args.dir}: {e.strerror or e}", file=sys.stderr)
         return EXIT_USAGE
     print(f"created {args.namespace}::{args.name} from the {args.template} template ({args.backend}):")
     for path in written:

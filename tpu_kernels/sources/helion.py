@@ -83,6 +83,24 @@ def current_cpu_mode() -> str:
     return _global_mode  # type: ignore[return-value]
 
 
+def _require_source(name: str, fn: Callable) -> None:
+    """Helion compiles a kernel from its Python source (`inspect.getsource`). A function defined
+    with `python -c`, on stdin, by exec() of a string or at the plain Python prompt has none,
+    and fails only at its first call (`OSError: could not get source code`): say so now."""
+    import inspect
+
+    try:
+        inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        where = getattr(getattr(fn, "__code__", None), "co_filename", "?")
+        raise OpDefinitionError(
+            f"{name}: Helion reads the kernel's Python source to compile it, and "
+            f"{getattr(fn, '__qualname__', fn)!s} (defined in {where}) has none: it was defined by "
+            "`python -c`, stdin, exec() of a string or the Python prompt; put the kernel in a .py "
+            "file and import it."
+        ) from e
+
+
 def variant(kernel: Any, **settings: Any) -> Any:
     """The same Helion kernel with other settings, leaving `kernel` untouched."""
     import helion
@@ -177,6 +195,7 @@ class HelionSource:
         import helion
         from helion.runtime.settings import RefMode
 
+        _require_source(name, kernel.fn)
         self.name = name
         self.kernel = kernel
         self.signature_fn = kernel.fn

@@ -1,0 +1,126 @@
+"""`tpu-kernels check`'s coverage check: output elements no grid step writes, blocks past the array."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from tests.check import demo_kernels as demo
+from tpu_kernels.check import check_op, coverage, vmem
+from tpu_kernels.cli import main
+
+DEMO = "tests.check.demo_kernels"
+
+
+def _copy(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def findings(grid, block, index_map, shape, *, in_map=None, aliases=None, in_block=None):
+    """The coverage findings of a copy kernel over an f32 array of `shape`."""
+
+    def f(x):
+        return pl.pallas_call(
+            _copy,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=grid,
+            in_specs=[pl.BlockSpec(in_block or block, in_map or index_map)],
+            out_specs=pl.BlockSpec(block, index_map),
+            input_output_aliases=aliases or {},
+        )(x)
+
+    [eqn] = vmem.traced_pallas_calls(f, jax.ShapeDtypeStruct(shape, jnp.float32))
+    found, warnings = coverage.check_kernel(eqn)
+    assert not warnings, warnings
+    return [(f.kind, f.message) for f in found]
+
+
+def test_a_floor_divided_grid_fails_the_check_with_the_rows_named(capsys):
+    assert main(["check", DEMO, "--filter", "floor_grid|cdiv_grid"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED   check_demo::floor_grid" in out
+    assert (
+        "error (coverage): kernel _double: rows 8-11 of output 0 (shape 12x128) are never written: "
+        "grid=(1,), block (8, 128); use grid=(pl.cdiv(12, 8),)." in out
+    )
+    assert "ok       check_demo::cdiv_grid" in out  # a partial last block is legal
+
+
+def test_a_block_entirely_past_the_array_is_out_of_bounds():
+    report = check_op(demo.past_the_end)
+    [result] = report.examples
+    assert report.status == "failed" and result.lowered
+    kinds = [p.kind for p in result.problems]
+    assert kinds == ["out-of-bounds", "out-of-bounds"]  # the input's read and the output's write
+    assert "input 0 (shape 12x128, block (8, 128)) gives block 2 along dimension 0 at grid point (2,): " in (
+        result.problems[0].message
+    )
+    assert "rows 16-23, entirely outside the array" in result.problems[0].message
+    assert "on TPU that block writes memory outside" in result.problems[1].message
+
+
+def test_full_coverage_passes_in_every_layout():
+    assert findings((2, 3), (8, 128), lambda i, j: (i, j), (16, 384)) == []
+    assert findings((3, 2), (8, 128), lambda j, i: (i, j), (16, 384)) == []  # axes swapped
+    assert findings((4,), (None, 128), lambda i: (i, 0), (4, 128)) == []  # squeezed rows
+    assert findings((), (4, 128), lambda: (0, 0), (4, 128)) == []  # no grid: one step
+    assert findings((2, 2), (8, 128), lambda i, j: (i + j, 0), (24, 128)) == []  # not a product
+    # revisiting blocks (a reduction axis) is fine: coverage, not uniqueness
+    assert findings((2, 5), (8, 128), lambda i, k: (i, 0), (16, 128), in_map=lambda i, k: (i, 0)) == []
+
+
+def test_the_gap_is_named_in_each_dimension():
+    assert findings((2, 2), (8, 128), lambda i, j: (i, j), (16, 384)) == [
+        (
+            "coverage",
+            "columns 256-383 of output 0 (shape 16x384) are never written: grid=(2, 2), "
+            "block (8, 128); use grid=(2, pl.cdiv(384, 128)).",
+        )
+    ]
+    [(_, message)] = findings((3,), (None, 128), lambda i: (i, 0), (4, 128))
+    assert message.startswith("row 3 of output 0 (shape 4x128) is never written") and "grid=(4,)" in message
+    [(_, message)] = findings((0,), (8, 128), lambda i: (i, 0), (4, 128))
+    assert message.startswith("all of output 0 (shape 4x128) is never written: grid=(0,)")
+    [(_, message)] = findings((2,), (8, 128), lambda i: (0, 0), (16, 128))  # the map ignores the grid
+    assert message.startswith("rows 8-15 of output 0") and "visit all pl.cdiv(16, 8) = 2 blocks" in message
+    [(_, message)] = findings((2,), (8, 128), lambda i: (2 * i, 0), (32, 128))  # every other block
+    assert message.startswith(
+        "2 of 4 blocks of output 0 (shape 32x128) are never written, the first at rows 8-15"
+    )
+
+
+def test_an_output_aliased_to_an_input_may_be_written_in_part():
+    # In-place update of rows 0-7: rows 8-15 keep the input's values.
+    assert findings((1,), (8, 128), lambda i: (i, 0), (16, 128), aliases={0: 0}) == []
+
+
+def test_large_grids_are_checked_per_axis():
+    assert coverage.MAX_POINTS < 401 * 300
+    assert findings((401, 300), (8, 128), lambda i, j: (i, j), (8 * 401, 128 * 300)) == []
+    [(kind, message)] = findings((400, 300), (8, 128), lambda i, j: (i, j), (8 * 400 + 4, 128 * 300))
+    assert kind == "coverage"
+    assert message == (
+        "rows 3200-3203 of output 0 (shape 3204x38400) are never written: grid=(400, 300), "
+        "block (8, 128); use grid=(pl.cdiv(3204, 8), 300)."
+    )
+    [(kind, message), _output] = findings((402, 300), (8, 128), lambda i, j: (i, j), (8 * 401, 128 * 300))
+    assert kind == "out-of-bounds" and "input 0" in message
+    assert "gives block 401 along dimension 0 at grid point (401, 0)" in message
+
+
+def test_large_grids_with_maps_the_model_does_not_fit_are_reported_as_unchecked():
+    def f(x):
+        spec = pl.BlockSpec((8, 128), lambda i, j: (i, (i * j) % 300))  # not a sum of per-axis terms
+        return pl.pallas_call(
+            _copy,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(401, 300),
+            in_specs=[spec],
+            out_specs=spec,
+        )(x)
+
+    [eqn] = vmem.traced_pallas_calls(f, jax.ShapeDtypeStruct((8 * 401, 128 * 300), jnp.float32))
+    found, warnings = coverage.check_kernel(eqn)
+    assert found == [] and len(warnings) == 2
+    assert "coverage and bounds of input 0 not checked: its grid has 120300 points" in warnings[0]

@@ -1,0 +1,181 @@
+"""User errors are messages: one line naming the file or argument and the fix, exit status 2
+for the CLI; a clear exception from the Python API. docs/troubleshooting.md lists each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tpu_kernels import tpu_kernel
+from tpu_kernels.bench.results import SCHEMA
+from tpu_kernels.cli import main
+from tpu_kernels.errors import OpDefinitionError
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def _report(**result) -> dict:
+    return {
+        "schema": SCHEMA,
+        "environment": {},
+        "device": {},
+        "settings": {},
+        "timer": "",
+        "results": [{"benchmark": "b", "point": {}, "point_id": "p", **result}],
+    }
+
+
+@pytest.fixture
+def reports(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_report(candidates=[])))
+    text = json.dumps(_report(candidates=[]))
+    (tmp_path / "truncated.json").write_text(text[: len(text) // 2])
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "nocand.json").write_text(json.dumps(_report()))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("truncated.json", "truncated.json: not valid JSON (Unterminated string"),
+        ("list.json", "list.json: holds a JSON list, not a tpu_kernels benchmark report"),
+        ("missing.json", "missing.json: no such file; give the report.json a `tpu-kernels bench` run wrote"),
+        ("nocand.json", "nocand.json: result 0 has no 'candidates'"),
+    ],
+)
+def test_compare_names_the_bad_report(reports, capsys, name, message):
+    for argv in (
+        ["compare", str(reports / name), str(reports / "good.json")],
+        ["compare", str(reports / "good.json"), str(reports / name)],
+    ):
+        err = _one_line_error(capsys, argv)
+        assert err.startswith("tpu-kernels compare: ") and message in err, err
+    assert main(["compare", str(reports / "good.json"), str(reports / "good.json")]) == 0
+
+
+def test_bench_names_the_bad_baseline_before_running(reports, capsys, monkeypatch):
+    monkeypatch.chdir(reports)  # no bench/ here: the baseline is read first all the same
+    err = _one_line_error(capsys, ["bench", "--compare", str(reports / "list.json")])
+    assert err.startswith("tpu-kernels bench: --compare ") and "holds a JSON list" in err
+
+
+def test_bench_without_a_suite(tmp_path, capsys, monkeypatch):
+    # (with no target, an empty directory runs the shipped suites: tests/bench/test_suites.py)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    err = _one_line_error(capsys, ["bench", "--suites", "empty"])
+    assert err == "tpu-kernels bench: no suites in empty (a suite is a .py file defining benchmarks(quick, device_type)); pass a suite file or directory, or --suites DIR."
+    err = _one_line_error(capsys, ["bench", "nosuch"])
+    assert "no suite 'nosuch' (known suites: " in err and "softmax" in err
+    err = _one_line_error(capsys, ["bench", "empty"])
+    assert err == "tpu-kernels bench: no suites in directory empty."
+    err = _one_line_error(capsys, ["bench", "gone.py"])
+    assert err == "tpu-kernels bench: no suite file gone.py."
+
+
+def test_new_with_dir_pointing_at_a_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    err = _one_line_error(capsys, ["new", "my_k", "-t", "elementwise", "--dir", str(afile)])
+    assert (
+        err
+        == f"tpu-kernels new: --dir {afile}: is a file, not a folder; give a folder (it is created if missing)"
+    )
+    err = _one_line_error(capsys, ["new", "my_k", "-t", "elementwise", "--dir", str(afile / "sub")])
+    assert f"is inside {afile}, which is a file" in err
+    assert afile.read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("code, shown", [("3", "3"), ("'bye'", "'bye'")])
+def test_check_of_a_module_that_exits(tmp_path, capsys, code, shown):
+    module = tmp_path / f"exits_{len(code)}.py"
+    module.write_text(f"import sys\nsys.exit({code})\n")
+    err = _one_line_error(capsys, ["check", str(module)])
+    assert err == (
+        f"tpu-kernels check: importing {module} called sys.exit({shown}); the check imports each module, "
+        'so keep script code under `if __name__ == "__main__":`'
+    )
+
+
+@tpu_kernel("user_errors::double")
+def double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_cache_info_names_the_device_types():
+    double(torch.ones(2))
+    assert double.cache_info("cpu").misses >= 1
+    assert double.cache_info(torch.device("cpu")) == double.cache_info()
+    with pytest.raises(
+        ValueError,
+        match=r"user_errors::double: cache_info\(device='gpu'\): .*'cpu' or 'cuda' \(GPUs are 'cuda'\)",
+    ):
+        double.cache_info("gpu")
+    with pytest.raises(ValueError, match="TPU calls are cached by torch_tpu"):
+        double.cache_info("tpu")
+
+
+HELION_KERNEL = """
+import helion
+import helion.language as hl
+import torch
+
+from tpu_kernels import tpu_kernel
+
+
+@tpu_kernel("user_errors::no_source")
+@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[8]))
+def no_source(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tile in hl.tile(x.size(0)):
+        out[tile, :] = x[tile, :] * 2
+    return out
+"""
+
+
+def test_a_helion_kernel_without_source_is_refused_at_definition():
+    pytest.importorskip("helion")
+    with pytest.raises(OpDefinitionError) as info:
+        exec(compile(HELION_KERNEL, "<string>", "exec"), {"__name__": "no_source_module"})
+    assert str(info.value) == (
+        "user_errors::no_source: Helion reads the kernel's Python source to compile it, and no_source "
+        "(defined in <string>) has none: it was defined by `python -c`, stdin, exec() of a string or the "
+        "Python prompt; put the kernel in a .py file and import it."
+    )
+    assert isinstance(info.value.__cause__, OSError)
+
+
+def test_bad_options_are_refused_before_any_work(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    bad_regex = "--filter '(' is not a regular expression (missing ), unterminated subpattern at position 0)"
+    assert (
+        _one_line_error(capsys, ["check", "--filter", "("])
+        == f"tpu-kernels check: {bad_regex}; escape special characters with a backslash"
+    )
+    err = _one_line_error(capsys, ["check", "--json", str(tmp_path)])
+    assert (
+        err
+        == f"tpu-kernels check: --json {tmp_path}: is a folder; give a file path, e.g. {tmp_path / 'report.json'}"
+    )
+    err = _one_line_error(capsys, ["check", "--json", str(afile / "c.json")])
+    assert err.endswith(
+        f"--json {afile / 'c.json'}: is inside {afile}, which is a file, not a folder; give another path"
+    )
+    err = _one_line_error(capsys, ["bench", "--filter", "(", str(tmp_path)])
+    assert err.startswith(f"tpu-kernels bench: {bad_regex}")
+    err = _one_line_error(capsys, ["bench", "--out", str(afile), str(tmp_path)])
+    assert (
+        err
+        == f"tpu-kernels bench: --out {afile}: is a file, not a folder; give a folder (it is created if missing)"
+    )
