@@ -10,7 +10,9 @@ import torch
 from tests.helpers import assert_close, rand
 from tests.kernels.checks import opcheck
 from tpu_kernels import tpu_kernel
-from tpu_kernels.tokamax import reference, tokamax_op
+from tpu_kernels.tokamax import tokamax_op
+from tpu_kernels.tokamax.attention import reference as attention_reference
+from tpu_kernels.tokamax.normalization import reference as norm_reference
 
 _ids = itertools.count()
 
@@ -48,7 +50,7 @@ def test_gradients_come_from_tokamax_vjp_and_the_backward_needs_no_trace_for_its
         rand(6, dtype=torch.float64, requires_grad=True),
     )
     assert torch.autograd.gradcheck(lambda a, b: layer_norm_rows(a, b), (x, w))
-    assert_close(layer_norm_rows(x, w), reference.layer_norm(x, w, dim=0), torch.float64)
+    assert_close(layer_norm_rows(x, w), norm_reference.layer_norm(x, w, dim=0), torch.float64)
     opcheck(layer_norm_rows, (x.float().detach().requires_grad_(), w.float().detach().requires_grad_()))
 
 
@@ -69,7 +71,7 @@ def test_tokamax_shape_checks_are_skipped_for_symbolic_sizes_only():
     with pytest.raises(Exception, match="typechecking parameter 'bias'"):
         opcheck(plain, args)
     opcheck(wrapped, args)
-    want = reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
+    want = attention_reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
     assert_close(wrapped(*args), want, torch.float32, scale=2)
     with pytest.raises(Exception, match="typechecking"):  # real calls are still checked
         wrapped(rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(3, 1, 8, 8))

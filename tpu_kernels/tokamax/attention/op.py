@@ -21,11 +21,41 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.attention import examples
+from tpu_kernels.tokamax.implementation import (
+    ACCELERATORS,
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    GPU_ONLY,
+    SRC,
+    TPU,
+    TPU_ONLY,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
 from tpu_kernels.tokamax.wrap import tokamax_op
 
 LAYOUTS = ("BTNH", "BNTH")
+
+# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "dot_product_attention",
+        {
+            "xla": EVERYWHERE,
+            "xla_chunked": EVERYWHERE,
+            "mosaic": ACCELERATORS,
+            "mosaic_tpu": TPU_ONLY,
+            "mosaic_gpu": GPU_ONLY,
+            "triton": GPU_ONLY,
+            "cudnn": GPU_ONLY,
+        },
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
+        SRC + "attention.api",
+    ),
+)
 
 
 def _attention_outputs(query, key, value, *args, **kwargs) -> torch.Tensor:
@@ -213,4 +243,9 @@ def scaled_dot_product_attention(
 
 dot_product_attention_op = _dot_product_attention
 
-__all__ = ["dot_product_attention", "dot_product_attention_op", "scaled_dot_product_attention"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "dot_product_attention",
+    "dot_product_attention_op",
+    "scaled_dot_product_attention",
+]

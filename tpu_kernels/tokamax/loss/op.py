@@ -21,9 +21,27 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation
+from tpu_kernels.tokamax.implementation import (
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    SRC,
+    TPU,
+    TPU_ONLY,
+    OpImplementations,
+    resolve_implementation,
+)
+from tpu_kernels.tokamax.loss import examples
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "linear_softmax_cross_entropy_loss",
+        {"xla": EVERYWHERE, "chunked_xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY},
+        {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"},
+        SRC + "linear_softmax_cross_entropy_loss.api",
+    ),
+)
 
 REDUCTIONS = ("sum", "mean", "none")
 CHUNKED_BLOCK = 2048  # chunked_xla's default v_block_size in Tokamax 0.0.17
@@ -108,4 +126,8 @@ def linear_softmax_cross_entropy_loss(
 
 linear_softmax_cross_entropy_loss_op = _linear_softmax_cross_entropy_loss
 
-__all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_loss_op"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "linear_softmax_cross_entropy_loss",
+    "linear_softmax_cross_entropy_loss_op",
+]

@@ -19,9 +19,29 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.implementation import (
+    ACCELERATORS,
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    GPU_ONLY,
+    SRC,
+    TPU,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
+from tpu_kernels.tokamax.triangle import examples
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "triangle_multiplication",
+        {"xla": EVERYWHERE, "triton": GPU_ONLY, "mosaic": ACCELERATORS},
+        {CPU: "xla", CUDA: "xla", TPU: "xla"},
+        SRC + "triangle_multiplication.api",
+    ),
+)
 
 TRIANGLE_TYPES = ("outgoing", "incoming")
 
@@ -132,4 +152,9 @@ def triangle_multiplication(
 
 triangle_multiplication_op = _triangle_multiplication
 
-__all__ = ["triangle_multiplication", "triangle_multiplication_op"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "TRIANGLE_TYPES",
+    "triangle_multiplication",
+    "triangle_multiplication_op",
+]

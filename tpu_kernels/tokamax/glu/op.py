@@ -22,9 +22,29 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.glu import examples
+from tpu_kernels.tokamax.implementation import (
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    GPU_ONLY,
+    SRC,
+    TPU,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+# "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "gated_linear_unit",
+        {"xla": EVERYWHERE, "mosaic": GPU_ONLY, "triton": GPU_ONLY, "cutedsl": GPU_ONLY},
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "xla"},
+        SRC + "gated_linear_unit.api",
+    ),
+)
 
 
 def _gelu(x: jax.Array) -> jax.Array:
@@ -137,4 +157,9 @@ def gated_linear_unit(
 
 gated_linear_unit_op = _gated_linear_unit
 
-__all__ = ["ACTIVATIONS", "gated_linear_unit", "gated_linear_unit_op"]
+__all__ = [
+    "ACTIVATIONS",
+    "IMPLEMENTATIONS",
+    "gated_linear_unit",
+    "gated_linear_unit_op",
+]

@@ -13,9 +13,28 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.implementation import (
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    GPU_ONLY,
+    SRC,
+    TPU,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
+from tpu_kernels.tokamax.normalization import examples
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "layer_norm",
+        {"xla": EVERYWHERE, "triton": GPU_ONLY},
+        {CPU: "xla", CUDA: "triton,xla", TPU: "xla"},
+        SRC + "normalization.api",
+    ),
+)
 
 
 @tokamax_op("tokamax::layer_norm", examples=examples.layer_norm)
@@ -119,4 +138,9 @@ def rms_norm(
 
 layer_norm_op = _layer_norm
 
-__all__ = ["layer_norm", "layer_norm_op", "rms_norm"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "layer_norm",
+    "layer_norm_op",
+    "rms_norm",
+]

@@ -21,9 +21,39 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
+from tpu_kernels.tokamax.implementation import (
+    ACCELERATORS,
+    CPU,
+    CUDA,
+    EVERYWHERE,
+    GPU_ONLY,
+    SRC,
+    TPU,
+    TPU_ONLY,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
+from tpu_kernels.tokamax.ragged import examples
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
+# ragged_dot_general resolves with ragged_dot's table: Tokamax runs both through one registry.
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "ragged_dot",
+        {
+            "xla": EVERYWHERE,
+            "mosaic": ACCELERATORS,
+            "mosaic_tpu": TPU_ONLY,
+            "mosaic_tpu_v2": TPU_ONLY,
+            "mosaic_gpu": GPU_ONLY,
+            "triton": GPU_ONLY,
+        },
+        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
+        SRC + "ragged_dot.api",
+    ),
+)
 
 
 def _out_dtype(lhs: torch.Tensor, rhs: torch.Tensor, preferred: torch.dtype | None) -> torch.dtype:
@@ -227,4 +257,10 @@ def ragged_dot_general(
 ragged_dot_op = _ragged_dot
 ragged_dot_general_op = _ragged_dot_general
 
-__all__ = ["ragged_dot", "ragged_dot_general", "ragged_dot_general_op", "ragged_dot_op"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "ragged_dot",
+    "ragged_dot_general",
+    "ragged_dot_general_op",
+    "ragged_dot_op",
+]

@@ -1,0 +1,105 @@
+"""DeepSeek-V4's RoPE: torch.ops.tokamax.deepseek_rope (Tokamax's `ops.deepseek_rope`).
+On TPU the default is Tokamax's Pallas kernel ("mosaic_tpu", which has no VJP: the backward
+differentiates XLA) with "xla" as fallback; elsewhere "xla".
+"""
+
+from __future__ import annotations
+
+import jax
+import torch
+from tokamax import ops
+
+from tpu_kernels.tokamax.implementation import (
+    EVERYWHERE,
+    SRC,
+    TPU_ONLY,
+    XLA_ELSEWHERE,
+    OpImplementations,
+    resolve_implementation,
+    tokamax_implementation,
+)
+from tpu_kernels.tokamax.rope import examples
+from tpu_kernels.tokamax.wrap import tokamax_op
+
+IMPLEMENTATIONS = (
+    OpImplementations(
+        "deepseek_rope", {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY}, XLA_ELSEWHERE, SRC + "deepseek_rope.api"
+    ),
+)
+
+
+ROPE_MODES = ("rope", "qnorm_rope")
+
+
+def _rope_outputs(x, *args, **kwargs):
+    return torch.empty_like(x)
+
+
+@tokamax_op(
+    "tokamax::deepseek_rope",
+    examples=examples.deepseek_rope,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_rope_outputs,
+)
+def _deepseek_rope(
+    x: jax.Array,  # [tokens, head_dim] or [tokens, heads, head_dim]
+    positions: jax.Array,  # int32 [tokens]
+    cos_sin_cache: jax.Array,  # float32 [max_pos, rotary_dim]
+    *,
+    mode: str = "rope",
+    inverse: bool = False,
+    eps: float = 1e-6,
+    implementation: str | None = None,
+) -> jax.Array:
+    return ops.deepseek_rope(
+        x,
+        positions,
+        cos_sin_cache,
+        mode=mode,
+        inverse=inverse,
+        eps=eps,
+        implementation=tokamax_implementation(implementation),
+    )
+
+
+def deepseek_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    *,
+    mode: str = "rope",
+    inverse: bool = False,
+    eps: float = 1e-6,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """DeepSeek-V4's RoPE on the trailing rotary_dim channels (Tokamax's `ops.deepseek_rope`).
+
+    GPT-J (interleaved) rotation: channel pair (2i, 2i+1) turns by frequency i,
+    with row positions[t] of cos_sin_cache = [cos | sin]. mode="qnorm_rope"
+    first RMS-normalises each head (no weight). Computed in float32.
+
+    Args:
+      x: [tokens, head_dim] or [tokens, heads, head_dim]; head_dim a multiple of 128.
+      positions: int [tokens]; cos_sin_cache: float32 [max_pos, rotary_dim <= 128].
+      mode: "rope" or "qnorm_rope" ("rope_quant" is not wrapped: use the generic path).
+      inverse: the transposed rotation.
+
+    Returns:
+      x's shape and dtype. Gradient: with respect to x.
+    """
+    if mode not in ROPE_MODES:
+        raise ValueError(f"tokamax.deepseek_rope: mode={mode!r}; use one of {ROPE_MODES}.")
+    return _deepseek_rope(
+        x,
+        positions.to(torch.int32),
+        cos_sin_cache,
+        mode=mode,
+        inverse=inverse,
+        eps=eps,
+        implementation=resolve_implementation("deepseek_rope", x.device, implementation),
+    )
+
+
+deepseek_rope_op = _deepseek_rope
+
+__all__ = ["IMPLEMENTATIONS", "ROPE_MODES", "deepseek_rope", "deepseek_rope_op"]
