@@ -145,8 +145,11 @@ def test_the_families_register_every_op_and_its_implementation_table_once():
         tk.FAMILIES["attention"].op("softmax")
 
 
-def test_registering_a_table_twice_is_an_error():
-    from tpu_kernels.tokamax import implementation
+def test_registering_a_family_or_a_table_twice_is_an_error():
+    from tpu_kernels.tokamax import implementation, registry
 
     with pytest.raises(ValueError, match="'layer_norm' are already registered"):
         implementation.register(OPS["layer_norm"])
+    with pytest.raises(ValueError, match="family 'rope' is already registered"):
+        registry.register("tpu_kernels.tokamax.rope", functions=[], ops=[])
+    assert len(OPS) == 15 and len(tk.FAMILIES) == 11

@@ -13,6 +13,7 @@ from tpu_kernels import tpu_kernel
 from tpu_kernels.tokamax import tokamax_op
 from tpu_kernels.tokamax.attention import reference as attention_reference
 from tpu_kernels.tokamax.normalization import reference as norm_reference
+from tpu_kernels.tokamax.wrap import call_op, tensors_first
 
 _ids = itertools.count()
 
@@ -95,3 +96,43 @@ def test_every_tokamax_op_is_documented_with_its_schema():
         if f"torch.ops.tokamax.{n.removeprefix('tokamax::')}{op.schema}" not in page
     ]
     assert not missing, f"docs/tokamax.md does not list these ops with their current schema: {missing}"
+
+
+def test_one_signature_gives_the_schema_and_the_body_calls_tokamax_by_name():
+    # The public function's signature, tensors moved first and the statics keyword-only,
+    # is the op's; `calls=` forwards every argument by name, the implementation order as
+    # the tuple Tokamax takes, and a list of outputs as a tuple.
+    seen = []
+
+    def fake_tokamax(x, gate, *, scale, implementation):
+        seen.append(implementation)
+        return [x * scale, x + gate]
+
+    def pair(
+        x: torch.Tensor, scale: float, *, gate: torch.Tensor, implementation: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise AssertionError("only the signature is used")
+
+    op = tokamax_op(uname("pair"), calls=fake_tokamax, signature=tensors_first(pair), backward=None)
+    assert (
+        op.schema == "(Tensor x, Tensor gate, *, float scale, str? implementation=None) -> (Tensor, Tensor)"
+    )
+    x, gate = rand(3, 4), rand(3, 4)
+    arguments = dict(x=x, gate=gate, scale=2.0, implementation="mosaic_tpu,xla", unrelated=1)
+    times, plus = call_op(op, arguments)
+    assert seen == [("mosaic_tpu", "xla")]
+    assert torch.equal(times, x * 2.0) and torch.equal(plus, x + gate)
+    with pytest.raises(TypeError, match=r"call_op has no value for \['gate'\]"):
+        call_op(op, dict(x=x, scale=1.0, implementation=None))
+
+
+def test_signature_alone_keeps_the_declared_order_and_runs_the_given_body():
+    def scaled(x: torch.Tensor, factor: float, *, implementation: str | None = None) -> torch.Tensor:
+        raise AssertionError("only the signature is used")
+
+    op = tokamax_op(uname("scaled"), signature=scaled, backward=None)(
+        lambda x, factor, implementation: x * factor
+    )
+    assert op.schema == "(Tensor x, float factor, *, str? implementation=None) -> Tensor"
+    x = rand(5)
+    assert torch.equal(call_op(op, dict(x=x, factor=3.0, implementation=None)), x * 3.0)

@@ -11,7 +11,7 @@ A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
 - `examples.py`: representative TPU calls, which `tpu-kernels check` lowers;
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
   (real workloads);
-- `__init__.py`: the family's public names and its `register(Family(...))`.
+- `__init__.py`: the family's public names and its `register(__name__, ...)`.
 
 `FAMILIES` lets cross-cutting code (the fake, lowering and implementation tests,
 the benchmarks) iterate every op without a hand-written list.
@@ -19,7 +19,8 @@ the benchmarks) iterate every op without a hand-written list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -52,13 +53,29 @@ class Family:
 FAMILIES: dict[str, Family] = {}
 
 
-def register(family: Family) -> Family:
-    """Add a family and its implementation tables (each family's `__init__` calls this once)."""
-    if family.name in FAMILIES:
-        raise ValueError(f"tokamax: the family {family.name!r} is already registered.")
+def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
+    """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
+    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, and its `reference`, `examples`
+    and `shapes` modules are imported."""
+    name = package.rpartition(".")[2]
+    if name in FAMILIES:
+        raise ValueError(f"tokamax: the family {name!r} is already registered.")
+    module = {part: importlib.import_module(f"{package}.{part}") for part in _PARTS}
+    family = Family(
+        name,
+        functions=tuple(functions),
+        ops=tuple(ops),
+        implementations=module["op"].IMPLEMENTATIONS,
+        reference=module["reference"],
+        examples=module["examples"],
+        shapes=module["shapes"],
+    )
     implementation.register(*family.implementations)
-    FAMILIES[family.name] = family
+    FAMILIES[name] = family
     return family
+
+
+_PARTS = ("op", "reference", "examples", "shapes")
 
 
 def all_ops() -> list[KernelOp]:

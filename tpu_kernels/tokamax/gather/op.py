@@ -6,58 +6,35 @@ has a VJP: the backward differentiates XLA (`no_vjp`).
 
 from __future__ import annotations
 
-import jax
 import torch
 from tokamax import ops
 
+from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.gather import examples
-from tpu_kernels.tokamax.implementation import (
-    CPU,
-    CUDA,
-    EVERYWHERE,
-    SRC,
-    TPU,
-    TPU_ONLY,
-    XLA_ELSEWHERE,
-    OpImplementations,
-    resolve_implementation,
-    tokamax_implementation,
-)
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
+# Each op's parameters are its public function's, and its body calls Tokamax's with them by name.
 IMPLEMENTATIONS = (
-    OpImplementations(
+    impl.OpImplementations(
         "ragged_gather",
-        {"xla": EVERYWHERE, "mosaic": TPU_ONLY},
-        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
-        SRC + "ragged_gather.api",
+        {"xla": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "ragged_gather.api",
     ),
-    OpImplementations(
+    impl.OpImplementations(
         "ragged_gather_reduce",
-        {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY},
-        XLA_ELSEWHERE,
-        SRC + "ragged_gather_reduce.api",
+        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        impl.XLA_ELSEWHERE,
+        impl.SRC + "ragged_gather_reduce.api",
     ),
 )
-
-
-@tokamax_op("tokamax::ragged_gather", examples=examples.ragged_gather, no_vjp=("mosaic",))
-def _ragged_gather(
-    x: jax.Array,  # [in_size, hidden]
-    indices: jax.Array,  # int32 [out_size]
-    start: jax.Array,  # int32 [1]
-    end: jax.Array,  # int32 [1]
-    *,
-    implementation: str | None = None,
-) -> jax.Array:
-    return ops.ragged_gather(x, indices, start, end, implementation=tokamax_implementation(implementation))
 
 
 def ragged_gather(
-    x: torch.Tensor,
-    indices: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
+    x: torch.Tensor,  # [in_size, hidden]
+    indices: torch.Tensor,  # int32 [out_size]
+    start: torch.Tensor,  # int32 [1]
+    end: torch.Tensor,  # int32 [1]
     *,
     implementation: str | None = None,
 ) -> torch.Tensor:
@@ -66,39 +43,18 @@ def ragged_gather(
     start and end (int [1]) bound the rows the TPU kernel fills; the "xla"
     implementation gathers every row. Gradient: with respect to x.
     """
-    as_i32 = [t.to(torch.int32) for t in (indices, start, end)]
-    return _ragged_gather(
-        x, *as_i32, implementation=resolve_implementation("ragged_gather", x.device, implementation)
-    )
+    indices, start, end = (t.to(torch.int32) for t in (indices, start, end))
+    implementation = impl.resolve_implementation("ragged_gather", x.device, implementation)
+    return call_op(ragged_gather_op, locals())
 
 
-def _gather_reduce_outputs(x, indices, topk_weights, valid_rows_mask, *, reduce_group_size, **kwargs):
-    return x.new_empty((indices.shape[0] // reduce_group_size, x.shape[1]))
-
-
-@tokamax_op(
-    "tokamax::ragged_gather_reduce",
-    examples=examples.ragged_gather_reduce,
-    no_vjp=("mosaic_tpu",),
-    symbolic_fake=_gather_reduce_outputs,
+ragged_gather_op = tokamax_op(
+    "tokamax::ragged_gather",
+    calls=ops.ragged_gather,
+    signature=ragged_gather,
+    examples=examples.ragged_gather,
+    no_vjp=("mosaic",),
 )
-def _ragged_gather_reduce(
-    x: jax.Array,  # [num_rows, hidden]
-    indices: jax.Array,  # int32 [routes]
-    topk_weights: jax.Array,  # [routes]
-    valid_rows_mask: jax.Array,  # bool [routes]
-    *,
-    reduce_group_size: int,
-    implementation: str | None = None,
-) -> jax.Array:
-    return ops.ragged_gather_reduce(
-        x,
-        indices,
-        topk_weights,
-        valid_rows_mask,
-        reduce_group_size,
-        implementation=tokamax_implementation(implementation),
-    )
 
 
 def ragged_gather_reduce(
@@ -128,23 +84,20 @@ def ragged_gather_reduce(
             f"tokamax.ragged_gather_reduce: routes ({indices.shape[0]}) must be a multiple of "
             f"reduce_group_size ({reduce_group_size})."
         )
-    return _ragged_gather_reduce(
-        x,
-        indices.to(torch.int32),
-        topk_weights,
-        valid_rows_mask.bool(),
-        reduce_group_size=reduce_group_size,
-        implementation=resolve_implementation("ragged_gather_reduce", x.device, implementation),
-    )
+    indices, valid_rows_mask = indices.to(torch.int32), valid_rows_mask.bool()
+    implementation = impl.resolve_implementation("ragged_gather_reduce", x.device, implementation)
+    return call_op(ragged_gather_reduce_op, locals())
 
 
-ragged_gather_op = _ragged_gather
-ragged_gather_reduce_op = _ragged_gather_reduce
+def _gather_reduce_outputs(x, indices, topk_weights, valid_rows_mask, *, reduce_group_size, **kwargs):
+    return x.new_empty((indices.shape[0] // reduce_group_size, x.shape[1]))
 
-__all__ = [
-    "IMPLEMENTATIONS",
-    "ragged_gather",
-    "ragged_gather_op",
-    "ragged_gather_reduce",
-    "ragged_gather_reduce_op",
-]
+
+ragged_gather_reduce_op = tokamax_op(
+    "tokamax::ragged_gather_reduce",
+    calls=ops.ragged_gather_reduce,
+    signature=tensors_first(ragged_gather_reduce),  # reduce_group_size keyword-only
+    examples=examples.ragged_gather_reduce,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_gather_reduce_outputs,
+)

@@ -5,30 +5,22 @@ Tokamax's Pallas kernel ("mosaic", TPU only here) with "xla" as fallback; elsewh
 
 from __future__ import annotations
 
-import jax
+import functools
+
 import torch
 from tokamax import ops
 
-from tpu_kernels.tokamax.implementation import (
-    CPU,
-    CUDA,
-    EVERYWHERE,
-    SRC,
-    TPU,
-    TPU_ONLY,
-    OpImplementations,
-    resolve_implementation,
-    tokamax_implementation,
-)
+from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.kda import examples
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
+# "mosaic" here is a TPU kernel only.
 IMPLEMENTATIONS = (
-    OpImplementations(
+    impl.OpImplementations(
         "kimi_delta_attention",
-        {"xla": EVERYWHERE, "xla_chunked": EVERYWHERE, "mosaic": TPU_ONLY},
-        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
-        SRC + "kda.api",
+        {"xla": impl.EVERYWHERE, "xla_chunked": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "kda.api",
     ),
 )
 
@@ -57,48 +49,6 @@ def _kda_outputs(
         query.new_empty((h, b, t, value.shape[-1])),
         query.new_empty((b, n, h, k, value.shape[-1]), dtype=state_dtype),
     )
-
-
-@tokamax_op(
-    "tokamax::kimi_delta_attention", examples=examples.kimi_delta_attention, symbolic_fake=_kda_outputs
-)
-def _kimi_delta_attention(
-    query: jax.Array,  # [H, B, T, K]
-    key: jax.Array,  # [H, B, T, K]
-    value: jax.Array,  # [H, B, T, V]
-    gate: jax.Array,  # [H, B, T, K]
-    beta: jax.Array,  # [H, B, T]
-    a_log: jax.Array | None = None,  # [H]
-    delta_time_bias: jax.Array | None = None,  # [H*K]
-    initial_state: jax.Array | None = None,  # [B, N, H, K, V]
-    segment_ids: jax.Array | None = None,  # int32 [B, T]
-    *,
-    scale: float | None = None,
-    use_qk_l2norm: bool = False,
-    use_gate_in_kernel: bool = False,
-    lower_bound: float | None = None,
-    max_num_segments: int | None = None,
-    implementation: str | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    out, state = ops.kimi_delta_attention(
-        query,
-        key,
-        value,
-        gate,
-        beta,
-        a_log=a_log,
-        delta_time_bias=delta_time_bias,
-        scale=scale,
-        initial_state=initial_state,
-        output_final_state=True,
-        use_qk_l2norm=use_qk_l2norm,
-        use_gate_in_kernel=use_gate_in_kernel,
-        segment_ids=segment_ids,
-        lower_bound=lower_bound,
-        max_num_segments=max_num_segments,
-        implementation=tokamax_implementation(implementation),
-    )
-    return out, state
 
 
 def kimi_delta_attention(
@@ -137,25 +87,17 @@ def kimi_delta_attention(
       (output [H, B, T, V] in query's dtype, final_state [B, N, H, K, V] float32 or wider).
       Gradients: every floating input.
     """
-    return _kimi_delta_attention(
-        query,
-        key,
-        value,
-        gate,
-        beta,
-        a_log,
-        delta_time_bias,
-        initial_state,
-        None if segment_ids is None else segment_ids.to(torch.int32),
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        use_gate_in_kernel=use_gate_in_kernel,
-        lower_bound=lower_bound,
-        max_num_segments=max_num_segments,
-        implementation=resolve_implementation("kimi_delta_attention", query.device, implementation),
-    )
+    segment_ids = None if segment_ids is None else segment_ids.to(torch.int32)
+    implementation = impl.resolve_implementation("kimi_delta_attention", query.device, implementation)
+    return call_op(kimi_delta_attention_op, locals())
 
 
-kimi_delta_attention_op = _kimi_delta_attention
-
-__all__ = ["IMPLEMENTATIONS", "kimi_delta_attention", "kimi_delta_attention_op"]
+# The op's parameters are kimi_delta_attention's (tensors positional, as autograd wants them),
+# and its body calls Tokamax's with them by name, asking for the final state too.
+kimi_delta_attention_op = tokamax_op(
+    "tokamax::kimi_delta_attention",
+    calls=functools.partial(ops.kimi_delta_attention, output_final_state=True),
+    signature=tensors_first(kimi_delta_attention),
+    examples=examples.kimi_delta_attention,
+    symbolic_fake=_kda_outputs,
+)

@@ -1,8 +1,6 @@
 """DeepSeek-V4's hyper-connections: torch.ops.tokamax.mhc_pre, mhc_post, mhc_fused_post_pre (see `op.py`)."""
 
-from tpu_kernels.tokamax.mhc import examples, reference, shapes
 from tpu_kernels.tokamax.mhc.op import (
-    IMPLEMENTATIONS,
     mhc_fused_post_pre,
     mhc_fused_post_pre_op,
     mhc_post,
@@ -10,26 +8,12 @@ from tpu_kernels.tokamax.mhc.op import (
     mhc_pre,
     mhc_pre_op,
 )
-from tpu_kernels.tokamax.registry import Family, register
+from tpu_kernels.tokamax.registry import register
 
 FAMILY = register(
-    Family(
-        "mhc",
-        functions=(
-            mhc_pre,
-            mhc_post,
-            mhc_fused_post_pre,
-        ),
-        ops=(
-            mhc_pre_op,
-            mhc_post_op,
-            mhc_fused_post_pre_op,
-        ),
-        implementations=IMPLEMENTATIONS,
-        reference=reference,
-        examples=examples,
-        shapes=shapes,
-    )
+    __name__,
+    functions=[mhc_pre, mhc_post, mhc_fused_post_pre],
+    ops=[mhc_pre_op, mhc_post_op, mhc_fused_post_pre_op],
 )
 
 __all__ = [

@@ -8,28 +8,18 @@ from __future__ import annotations
 
 import math
 
-import jax
 import torch
 from tokamax import ops
 
-from tpu_kernels.tokamax.implementation import (
-    EVERYWHERE,
-    SRC,
-    TPU_ONLY,
-    XLA_ELSEWHERE,
-    OpImplementations,
-    resolve_implementation,
-    tokamax_implementation,
-)
+from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.mhc import examples
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 
-def _mhc_implementations(op: str, registry: str) -> OpImplementations:
+def _mhc_implementations(op: str, registry: str) -> impl.OpImplementations:
     """Tokamax keeps the three ops' implementations in three registries of one module."""
-    return OpImplementations(
-        op, {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY}, XLA_ELSEWHERE, SRC + "mhc.api", registry
-    )
+    kernels = {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY}
+    return impl.OpImplementations(op, kernels, impl.XLA_ELSEWHERE, impl.SRC + "mhc.api", registry)
 
 
 IMPLEMENTATIONS = (
@@ -38,58 +28,16 @@ IMPLEMENTATIONS = (
     _mhc_implementations("mhc_fused_post_pre", "FUSED_POST_PRE_IMPLEMENTATIONS"),
 )
 
-
-def _mhc_streams(fn: torch.Tensor) -> int:
-    """M from fn's M*(M+2) rows (this specialises a symbolic row count to its value)."""
-    return math.isqrt(int(fn.shape[0]) + 1) - 1
-
-
-def _mhc_pre_outputs(residual, fn, hc_scale, hc_base, **kwargs):
-    t, m = residual.shape[0], _mhc_streams(fn)
-    return (
-        residual.new_empty((t, m), dtype=torch.float32),
-        residual.new_empty((t, m, m), dtype=torch.float32),
-        residual.new_empty((t, residual.shape[1] // m), dtype=torch.bfloat16),
-    )
-
-
-@tokamax_op(
-    "tokamax::mhc_pre", examples=examples.mhc_pre, no_vjp=("mosaic_tpu",), symbolic_fake=_mhc_pre_outputs
-)
-def _mhc_pre(
-    residual: jax.Array,  # bfloat16 [T, M*H]
-    fn: jax.Array,  # float32 [M*(M+2), M*H]
-    hc_scale: jax.Array,  # float32 [3]
-    hc_base: jax.Array,  # float32 [M*(M+2)]
-    *,
-    rms_eps: float,
-    hc_pre_eps: float,
-    hc_sinkhorn_eps: float,
-    hc_post_mult_value: float,
-    sinkhorn_repeat: int,
-    implementation: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return tuple(
-        ops.mhc_pre(
-            residual,
-            fn,
-            hc_scale,
-            hc_base,
-            rms_eps,
-            hc_pre_eps,
-            hc_sinkhorn_eps,
-            hc_post_mult_value,
-            sinkhorn_repeat,
-            implementation=tokamax_implementation(implementation),
-        )
-    )
+# Each op's parameters are its public function's (tensors positional, the constants
+# keyword-only: `tensors_first`), and its body calls Tokamax's with them by name. None of
+# the Mosaic kernels has a VJP: the backward differentiates XLA.
 
 
 def mhc_pre(
-    residual: torch.Tensor,
-    fn: torch.Tensor,
-    hc_scale: torch.Tensor,
-    hc_base: torch.Tensor,
+    residual: torch.Tensor,  # bfloat16 [T, M*H]
+    fn: torch.Tensor,  # float32 [M*(M+2), M*H]
+    hc_scale: torch.Tensor,  # float32 [3]
+    hc_base: torch.Tensor,  # float32 [M*(M+2)]
     rms_eps: float,
     hc_pre_eps: float,
     hc_sinkhorn_eps: float,
@@ -108,45 +56,39 @@ def mhc_pre(
     Returns:
       (post_mix float32 [T, M], comb_mix float32 [T, M, M], layer_input bfloat16 [T, H]).
     """
-    return _mhc_pre(
-        residual,
-        fn,
-        hc_scale,
-        hc_base,
-        rms_eps=rms_eps,
-        hc_pre_eps=hc_pre_eps,
-        hc_sinkhorn_eps=hc_sinkhorn_eps,
-        hc_post_mult_value=hc_post_mult_value,
-        sinkhorn_repeat=sinkhorn_repeat,
-        implementation=resolve_implementation("mhc_pre", residual.device, implementation),
+    implementation = impl.resolve_implementation("mhc_pre", residual.device, implementation)
+    return call_op(mhc_pre_op, locals())
+
+
+def _mhc_streams(fn: torch.Tensor) -> int:
+    """M from fn's M*(M+2) rows (this specialises a symbolic row count to its value)."""
+    return math.isqrt(int(fn.shape[0]) + 1) - 1
+
+
+def _mhc_pre_outputs(residual, fn, hc_scale, hc_base, **kwargs):
+    t, m = residual.shape[0], _mhc_streams(fn)
+    return (
+        residual.new_empty((t, m), dtype=torch.float32),
+        residual.new_empty((t, m, m), dtype=torch.float32),
+        residual.new_empty((t, residual.shape[1] // m), dtype=torch.bfloat16),
     )
 
 
-def _mhc_post_outputs(x, residual, *args, **kwargs):
-    return torch.empty_like(residual)
-
-
-@tokamax_op(
-    "tokamax::mhc_post", examples=examples.mhc_post, no_vjp=("mosaic_tpu",), symbolic_fake=_mhc_post_outputs
+mhc_pre_op = tokamax_op(
+    "tokamax::mhc_pre",
+    calls=ops.mhc_pre,
+    signature=tensors_first(mhc_pre),
+    examples=examples.mhc_pre,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_mhc_pre_outputs,
 )
-def _mhc_post(
-    x: jax.Array,  # bfloat16 [T, H]
-    residual: jax.Array,  # bfloat16 [T, M*H]
-    post_layer_mix: jax.Array,  # float32 [T, M]
-    comb_res_mix: jax.Array,  # float32 [T, M, M]
-    *,
-    implementation: str | None = None,
-) -> jax.Array:
-    return ops.mhc_post(
-        x, residual, post_layer_mix, comb_res_mix, implementation=tokamax_implementation(implementation)
-    )
 
 
 def mhc_post(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    post_layer_mix: torch.Tensor,
-    comb_res_mix: torch.Tensor,
+    x: torch.Tensor,  # bfloat16 [T, H]
+    residual: torch.Tensor,  # bfloat16 [T, M*H]
+    post_layer_mix: torch.Tensor,  # float32 [T, M]
+    comb_res_mix: torch.Tensor,  # float32 [T, M, M]
     *,
     implementation: str | None = None,
 ) -> torch.Tensor:
@@ -160,64 +102,22 @@ def mhc_post(
     Returns:
       bfloat16 [T, M*H].
     """
-    return _mhc_post(
-        x,
-        residual,
-        post_layer_mix,
-        comb_res_mix,
-        implementation=resolve_implementation("mhc_post", x.device, implementation),
-    )
+    implementation = impl.resolve_implementation("mhc_post", x.device, implementation)
+    return call_op(mhc_post_op, locals())
 
 
-def _mhc_fused_outputs(x, residual, post_layer_mix, comb_res_mix, fn, *args, **kwargs):
-    t, m = residual.shape[0], _mhc_streams(fn)
-    return (
-        torch.empty_like(residual),
-        residual.new_empty((t, m), dtype=torch.float32),
-        residual.new_empty((t, m, m), dtype=torch.float32),
-        residual.new_empty((t, x.shape[1]), dtype=torch.bfloat16),
-    )
+def _mhc_post_outputs(x, residual, *args, **kwargs):
+    return torch.empty_like(residual)
 
 
-@tokamax_op(
-    "tokamax::mhc_fused_post_pre",
-    examples=examples.mhc_fused_post_pre,
+mhc_post_op = tokamax_op(
+    "tokamax::mhc_post",
+    calls=ops.mhc_post,
+    signature=mhc_post,
+    examples=examples.mhc_post,
     no_vjp=("mosaic_tpu",),
-    symbolic_fake=_mhc_fused_outputs,
+    symbolic_fake=_mhc_post_outputs,
 )
-def _mhc_fused_post_pre(
-    x: jax.Array,
-    residual: jax.Array,
-    post_layer_mix: jax.Array,
-    comb_res_mix: jax.Array,
-    fn: jax.Array,
-    hc_scale: jax.Array,
-    hc_base: jax.Array,
-    *,
-    rms_eps: float,
-    hc_pre_eps: float,
-    hc_sinkhorn_eps: float,
-    hc_post_mult_value: float,
-    sinkhorn_repeat: int,
-    implementation: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    return tuple(
-        ops.mhc_fused_post_pre(
-            x,
-            residual,
-            post_layer_mix,
-            comb_res_mix,
-            fn,
-            hc_scale,
-            hc_base,
-            rms_eps,
-            hc_pre_eps,
-            hc_sinkhorn_eps,
-            hc_post_mult_value,
-            sinkhorn_repeat,
-            implementation=tokamax_implementation(implementation),
-        )
-    )
 
 
 def mhc_fused_post_pre(
@@ -241,33 +141,25 @@ def mhc_fused_post_pre(
     Returns:
       (residual [T, M*H], post_mix [T, M], comb_mix [T, M, M], layer_input [T, H]).
     """
-    return _mhc_fused_post_pre(
-        x,
-        residual,
-        post_layer_mix,
-        comb_res_mix,
-        fn,
-        hc_scale,
-        hc_base,
-        rms_eps=rms_eps,
-        hc_pre_eps=hc_pre_eps,
-        hc_sinkhorn_eps=hc_sinkhorn_eps,
-        hc_post_mult_value=hc_post_mult_value,
-        sinkhorn_repeat=sinkhorn_repeat,
-        implementation=resolve_implementation("mhc_fused_post_pre", x.device, implementation),
+    implementation = impl.resolve_implementation("mhc_fused_post_pre", x.device, implementation)
+    return call_op(mhc_fused_post_pre_op, locals())
+
+
+def _mhc_fused_outputs(x, residual, post_layer_mix, comb_res_mix, fn, *args, **kwargs):
+    t, m = residual.shape[0], _mhc_streams(fn)
+    return (
+        torch.empty_like(residual),
+        residual.new_empty((t, m), dtype=torch.float32),
+        residual.new_empty((t, m, m), dtype=torch.float32),
+        residual.new_empty((t, x.shape[1]), dtype=torch.bfloat16),
     )
 
 
-mhc_pre_op = _mhc_pre
-mhc_post_op = _mhc_post
-mhc_fused_post_pre_op = _mhc_fused_post_pre
-
-__all__ = [
-    "IMPLEMENTATIONS",
-    "mhc_fused_post_pre",
-    "mhc_fused_post_pre_op",
-    "mhc_post",
-    "mhc_post_op",
-    "mhc_pre",
-    "mhc_pre_op",
-]
+mhc_fused_post_pre_op = tokamax_op(
+    "tokamax::mhc_fused_post_pre",
+    calls=ops.mhc_fused_post_pre,
+    signature=tensors_first(mhc_fused_post_pre),
+    examples=examples.mhc_fused_post_pre,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_mhc_fused_outputs,
+)

@@ -5,67 +5,29 @@ differentiates XLA) with "xla" as fallback; elsewhere "xla".
 
 from __future__ import annotations
 
-import jax
 import torch
 from tokamax import ops
 
-from tpu_kernels.tokamax.implementation import (
-    EVERYWHERE,
-    SRC,
-    TPU_ONLY,
-    XLA_ELSEWHERE,
-    OpImplementations,
-    resolve_implementation,
-    tokamax_implementation,
-)
+from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.rope import examples
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
-    OpImplementations(
-        "deepseek_rope", {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY}, XLA_ELSEWHERE, SRC + "deepseek_rope.api"
+    impl.OpImplementations(
+        "deepseek_rope",
+        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        impl.XLA_ELSEWHERE,
+        impl.SRC + "deepseek_rope.api",
     ),
 )
-
 
 ROPE_MODES = ("rope", "qnorm_rope")
 
 
-def _rope_outputs(x, *args, **kwargs):
-    return torch.empty_like(x)
-
-
-@tokamax_op(
-    "tokamax::deepseek_rope",
-    examples=examples.deepseek_rope,
-    no_vjp=("mosaic_tpu",),
-    symbolic_fake=_rope_outputs,
-)
-def _deepseek_rope(
-    x: jax.Array,  # [tokens, head_dim] or [tokens, heads, head_dim]
-    positions: jax.Array,  # int32 [tokens]
-    cos_sin_cache: jax.Array,  # float32 [max_pos, rotary_dim]
-    *,
-    mode: str = "rope",
-    inverse: bool = False,
-    eps: float = 1e-6,
-    implementation: str | None = None,
-) -> jax.Array:
-    return ops.deepseek_rope(
-        x,
-        positions,
-        cos_sin_cache,
-        mode=mode,
-        inverse=inverse,
-        eps=eps,
-        implementation=tokamax_implementation(implementation),
-    )
-
-
 def deepseek_rope(
-    x: torch.Tensor,
-    positions: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
+    x: torch.Tensor,  # [tokens, head_dim] or [tokens, heads, head_dim]
+    positions: torch.Tensor,  # int32 [tokens]
+    cos_sin_cache: torch.Tensor,  # float32 [max_pos, rotary_dim]
     *,
     mode: str = "rope",
     inverse: bool = False,
@@ -89,17 +51,21 @@ def deepseek_rope(
     """
     if mode not in ROPE_MODES:
         raise ValueError(f"tokamax.deepseek_rope: mode={mode!r}; use one of {ROPE_MODES}.")
-    return _deepseek_rope(
-        x,
-        positions.to(torch.int32),
-        cos_sin_cache,
-        mode=mode,
-        inverse=inverse,
-        eps=eps,
-        implementation=resolve_implementation("deepseek_rope", x.device, implementation),
-    )
+    positions = positions.to(torch.int32)
+    implementation = impl.resolve_implementation("deepseek_rope", x.device, implementation)
+    return call_op(deepseek_rope_op, locals())
 
 
-deepseek_rope_op = _deepseek_rope
+def _rope_outputs(x, *args, **kwargs):
+    return torch.empty_like(x)
 
-__all__ = ["IMPLEMENTATIONS", "ROPE_MODES", "deepseek_rope", "deepseek_rope_op"]
+
+# The op's parameters are deepseek_rope's, and its body calls Tokamax's with them by name.
+deepseek_rope_op = tokamax_op(
+    "tokamax::deepseek_rope",
+    calls=ops.deepseek_rope,
+    signature=deepseek_rope,
+    examples=examples.deepseek_rope,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_rope_outputs,
+)

@@ -10,23 +10,16 @@ import jax.numpy as jnp
 import torch
 from tokamax import ops
 
-from tpu_kernels.tokamax.implementation import (
-    EVERYWHERE,
-    SRC,
-    TPU_ONLY,
-    XLA_ELSEWHERE,
-    OpImplementations,
-    resolve_implementation,
-    tokamax_implementation,
-)
+from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.topk import examples
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
+# Each op's parameters are its public function's (k keyword-only), and its body calls
+# Tokamax's with them by name.
+_KERNEL = {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY}
 IMPLEMENTATIONS = (
-    OpImplementations("top_k", {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY}, XLA_ELSEWHERE, SRC + "topk.api"),
-    OpImplementations(
-        "router_topk", {"xla": EVERYWHERE, "mosaic_tpu": TPU_ONLY}, XLA_ELSEWHERE, SRC + "router_topk.api"
-    ),
+    impl.OpImplementations("top_k", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "topk.api"),
+    impl.OpImplementations("router_topk", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "router_topk.api"),
 )
 
 
@@ -36,20 +29,6 @@ IMPLEMENTATIONS = (
 def _top_k_outputs(scores, row_lengths=None, *, k, **kwargs):
     shape = (scores.shape[0], k)
     return scores.new_empty(shape, dtype=torch.int32), scores.new_empty(shape, dtype=torch.float32)
-
-
-@tokamax_op("tokamax::top_k", examples=examples.top_k, backward=None, symbolic_fake=_top_k_outputs)
-def _top_k(
-    scores: jax.Array,  # float32 [b, n]
-    row_lengths: jax.Array | None = None,  # int32 [b]
-    *,
-    k: int,
-    implementation: str | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    indices, bits = ops.top_k(
-        scores, k, row_lengths, return_scores=True, implementation=tokamax_implementation(implementation)
-    )
-    return indices, jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
 def top_k(
@@ -75,25 +54,29 @@ def top_k(
         raise ValueError(
             f"tokamax.top_k: scores must be float32 [b, n], got {scores.dtype} {tuple(scores.shape)}."
         )
-    lengths = None if row_lengths is None else row_lengths.to(torch.int32)
-    return _top_k(
-        scores, lengths, k=k, implementation=resolve_implementation("top_k", scores.device, implementation)
-    )
+    row_lengths = None if row_lengths is None else row_lengths.to(torch.int32)
+    implementation = impl.resolve_implementation("top_k", scores.device, implementation)
+    return call_op(top_k_op, locals())
+
+
+def _top_k(scores, row_lengths, *, k, implementation):
+    indices, bits = ops.top_k(scores, k, row_lengths, return_scores=True, implementation=implementation)
+    return indices, jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+top_k_op = tokamax_op(
+    "tokamax::top_k",
+    calls=_top_k,
+    signature=tensors_first(top_k),  # k keyword-only
+    examples=examples.top_k,
+    backward=None,
+    symbolic_fake=_top_k_outputs,
+)
 
 
 def _router_topk_outputs(scores, *, k, **kwargs):
     shape = (scores.shape[0], k)
     return scores.new_empty(shape, dtype=torch.float32), scores.new_empty(shape, dtype=torch.int32)
-
-
-@tokamax_op(
-    "tokamax::router_topk", examples=examples.router_topk, backward=None, symbolic_fake=_router_topk_outputs
-)
-def _router_topk(
-    scores: jax.Array, *, k: int, implementation: str | None = None
-) -> tuple[jax.Array, jax.Array]:
-    out = ops.router_topk(scores, k, implementation=tokamax_implementation(implementation))
-    return tuple(out)
 
 
 def router_topk(
@@ -110,12 +93,15 @@ def router_topk(
       softmax) and carry no gradient: for a differentiable gate use
       `scores.gather(1, indices.long())`.
     """
-    return _router_topk(
-        scores, k=k, implementation=resolve_implementation("router_topk", scores.device, implementation)
-    )
+    implementation = impl.resolve_implementation("router_topk", scores.device, implementation)
+    return call_op(router_topk_op, locals())
 
 
-top_k_op = _top_k
-router_topk_op = _router_topk
-
-__all__ = ["IMPLEMENTATIONS", "router_topk", "router_topk_op", "top_k", "top_k_op"]
+router_topk_op = tokamax_op(
+    "tokamax::router_topk",
+    calls=ops.router_topk,
+    signature=tensors_first(router_topk),  # k keyword-only
+    examples=examples.router_topk,
+    backward=None,
+    symbolic_fake=_router_topk_outputs,
+)
