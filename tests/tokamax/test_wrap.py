@@ -136,3 +136,12 @@ def test_signature_alone_keeps_the_declared_order_and_runs_the_given_body():
     assert op.schema == "(Tensor x, float factor, *, str? implementation=None) -> Tensor"
     x = rand(5)
     assert torch.equal(call_op(op, dict(x=x, factor=3.0, implementation=None)), x * 3.0)
+
+
+def test_call_op_also_calls_an_op_not_made_by_tokamax_op():
+    @tpu_kernel(uname("shifted"))
+    def shifted(x: jax.Array, y: jax.Array, *, by: float) -> jax.Array:
+        return x + y + by
+
+    x, y = rand(4), rand(4)
+    assert torch.equal(call_op(shifted, dict(y=y, by=1.0, x=x)), x + y + 1.0)

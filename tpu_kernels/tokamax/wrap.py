@@ -179,12 +179,24 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     """Call `op` with the values its parameters name in `arguments` (a public function's
     `locals()`, after it has checked and converted them): positional parameters by position,
     keyword-only ones by keyword, as the op's schema wants them."""
+    positional, keyword = getattr(op, "call_names", None) or _call_names(op)
+    try:
+        args = [arguments[name] for name in positional]
+        kwargs = {name: arguments[name] for name in keyword}
+    except KeyError:
+        missing = [name for name in positional + keyword if name not in arguments]
+        raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
+    return op(*args, **kwargs)
+
+
+def _call_names(op: KernelOp) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(positional, keyword-only) parameter names. `tokamax_op` keeps them on its ops: read
+    from the signature on every call, call_op took 8.9 us instead of 4.5 us for
+    kimi_delta_attention's 15 parameters (timeit, this 2-core machine under load)."""
     params = op.signature.params
-    missing = [p.name for p in params if p.name not in arguments]
-    if missing:
-        raise TypeError(f"{op.name}: call_op has no value for {missing}.")
-    args = [arguments[p.name] for p in params if not p.keyword_only]
-    return op(*args, **{p.name: arguments[p.name] for p in params if p.keyword_only})
+    return tuple(p.name for p in params if not p.keyword_only), tuple(
+        p.name for p in params if p.keyword_only
+    )
 
 
 def tokamax_op(
@@ -231,6 +243,7 @@ def tokamax_op(
         kop = tpu_kernel(name, backward=backward, **options)(body)
         _register_fakes(kop, symbolic_fake)
         kop.symbolic_fake = symbolic_fake  # tests check it against the derived fake
+        kop.call_names = _call_names(kop)  # for call_op
         return kop
 
     if fn is not None or (calls is not None and signature is not None):
