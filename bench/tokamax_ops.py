@@ -7,7 +7,7 @@
 | tokamax_layer_norm | layer_norm | F.layer_norm |
 | tokamax_glu | gated_linear_unit (SwiGLU) | silu(x @ w_gate) * (x @ w_up) |
 | tokamax_loss | linear_softmax_cross_entropy_loss | F.cross_entropy(x @ w) |
-| tokamax_<op> for ragged_dot, triangle_multiplication, top_k, router_topk, ragged_gather, ragged_gather_reduce, deepseek_rope, mhc_pre, mhc_post, mhc_fused_post_pre, kimi_delta_attention | the op | its torch formula (tpu_kernels/tokamax/reference.py) |
+| tokamax_<op> for ragged_dot, triangle_multiplication, top_k, router_topk, ragged_gather, ragged_gather_reduce, deepseek_rope, mhc_pre, mhc_post, mhc_fused_post_pre, kimi_delta_attention | the op | its torch formula (tpu_kernels/tokamax/<family>/reference.py) |
 
 The last row's ops are timed at one modest size each (their first output when they
 return several), on every device; the torch formulas are written for clarity
@@ -15,8 +15,8 @@ return several), on every device; the torch formulas are written for clarity
 baseline rather than a tuned one.
 
 The implementation Tokamax runs is shown beside the candidate ("xla" on CPU).
-On CPU the sizes are cut down (the real-workload sizes of
-tpu_kernels/tokamax/shapes.py are used on accelerators).
+On CPU the sizes are cut down (the real-workload sizes of each family's
+shapes.py, tpu_kernels/tokamax/<family>/shapes.py, are used on accelerators).
 """
 
 import torch
@@ -26,8 +26,19 @@ from _common import randn
 from tpu_kernels import bench
 from tpu_kernels import tokamax as tk
 from tpu_kernels.testing import dot_scale
-from tpu_kernels.tokamax import ops_extra as X
-from tpu_kernels.tokamax import reference, shapes
+from tpu_kernels.tokamax import (
+    attention,
+    gather,
+    glu,
+    kda,
+    loss,
+    mhc,
+    normalization,
+    ragged,
+    rope,
+    topk,
+    triangle,
+)
 
 CPU_ATTENTION = {
     "gqa_512": dict(batch=1, seq_q=512, seq_kv=512, heads=8, kv_heads=2, head_dim=64, head_dim_v=64)
@@ -112,7 +123,7 @@ def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
         r(m * (m + 2)),
     )
     mhc_post_in = (r(t, hid, dtype=bf16), r(t, m * hid, dtype=bf16), r(t, m), r(t, m, m))
-    kda = (r(2, 1, 64, 32), r(2, 1, 64, 32), r(2, 1, 64, 32))
+    kda_in = (r(2, 1, 64, 32), r(2, 1, 64, 32), r(2, 1, 64, 32))
     kda_gates = (
         lambda dev: -F.softplus(randn(2, 1, 64, 32, dtype=f32, device=dev)),
         lambda dev: torch.sigmoid(randn(2, 1, 64, dtype=f32, device=dev)),
@@ -123,7 +134,7 @@ def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             f32,
             make(r(512, 256), r(4, 256, 256), const(groups)),
             tk.ragged_dot,
-            reference.ragged_dot,
+            ragged.reference.ragged_dot,
             dot_scale(256, f32),
         ),
         (
@@ -142,72 +153,72 @@ def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 r(h),
             ),
             lambda *a: tk.triangle_multiplication(*a, "outgoing"),
-            lambda *a: reference.triangle_multiplication(*a, "outgoing"),
+            lambda *a: triangle.reference.triangle_multiplication(*a, "outgoing"),
             16.0,
         ),
         (
             "top_k",
             f32,
             make(r(64, 4096)),
-            lambda s: X.top_k(s, 32)[1],
-            lambda s: reference.top_k(s, 32)[1],
+            lambda s: tk.top_k(s, 32)[1],
+            lambda s: topk.reference.top_k(s, 32)[1],
             1.0,
         ),
         (
             "router_topk",
             f32,
             make(r(2048, 64)),
-            _first(lambda s: X.router_topk(s, 8)),
-            _first(lambda s: reference.router_topk(s, 8)),
+            _first(lambda s: tk.router_topk(s, 8)),
+            _first(lambda s: topk.reference.router_topk(s, 8)),
             1.0,
         ),
         (
             "ragged_gather",
             f32,
             make(r(1024, 256), ints(1024, 2048), const(torch.tensor([0])), const(torch.tensor([2048]))),
-            X.ragged_gather,
-            reference.ragged_gather,
+            tk.ragged_gather,
+            gather.reference.ragged_gather,
             1.0,
         ),
         (
             "ragged_gather_reduce",
             f32,
             make(r(1024, 256), const(routes), r(2048), const(valid)),
-            lambda x, i, w, v: X.ragged_gather_reduce(x, i, w, v, 8),
-            lambda x, i, w, v: reference.ragged_gather_reduce(x, i, w, v, 8),
+            lambda x, i, w, v: tk.ragged_gather_reduce(x, i, w, v, 8),
+            lambda x, i, w, v: gather.reference.ragged_gather_reduce(x, i, w, v, 8),
             4.0,
         ),
         (
             "deepseek_rope",
             f32,
             make(r(512, 8, 128), ints(1024, 512), r(1024, 64)),
-            X.deepseek_rope,
-            reference.deepseek_rope,
+            tk.deepseek_rope,
+            rope.reference.deepseek_rope,
             4.0,
         ),
         (
             "mhc_pre",
             bf16,
             make(*mhc_pre_in),
-            _first(lambda *a: X.mhc_pre(*a, *mhc_c)),
-            _first(lambda *a: reference.mhc_pre(*a, *mhc_c)),
+            _first(lambda *a: tk.mhc_pre(*a, *mhc_c)),
+            _first(lambda *a: mhc.reference.mhc_pre(*a, *mhc_c)),
             2.0,
         ),
-        ("mhc_post", bf16, make(*mhc_post_in), X.mhc_post, reference.mhc_post, 4.0),
+        ("mhc_post", bf16, make(*mhc_post_in), tk.mhc_post, mhc.reference.mhc_post, 4.0),
         (
             "mhc_fused_post_pre",
             bf16,
             make(*mhc_post_in, *mhc_pre_in[1:]),
-            _first(lambda *a: X.mhc_fused_post_pre(*a, *mhc_c)),
-            lambda x, res, plm, crm, *_: reference.mhc_post(x, res, plm, crm),
+            _first(lambda *a: tk.mhc_fused_post_pre(*a, *mhc_c)),
+            lambda x, res, plm, crm, *_: mhc.reference.mhc_post(x, res, plm, crm),
             4.0,
         ),
         (
             "kimi_delta_attention",
             f32,
-            make(*kda, *kda_gates),
-            _first(lambda *a: X.kimi_delta_attention(*a, use_qk_l2norm=True)),
-            _first(lambda *a: reference.kimi_delta_attention(*a, use_qk_l2norm=True)),
+            make(*kda_in, *kda_gates),
+            _first(lambda *a: tk.kimi_delta_attention(*a, use_qk_l2norm=True)),
+            _first(lambda *a: kda.reference.kimi_delta_attention(*a, use_qk_l2norm=True)),
             8.0,
         ),
     ]
@@ -220,13 +231,13 @@ def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
 def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
     cpu = device_type == "cpu"
     dtypes = [torch.float32] if cpu else [torch.bfloat16]
-    attn_shapes = CPU_ATTENTION if cpu else shapes.ATTENTION_BENCH
+    attn_shapes = CPU_ATTENTION if cpu else attention.shapes.BENCH
     attn = list(attn_shapes)  # points name the shape; the sizes are looked up
-    norm = list((CPU_NORM if cpu else shapes.NORM_BENCH).values())
-    glu = list((CPU_GLU if cpu else shapes.GLU_BENCH).values())
-    loss = list((CPU_LOSS if cpu else shapes.LOSS_BENCH).values())
+    norm = list((CPU_NORM if cpu else normalization.shapes.BENCH).values())
+    glu_shapes = list((CPU_GLU if cpu else glu.shapes.BENCH).values())
+    loss_shapes = list((CPU_LOSS if cpu else loss.shapes.BENCH).values())
     if quick:
-        attn, norm, glu, loss = attn[:1], norm[:1], glu[:1], loss[:1]
+        attn, norm, glu_shapes, loss_shapes = attn[:1], norm[:1], glu_shapes[:1], loss_shapes[:1]
 
     def attn_inputs(p, dev):
         s = attn_shapes[p["shape"]]
@@ -279,7 +290,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 device_type,
                 quick,
             ),
-            reference=lambda q, k, v: reference.dot_product_attention(q, k, v, is_causal=True),
+            reference=lambda q, k, v: attention.reference.dot_product_attention(q, k, v, is_causal=True),
             flops=attn_flops,
             tolerance_scale=lambda p: 4.0,
         ),
@@ -294,7 +305,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 device_type,
                 quick,
             ),
-            reference=lambda x, w: reference.rms_norm(x, w),
+            reference=lambda x, w: normalization.reference.rms_norm(x, w),
             bytes=norm_bytes,
             tolerance_scale=lambda p: 3.0,
         ),
@@ -309,13 +320,13 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 device_type,
                 quick,
             ),
-            reference=lambda x, w: reference.layer_norm(x, w),
+            reference=lambda x, w: normalization.reference.layer_norm(x, w),
             bytes=norm_bytes,
             tolerance_scale=lambda p: 3.0,
         ),
         bench.Benchmark(
             name="tokamax_glu",
-            points=bench.grid(shape=glu, dtype=dtypes),
+            points=bench.grid(shape=glu_shapes, dtype=dtypes),
             inputs=glu_inputs,
             candidates=_candidates(
                 "gated_linear_unit",
@@ -324,13 +335,13 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 device_type,
                 quick,
             ),
-            reference=lambda x, w: reference.gated_linear_unit(x, w, activation="silu"),
+            reference=lambda x, w: glu.reference.gated_linear_unit(x, w, activation="silu"),
             flops=lambda p: 2 * 2 * p["shape"][0][0] * p["shape"][0][1] * p["shape"][1],
             tolerance_scale=lambda p: 8.0,
         ),
         bench.Benchmark(
             name="tokamax_loss",
-            points=bench.grid(shape=loss, dtype=dtypes),
+            points=bench.grid(shape=loss_shapes, dtype=dtypes),
             inputs=loss_inputs,
             candidates=_candidates(
                 "linear_softmax_cross_entropy_loss",
@@ -339,7 +350,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
                 device_type,
                 quick,
             ),
-            reference=lambda x, y, w: reference.linear_softmax_cross_entropy_loss(x, y, w),
+            reference=lambda x, y, w: loss.reference.linear_softmax_cross_entropy_loss(x, y, w),
             flops=lambda p: 2 * p["shape"][0] * p["shape"][1] * p["shape"][2],
             # a sum of B per-row losses: the absolute tolerance grows with B
             tolerance_scale=lambda p: float(p["shape"][0]),

@@ -7,15 +7,16 @@ from tests.helpers import FLOAT_DTYPES, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import glu, reference, shapes
+from tpu_kernels.tokamax import glu
+from tpu_kernels.tokamax.glu import reference, shapes
 
 ACTIVATION_OF = {"rows": "silu", "batched": "gelu"}  # SwiGLU and GEGLU; the rest below
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(shapes.GLU_TEST))
+@pytest.mark.parametrize("name", list(shapes.TEST))
 def test_fused_weights_match_torch(name, dtype):
-    x_shape, n = shapes.GLU_TEST[name]
+    x_shape, n = shapes.TEST[name]
     k = x_shape[-1]
     act = ACTIVATION_OF[name]
     check_against_reference(

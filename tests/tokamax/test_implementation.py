@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.helpers import rand
+from tpu_kernels import registered_ops
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax.implementation import OPS, REGISTERED, ImplementationError
 
@@ -127,3 +128,28 @@ def test_each_op_refuses_a_gpu_or_tpu_kernel_on_cpu_before_running(op, impl):
         ImplementationError, match=f"tokamax.{op}: implementation='{impl}' cannot run on cpu tensors"
     ):
         _calls(impl)[op]()
+
+
+def test_the_families_register_every_op_and_its_implementation_table_once():
+    family_ops = [op.name for family in tk.FAMILIES.values() for op in family.ops]
+    tokamax_ops = [n for n in registered_ops() if n.startswith("tokamax::") and not n.endswith("_backward")]
+    assert sorted(family_ops) == sorted(tokamax_ops) and len(set(family_ops)) == len(family_ops)
+    tables = [table.op for family in tk.FAMILIES.values() for table in family.implementations]
+    assert tables == list(OPS) and len(OPS) == 15
+    for family in tk.FAMILIES.values():  # each public function is the package's own name
+        for fn in family.functions:
+            assert getattr(tk, fn.__name__) is fn and fn.__name__ in tk.__all__
+        assert family.shapes.TEST and family.shapes.BENCH
+        assert family.op(family.ops[0].short_name) is family.ops[0]
+    with pytest.raises(KeyError, match="has no op 'softmax'"):
+        tk.FAMILIES["attention"].op("softmax")
+
+
+def test_registering_a_family_or_a_table_twice_is_an_error():
+    from tpu_kernels.tokamax import implementation, registry
+
+    with pytest.raises(ValueError, match="'layer_norm' are already registered"):
+        implementation.register(OPS["layer_norm"])
+    with pytest.raises(ValueError, match="family 'rope' is already registered"):
+        registry.register("tpu_kernels.tokamax.rope", functions=[], ops=[])
+    assert len(OPS) == 15 and len(tk.FAMILIES) == 11

@@ -7,7 +7,8 @@ from tests.helpers import assert_close, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import loss, reference, shapes
+from tpu_kernels.tokamax import loss
+from tpu_kernels.tokamax.loss import reference, shapes
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -25,7 +26,7 @@ CASES = [("small", torch.float32, reduction) for reduction in ("sum", "mean", "n
 
 @pytest.mark.parametrize(("name", "dtype", "reduction"), CASES, ids=lambda v: str(v).removeprefix("torch."))
 def test_matches_cross_entropy_of_a_linear_layer(name, dtype, reduction):
-    b, h, v = shapes.LOSS_TEST[name]
+    b, h, v = shapes.TEST[name]
     labels = torch.randint(0, v, (b,))
     per_row = b if reduction == "sum" else 1
     check_against_reference(

@@ -7,13 +7,14 @@ from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import ragged, reference, shapes
+from tpu_kernels.tokamax import ragged
+from tpu_kernels.tokamax.ragged import reference, shapes
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(shapes.RAGGED_TEST))
+@pytest.mark.parametrize("name", list(shapes.TEST))
 def test_ragged_dot_matches_loops(name, dtype):
-    m, k, n, sizes = shapes.RAGGED_TEST[name]
+    m, k, n, sizes = shapes.TEST[name]
     gs = torch.tensor(sizes)
     check_against_reference(
         "ragged_dot",

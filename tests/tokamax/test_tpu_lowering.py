@@ -15,8 +15,8 @@ import pytest
 import tokamax
 
 from tests.kernels.checks import lowers_for_tpu
-from tpu_kernels.tokamax import attention, loss, ragged
-from tpu_kernels.tokamax import ops_extra as X
+from tpu_kernels.tokamax import attention, gather, kda, loss, ragged, rope, topk
+from tpu_kernels.tokamax.registry import all_ops
 
 S, BF16, I32, F32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.int32, jnp.float32
 # Tokamax's SparseCore kernels use APIs JAX now warns about; not ours to fix.
@@ -35,6 +35,17 @@ def compiling_for(device_kind: str = "TPU v6 lite"):
 
 
 QKV = [S((1, 512, 4, 128), BF16)] * 3
+
+
+@pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.short_name)
+def test_every_op_lowers_at_its_tpu_examples(op):
+    # Each family's examples, built for the chip as `tpu-kernels check` builds them: where
+    # the TPU order starts with a Mosaic kernel, that kernel (not XLA) is what lowers.
+    with compiling_for():
+        for args, kwargs in op.examples():
+            mlir = op.lower(*args, **kwargs).mlir_module()
+            mosaic = kwargs["implementation"].startswith("mosaic")
+            assert ("tpu_custom_call" in mlir) == mosaic, (op.name, kwargs["implementation"])
 
 
 @pytest.mark.parametrize("device_kind", ["TPU v5 lite", "TPU v6 lite"])
@@ -68,14 +79,16 @@ def test_ragged_dot_and_fused_loss():
 
 def test_tokamax_ops_kernels():
     with compiling_for("TPU7x"):  # these run on the SparseCore of TPU v7 and later
-        lowers_for_tpu(X.top_k_op, S((8, 1024), F32), None, k=16, implementation="mosaic_tpu")
+        lowers_for_tpu(topk.top_k_op, S((8, 1024), F32), None, k=16, implementation="mosaic_tpu")
         rows, idx = S((1024, 256), BF16), S((512,), I32)
-        lowers_for_tpu(X.ragged_gather_op, rows, idx, S((1,), I32), S((1,), I32), implementation="mosaic")
+        lowers_for_tpu(
+            gather.ragged_gather_op, rows, idx, S((1,), I32), S((1,), I32), implementation="mosaic"
+        )
         # Inputs that fit in VMEM take Tokamax's XLA path even here: give it a real MoE size.
         expert_rows, routes = S((16384, 4096), BF16), S((8192,), I32)
         weights, valid = S((8192,), F32), S((8192,), jnp.bool_)
         lowers_for_tpu(
-            X.ragged_gather_reduce_op,
+            gather.ragged_gather_reduce_op,
             expert_rows,
             routes,
             weights,
@@ -84,9 +97,9 @@ def test_tokamax_ops_kernels():
             implementation="mosaic_tpu",
         )
     with compiling_for():
-        lowers_for_tpu(X.router_topk_op, S((512, 64), F32), k=8, implementation="mosaic_tpu")
+        lowers_for_tpu(topk.router_topk_op, S((512, 64), F32), k=8, implementation="mosaic_tpu")
         lowers_for_tpu(
-            X.deepseek_rope_op,
+            rope.deepseek_rope_op,
             S((64, 4, 128), BF16),
             S((64,), I32),
             S((128, 64), F32),
@@ -97,7 +110,7 @@ def test_tokamax_ops_kernels():
 def test_kimi_delta_attention_kernel():
     with compiling_for():
         lowers_for_tpu(
-            X.kimi_delta_attention_op,
+            kda.kimi_delta_attention_op,
             *[S((2, 1, 256, 128), BF16)] * 4,
             S((2, 1, 256), BF16),
             implementation="mosaic",
@@ -130,10 +143,10 @@ def test_backward_of_a_kernel_without_vjp_differentiates_the_rest_of_the_order()
     assert differentiable_order(None, ("mosaic",)) == "xla"
     assert differentiable_order("xla_chunked,xla", ("mosaic",)) == "xla_chunked,xla"
     with compiling_for():  # the Mosaic forward has no VJP; its backward op still lowers
-        backward = X.deepseek_rope_op.backward_op
+        backward = rope.deepseek_rope_op.backward_op
         x, pos, cache = S((64, 4, 128), BF16), S((64,), I32), S((128, 64), F32)
         assert (
             "tpu_custom_call"
-            in X.deepseek_rope_op.lower(x, pos, cache, implementation="mosaic_tpu").mlir_module()
+            in rope.deepseek_rope_op.lower(x, pos, cache, implementation="mosaic_tpu").mlir_module()
         )
         backward.lower([x], x, pos, cache, implementation="mosaic_tpu")

@@ -10,7 +10,10 @@ import torch
 from tests.helpers import assert_close, rand
 from tests.kernels.checks import opcheck
 from tpu_kernels import tpu_kernel
-from tpu_kernels.tokamax import reference, tokamax_op
+from tpu_kernels.tokamax import tokamax_op
+from tpu_kernels.tokamax.attention import reference as attention_reference
+from tpu_kernels.tokamax.normalization import reference as norm_reference
+from tpu_kernels.tokamax.wrap import call_op, tensors_first
 
 _ids = itertools.count()
 
@@ -48,7 +51,7 @@ def test_gradients_come_from_tokamax_vjp_and_the_backward_needs_no_trace_for_its
         rand(6, dtype=torch.float64, requires_grad=True),
     )
     assert torch.autograd.gradcheck(lambda a, b: layer_norm_rows(a, b), (x, w))
-    assert_close(layer_norm_rows(x, w), reference.layer_norm(x, w, dim=0), torch.float64)
+    assert_close(layer_norm_rows(x, w), norm_reference.layer_norm(x, w, dim=0), torch.float64)
     opcheck(layer_norm_rows, (x.float().detach().requires_grad_(), w.float().detach().requires_grad_()))
 
 
@@ -69,7 +72,7 @@ def test_tokamax_shape_checks_are_skipped_for_symbolic_sizes_only():
     with pytest.raises(Exception, match="typechecking parameter 'bias'"):
         opcheck(plain, args)
     opcheck(wrapped, args)
-    want = reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
+    want = attention_reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
     assert_close(wrapped(*args), want, torch.float32, scale=2)
     with pytest.raises(Exception, match="typechecking"):  # real calls are still checked
         wrapped(rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(3, 1, 8, 8))
@@ -93,3 +96,52 @@ def test_every_tokamax_op_is_documented_with_its_schema():
         if f"torch.ops.tokamax.{n.removeprefix('tokamax::')}{op.schema}" not in page
     ]
     assert not missing, f"docs/tokamax.md does not list these ops with their current schema: {missing}"
+
+
+def test_one_signature_gives_the_schema_and_the_body_calls_tokamax_by_name():
+    # The public function's signature, tensors moved first and the statics keyword-only,
+    # is the op's; `calls=` forwards every argument by name, the implementation order as
+    # the tuple Tokamax takes, and a list of outputs as a tuple.
+    seen = []
+
+    def fake_tokamax(x, gate, *, scale, implementation):
+        seen.append(implementation)
+        return [x * scale, x + gate]
+
+    def pair(
+        x: torch.Tensor, scale: float, *, gate: torch.Tensor, implementation: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise AssertionError("only the signature is used")
+
+    op = tokamax_op(uname("pair"), calls=fake_tokamax, signature=tensors_first(pair), backward=None)
+    assert (
+        op.schema == "(Tensor x, Tensor gate, *, float scale, str? implementation=None) -> (Tensor, Tensor)"
+    )
+    x, gate = rand(3, 4), rand(3, 4)
+    arguments = dict(x=x, gate=gate, scale=2.0, implementation="mosaic_tpu,xla", unrelated=1)
+    times, plus = call_op(op, arguments)
+    assert seen == [("mosaic_tpu", "xla")]
+    assert torch.equal(times, x * 2.0) and torch.equal(plus, x + gate)
+    with pytest.raises(TypeError, match=r"call_op has no value for \['gate'\]"):
+        call_op(op, dict(x=x, scale=1.0, implementation=None))
+
+
+def test_signature_alone_keeps_the_declared_order_and_runs_the_given_body():
+    def scaled(x: torch.Tensor, factor: float, *, implementation: str | None = None) -> torch.Tensor:
+        raise AssertionError("only the signature is used")
+
+    op = tokamax_op(uname("scaled"), signature=scaled, backward=None)(
+        lambda x, factor, implementation: x * factor
+    )
+    assert op.schema == "(Tensor x, float factor, *, str? implementation=None) -> Tensor"
+    x = rand(5)
+    assert torch.equal(call_op(op, dict(x=x, factor=3.0, implementation=None)), x * 3.0)
+
+
+def test_call_op_also_calls_an_op_not_made_by_tokamax_op():
+    @tpu_kernel(uname("shifted"))
+    def shifted(x: jax.Array, y: jax.Array, *, by: float) -> jax.Array:
+        return x + y + by
+
+    x, y = rand(4), rand(4)
+    assert torch.equal(call_op(shifted, dict(y=y, by=1.0, x=x)), x + y + 1.0)

@@ -27,10 +27,14 @@ import torch
 from tpu_kernels.errors import TpuKernelsError
 
 CPU, CUDA, TPU = "cpu", "cuda", "tpu"
-_EVERYWHERE = frozenset({CPU, CUDA, TPU})
-_GPU = frozenset({CUDA})
-_TPU = frozenset({TPU})
-_ACCELERATORS = frozenset({CUDA, TPU})
+# Where an implementation runs: the platform sets the families' tables are written with.
+EVERYWHERE = frozenset({CPU, CUDA, TPU})
+GPU_ONLY = frozenset({CUDA})
+TPU_ONLY = frozenset({TPU})
+ACCELERATORS = frozenset({CUDA, TPU})
+# The default orders of the tokamax.ops kernels that run off-TPU through XLA.
+XLA_ELSEWHERE = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
+SRC = "tokamax._src.ops."  # where Tokamax's api modules (and their registries) live
 
 
 class ImplementationError(TpuKernelsError, NotImplementedError):
@@ -40,7 +44,12 @@ class ImplementationError(TpuKernelsError, NotImplementedError):
 
 @dataclass(frozen=True)
 class OpImplementations:
-    """The implementations of one Tokamax op and where each runs."""
+    """The implementations of one Tokamax op and where each runs.
+
+    Each family declares its ops' tables in its `op.py` (sources: the op's `api.py`
+    in Tokamax 0.0.17, its registry and `_DEFAULT_IMPLEMENTATIONS`, and the
+    `supported_on` checks of its kernels); `register` adds them here.
+    """
 
     op: str  # Tokamax's name, e.g. "dot_product_attention"
     runs_on: dict[str, frozenset[str]]  # implementation -> platforms
@@ -49,126 +58,11 @@ class OpImplementations:
     registry: str = "IMPLEMENTATIONS"
 
 
-def _ops(*entries: OpImplementations) -> dict[str, OpImplementations]:
-    return {e.op: e for e in entries}
+# Filled by `register` as each family is imported (`tpu_kernels.tokamax` imports them all).
+OPS: dict[str, OpImplementations] = {}
+# The implementation names Tokamax could import on this install, per op.
+REGISTERED: dict[str, frozenset[str]] = {}
 
-
-_SRC = "tokamax._src.ops."
-_XLA_ONLY_ACCELERATED = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
-
-# Where each implementation runs. Sources: each op's `api.py` in Tokamax 0.0.17
-# (its registry and `_DEFAULT_IMPLEMENTATIONS`), and the `supported_on` checks
-# of its kernels. "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and
-# mosaic_tpu elsewhere (attention, ragged_dot); for gated_linear_unit it is the
-# Mosaic GPU kernel only, and kimi_delta_attention's "mosaic" is TPU only.
-OPS: dict[str, OpImplementations] = _ops(
-    OpImplementations(
-        "dot_product_attention",
-        {
-            "xla": _EVERYWHERE,
-            "xla_chunked": _EVERYWHERE,
-            "mosaic": _ACCELERATORS,
-            "mosaic_tpu": _TPU,
-            "mosaic_gpu": _GPU,
-            "triton": _GPU,
-            "cudnn": _GPU,
-        },
-        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
-        _SRC + "attention.api",
-    ),
-    OpImplementations(
-        "layer_norm",
-        {"xla": _EVERYWHERE, "triton": _GPU},
-        {CPU: "xla", CUDA: "triton,xla", TPU: "xla"},
-        _SRC + "normalization.api",
-    ),
-    OpImplementations(
-        "gated_linear_unit",
-        {"xla": _EVERYWHERE, "mosaic": _GPU, "triton": _GPU, "cutedsl": _GPU},
-        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "xla"},
-        _SRC + "gated_linear_unit.api",
-    ),
-    OpImplementations(
-        "ragged_dot",
-        {
-            "xla": _EVERYWHERE,
-            "mosaic": _ACCELERATORS,
-            "mosaic_tpu": _TPU,
-            "mosaic_tpu_v2": _TPU,
-            "mosaic_gpu": _GPU,
-            "triton": _GPU,
-        },
-        {CPU: "xla", CUDA: "mosaic,triton,xla", TPU: "mosaic,xla"},
-        _SRC + "ragged_dot.api",
-    ),
-    OpImplementations(
-        "linear_softmax_cross_entropy_loss",
-        {"xla": _EVERYWHERE, "chunked_xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"},
-        _SRC + "linear_softmax_cross_entropy_loss.api",
-    ),
-    OpImplementations(
-        "triangle_multiplication",
-        {"xla": _EVERYWHERE, "triton": _GPU, "mosaic": _ACCELERATORS},
-        {CPU: "xla", CUDA: "xla", TPU: "xla"},
-        _SRC + "triangle_multiplication.api",
-    ),
-    # tokamax.ops that run off-TPU through their XLA implementation.
-    OpImplementations(
-        "top_k", {"xla": _EVERYWHERE, "mosaic_tpu": _TPU}, _XLA_ONLY_ACCELERATED, _SRC + "topk.api"
-    ),
-    OpImplementations(
-        "router_topk",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "router_topk.api",
-    ),
-    OpImplementations(
-        "ragged_gather",
-        {"xla": _EVERYWHERE, "mosaic": _TPU},
-        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
-        _SRC + "ragged_gather.api",
-    ),
-    OpImplementations(
-        "ragged_gather_reduce",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "ragged_gather_reduce.api",
-    ),
-    OpImplementations(
-        "mhc_pre",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "mhc.api",
-        "PRE_IMPLEMENTATIONS",
-    ),
-    OpImplementations(
-        "mhc_post",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "mhc.api",
-        "POST_IMPLEMENTATIONS",
-    ),
-    OpImplementations(
-        "mhc_fused_post_pre",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "mhc.api",
-        "FUSED_POST_PRE_IMPLEMENTATIONS",
-    ),
-    OpImplementations(
-        "deepseek_rope",
-        {"xla": _EVERYWHERE, "mosaic_tpu": _TPU},
-        _XLA_ONLY_ACCELERATED,
-        _SRC + "deepseek_rope.api",
-    ),
-    OpImplementations(
-        "kimi_delta_attention",
-        {"xla": _EVERYWHERE, "xla_chunked": _EVERYWHERE, "mosaic": _TPU},
-        {CPU: "xla", CUDA: "xla", TPU: "mosaic,xla"},
-        _SRC + "kda.api",
-    ),
-)
 
 # Aliases Tokamax resolves itself: "mosaic" is available when its target is.
 _ALIASES = {"mosaic": ("mosaic_tpu", "mosaic_gpu")}
@@ -188,8 +82,15 @@ def _registered(spec: OpImplementations) -> frozenset[str]:
     return frozenset(names)
 
 
-# Computed once at import, so resolving is plain dict lookups (torch.compile traces it).
-REGISTERED: dict[str, frozenset[str]] = {name: _registered(spec) for name, spec in OPS.items()}
+def register(*tables: OpImplementations) -> tuple[OpImplementations, ...]:
+    """Add ops' implementation tables. What Tokamax imported is read here, once, so
+    resolving is plain dict lookups (torch.compile traces it)."""
+    for table in tables:
+        if table.op in OPS:
+            raise ValueError(f"tokamax: the implementations of {table.op!r} are already registered.")
+        OPS[table.op] = table
+        REGISTERED[table.op] = _registered(table)
+    return tables
 
 
 META = "meta"
@@ -276,8 +177,10 @@ def implementations(op: str, platform: str | None = None) -> tuple[str, ...]:
 __all__ = [
     "ImplementationError",
     "OPS",
+    "OpImplementations",
     "implementations",
     "platform_of",
+    "register",
     "resolve_implementation",
     "tokamax_implementation",
 ]

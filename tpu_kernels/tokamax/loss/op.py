@@ -17,13 +17,21 @@ an error here.
 
 from __future__ import annotations
 
-import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.loss import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "linear_softmax_cross_entropy_loss",
+        {"xla": impl.EVERYWHERE, "chunked_xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic_tpu,xla"},
+        impl.SRC + "linear_softmax_cross_entropy_loss.api",
+    ),
+)
 
 REDUCTIONS = ("sum", "mean", "none")
 CHUNKED_BLOCK = 2048  # chunked_xla's default v_block_size in Tokamax 0.0.17
@@ -32,35 +40,6 @@ CHUNKED_BLOCK = 2048  # chunked_xla's default v_block_size in Tokamax 0.0.17
 def _loss_outputs(x, labels, weight, *, reduction="sum", **kwargs) -> torch.Tensor:
     shape = (x.shape[0],) if reduction == "none" else ()
     return x.new_empty(shape, dtype=torch.float32)
-
-
-@tokamax_op(
-    "tokamax::linear_softmax_cross_entropy_loss",
-    examples=examples.linear_softmax_cross_entropy_loss,
-    symbolic_fake=_loss_outputs,
-)
-def _linear_softmax_cross_entropy_loss(
-    x: jax.Array,  # [B, H]
-    labels: jax.Array,  # int32 [B], in [0, V)
-    weight: jax.Array,  # [H, V]
-    *,
-    reduction: str = "sum",
-    implementation: str | None = None,
-) -> jax.Array:
-    if implementation is None:
-        return tokamax.linear_softmax_cross_entropy_loss(x, labels, weight, reduction=reduction)
-    # Tokamax takes one name here, not a fallback order: walk the order ourselves.
-    errors = []
-    for name in implementation.split(","):
-        try:
-            return tokamax.linear_softmax_cross_entropy_loss(
-                x, labels, weight, reduction=reduction, implementation=name
-            )
-        except NotImplementedError as e:
-            errors.append(e)
-    if len(errors) == 1:
-        raise errors[0]
-    raise ExceptionGroup("all implementations failed", errors)
 
 
 def linear_softmax_cross_entropy_loss(
@@ -94,18 +73,39 @@ def linear_softmax_cross_entropy_loss(
             f"(Tokamax's argument order); got {tuple(x.shape)}, {tuple(labels.shape)}, "
             f"{tuple(weight.shape)}."
         )
-    chosen = resolve_implementation("linear_softmax_cross_entropy_loss", x.device, implementation)
+    chosen = impl.resolve_implementation("linear_softmax_cross_entropy_loss", x.device, implementation)
     if "chunked_xla" in chosen.split(",") and weight.shape[1] % CHUNKED_BLOCK != 0:
         raise ValueError(
             f"tokamax.linear_softmax_cross_entropy_loss: implementation='chunked_xla' gives a wrong loss "
             f"unless V % {CHUNKED_BLOCK} == 0 (Tokamax 0.0.17 counts the vocabulary padding in the "
             f"softmax), and V = {weight.shape[1]}; use implementation='xla'."
         )
-    return _linear_softmax_cross_entropy_loss(
-        x, labels.to(torch.int32), weight, reduction=reduction, implementation=chosen
-    )
+    labels, implementation = labels.to(torch.int32), chosen
+    return call_op(linear_softmax_cross_entropy_loss_op, locals())
 
 
-linear_softmax_cross_entropy_loss_op = _linear_softmax_cross_entropy_loss
+def _linear_softmax_cross_entropy_loss(x, labels, weight, *, reduction, implementation):
+    if implementation is None:
+        return tokamax.linear_softmax_cross_entropy_loss(x, labels, weight, reduction=reduction)
+    # Tokamax takes one name here, not a fallback order: walk the order ourselves.
+    errors = []
+    for name in implementation.split(","):
+        try:
+            return tokamax.linear_softmax_cross_entropy_loss(
+                x, labels, weight, reduction=reduction, implementation=name
+            )
+        except NotImplementedError as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    raise ExceptionGroup("all implementations failed", errors)
 
-__all__ = ["linear_softmax_cross_entropy_loss", "linear_softmax_cross_entropy_loss_op"]
+
+# The op's parameters are linear_softmax_cross_entropy_loss's (x [B, H], labels int32 [B],
+# weight [H, V]); its body walks the implementation order.
+linear_softmax_cross_entropy_loss_op = tokamax_op(
+    "tokamax::linear_softmax_cross_entropy_loss",
+    signature=linear_softmax_cross_entropy_loss,
+    examples=examples.linear_softmax_cross_entropy_loss,
+    symbolic_fake=_loss_outputs,
+)(_linear_softmax_cross_entropy_loss)

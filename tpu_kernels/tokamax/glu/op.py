@@ -22,9 +22,19 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.glu import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+
+# "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "gated_linear_unit",
+        {"xla": impl.EVERYWHERE, "mosaic": impl.GPU_ONLY, "triton": impl.GPU_ONLY, "cutedsl": impl.GPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "xla"},
+        impl.SRC + "gated_linear_unit.api",
+    ),
+)
 
 
 def _gelu(x: jax.Array) -> jax.Array:
@@ -59,30 +69,6 @@ def activation_fn(activation: str | None) -> Callable[[jax.Array], jax.Array] | 
         ) from None
 
 
-def _glu_outputs(x, weight, weight_up=None, **kwargs) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[-1]))
-
-
-@tokamax_op("tokamax::gated_linear_unit", examples=examples.gated_linear_unit, symbolic_fake=_glu_outputs)
-def _gated_linear_unit(
-    x: jax.Array,  # [*batch, M, K]
-    weight: jax.Array,  # [K, 2, N] fused, or w_gate [K, N] with weight_up
-    weight_up: jax.Array | None = None,  # [K, N]
-    *,
-    activation: str | None = None,
-    precision: str | None = None,
-    implementation: str | None = None,
-) -> jax.Array:
-    weights = weight if weight_up is None else (weight, weight_up)
-    return tokamax.gated_linear_unit(
-        x,
-        weights,
-        activation=activation_fn(activation),
-        precision=precision,
-        implementation=tokamax_implementation(implementation),
-    )
-
-
 def _check(x: torch.Tensor, weight: torch.Tensor, weight_up: torch.Tensor | None) -> None:
     k = x.shape[-1] if x.ndim else None
     fused = weight_up is None
@@ -100,9 +86,9 @@ def _check(x: torch.Tensor, weight: torch.Tensor, weight_up: torch.Tensor | None
 
 
 def gated_linear_unit(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    weight_up: torch.Tensor | None = None,
+    x: torch.Tensor,  # [*batch, M, K]
+    weight: torch.Tensor,  # [K, 2, N] fused, or w_gate [K, N] with weight_up
+    weight_up: torch.Tensor | None = None,  # [K, N]
     *,
     activation: str | None = None,
     precision: str | None = None,
@@ -125,16 +111,24 @@ def gated_linear_unit(
     """
     _check(x, weight, weight_up)
     activation_fn(activation)
-    return _gated_linear_unit(
-        x,
-        weight,
-        weight_up,
-        activation=activation,
-        precision=precision,
-        implementation=resolve_implementation("gated_linear_unit", x.device, implementation),
-    )
+    implementation = impl.resolve_implementation("gated_linear_unit", x.device, implementation)
+    return call_op(gated_linear_unit_op, locals())
 
 
-gated_linear_unit_op = _gated_linear_unit
+def _gated_linear_unit(x, weight, weight_up, *, activation, **kwargs):
+    weights = weight if weight_up is None else (weight, weight_up)
+    return tokamax.gated_linear_unit(x, weights, activation=activation_fn(activation), **kwargs)
 
-__all__ = ["ACTIVATIONS", "gated_linear_unit", "gated_linear_unit_op"]
+
+def _glu_outputs(x, weight, weight_up=None, **kwargs) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[-1]))
+
+
+# The op's parameters are gated_linear_unit's; its body calls Tokamax's with them by name.
+gated_linear_unit_op = tokamax_op(
+    "tokamax::gated_linear_unit",
+    calls=_gated_linear_unit,
+    signature=gated_linear_unit,
+    examples=examples.gated_linear_unit,
+    symbolic_fake=_glu_outputs,
+)

@@ -21,11 +21,29 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.attention import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 LAYOUTS = ("BTNH", "BNTH")
+
+# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "dot_product_attention",
+        {
+            "xla": impl.EVERYWHERE,
+            "xla_chunked": impl.EVERYWHERE,
+            "mosaic": impl.ACCELERATORS,
+            "mosaic_tpu": impl.TPU_ONLY,
+            "mosaic_gpu": impl.GPU_ONLY,
+            "triton": impl.GPU_ONLY,
+            "cudnn": impl.GPU_ONLY,
+        },
+        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "attention.api",
+    ),
+)
 
 
 def _attention_outputs(query, key, value, *args, **kwargs) -> torch.Tensor:
@@ -33,12 +51,20 @@ def _attention_outputs(query, key, value, *args, **kwargs) -> torch.Tensor:
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 
+def _call_tokamax(*, local_window_size, **kwargs):
+    window = tuple(local_window_size) if local_window_size is not None else None
+    return tokamax.dot_product_attention(local_window_size=window, **kwargs)
+
+
+# The public function below takes a layout and a window size as an int too; the op takes
+# Tokamax's layout and arguments (lengths positional: autograd wants tensors positional).
 @tokamax_op(
     "tokamax::dot_product_attention",
+    calls=_call_tokamax,
     examples=examples.dot_product_attention,
     symbolic_fake=_attention_outputs,
 )
-def _dot_product_attention(
+def dot_product_attention_op(
     query: jax.Array,  # [*batch, seq_q, heads, head_dim]
     key: jax.Array,  # [*batch, seq_kv, kv_heads, head_dim]
     value: jax.Array,  # [*batch, seq_kv, kv_heads, head_dim_v]
@@ -54,21 +80,7 @@ def _dot_product_attention(
     precision: str | None = None,
     implementation: str | None = None,
 ) -> jax.Array:
-    return tokamax.dot_product_attention(
-        query,
-        key,
-        value,
-        bias,
-        mask,
-        scale=scale,
-        is_causal=is_causal,
-        query_seq_lengths=query_seq_lengths,
-        key_value_seq_lengths=key_value_seq_lengths,
-        local_window_size=tuple(local_window_size) if local_window_size is not None else None,
-        logits_soft_cap=logits_soft_cap,
-        precision=precision,
-        implementation=tokamax_implementation(implementation),
-    )
+    """The schema of torch.ops.tokamax.dot_product_attention: the body calls Tokamax's by name."""
 
 
 def _check(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: bool) -> None:
@@ -148,21 +160,10 @@ def dot_product_attention(
     _check(query, key, value, query_seq_lengths is not None or key_value_seq_lengths is not None)
     if isinstance(local_window_size, int):
         local_window_size = (local_window_size, local_window_size)
-    out = _dot_product_attention(
-        query,
-        key,
-        value,
-        bias,
-        mask,
-        _lengths(query_seq_lengths),
-        _lengths(key_value_seq_lengths),
-        scale=scale,
-        is_causal=is_causal,
-        local_window_size=list(local_window_size) if local_window_size is not None else None,
-        logits_soft_cap=logits_soft_cap,
-        precision=precision,
-        implementation=resolve_implementation("dot_product_attention", query.device, implementation),
-    )
+    query_seq_lengths, key_value_seq_lengths = _lengths(query_seq_lengths), _lengths(key_value_seq_lengths)
+    local_window_size = list(local_window_size) if local_window_size is not None else None
+    implementation = impl.resolve_implementation("dot_product_attention", query.device, implementation)
+    out = call_op(dot_product_attention_op, locals())
     return out.transpose(-3, -2) if layout == "BNTH" else out
 
 
@@ -209,8 +210,3 @@ def scaled_dot_product_attention(
         layout="BNTH",
         implementation=implementation,
     )
-
-
-dot_product_attention_op = _dot_product_attention
-
-__all__ = ["dot_product_attention", "dot_product_attention_op", "scaled_dot_product_attention"]

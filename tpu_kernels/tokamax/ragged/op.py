@@ -21,9 +21,27 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.ragged import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+
+# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
+# ragged_dot_general resolves with ragged_dot's table: Tokamax runs both through one registry.
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "ragged_dot",
+        {
+            "xla": impl.EVERYWHERE,
+            "mosaic": impl.ACCELERATORS,
+            "mosaic_tpu": impl.TPU_ONLY,
+            "mosaic_tpu_v2": impl.TPU_ONLY,
+            "mosaic_gpu": impl.GPU_ONLY,
+            "triton": impl.GPU_ONLY,
+        },
+        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "ragged_dot.api",
+    ),
+)
 
 
 def _out_dtype(lhs: torch.Tensor, rhs: torch.Tensor, preferred: torch.dtype | None) -> torch.dtype:
@@ -33,44 +51,6 @@ def _out_dtype(lhs: torch.Tensor, rhs: torch.Tensor, preferred: torch.dtype | No
 def _ragged_dot_outputs(lhs, rhs, group_sizes, *, preferred_element_type=None, **kwargs) -> torch.Tensor:
     dtype = _out_dtype(lhs, rhs, preferred_element_type)
     return lhs.new_empty((lhs.shape[0], rhs.shape[-1]), dtype=dtype)
-
-
-@tokamax_op("tokamax::ragged_dot", examples=examples.ragged_dot, symbolic_fake=_ragged_dot_outputs)
-def _ragged_dot(
-    lhs: jax.Array,  # [M, K]
-    rhs: jax.Array,  # [G, K, N]
-    group_sizes: jax.Array,  # int32 [G]
-    *,
-    precision: str | None = None,
-    preferred_element_type: torch.dtype | None = None,
-    implementation: str | None = None,
-) -> jax.Array:
-    return tokamax.ragged_dot(
-        lhs,
-        rhs,
-        group_sizes,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        implementation=tokamax_implementation(implementation),
-    )
-
-
-def _dimension_numbers(
-    lhs_contracting_dims: Sequence[int],
-    rhs_contracting_dims: Sequence[int],
-    lhs_batch_dims: Sequence[int],
-    rhs_batch_dims: Sequence[int],
-    lhs_ragged_dims: Sequence[int],
-    rhs_group_dims: Sequence[int],
-) -> jax.lax.RaggedDotDimensionNumbers:
-    return jax.lax.RaggedDotDimensionNumbers(
-        dot_dimension_numbers=(
-            (tuple(lhs_contracting_dims), tuple(rhs_contracting_dims)),
-            (tuple(lhs_batch_dims), tuple(rhs_batch_dims)),
-        ),
-        lhs_ragged_dimensions=tuple(lhs_ragged_dims),
-        rhs_group_dimensions=tuple(rhs_group_dims),
-    )
 
 
 def _general_outputs(
@@ -101,43 +81,6 @@ def _general_outputs(
     return lhs.new_empty(shape, dtype=_out_dtype(lhs, rhs, preferred_element_type))
 
 
-@tokamax_op(
-    "tokamax::ragged_dot_general", examples=examples.ragged_dot_general, symbolic_fake=_general_outputs
-)
-def _ragged_dot_general(
-    lhs: jax.Array,
-    rhs: jax.Array,
-    group_sizes: jax.Array,  # int32 [G]
-    *,
-    lhs_contracting_dims: list[int],
-    rhs_contracting_dims: list[int],
-    lhs_ragged_dims: list[int],
-    rhs_group_dims: list[int] = (),
-    lhs_batch_dims: list[int] = (),
-    rhs_batch_dims: list[int] = (),
-    precision: str | None = None,
-    preferred_element_type: torch.dtype | None = None,
-    implementation: str | None = None,
-) -> jax.Array:
-    dims = _dimension_numbers(
-        lhs_contracting_dims,
-        rhs_contracting_dims,
-        lhs_batch_dims,
-        rhs_batch_dims,
-        lhs_ragged_dims,
-        rhs_group_dims,
-    )
-    return tokamax.ragged_dot_general(
-        lhs,
-        rhs,
-        group_sizes,
-        dims,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        implementation=tokamax_implementation(implementation),
-    )
-
-
 def _check_group_sizes(op: str, group_sizes: torch.Tensor, groups: int) -> torch.Tensor:
     if group_sizes.dtype.is_floating_point or group_sizes.is_complex() or group_sizes.dtype == torch.bool:
         raise TypeError(f"tokamax.{op}: group_sizes must be an integer tensor, got {group_sizes.dtype}.")
@@ -150,9 +93,9 @@ def _check_group_sizes(op: str, group_sizes: torch.Tensor, groups: int) -> torch
 
 
 def ragged_dot(
-    lhs: torch.Tensor,
-    rhs: torch.Tensor,
-    group_sizes: torch.Tensor,
+    lhs: torch.Tensor,  # [M, K]
+    rhs: torch.Tensor,  # [G, K, N]
+    group_sizes: torch.Tensor,  # int32 [G]
     *,
     precision: str | None = None,
     preferred_element_type: torch.dtype | None = None,
@@ -176,14 +119,19 @@ def ragged_dot(
             f"tokamax.ragged_dot: needs lhs [M, K] and rhs [G, K, N]; got {tuple(lhs.shape)} and "
             f"{tuple(rhs.shape)}."
         )
-    return _ragged_dot(
-        lhs,
-        rhs,
-        _check_group_sizes("ragged_dot", group_sizes, rhs.shape[0]),
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        implementation=resolve_implementation("ragged_dot", lhs.device, implementation),
-    )
+    group_sizes = _check_group_sizes("ragged_dot", group_sizes, rhs.shape[0])
+    implementation = impl.resolve_implementation("ragged_dot", lhs.device, implementation)
+    return call_op(ragged_dot_op, locals())
+
+
+# The op's parameters are ragged_dot's, and its body calls Tokamax's with them by name.
+ragged_dot_op = tokamax_op(
+    "tokamax::ragged_dot",
+    calls=tokamax.ragged_dot,
+    signature=ragged_dot,
+    examples=examples.ragged_dot,
+    symbolic_fake=_ragged_dot_outputs,
+)
 
 
 def ragged_dot_general(
@@ -208,23 +156,37 @@ def ragged_dot_general(
     rhs_group_dims=[0])`; with lhs_ragged_dims=[0] and lhs_contracting_dims=[0]
     (no group dim) it gives out[g] = lhs[rows_g].T @ rhs[rows_g], [G, K, N].
     """
-    return _ragged_dot_general(
-        lhs,
-        rhs,
-        _check_group_sizes("ragged_dot_general", group_sizes, group_sizes.shape[-1]),
-        lhs_contracting_dims=list(lhs_contracting_dims),
-        rhs_contracting_dims=list(rhs_contracting_dims),
-        lhs_ragged_dims=list(lhs_ragged_dims),
-        rhs_group_dims=list(rhs_group_dims),
-        lhs_batch_dims=list(lhs_batch_dims),
-        rhs_batch_dims=list(rhs_batch_dims),
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        implementation=resolve_implementation("ragged_dot", lhs.device, implementation),
+    group_sizes = _check_group_sizes("ragged_dot_general", group_sizes, group_sizes.shape[-1])
+    implementation = impl.resolve_implementation("ragged_dot", lhs.device, implementation)
+    arguments = dict(locals())
+    for name in _DIMENSIONS:  # any sequence of ints -> the list an int[] argument takes
+        arguments[name] = list(arguments[name])
+    return call_op(ragged_dot_general_op, arguments)
+
+
+_DIMENSIONS = (
+    "lhs_contracting_dims",
+    "rhs_contracting_dims",
+    "lhs_batch_dims",
+    "rhs_batch_dims",
+    "lhs_ragged_dims",
+    "rhs_group_dims",
+)
+
+
+def _ragged_dot_general(lhs, rhs, group_sizes, **kwargs):
+    lc, rc, lb, rb, lr, rg = (tuple(kwargs.pop(name)) for name in _DIMENSIONS)
+    dims = jax.lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=((lc, rc), (lb, rb)), lhs_ragged_dimensions=lr, rhs_group_dimensions=rg
     )
+    return tokamax.ragged_dot_general(lhs, rhs, group_sizes, dims, **kwargs)
 
 
-ragged_dot_op = _ragged_dot
-ragged_dot_general_op = _ragged_dot_general
-
-__all__ = ["ragged_dot", "ragged_dot_general", "ragged_dot_general_op", "ragged_dot_op"]
+# The op's parameters are ragged_dot_general's; its body calls Tokamax's with them by name.
+ragged_dot_general_op = tokamax_op(
+    "tokamax::ragged_dot_general",
+    calls=_ragged_dot_general,
+    signature=ragged_dot_general,
+    examples=examples.ragged_dot_general,
+    symbolic_fake=_general_outputs,
+)

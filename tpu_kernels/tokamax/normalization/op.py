@@ -9,37 +9,21 @@ casts back to x's dtype. `layer_norm(x, w, b, eps=e)` equals
 
 from __future__ import annotations
 
-import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.normalization import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
-
-@tokamax_op("tokamax::layer_norm", examples=examples.layer_norm)
-def _layer_norm(
-    x: jax.Array,  # any shape
-    weight: jax.Array | None = None,  # [x.shape[dim]]
-    bias: jax.Array | None = None,  # [x.shape[dim]]
-    *,
-    dim: int = -1,
-    eps: float = 1e-6,
-    scale_offset: float = 0.0,
-    subtract_mean: bool = True,
-    implementation: str | None = None,
-) -> jax.Array:
-    return tokamax.layer_norm(
-        x,
-        weight,
-        bias,
-        axis=dim,
-        epsilon=eps,
-        scale_offset=scale_offset,
-        subtract_mean=subtract_mean,
-        implementation=tokamax_implementation(implementation),
-    )
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "layer_norm",
+        {"xla": impl.EVERYWHERE, "triton": impl.GPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "triton,xla", impl.TPU: "xla"},
+        impl.SRC + "normalization.api",
+    ),
+)
 
 
 def _check(x: torch.Tensor, dim: int, **params: torch.Tensor | None) -> None:
@@ -54,9 +38,9 @@ def _check(x: torch.Tensor, dim: int, **params: torch.Tensor | None) -> None:
 
 
 def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
+    x: torch.Tensor,  # any shape
+    weight: torch.Tensor | None = None,  # [x.shape[dim]]
+    bias: torch.Tensor | None = None,  # [x.shape[dim]]
     *,
     dim: int = -1,
     eps: float = 1e-6,
@@ -79,16 +63,18 @@ def layer_norm(
       x's shape and dtype.
     """
     _check(x, dim, weight=weight, bias=bias)
-    return _layer_norm(
-        x,
-        weight,
-        bias,
-        dim=dim,
-        eps=eps,
-        scale_offset=scale_offset,
-        subtract_mean=subtract_mean,
-        implementation=resolve_implementation("layer_norm", x.device, implementation),
-    )
+    implementation = impl.resolve_implementation("layer_norm", x.device, implementation)
+    return call_op(layer_norm_op, locals())
+
+
+def _layer_norm(x, weight, bias, *, dim, eps, **kwargs):
+    return tokamax.layer_norm(x, weight, bias, axis=dim, epsilon=eps, **kwargs)
+
+
+# The op's parameters are layer_norm's; its body calls Tokamax's with them by name.
+layer_norm_op = tokamax_op(
+    "tokamax::layer_norm", calls=_layer_norm, signature=layer_norm, examples=examples.layer_norm
+)
 
 
 def rms_norm(
@@ -115,8 +101,3 @@ def rms_norm(
         subtract_mean=False,
         implementation=implementation,
     )
-
-
-layer_norm_op = _layer_norm
-
-__all__ = ["layer_norm", "layer_norm_op", "rms_norm"]

@@ -15,13 +15,21 @@ right ([:, 1]) projections:
 
 from __future__ import annotations
 
-import jax
 import tokamax
 import torch
 
-from tpu_kernels.tokamax import examples
-from tpu_kernels.tokamax.implementation import resolve_implementation, tokamax_implementation
-from tpu_kernels.tokamax.wrap import tokamax_op
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.triangle import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "triangle_multiplication",
+        {"xla": impl.EVERYWHERE, "triton": impl.GPU_ONLY, "mosaic": impl.ACCELERATORS},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "xla"},
+        impl.SRC + "triangle_multiplication.api",
+    ),
+)
 
 TRIANGLE_TYPES = ("outgoing", "incoming")
 
@@ -30,57 +38,17 @@ def _triangle_outputs(x, mask, projection_in_weights, gate_in_weights, projectio
     return x.new_empty((x.shape[0], x.shape[1], projection_out_weights.shape[-1]))
 
 
-@tokamax_op(
-    "tokamax::triangle_multiplication",
-    examples=examples.triangle_multiplication,
-    symbolic_fake=_triangle_outputs,
-)
-def _triangle_multiplication(
-    x: jax.Array,  # [N, N, C]
-    mask: jax.Array,  # bool [N, N]
-    projection_in_weights: jax.Array,  # [C, 2, H]
-    gate_in_weights: jax.Array,  # [C, 2, H]
-    projection_out_weights: jax.Array,  # [H, D]
-    gate_out_weights: jax.Array,  # [C, D]
-    layernorm_in_scale: jax.Array,  # [C]
-    layernorm_in_offset: jax.Array,  # [C]
-    layernorm_out_scale: jax.Array,  # [H]
-    layernorm_out_offset: jax.Array,  # [H]
-    triangle_type: str,
-    *,
-    eps: float = 1e-6,
-    precision: str | None = None,
-    implementation: str | None = None,
-) -> jax.Array:
-    return tokamax.triangle_multiplication(
-        x,
-        mask,
-        projection_in_weights,
-        gate_in_weights,
-        projection_out_weights,
-        gate_out_weights,
-        layernorm_in_scale,
-        layernorm_in_offset,
-        layernorm_out_scale,
-        layernorm_out_offset,
-        triangle_type,
-        precision=precision,
-        epsilon=eps,
-        implementation=tokamax_implementation(implementation),
-    )
-
-
 def triangle_multiplication(
-    x: torch.Tensor,
-    mask: torch.Tensor,
-    projection_in_weights: torch.Tensor,
-    gate_in_weights: torch.Tensor,
-    projection_out_weights: torch.Tensor,
-    gate_out_weights: torch.Tensor,
-    layernorm_in_scale: torch.Tensor,
-    layernorm_in_offset: torch.Tensor,
-    layernorm_out_scale: torch.Tensor,
-    layernorm_out_offset: torch.Tensor,
+    x: torch.Tensor,  # [N, N, C]
+    mask: torch.Tensor,  # bool [N, N]
+    projection_in_weights: torch.Tensor,  # [C, 2, H]
+    gate_in_weights: torch.Tensor,  # [C, 2, H]
+    projection_out_weights: torch.Tensor,  # [H, D]
+    gate_out_weights: torch.Tensor,  # [C, D]
+    layernorm_in_scale: torch.Tensor,  # [C]
+    layernorm_in_offset: torch.Tensor,  # [C]
+    layernorm_out_scale: torch.Tensor,  # [H]
+    layernorm_out_offset: torch.Tensor,  # [H]
     triangle_type: str,
     *,
     eps: float = 1e-6,
@@ -112,24 +80,19 @@ def triangle_multiplication(
         )
     if mask.dtype != torch.bool:
         mask = mask != 0
-    return _triangle_multiplication(
-        x,
-        mask,
-        projection_in_weights,
-        gate_in_weights,
-        projection_out_weights,
-        gate_out_weights,
-        layernorm_in_scale,
-        layernorm_in_offset,
-        layernorm_out_scale,
-        layernorm_out_offset,
-        triangle_type,
-        eps=eps,
-        precision=precision,
-        implementation=resolve_implementation("triangle_multiplication", x.device, implementation),
-    )
+    implementation = impl.resolve_implementation("triangle_multiplication", x.device, implementation)
+    return call_op(triangle_multiplication_op, locals())
 
 
-triangle_multiplication_op = _triangle_multiplication
+def _triangle_multiplication(*, eps, **kwargs):
+    return tokamax.triangle_multiplication(epsilon=eps, **kwargs)
 
-__all__ = ["triangle_multiplication", "triangle_multiplication_op"]
+
+# The op's parameters are triangle_multiplication's; its body calls Tokamax's with them by name.
+triangle_multiplication_op = tokamax_op(
+    "tokamax::triangle_multiplication",
+    calls=_triangle_multiplication,
+    signature=triangle_multiplication,
+    examples=examples.triangle_multiplication,
+    symbolic_fake=_triangle_outputs,
+)

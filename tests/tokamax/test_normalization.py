@@ -7,13 +7,14 @@ from tests.helpers import FLOAT_DTYPES, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import norm, reference, shapes
+from tpu_kernels.tokamax import normalization
+from tpu_kernels.tokamax.normalization import reference, shapes
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(shapes.NORM_TEST))
+@pytest.mark.parametrize("name", list(shapes.TEST))
 def test_layer_norm_matches_torch(name, dtype):
-    shape = shapes.NORM_TEST[name]
+    shape = shapes.TEST[name]
     c = shape[-1]
     inputs = [rand(*shape, dtype=dtype), rand(c, dtype=dtype), rand(c, dtype=dtype)]
     check_against_reference(
@@ -35,7 +36,7 @@ RMS_CASES = [("batched", dtype) for dtype in FLOAT_DTYPES] + [("rows", torch.flo
 
 @pytest.mark.parametrize(("name", "dtype"), RMS_CASES, ids=lambda v: str(v).removeprefix("torch."))
 def test_rms_norm_matches_torch(name, dtype):
-    shape = shapes.NORM_TEST[name]
+    shape = shapes.TEST[name]
     inputs = [rand(*shape, dtype=dtype), rand(shape[-1], dtype=dtype)]
     check_against_reference(
         "rms_norm",
@@ -77,8 +78,8 @@ def test_other_axis_scale_offset_and_missing_parameters(dtype):
 
 def test_opcheck():
     x, w, b = rand(4, 6, 32, requires_grad=True), rand(32, requires_grad=True), rand(32, requires_grad=True)
-    opcheck(norm.layer_norm_op, (x, w, b), {"eps": 1e-5, "implementation": "xla"})
-    opcheck(norm.layer_norm_op, (x, w), {"subtract_mean": False, "dim": -1, "scale_offset": 0.5})
+    opcheck(normalization.layer_norm_op, (x, w, b), {"eps": 1e-5, "implementation": "xla"})
+    opcheck(normalization.layer_norm_op, (x, w), {"subtract_mean": False, "dim": -1, "scale_offset": 0.5})
 
 
 def test_compile_fullgraph_matches_eager_with_no_graph_breaks():

@@ -1,0 +1,103 @@
+"""MoE dispatch and combine: torch.ops.tokamax.ragged_gather and torch.ops.tokamax.ragged_gather_reduce
+(Tokamax's `ops.ragged_gather`, `ops.ragged_gather_reduce`). On TPU the default is Tokamax's
+SparseCore kernel (TPU v7 and later) with "xla" as fallback; elsewhere "xla". Neither kernel
+has a VJP: the backward differentiates XLA (`no_vjp`).
+"""
+
+from __future__ import annotations
+
+import torch
+from tokamax import ops
+
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.gather import examples
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+
+# Each op's parameters are its public function's, and its body calls Tokamax's with them by name.
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "ragged_gather",
+        {"xla": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "ragged_gather.api",
+    ),
+    impl.OpImplementations(
+        "ragged_gather_reduce",
+        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        impl.XLA_ELSEWHERE,
+        impl.SRC + "ragged_gather_reduce.api",
+    ),
+)
+
+
+def ragged_gather(
+    x: torch.Tensor,  # [in_size, hidden]
+    indices: torch.Tensor,  # int32 [out_size]
+    start: torch.Tensor,  # int32 [1]
+    end: torch.Tensor,  # int32 [1]
+    *,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """x[indices] (Tokamax's `ops.ragged_gather`): x [in_size, hidden], indices int [out_size].
+
+    start and end (int [1]) bound the rows the TPU kernel fills; the "xla"
+    implementation gathers every row. Gradient: with respect to x.
+    """
+    indices, start, end = (t.to(torch.int32) for t in (indices, start, end))
+    implementation = impl.resolve_implementation("ragged_gather", x.device, implementation)
+    return call_op(ragged_gather_op, locals())
+
+
+ragged_gather_op = tokamax_op(
+    "tokamax::ragged_gather",
+    calls=ops.ragged_gather,
+    signature=ragged_gather,
+    examples=examples.ragged_gather,
+    no_vjp=("mosaic",),
+)
+
+
+def ragged_gather_reduce(
+    x: torch.Tensor,
+    indices: torch.Tensor,
+    topk_weights: torch.Tensor,
+    valid_rows_mask: torch.Tensor,
+    reduce_group_size: int,
+    *,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """The MoE combine (Tokamax's `ops.ragged_gather_reduce`).
+
+    out[t] = sum over routes r in [t*G, (t+1)*G) with valid_rows_mask[r] of
+    topk_weights[r] * x[indices[r]], accumulated in float32; G = reduce_group_size.
+
+    Args:
+      x: [num_rows, hidden] expert outputs.
+      indices: int [routes]; topk_weights: [routes]; valid_rows_mask: bool [routes].
+      reduce_group_size: routes per token (the MoE top-k); divides routes.
+
+    Returns:
+      [routes // G, hidden] in x's dtype. Gradients: x and topk_weights.
+    """
+    if indices.shape[0] % reduce_group_size:
+        raise ValueError(
+            f"tokamax.ragged_gather_reduce: routes ({indices.shape[0]}) must be a multiple of "
+            f"reduce_group_size ({reduce_group_size})."
+        )
+    indices, valid_rows_mask = indices.to(torch.int32), valid_rows_mask.bool()
+    implementation = impl.resolve_implementation("ragged_gather_reduce", x.device, implementation)
+    return call_op(ragged_gather_reduce_op, locals())
+
+
+def _gather_reduce_outputs(x, indices, topk_weights, valid_rows_mask, *, reduce_group_size, **kwargs):
+    return x.new_empty((indices.shape[0] // reduce_group_size, x.shape[1]))
+
+
+ragged_gather_reduce_op = tokamax_op(
+    "tokamax::ragged_gather_reduce",
+    calls=ops.ragged_gather_reduce,
+    signature=tensors_first(ragged_gather_reduce),  # reduce_group_size keyword-only
+    examples=examples.ragged_gather_reduce,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_gather_reduce_outputs,
+)

@@ -1,0 +1,33 @@
+"""Plain-torch reference of gated_linear_unit (SwiGLU, GEGLU, ...), for tests (in float64)
+and benchmarks (as baselines)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = {
+    None: lambda x: x,
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def gated_linear_unit(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_up: torch.Tensor | None = None,
+    *,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """SwiGLU/GEGLU/...: activation(x @ w_gate) * (x @ w_up)."""
+    w_gate, w_up = (weight[:, 0], weight[:, 1]) if weight_up is None else (weight, weight_up)
+    return ACTIVATIONS[activation](x @ w_gate) * (x @ w_up)
+
+
+__all__ = ["ACTIVATIONS", "gated_linear_unit"]

@@ -1,0 +1,103 @@
+"""Kimi delta attention: torch.ops.tokamax.kimi_delta_attention (Tokamax's `ops.kimi_delta_attention`),
+a gated delta-rule linear attention in Tokamax's heads-first layout. On TPU the default is
+Tokamax's Pallas kernel ("mosaic", TPU only here) with "xla" as fallback; elsewhere "xla".
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from tokamax import ops
+
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.kda import examples
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+
+# "mosaic" here is a TPU kernel only.
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "kimi_delta_attention",
+        {"xla": impl.EVERYWHERE, "xla_chunked": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
+        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
+        impl.SRC + "kda.api",
+    ),
+)
+
+
+def _kda_outputs(
+    query,
+    key,
+    value,
+    gate,
+    beta,
+    a_log=None,
+    delta_time_bias=None,
+    initial_state=None,
+    segment_ids=None,
+    *,
+    max_num_segments=None,
+    **kwargs,
+):
+    h, b, t, k = query.shape
+    if initial_state is not None:
+        n = initial_state.shape[1]
+    else:
+        n = 1 if segment_ids is None else max_num_segments
+    state_dtype = torch.promote_types(query.dtype, torch.float32)
+    return (
+        query.new_empty((h, b, t, value.shape[-1])),
+        query.new_empty((b, n, h, k, value.shape[-1]), dtype=state_dtype),
+    )
+
+
+def kimi_delta_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    gate: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    a_log: torch.Tensor | None = None,
+    delta_time_bias: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    use_qk_l2norm: bool = False,
+    use_gate_in_kernel: bool = False,
+    segment_ids: torch.Tensor | None = None,
+    lower_bound: float | None = None,
+    max_num_segments: int | None = None,
+    implementation: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Kimi delta attention, a gated delta-rule linear attention (Tokamax's `ops.kimi_delta_attention`).
+
+    Per head and batch, over time t, with state S [K, V]:
+        S = S * exp(gate_t)[:, None];  S += beta_t * k_t (v_t - k_t S)^T;  out_t = scale * q_t S
+
+    Args:
+      query, key: [H, B, T, K] (heads first, Tokamax's layout); value: [H, B, T, V].
+      gate: [H, B, T, K], log-space decay (or the raw input with use_gate_in_kernel).
+      beta: [H, B, T], the delta-rule learning rate in [0, 1].
+      a_log [H], delta_time_bias [H*K], lower_bound: the gate activation (use_gate_in_kernel).
+      initial_state: [B, N, H, K, V]; segment_ids: int [B, T] (1-based, 0 = padding).
+      implementation: "xla" (the recurrence), "xla_chunked" (needs use_gate_in_kernel
+        and lower_bound), "mosaic" (TPU); None chooses by device.
+
+    Returns:
+      (output [H, B, T, V] in query's dtype, final_state [B, N, H, K, V] float32 or wider).
+      Gradients: every floating input.
+    """
+    segment_ids = None if segment_ids is None else segment_ids.to(torch.int32)
+    implementation = impl.resolve_implementation("kimi_delta_attention", query.device, implementation)
+    return call_op(kimi_delta_attention_op, locals())
+
+
+# The op's parameters are kimi_delta_attention's (tensors positional, as autograd wants them),
+# and its body calls Tokamax's with them by name, asking for the final state too.
+kimi_delta_attention_op = tokamax_op(
+    "tokamax::kimi_delta_attention",
+    calls=functools.partial(ops.kimi_delta_attention, output_final_state=True),
+    signature=tensors_first(kimi_delta_attention),
+    examples=examples.kimi_delta_attention,
+    symbolic_fake=_kda_outputs,
+)

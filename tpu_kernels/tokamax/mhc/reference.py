@@ -1,0 +1,51 @@
+"""Plain-torch references of DeepSeek-V4's hyper-connections (mhc_pre, mhc_post), for tests
+(in float64) and benchmarks (as baselines)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def mhc_pre(
+    residual: torch.Tensor,
+    fn: torch.Tensor,
+    hc_scale: torch.Tensor,
+    hc_base: torch.Tensor,
+    rms_eps: float,
+    hc_pre_eps: float,
+    hc_sinkhorn_eps: float,
+    hc_post_mult_value: float,
+    sinkhorn_repeat: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeepSeek-V4 mHC pre: RMS-scaled mix logits -> sigmoid pre/post gates and a Sinkhorn-
+    normalised stream-mixing matrix; the streams collapsed by the pre gates."""
+    t = residual.shape[0]
+    m = math.isqrt(fn.shape[0] + 1) - 1
+    h = residual.shape[1] // m
+    mixes = residual @ fn.T
+    mixes = mixes * torch.rsqrt(residual.pow(2).sum(-1, keepdim=True) / (m * h) + rms_eps)
+    pre = torch.sigmoid(mixes[:, :m] * hc_scale[0] + hc_base[:m]) + hc_pre_eps
+    post = torch.sigmoid(mixes[:, m : 2 * m] * hc_scale[1] + hc_base[m : 2 * m]) * hc_post_mult_value
+    comb = mixes[:, 2 * m :].reshape(t, m, m) * hc_scale[2] + hc_base[2 * m :].reshape(1, m, m)
+    comb = torch.softmax(comb, dim=-1) + hc_sinkhorn_eps
+    comb = comb / (comb.sum(-2, keepdim=True) + hc_sinkhorn_eps)
+    for _ in range(sinkhorn_repeat - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + hc_sinkhorn_eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + hc_sinkhorn_eps)
+    layer_input = torch.einsum("tm,tmh->th", pre, residual.reshape(t, m, h))
+    return post, comb, layer_input
+
+
+def mhc_post(
+    x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tensor, comb_res_mix: torch.Tensor
+) -> torch.Tensor:
+    """new_residual[j] = post_layer_mix[j] * x + sum_i comb_res_mix[i, j] * residual[i]."""
+    t, h = x.shape
+    m = comb_res_mix.shape[-1]
+    mixed = torch.einsum("tij,tih->tjh", comb_res_mix, residual.reshape(t, m, h))
+    return (mixed + post_layer_mix[:, :, None] * x[:, None, :]).reshape(t, m * h)
+
+
+__all__ = ["mhc_post", "mhc_pre"]

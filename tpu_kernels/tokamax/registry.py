@@ -1,0 +1,86 @@
+"""The Tokamax op families: one folder each, registered here when imported.
+
+A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
+`_src/ops/<family>/` does:
+
+- `op.py`: the torch ops (`tokamax_op` around the Tokamax call), the public
+  functions that check arguments and choose the implementation, and the ops'
+  implementation tables (which Tokamax implementation runs where);
+- `reference.py`: plain-torch references (the float64 test oracle and the
+  benchmarks' baseline);
+- `examples.py`: representative TPU calls, which `tpu-kernels check` lowers;
+- `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
+  (real workloads);
+- `__init__.py`: the family's public names and its `register(__name__, ...)`.
+
+`FAMILIES` lets cross-cutting code (the fake, lowering and implementation tests,
+the benchmarks) iterate every op without a hand-written list.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+from tpu_kernels.op import KernelOp
+from tpu_kernels.tokamax import implementation
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family's ops and what travels with them."""
+
+    name: str  # the folder, e.g. "attention"
+    functions: tuple[Callable, ...]  # public functions, re-exported by tpu_kernels.tokamax
+    ops: tuple[KernelOp, ...]  # the torch ops (torch.ops.tokamax.*), forward; backward via .backward_op
+    implementations: tuple[implementation.OpImplementations, ...]  # one table per Tokamax op
+    reference: ModuleType
+    examples: ModuleType
+    shapes: ModuleType
+
+    def op(self, name: str) -> KernelOp:
+        """The family's torch op `tokamax::<name>`."""
+        for kop in self.ops:
+            if kop.short_name == name:
+                return kop
+        raise KeyError(
+            f"tokamax family {self.name!r} has no op {name!r}; it has {[o.short_name for o in self.ops]}"
+        )
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
+    """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
+    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, and its `reference`, `examples`
+    and `shapes` modules are imported."""
+    name = package.rpartition(".")[2]
+    if name in FAMILIES:
+        raise ValueError(f"tokamax: the family {name!r} is already registered.")
+    module = {part: importlib.import_module(f"{package}.{part}") for part in _PARTS}
+    family = Family(
+        name,
+        functions=tuple(functions),
+        ops=tuple(ops),
+        implementations=module["op"].IMPLEMENTATIONS,
+        reference=module["reference"],
+        examples=module["examples"],
+        shapes=module["shapes"],
+    )
+    implementation.register(*family.implementations)
+    FAMILIES[name] = family
+    return family
+
+
+_PARTS = ("op", "reference", "examples", "shapes")
+
+
+def all_ops() -> list[KernelOp]:
+    """Every forward op of every family, in registration order."""
+    return [kop for family in FAMILIES.values() for kop in family.ops]
+
+
+__all__ = ["FAMILIES", "Family", "all_ops", "register"]

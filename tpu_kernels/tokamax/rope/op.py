@@ -1,0 +1,71 @@
+"""DeepSeek-V4's RoPE: torch.ops.tokamax.deepseek_rope (Tokamax's `ops.deepseek_rope`).
+On TPU the default is Tokamax's Pallas kernel ("mosaic_tpu", which has no VJP: the backward
+differentiates XLA) with "xla" as fallback; elsewhere "xla".
+"""
+
+from __future__ import annotations
+
+import torch
+from tokamax import ops
+
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.rope import examples
+from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+
+IMPLEMENTATIONS = (
+    impl.OpImplementations(
+        "deepseek_rope",
+        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        impl.XLA_ELSEWHERE,
+        impl.SRC + "deepseek_rope.api",
+    ),
+)
+
+ROPE_MODES = ("rope", "qnorm_rope")
+
+
+def deepseek_rope(
+    x: torch.Tensor,  # [tokens, head_dim] or [tokens, heads, head_dim]
+    positions: torch.Tensor,  # int32 [tokens]
+    cos_sin_cache: torch.Tensor,  # float32 [max_pos, rotary_dim]
+    *,
+    mode: str = "rope",
+    inverse: bool = False,
+    eps: float = 1e-6,
+    implementation: str | None = None,
+) -> torch.Tensor:
+    """DeepSeek-V4's RoPE on the trailing rotary_dim channels (Tokamax's `ops.deepseek_rope`).
+
+    GPT-J (interleaved) rotation: channel pair (2i, 2i+1) turns by frequency i,
+    with row positions[t] of cos_sin_cache = [cos | sin]. mode="qnorm_rope"
+    first RMS-normalises each head (no weight). Computed in float32.
+
+    Args:
+      x: [tokens, head_dim] or [tokens, heads, head_dim]; head_dim a multiple of 128.
+      positions: int [tokens]; cos_sin_cache: float32 [max_pos, rotary_dim <= 128].
+      mode: "rope" or "qnorm_rope" ("rope_quant" is not wrapped: use the generic path).
+      inverse: the transposed rotation.
+
+    Returns:
+      x's shape and dtype. Gradient: with respect to x.
+    """
+    if mode not in ROPE_MODES:
+        raise ValueError(f"tokamax.deepseek_rope: mode={mode!r}; use one of {ROPE_MODES}.")
+    positions = positions.to(torch.int32)
+    implementation = impl.resolve_implementation("deepseek_rope", x.device, implementation)
+    return call_op(deepseek_rope_op, locals())
+
+
+def _rope_outputs(x, *args, **kwargs):
+    return torch.empty_like(x)
+
+
+# The op's parameters are deepseek_rope's, and its body calls Tokamax's with them by name.
+deepseek_rope_op = tokamax_op(
+    "tokamax::deepseek_rope",
+    calls=ops.deepseek_rope,
+    signature=deepseek_rope,
+    examples=examples.deepseek_rope,
+    no_vjp=("mosaic_tpu",),
+    symbolic_fake=_rope_outputs,
+)

@@ -1,0 +1,107 @@
+"""MoE routing: torch.ops.tokamax.top_k and torch.ops.tokamax.router_topk (Tokamax's `ops.top_k`,
+`ops.router_topk`). Selections: no gradient. On TPU the default is Tokamax's Pallas kernel
+with "xla" as fallback (top_k's runs on the SparseCore of TPU v7 and later); elsewhere "xla".
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from tokamax import ops
+
+from tpu_kernels.tokamax import implementation as impl
+from tpu_kernels.tokamax.topk import examples
+from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+
+# Each op's parameters are its public function's (k keyword-only), and its body calls
+# Tokamax's with them by name.
+_KERNEL = {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY}
+IMPLEMENTATIONS = (
+    impl.OpImplementations("top_k", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "topk.api"),
+    impl.OpImplementations("router_topk", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "router_topk.api"),
+)
+
+
+# Shape rules for symbolic sizes (Tokamax's checks compare sizes with Python ints, which
+# symbolic sizes cannot answer); tests/tokamax/test_fakes.py checks them against the
+# fakes jax.eval_shape derives.
+def _top_k_outputs(scores, row_lengths=None, *, k, **kwargs):
+    shape = (scores.shape[0], k)
+    return scores.new_empty(shape, dtype=torch.int32), scores.new_empty(shape, dtype=torch.float32)
+
+
+def top_k(
+    scores: torch.Tensor,
+    k: int,
+    row_lengths: torch.Tensor | None = None,
+    *,
+    implementation: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-k per row (Tokamax's `ops.top_k`).
+
+    Args:
+      scores: float32 [b, n].
+      k: entries per row.
+      row_lengths: int [b]; only the first row_lengths[i] columns of row i compete.
+
+    Returns:
+      (indices int32 [b, k], values float32 [b, k]), best first; where a row has
+      fewer than k eligible entries the index is -1 and the value -inf. (torch.topk
+      returns (values, indices).)
+    """
+    if scores.ndim != 2 or scores.dtype != torch.float32:
+        raise ValueError(
+            f"tokamax.top_k: scores must be float32 [b, n], got {scores.dtype} {tuple(scores.shape)}."
+        )
+    row_lengths = None if row_lengths is None else row_lengths.to(torch.int32)
+    implementation = impl.resolve_implementation("top_k", scores.device, implementation)
+    return call_op(top_k_op, locals())
+
+
+def _top_k(scores, row_lengths, *, k, implementation):
+    indices, bits = ops.top_k(scores, k, row_lengths, return_scores=True, implementation=implementation)
+    return indices, jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+top_k_op = tokamax_op(
+    "tokamax::top_k",
+    calls=_top_k,
+    signature=tensors_first(top_k),  # k keyword-only
+    examples=examples.top_k,
+    backward=None,
+    symbolic_fake=_top_k_outputs,
+)
+
+
+def _router_topk_outputs(scores, *, k, **kwargs):
+    shape = (scores.shape[0], k)
+    return scores.new_empty(shape, dtype=torch.float32), scores.new_empty(shape, dtype=torch.int32)
+
+
+def router_topk(
+    scores: torch.Tensor, k: int, *, implementation: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top k experts of each token without a sort (Tokamax's `ops.router_topk`).
+
+    Args:
+      scores: [tokens, experts], float32, bfloat16 or float16.
+
+    Returns:
+      (weights float32 [tokens, k], descending; indices int32 [tokens, k]). Ties
+      go to the lowest expert id. The weights are the selected scores (no
+      softmax) and carry no gradient: for a differentiable gate use
+      `scores.gather(1, indices.long())`.
+    """
+    implementation = impl.resolve_implementation("router_topk", scores.device, implementation)
+    return call_op(router_topk_op, locals())
+
+
+router_topk_op = tokamax_op(
+    "tokamax::router_topk",
+    calls=ops.router_topk,
+    signature=tensors_first(router_topk),  # k keyword-only
+    examples=examples.router_topk,
+    backward=None,
+    symbolic_fake=_router_topk_outputs,
+)
