@@ -299,9 +299,9 @@ class KernelOp:
         values = self.signature.bind(args, kwargs)
         tensors, statics = self.signature.split(values)
         specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
-        x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-            return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
+        kwargs = self.signature.static_kwargs(statics)
+        with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
+            return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
 
     def jax_function(self, *, interpret: Any = "current", **statics: Any) -> Callable:
         """The kernel as a jitted JAX function of its tensor arguments, statics bound.

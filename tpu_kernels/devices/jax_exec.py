@@ -205,7 +205,7 @@ class JaxExecutor:
                 result = fn(**statics, **dict(zip(names, tensor_args)))
             return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
 
-        x64 = any(leaf.dtype in dtypes.WIDE_JAX for leaf in jax.tree_util.tree_leaves(arrays))
+        x64 = dtypes.needs_x64(arrays, statics)
         # One output and no 64-bit mode: the jitted function returns the array itself,
         # which spares the hot path a tuple and a context manager.
         single = self._single and not self.mutated and not x64
