@@ -43,6 +43,36 @@ def registered_ops() -> dict[str, KernelOp]:
         return dict(_REGISTRY)
 
 
+def _registered_op(name: str, module: str | None = None) -> KernelOp:
+    """The op registered as `name` in this process: what a copied or unpickled KernelOp is.
+
+    A KernelOp pickles as this lookup (`KernelOp.__reduce__`), not as its state: its
+    registrations belong to the process (torch's dispatcher, compiled executables) and
+    cannot travel. When `name` is not registered yet, `module` (where the kernel
+    function was defined) is imported first, as pickle imports a function's module.
+    """
+    op = _REGISTRY.get(name)
+    if op is None and module:
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise LookupError(
+                f"{name}: cannot load this tpu_kernels op: it is not registered in this process "
+                f"and importing its module {module!r} failed ({e}). Import the module that "
+                "defines it with @tpu_kernel before loading."
+            ) from e
+        op = _REGISTRY.get(name)
+    if op is None:
+        raise LookupError(
+            f"{name}: cannot load this tpu_kernels op: it is not registered in this process"
+            + (f" (importing {module!r} did not define it)" if module else "")
+            + ". Import or run the code that defines it with @tpu_kernel before loading."
+        )
+    return op
+
+
 def _split_name(qualname: str) -> tuple[str, str]:
     if not isinstance(qualname, str) or qualname.count("::") != 1:
         raise OpDefinitionError(
@@ -341,6 +371,20 @@ class KernelOp:
 
     def __repr__(self) -> str:
         return f"<tpu_kernel {self.name}{self.schema}>"
+
+    # ---- copies and pickling: an op is a process-wide registration, like a function ----
+    def __reduce__(self) -> tuple:
+        home = self
+        forward = _REGISTRY.get(self.name.removesuffix("_backward"))
+        if forward is not None and forward.backward_op is self:
+            home = forward  # a backward op is defined by its forward's module
+        return (_registered_op, (self.name, getattr(home.__wrapped__, "__module__", None)))
+
+    def __copy__(self) -> KernelOp:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> KernelOp:
+        return self
 
 
 def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
