@@ -36,7 +36,6 @@ WIDE = frozenset({torch.float64, torch.int64})
 WIDE_JAX = frozenset(TORCH_TO_JAX[t] for t in WIDE)
 
 
-
 def needs_x64(arrays: Any, statics: dict[str, Any] | None = None) -> bool:
     """Does a call need JAX's 64-bit mode: a 64-bit array (or spec) among `arrays`,
     or a static that names a 64-bit dtype (`out_dtype=torch.float64`), which JAX
