@@ -1,10 +1,17 @@
 """torch <-> JAX by DLPack: zero copy, and the per-tensor view cache stays correct."""
 
+import contextlib
+import gc
+import weakref
+
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 import torch
 
 from tests.helpers import rand
-from tpu_kernels import bridge
+from tpu_kernels import bridge, tpu_kernel
 
 
 def test_the_low_level_dlpack_entry_points_are_in_use():
@@ -93,16 +100,6 @@ def test_every_dtype_gives_the_same_result_through_either_route():
 
 
 # ---- a call leaves the caller's tensors as they came ----------------------------------
-
-import contextlib  # noqa: E402
-import gc  # noqa: E402
-import weakref  # noqa: E402
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from tpu_kernels import tpu_kernel  # noqa: E402
 
 
 @tpu_kernel("test_bridge::scaled_sum")
