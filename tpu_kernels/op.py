@@ -50,6 +50,8 @@ def _registered_op(name: str, module: str | None = None) -> KernelOp:
     registrations belong to the process (torch's dispatcher, compiled executables) and
     cannot travel. When `name` is not registered yet, `module` (where the kernel
     function was defined) is imported first, as pickle imports a function's module.
+    Saved files name this function (`tpu_kernels.op._registered_op`): keep its name and
+    place, or old checkpoints stop loading.
     """
     op = _REGISTRY.get(name)
     if op is None and module:
