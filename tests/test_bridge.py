@@ -1,10 +1,17 @@
 """torch <-> JAX by DLPack: zero copy, and the per-tensor view cache stays correct."""
 
+import contextlib
+import gc
+import weakref
+
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 import torch
 
 from tests.helpers import rand
-from tpu_kernels import bridge
+from tpu_kernels import bridge, tpu_kernel
 
 
 def test_the_low_level_dlpack_entry_points_are_in_use():
@@ -90,3 +97,139 @@ def test_every_dtype_gives_the_same_result_through_either_route():
             assert a.dtype == dtype
             torch.testing.assert_close(a, want, rtol=0, atol=0)
             torch.testing.assert_close(b, want, rtol=0, atol=0)
+
+
+# ---- a call leaves the caller's tensors as they came ----------------------------------
+
+
+@tpu_kernel("test_bridge::scaled_sum")
+def scaled_sum(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * 2 + w
+
+
+def _state(t: torch.Tensor) -> dict:
+    """Everything about a tensor a call could change, storage resizability aside."""
+    return {
+        "requires_grad": t.requires_grad,
+        "is_leaf": t.is_leaf,
+        "grad_fn": t.grad_fn,
+        "version": t._version,
+        "dict": dict(t.__dict__),
+        "data_ptr": t.data_ptr(),
+        "shape": t.shape,
+        "stride": t.stride(),
+        "storage_nbytes": t.untyped_storage().nbytes(),
+    }
+
+
+def _assert_storage_resizable(t: torch.Tensor) -> None:
+    # FSDP2 frees a parameter's memory this way between uses, and later re-allocates it.
+    storage = t.untyped_storage()
+    nbytes = storage.nbytes()
+    storage.resize_(0)
+    assert storage.nbytes() == 0
+    storage.resize_(nbytes)
+    assert storage.nbytes() == nbytes
+
+
+@pytest.mark.parametrize("route", ["eager shortcut", "dispatcher"])
+def test_calls_leave_tensors_as_they_came_on_both_routes(route):
+    x = rand(8, 128)
+    w = torch.nn.Parameter(rand(8, 128))
+    w.tag = "kept"  # a Python attribute of the caller's
+    before = {"x": _state(x), "w": _state(w)}
+    call = scaled_sum if route == "eager shortcut" else scaled_sum.overload
+    ctx = torch.no_grad() if route == "eager shortcut" else contextlib.nullcontext()
+    want = x * 2 + w.detach()
+    with ctx:
+        outs = [call(x, w) for _ in range(3)]  # 1st: first sighting (NumPy view); 2nd, 3rd: cached
+    for out in outs:
+        torch.testing.assert_close(out.detach(), want, rtol=0, atol=0)
+    assert bridge.VIEWS.get(x) is bridge.VIEWS.get(x)  # the cached route was taken
+    assert {"x": _state(x), "w": _state(w)} == before
+    assert w.tag == "kept" and type(w) is torch.nn.Parameter
+    _assert_storage_resizable(x)
+    _assert_storage_resizable(w)
+    # and the op still computes right on the re-allocated memory (cache re-imports it)
+    with torch.no_grad():
+        x.copy_(rand(8, 128)), w.copy_(rand(8, 128))
+        torch.testing.assert_close(call(x, w).detach(), x * 2 + w, rtol=0, atol=0)
+
+
+def test_a_host_view_leaves_the_storage_resizable_for_every_numpy_dtype():
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.int64, torch.int8, torch.bool):
+        t = rand(4, 8).to(dtype)
+        view = bridge.host_view(t)
+        np.testing.assert_array_equal(view, t.clone().numpy())  # a clone: its own storage
+        del view
+        _assert_storage_resizable(t)
+
+
+def test_a_host_view_keeps_its_tensor_alive_until_jax_is_done_with_it():
+    t = torch.arange(1024, dtype=torch.float32)
+    alive = weakref.ref(t)
+    view = bridge.host_view(t)
+    del t
+    gc.collect()
+    assert alive() is not None  # the view's base holds the tensor, so its memory stays valid
+    out = jax.jit(lambda a: a + 1)(view)
+    del view
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(out), np.arange(1, 1025, dtype=np.float32))
+    assert alive() is None  # and nothing keeps it longer than the views
+
+
+def test_empty_and_zero_dim_tensors_cross_as_host_views():
+    for t in (torch.empty(0, 5), torch.tensor(3.0)):
+        v = bridge.host_view(t)
+        assert v.shape == tuple(t.shape) and v.dtype == np.float32
+    assert float(bridge.host_view(torch.tensor(3.0))) == 3.0
+
+
+# ---- one executable whichever route a tensor crosses by (issue 12) ---------------------
+
+
+@contextlib.contextmanager
+def _count_compiles():
+    """Counts JAX lowerings to MLIR and XLA compiles while inside."""
+    from jax._src import dispatch
+
+    counts = {"lower": 0, "compile": 0}
+
+    def listen(event: str, duration: float, **kwargs) -> None:
+        if event == dispatch.JAXPR_TO_MLIR_MODULE_EVENT:
+            counts["lower"] += 1
+        elif event == dispatch.BACKEND_COMPILE_EVENT:
+            counts["compile"] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield counts
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+@tpu_kernel("test_bridge::compile_once")
+def compile_once(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return jnp.tanh(x) * w
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_one_compile_across_first_sighting_cached_and_fresh_tensors(dtype):
+    # float32/float64 cross first as NumPy views, then as cached jax.Arrays; bfloat16 by
+    # DLPack both times; float64 under x64. Each must reach one executable.
+    x, w = rand(16, 128, dtype=dtype), rand(16, 128, dtype=dtype)
+    want = torch.tanh(x) * w
+    compile_once.cache_clear()
+    with _count_compiles() as counts:
+        with torch.no_grad():
+            first = compile_once(x, w)  # first sighting: one-off views
+            cached = [compile_once(x, w) for _ in range(2)]  # second: cached; third: cache hit
+            fresh = compile_once(x.clone(), w.clone())  # new tensor objects
+        via_dispatcher = compile_once.overload(x.clone(), w)  # the dispatcher's route
+    assert counts == {"lower": 1, "compile": 1}
+    for out in (first, *cached, fresh, via_dispatcher):
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, want)
+    info = compile_once.cache_info()
+    assert info.misses == 1

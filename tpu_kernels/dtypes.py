@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -31,6 +34,28 @@ JAX_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in TORCH_TO_JAX.items
 # turns x64 on (thread-locally, only around the call) when a kernel sees one.
 WIDE = frozenset({torch.float64, torch.int64})
 WIDE_JAX = frozenset(TORCH_TO_JAX[t] for t in WIDE)
+
+
+def needs_x64(arrays: Any, statics: dict[str, Any] | None = None) -> bool:
+    """Does a call need JAX's 64-bit mode: a 64-bit array (or spec) among `arrays`,
+    or a static that names a 64-bit dtype (`out_dtype=torch.float64`), which JAX
+    would otherwise quietly turn into its 32-bit counterpart."""
+    if any(getattr(leaf, "dtype", None) in WIDE_JAX for leaf in jax.tree_util.tree_leaves(arrays)):
+        return True
+    return any(_wide_static(v) for v in (statics or {}).values())
+
+
+def _wide_static(v: Any) -> bool:
+    if isinstance(v, torch.dtype):
+        return v in WIDE
+    if isinstance(v, np.dtype):
+        return v in WIDE_JAX
+    if isinstance(v, type) and issubclass(v, np.generic):  # jnp.float64, np.int64
+        return np.dtype(v) in WIDE_JAX
+    if isinstance(v, (list, tuple)):
+        return any(_wide_static(x) for x in v)
+    return False
+
 
 SUPPORTED = ", ".join(str(t).removeprefix("torch.") for t in TORCH_TO_JAX)
 

@@ -132,7 +132,7 @@ class DerivedFake:
         return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in outs)
 
     def _eval(self, specs: list[Any], statics: dict, tensors: list[Any], *, symbolic: bool) -> tuple:
-        x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
+        x64 = dtypes.needs_x64(specs, statics)
         try:
             # Outside torch's dispatch modes (fake, proxy tracing, functionalisation)
             # and its tracing context: a kernel source may run torch code of its own

@@ -44,6 +44,38 @@ def registered_ops() -> dict[str, KernelOp]:
         return dict(_REGISTRY)
 
 
+def _registered_op(name: str, module: str | None = None) -> KernelOp:
+    """The op registered as `name` in this process: what a copied or unpickled KernelOp is.
+
+    A KernelOp pickles as this lookup (`KernelOp.__reduce__`), not as its state: its
+    registrations belong to the process (torch's dispatcher, compiled executables) and
+    cannot travel. When `name` is not registered yet, `module` (where the kernel
+    function was defined) is imported first, as pickle imports a function's module.
+    Saved files name this function (`tpu_kernels.op._registered_op`): keep its name and
+    place, or old checkpoints stop loading.
+    """
+    op = _REGISTRY.get(name)
+    if op is None and module:
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise LookupError(
+                f"{name}: cannot load this tpu_kernels op: it is not registered in this process "
+                f"and importing its module {module!r} failed ({e}). Import the module that "
+                "defines it with @tpu_kernel before loading."
+            ) from e
+        op = _REGISTRY.get(name)
+    if op is None:
+        raise LookupError(
+            f"{name}: cannot load this tpu_kernels op: it is not registered in this process"
+            + (f" (importing {module!r} did not define it)" if module else "")
+            + ". Import or run the code that defines it with @tpu_kernel before loading."
+        )
+    return op
+
+
 def _split_name(qualname: str) -> tuple[str, str]:
     if not isinstance(qualname, str) or qualname.count("::") != 1:
         raise OpDefinitionError(
@@ -310,9 +342,9 @@ class KernelOp:
         values = self.signature.bind(args, kwargs)
         tensors, statics = self.signature.split(values)
         specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
-        x64 = any(getattr(s, "dtype", None) in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-            return fake.jax_shape_fn(self.fn, self.signature)(specs, self.signature.static_kwargs(statics))
+        kwargs = self.signature.static_kwargs(statics)
+        with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
+            return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
 
     def jax_function(
         self, *, interpret: Any = "current", matmul_precision: str = "current", **statics: Any
@@ -359,6 +391,20 @@ class KernelOp:
 
     def __repr__(self) -> str:
         return f"<tpu_kernel {self.name}{self.schema}>"
+
+    # ---- copies and pickling: an op is a process-wide registration, like a function ----
+    def __reduce__(self) -> tuple:
+        home = self
+        forward = _REGISTRY.get(self.name.removesuffix("_backward"))
+        if forward is not None and forward.backward_op is self:
+            home = forward  # a backward op is defined by its forward's module
+        return (_registered_op, (self.name, getattr(home.__wrapped__, "__module__", None)))
+
+    def __copy__(self) -> KernelOp:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> KernelOp:
+        return self
 
 
 def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:

@@ -37,8 +37,7 @@ def flat_kernel(kop: KernelOp, args: tuple, kwargs: dict) -> tuple[Callable, lis
     def flat(*ts: Any) -> Any:
         return kop.source.lowering_body(**static_kwargs, **dict(zip(names, ts)))
 
-    x64 = any(s.dtype in dtypes.WIDE_JAX for s in jax.tree_util.tree_leaves(specs))
-    return flat, specs, x64
+    return flat, specs, dtypes.needs_x64(specs, static_kwargs)
 
 
 def cross_compiling() -> contextlib.AbstractContextManager:

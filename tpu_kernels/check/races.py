@@ -78,7 +78,7 @@ def run_with_race_detection(op: KernelOp, call: Call) -> Explanation | None:
     values = sig.bind(args, kwargs)
     tensors = [v for p, v in zip(sig.params, values) if p.is_tensor]
     statics = {p.name: v for p, v in zip(sig.params, values) if not p.is_tensor}
-    x64 = any(leaf.dtype in dtypes.WIDE_JAX for leaf in jax.tree_util.tree_leaves(tensors))
+    x64 = dtypes.needs_x64(tensors, statics)
     try:
         with jax.enable_x64(True) if x64 else contextlib.nullcontext(), _quiet_callbacks():
             fn = op.jax_function(interpret=race_params(), **statics)

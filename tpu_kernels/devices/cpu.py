@@ -16,6 +16,9 @@ from tpu_kernels.devices.jax_exec import pallas_interpret
 class CpuTransfer:
     device_type = "cpu"
 
+    def __init__(self) -> None:
+        self._sharding: jax.sharding.Sharding | None = None
+
     def to_jax(self, t: torch.Tensor) -> jax.Array:
         return bridge.VIEWS.get(t)
 
@@ -27,6 +30,14 @@ class CpuTransfer:
 
     def trace_context(self, mode: Any) -> contextlib.AbstractContextManager:
         return pallas_interpret(mode)
+
+    def sharding(self) -> jax.sharding.Sharding:
+        # A tensor seen once crosses as a NumPy array (uncommitted), a cached one as
+        # a jax.Array committed to the CPU device: two jit signatures, so two
+        # compiles of every kernel, unless the jit pins both to that device.
+        if self._sharding is None:
+            self._sharding = jax.sharding.SingleDeviceSharding(bridge.cpu_device())
+        return self._sharding
 
     def recover(self, mode: Any) -> None:
         # After an exception inside the TPU interpreter its shared state must be

@@ -52,5 +52,8 @@ class CudaTransfer:
     def recover(self, mode: Any) -> None:
         pass
 
+    def sharding(self) -> None:
+        return None  # one route (DLPack), and the tensors' own GPU decides the device
+
 
 TRANSFER = CudaTransfer()

@@ -51,6 +51,14 @@ class Transfer(Protocol):
         """Reset device state after a failed call (the TPU interpreter needs it)."""
         ...
 
+    def sharding(self) -> jax.sharding.Sharding | None:
+        """The sharding the jit declares for every argument (None: whatever the arrays carry).
+
+        One argument may arrive by different routes (the CPU's NumPy views and
+        cached `jax.Array`s): without a declared sharding each route is its own
+        jit signature, traced, lowered and compiled again."""
+        ...
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -202,11 +210,15 @@ class JaxExecutor:
                 result = fn(**statics, **dict(zip(names, tensor_args)))
             return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
 
-        x64 = any(leaf.dtype in dtypes.WIDE_JAX for leaf in jax.tree_util.tree_leaves(arrays))
+        x64 = dtypes.needs_x64(arrays, statics)
         # One output and no 64-bit mode: the jitted function returns the array itself,
         # which spares the hot path a tuple and a context manager.
         single = self._single and not self.mutated and not x64
-        jitted = jax.jit((lambda *a: flat(*a)[0]) if single else flat)
+        sharding = self.transfer.sharding()
+        jitted = jax.jit(
+            (lambda *a: flat(*a)[0]) if single else flat,
+            **({} if sharding is None else {"in_shardings": sharding}),
+        )
         try:
             with jax.enable_x64(True) if x64 else contextlib.nullcontext():
                 jitted.lower(*arrays).compile()
