@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import torch
 from jax._src import config as jax_config
 
-from tpu_kernels import dtypes
+from tpu_kernels import dtypes, interpret
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -102,14 +102,25 @@ class JaxExecutor:
 
     def run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any) -> Any:
         """Call a compiled entry on the arguments' arrays; torch results, mutations written."""
+        if mode is True or mode is None:  # fast interpreter or a device: no global state
+            return self._run(entry, arrays, values, mode)
+        # The TPU interpreter: one call at a time, until its results are ready (JAX
+        # dispatches asynchronously and the interpreter runs inside that execution).
+        with interpret.exclusive(mode):
+            return self._run(entry, arrays, values, mode, block=True)
+
+    def _run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any, block: bool = False) -> Any:
         try:
             if entry.single:
-                return self._to_torch(entry.fn(*arrays))
+                result = entry.fn(*arrays)
+                return self._to_torch(jax.block_until_ready(result) if block else result)
             if entry.x64:
                 with jax.enable_x64(True):
                     results = entry.fn(*arrays)
             else:
                 results = entry.fn(*arrays)
+            if block:
+                jax.block_until_ready(results)
             to_torch = self._to_torch
             outs = [to_torch(r) for r in results]
         except Exception as e:
@@ -202,17 +213,18 @@ class JaxExecutor:
         # which spares the hot path a tuple and a context manager.
         single = self._single and not self.mutated and not x64
         jitted = jax.jit((lambda *a: flat(*a)[0]) if single else flat)
-        try:
-            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-                jitted.lower(*arrays).compile()
-        except KernelError:
-            raise
-        except Exception as e:
-            self.transfer.recover(mode)
-            raise KernelError(
-                f"{self.op}: tracing or compiling the kernel failed for "
-                f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
-            ) from e
+        with interpret.exclusive(mode):  # the recovery too: it resets the interpreter's state
+            try:
+                with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                    jitted.lower(*arrays).compile()
+            except KernelError:
+                raise
+            except Exception as e:
+                self.transfer.recover(mode)
+                raise KernelError(
+                    f"{self.op}: tracing or compiling the kernel failed for "
+                    f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
+                ) from e
         return Entry(jitted, x64, n_results, single)
 
     def _describe(self, values: list[Any]) -> str:
