@@ -200,8 +200,28 @@ class KernelOp:
         self._kernels = self.source.kernels(self)
         for key, kernel in self._kernels.items():
             lib.impl(self.short_name, kernel, key)
+        # Where no backend kernel applies: a call with no tensor at all (`op(None)`),
+        # or a device without a kernel. A clear error instead of torch's "no tensor
+        # arguments" / "Could not run ... with arguments from the ... backend".
+        lib.impl(self.short_name, self._no_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(self.name, self._fake, lib=lib)
         return lib
+
+    def _no_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.signature.values(args, kwargs)
+        self.signature.check_tensors(values)
+        devices = sorted(
+            {str(t.device.type) for t in jax.tree_util.tree_leaves(values) if isinstance(t, torch.Tensor)}
+        )
+        if not devices:
+            names = [p.name for p in self.signature.tensor_params]
+            raise TypeError(
+                f"{self.name}: every tensor argument ({', '.join(names)}) is None; pass at least one tensor."
+            )
+        raise NotImplementedError(
+            f"{self.name}: no kernel for tensors on {', '.join(devices)}; "
+            f"this op has kernels for {', '.join(sorted(self._kernels))}."
+        )
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
         return (self._user_fake or self._derived_fake)(*args, **kwargs)

@@ -96,7 +96,11 @@ class JaxExecutor:
     # ---- the hot path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         values = args if len(args) == self._n_params else self.sig.values(args, kwargs)
-        arrays, key = self._arrays_and_key(values)
+        try:
+            arrays, key = self._arrays_and_key(values)
+        except AttributeError:  # None (or a non-tensor) for a tensor: say which argument
+            self.sig.check_tensors(values)
+            raise
         entry = self.cache.get_or_build(key, lambda: self._build(arrays, key))
         return self.run(entry, arrays, values, key[0])
 
@@ -161,6 +165,8 @@ class JaxExecutor:
                 key.append(tuple((t.shape, t.dtype) for t in v))
                 arrays.append([convert(name, t) for t in v])
             elif v is None:
+                if kind is Kind.TENSOR:
+                    self.sig.check_tensors(values)
                 key.append(None)
                 arrays.append(None)
             else:
