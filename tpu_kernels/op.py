@@ -29,7 +29,7 @@ import torch
 
 from tpu_kernels import autograd, dtypes, eager, fake
 from tpu_kernels.cache import CacheInfo
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import KernelError, OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
 
 _REGISTRY: dict[str, KernelOp] = {}
@@ -213,11 +213,8 @@ class KernelOp:
         devices = sorted(
             {str(t.device.type) for t in jax.tree_util.tree_leaves(values) if isinstance(t, torch.Tensor)}
         )
-        if not devices:
-            names = [p.name for p in self.signature.tensor_params]
-            raise TypeError(
-                f"{self.name}: every tensor argument ({', '.join(names)}) is None; pass at least one tensor."
-            )
+        if not devices:  # only optional tensors, all None: as the fake function says it
+            raise KernelError(f"{self.name}: called without any tensor argument, so its device is unknown.")
         raise NotImplementedError(
             f"{self.name}: no kernel for tensors on {', '.join(devices)}; "
             f"this op has kernels for {', '.join(sorted(self._kernels))}."
