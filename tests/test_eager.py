@@ -164,3 +164,22 @@ def test_sparse_and_quantized_tensors_go_to_the_dispatcher():
     assert not axpy._eager_cpu.accepts((x.to_sparse(), x, 2.0))
     q = torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
     assert not axpy._eager_cpu.accepts((q, x, 2.0))
+
+
+def test_only_optional_tensors_all_none_and_unsupported_layouts_are_clear_errors():
+    from tpu_kernels import KernelError
+
+    @tpu_kernel("test_eager::maybe")
+    def maybe(x: torch.Tensor | None = None) -> torch.Tensor:
+        return x * 2
+
+    for call in (lambda: maybe(None), lambda: maybe.overload(None)):
+        with pytest.raises(KernelError, match="test_eager::maybe: called without any tensor argument"):
+            call()
+    x = rand(8, 16)
+    for call in (lambda: axpy(x.to_sparse(), x, 2.0), lambda: axpy.overload(x.to_sparse(), x, 2.0)):
+        with pytest.raises(
+            NotImplementedError,
+            match=r"test_eager::axpy: no kernel for tensors on cpu, cpu \(torch.sparse_coo\)",
+        ):
+            call()

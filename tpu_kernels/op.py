@@ -211,7 +211,11 @@ class KernelOp:
         values = self.signature.values(args, kwargs)
         self.signature.check_tensors(values)
         devices = sorted(
-            {str(t.device.type) for t in jax.tree_util.tree_leaves(values) if isinstance(t, torch.Tensor)}
+            {
+                t.device.type + ("" if t.layout == torch.strided else f" ({t.layout})")
+                for t in jax.tree_util.tree_leaves(values)
+                if isinstance(t, torch.Tensor)
+            }
         )
         if not devices:  # only optional tensors, all None: as the fake function says it
             raise KernelError(f"{self.name}: called without any tensor argument, so its device is unknown.")
