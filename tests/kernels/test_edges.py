@@ -77,3 +77,25 @@ def test_integer_inputs_are_refused_with_one_message(name, dtype):
 def test_rmsnorm_on_int32_is_refused_not_truncated():
     with pytest.raises(KernelError, match="rmsnorm: argument 'x' has dtype int32"):
         rmsnorm(torch.tensor([[3, 4]], dtype=torch.int32), torch.ones(2))
+
+
+@pytest.mark.parametrize("mode", ["pallas", "eager"])
+def test_the_helion_twins_refuse_integer_inputs_with_the_same_message(mode):
+    import tpu_kernels
+    from tpu_kernels.kernels import helion_ops
+
+    x, w = torch.ones(8, 128, dtype=torch.int32), torch.ones(128, dtype=torch.int32)
+    calls = {
+        "add_helion": (lambda: helion_ops.add_helion(x, x), "x"),
+        "softmax_helion": (lambda: helion_ops.softmax_helion(x), "x"),
+        "rmsnorm_helion": (lambda: helion_ops.rmsnorm_helion(x.float(), w), "weight"),
+        "matmul_helion": (lambda: helion_ops.matmul_helion(x, x.t().contiguous()), "a"),
+    }
+    with tpu_kernels.helion_cpu_mode(mode):
+        for name, (call, arg) in calls.items():
+            with pytest.raises(KernelError) as info:
+                call()
+            assert (
+                f"{name}: argument '{arg}' has dtype int32; {name} computes in floating point "
+                "and accepts float16, bfloat16, float32 or float64" in str(info.value)
+            ), str(info.value)
