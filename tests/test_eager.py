@@ -183,3 +183,22 @@ def test_only_optional_tensors_all_none_and_unsupported_layouts_are_clear_errors
             match=r"test_eager::axpy: no kernel for tensors on cpu, cpu \(torch.sparse_coo\)",
         ):
             call()
+
+
+def test_an_int_default_of_a_float_static_reaches_the_kernel_as_the_dispatcher_passes_it():
+    seen = []
+
+    @tpu_kernel("test_eager::int_default")
+    def scaled(x: torch.Tensor, alpha: float = 2) -> torch.Tensor:
+        seen.append(type(alpha))
+        return x * alpha
+
+    x = torch.arange(4, dtype=torch.int32)
+    assert torch.equal(scaled(x), scaled.overload(x))
+    assert scaled(x).dtype == scaled.overload(x).dtype
+    scaled.cache_clear()
+    seen.clear()
+    scaled(x)
+    scaled.cache_clear()
+    scaled.overload(x)
+    assert seen[0] is seen[-1]  # the same static type on both paths

@@ -133,8 +133,8 @@ class EagerCpuCall:
             if not self.n_required <= n <= self.n_positional:
                 return None
             args = args + self.defaults[n - self.n_required :]
-        for i in self.floats:
-            if type(args[i]) is int:
+        for i in self.floats:  # given ones only: a default reaches the kernel as written
+            if i < n and type(args[i]) is int:
                 args = args[:i] + (float(args[i]),) + args[i + 1 :]
         return args
 
