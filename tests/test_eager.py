@@ -1,6 +1,7 @@
 """The eager shortcut of KernelOp.__call__ gives what the dispatcher gives, and steps aside
 whenever the dispatcher might route the call elsewhere."""
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -77,8 +78,6 @@ def test_one_pass_path_agrees_with_the_dispatcher_for_every_case_it_meets():
 
 
 def test_a_failing_kernel_names_the_op_on_the_one_pass_path():
-    import pytest
-
     from tpu_kernels import KernelError
 
     @tpu_kernel("test_eager::fails_at_run")
@@ -96,3 +95,110 @@ def test_a_failing_kernel_names_the_op_on_the_one_pass_path():
             KernelError, match="(?s)test_eager::fails_at_run: the kernel failed.*boom at run time"
         ):
             fails(x)
+
+
+def _raised(call):
+    """(exception type, message) of `call()`, or None when it returned."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - compared below
+        return type(e), str(e)
+    return None
+
+
+def test_a_keyword_only_static_passed_positionally_is_refused_on_both_paths():
+    """Before: softmax(x, 3) silently ran with block_rows=3 on the shortcut."""
+    from tpu_kernels.kernels import softmax
+
+    x = rand(8, 16)
+    assert not softmax._eager_cpu.accepts((x, 3))
+    shortcut, dispatcher = _raised(lambda: softmax(x, 3)), _raised(lambda: softmax.overload(x, 3))
+    assert dispatcher is not None and shortcut == dispatcher
+    assert "takes 1 positional argument" in shortcut[1]
+
+
+def test_keyword_only_defaults_are_filled_so_plain_calls_take_the_shortcut():
+    from tpu_kernels.kernels import softmax
+
+    x = rand(8, 16)
+    assert softmax._eager_cpu.accepts((x,))
+    assert torch.equal(softmax(x), softmax.overload(x))
+    assert torch.equal(softmax(x), softmax.overload(x, block_rows=256))
+
+
+def test_an_int_for_a_float_static_reaches_the_kernel_as_a_float_on_both_paths():
+    """x * 2 keeps an int tensor's dtype where x * 2.0 makes it float: the shortcut must
+    pass what the dispatcher passes (a float), whichever path compiles first."""
+
+    @tpu_kernel("test_eager::times")
+    def times(x: torch.Tensor, alpha: float) -> torch.Tensor:
+        return x * alpha
+
+    x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    first = times(x, 2)  # the shortcut compiles this key
+    assert first.dtype == times.overload(x, 2).dtype == torch.float32
+    assert torch.equal(first, times.overload(x, 2))
+
+
+def test_a_missing_tensor_names_the_argument_on_both_paths():
+    from tpu_kernels.kernels import rmsnorm, softmax
+
+    x = rand(8, 16)
+    cases = [
+        (lambda: softmax(None), lambda: softmax.overload(None), "argument 'x' must be a Tensor"),
+        (lambda: axpy(None, x, 2.0), lambda: axpy.overload(None, x, 2.0), "argument 'x' must be a Tensor"),
+        (lambda: axpy(x, None, 2.0), lambda: axpy.overload(x, None, 2.0), "argument 'y' must be a Tensor"),
+        (lambda: rmsnorm(x, None), lambda: rmsnorm.overload(x, None), "argument 'weight' must be a Tensor"),
+    ]
+    for shortcut, dispatcher, message in cases:
+        got, expected = _raised(shortcut), _raised(dispatcher)
+        assert got == expected, (got, expected)
+        assert got[0] is TypeError and message in got[1], got
+    # with autograd on, the same error
+    assert _raised(lambda: axpy(None, rand(8, 16, requires_grad=True), 2.0))[0] is TypeError
+
+
+@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions")
+def test_sparse_and_quantized_tensors_go_to_the_dispatcher():
+    x = rand(8, 16)
+    assert not axpy._eager_cpu.accepts((x.to_sparse(), x, 2.0))
+    q = torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
+    assert not axpy._eager_cpu.accepts((q, x, 2.0))
+
+
+def test_only_optional_tensors_all_none_and_unsupported_layouts_are_clear_errors():
+    from tpu_kernels import KernelError
+
+    @tpu_kernel("test_eager::maybe")
+    def maybe(x: torch.Tensor | None = None) -> torch.Tensor:
+        return x * 2
+
+    for call in (lambda: maybe(None), lambda: maybe.overload(None)):
+        with pytest.raises(KernelError, match="test_eager::maybe: called without any tensor argument"):
+            call()
+    x = rand(8, 16)
+    for call in (lambda: axpy(x.to_sparse(), x, 2.0), lambda: axpy.overload(x.to_sparse(), x, 2.0)):
+        with pytest.raises(
+            NotImplementedError,
+            match=r"test_eager::axpy: no kernel for tensors on cpu, cpu \(torch.sparse_coo\)",
+        ):
+            call()
+
+
+def test_an_int_default_of_a_float_static_reaches_the_kernel_as_the_dispatcher_passes_it():
+    seen = []
+
+    @tpu_kernel("test_eager::int_default")
+    def scaled(x: torch.Tensor, alpha: float = 2) -> torch.Tensor:
+        seen.append(type(alpha))
+        return x * alpha
+
+    x = torch.arange(4, dtype=torch.int32)
+    assert torch.equal(scaled(x), scaled.overload(x))
+    assert scaled(x).dtype == scaled.overload(x).dtype
+    scaled.cache_clear()
+    seen.clear()
+    scaled(x)
+    scaled.cache_clear()
+    scaled.overload(x)
+    assert seen[0] is seen[-1]  # the same static type on both paths

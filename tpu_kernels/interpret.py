@@ -10,7 +10,19 @@ them with JAX's `pallas_tpu_interpret_mode_context_manager` set, which every
   VMEM, DMAs and semaphores and can detect races (about 100x slower). Pass an
   `InterpretParams` for its options, e.g. `InterpretParams(detect_races=True)`.
 
-The mode is part of the compilation cache key, so switching is safe.
+The mode is part of the compilation cache key, so switching is safe. A call
+reads the mode once, when it starts (`current()`), and traces, compiles and
+runs under that one value even if another thread changes the process-wide
+mode meanwhile.
+
+Threads: JAX's TPU-semantics interpreter keeps its simulated memory,
+semaphores and race detector in module globals, shared by every call in the
+process (two threads calling a kernel under "tpu" at once got each other's
+results, NaNs and `KeyError`s in JAX's shared memory). tpu_kernels therefore
+runs calls under "tpu", "tpu-races" or an `InterpretParams` one at a time
+(`exclusive`), from tracing to the end of execution, and resets that state
+after a failure only while holding the same lock. The "fast" interpreter keeps
+no global state and runs calls from many threads concurrently.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +41,10 @@ type Mode = str | pltpu.InterpretParams
 _ENV = "TPU_KERNELS_INTERPRET"
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("tpu_kernels_interpret", default=None)
 _global: Any = None
+
+# Re-entrant: a kernel's build (under the lock) may run a nested call in the same thread.
+_TPU_INTERPRETER = threading.RLock()
+_NO_LOCK = contextlib.nullcontext()
 
 
 def _resolve(mode: Mode) -> Any:
@@ -70,3 +87,21 @@ def current() -> Any:
     if _global is None:
         set_interpret_mode(os.environ.get(_ENV, "fast"))
     return _global
+
+
+def exclusive(mode: Any) -> contextlib.AbstractContextManager:
+    """What to hold while a call traces or runs under `mode` (a value of `current()`).
+
+    For the TPU interpreter (an InterpretParams, or anything but the fast
+    interpreter's True and a real device's None) that is the process-wide lock
+    over JAX's interpreter state; otherwise nothing."""
+    if mode is True or mode is None:
+        return _NO_LOCK
+    return _TPU_INTERPRETER
+
+
+def reset_tpu_interpreter() -> None:
+    """Reset JAX's TPU-interpreter state after a failed call (it cannot run again
+    otherwise), never while another call is using it."""
+    with _TPU_INTERPRETER:
+        pltpu.reset_tpu_interpret_mode_state()

@@ -30,7 +30,7 @@ import torch
 from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, dtypes, eager, fake
 from tpu_kernels.cache import CacheInfo
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import KernelError, OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
 
 _REGISTRY: dict[str, KernelOp] = {}
@@ -236,8 +236,29 @@ class KernelOp:
         self._kernels = self.source.kernels(self)
         for key, kernel in self._kernels.items():
             lib.impl(self.short_name, kernel, key)
+        # Where no backend kernel applies: a call with no tensor at all (`op(None)`),
+        # or a device without a kernel. A clear error instead of torch's "no tensor
+        # arguments" / "Could not run ... with arguments from the ... backend".
+        lib.impl(self.short_name, self._no_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(self.name, self._fake, lib=lib)
         return lib
+
+    def _no_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.signature.values(args, kwargs)
+        self.signature.check_tensors(values)
+        devices = sorted(
+            {
+                t.device.type + ("" if t.layout == torch.strided else f" ({t.layout})")
+                for t in jax.tree_util.tree_leaves(values)
+                if isinstance(t, torch.Tensor)
+            }
+        )
+        if not devices:  # only optional tensors, all None: as the fake function says it
+            raise KernelError(f"{self.name}: called without any tensor argument, so its device is unknown.")
+        raise NotImplementedError(
+            f"{self.name}: no kernel for tensors on {', '.join(devices)}; "
+            f"this op has kernels for {', '.join(sorted(self._kernels))}."
+        )
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
         return (self._user_fake or self._derived_fake)(*args, **kwargs)

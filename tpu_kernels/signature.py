@@ -246,6 +246,18 @@ class Signature:
                 tensors.append(v)
         return tensors, tuple(statics)
 
+    def check_tensors(self, values: Any) -> None:
+        """Raise a TypeError naming the first required tensor argument that is None.
+
+        torch's dispatcher lets None through for a `Tensor` parameter: to the kernel
+        when another argument is a tensor, else as "There were no tensor arguments
+        to this function", which names neither the op's argument nor the fix."""
+        for p, v in zip(self.params, values):
+            if p.kind is Kind.TENSOR and not isinstance(v, torch.Tensor):
+                raise TypeError(f"{self.op}: argument '{p.name}' must be a Tensor, got {type(v).__name__}.")
+            if p.kind is Kind.TENSOR_LIST and not all(isinstance(t, torch.Tensor) for t in v or ()):
+                raise TypeError(f"{self.op}: argument '{p.name}' must be a list of Tensors, got {v!r}.")
+
     def static_kwargs(self, statics: tuple) -> dict[str, Any]:
         """Statics (as `split` returns them) -> the kernel's keyword arguments.
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import jax
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import dtypes
+from tpu_kernels import dtypes, interpret
 from tpu_kernels.check.examples import Call
 from tpu_kernels.check.explain import RACE, Explanation, explain
 
@@ -79,17 +79,20 @@ def run_with_race_detection(op: KernelOp, call: Call) -> Explanation | None:
     tensors = [v for p, v in zip(sig.params, values) if p.is_tensor]
     statics = {p.name: v for p, v in zip(sig.params, values) if not p.is_tensor}
     x64 = dtypes.needs_x64(tensors, statics)
-    try:
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext(), _quiet_callbacks():
-            fn = op.jax_function(interpret=race_params(), **statics)
-            jax.block_until_ready(fn(*tensors))
-    except Exception as e:
-        # After an exception the interpreter's shared state must be reset before it runs again.
-        pltpu.reset_tpu_interpret_mode_state()
-        text = str(e)
-        if "RACE DETECTED" in text:
-            report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
-            raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
-            return Explanation(RACE, explain_race(text), raw)
-        return explain(e)
+    params = race_params()
+    # The interpreter's state is process-global: one user of it at a time, the reset included.
+    with interpret.exclusive(params):
+        try:
+            with jax.enable_x64(True) if x64 else contextlib.nullcontext(), _quiet_callbacks():
+                fn = op.jax_function(interpret=params, **statics)
+                jax.block_until_ready(fn(*tensors))
+        except Exception as e:
+            # After an exception the interpreter's shared state must be reset before it runs again.
+            interpret.reset_tpu_interpreter()
+            text = str(e)
+            if "RACE DETECTED" in text:
+                report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
+                raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
+                return Explanation(RACE, explain_race(text), raw)
+            return explain(e)
     return None

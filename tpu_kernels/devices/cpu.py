@@ -41,9 +41,10 @@ class CpuTransfer:
 
     def recover(self, mode: Any) -> None:
         # After an exception inside the TPU interpreter its shared state must be
-        # reset before it can run again (see pltpu.InterpretParams' docstring).
+        # reset before it can run again (see pltpu.InterpretParams' docstring); the
+        # reset takes the interpreter's lock, so it never wipes another call's state.
         if isinstance(mode, pltpu.InterpretParams):
-            pltpu.reset_tpu_interpret_mode_state()
+            interpret.reset_tpu_interpreter()
 
 
 TRANSFER = CpuTransfer()

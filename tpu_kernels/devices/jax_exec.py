@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import torch
 from jax._src import config as jax_config
 
-from tpu_kernels import dtypes, precision
+from tpu_kernels import dtypes, interpret, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -106,20 +106,35 @@ class JaxExecutor:
     # ---- the hot path -------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         values = args if len(args) == self._n_params else self.sig.values(args, kwargs)
-        arrays, key = self._arrays_and_key(values)
+        try:
+            arrays, key = self._arrays_and_key(values)
+        except AttributeError:  # None (or a non-tensor) for a tensor: say which argument
+            self.sig.check_tensors(values)
+            raise
         entry = self.cache.get_or_build(key, lambda: self._build(arrays, key))
         return self.run(entry, arrays, values, key[0])
 
     def run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any) -> Any:
         """Call a compiled entry on the arguments' arrays; torch results, mutations written."""
+        if mode is True or mode is None:  # fast interpreter or a device: no global state
+            return self._run(entry, arrays, values, mode)
+        # The TPU interpreter: one call at a time, until its results are ready (JAX
+        # dispatches asynchronously and the interpreter runs inside that execution).
+        with interpret.exclusive(mode):
+            return self._run(entry, arrays, values, mode, block=True)
+
+    def _run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any, block: bool = False) -> Any:
         try:
             if entry.single:
-                return self._to_torch(entry.fn(*arrays))
+                result = entry.fn(*arrays)
+                return self._to_torch(jax.block_until_ready(result) if block else result)
             if entry.x64:
                 with jax.enable_x64(True):
                     results = entry.fn(*arrays)
             else:
                 results = entry.fn(*arrays)
+            if block:
+                jax.block_until_ready(results)
             to_torch = self._to_torch
             outs = [to_torch(r) for r in results]
         except Exception as e:
@@ -161,6 +176,8 @@ class JaxExecutor:
                 key.append(tuple((t.shape, t.dtype) for t in v))
                 arrays.append([convert(name, t) for t in v])
             elif v is None:
+                if kind is Kind.TENSOR:
+                    self.sig.check_tensors(values)
                 key.append(None)
                 arrays.append(None)
             else:
@@ -219,17 +236,18 @@ class JaxExecutor:
             (lambda *a: flat(*a)[0]) if single else flat,
             **({} if sharding is None else {"in_shardings": sharding}),
         )
-        try:
-            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-                jitted.lower(*arrays).compile()
-        except KernelError:
-            raise
-        except Exception as e:
-            self.transfer.recover(mode)
-            raise KernelError(
-                f"{self.op}: tracing or compiling the kernel failed for "
-                f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
-            ) from e
+        with interpret.exclusive(mode):  # the recovery too: it resets the interpreter's state
+            try:
+                with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                    jitted.lower(*arrays).compile()
+            except KernelError:
+                raise
+            except Exception as e:
+                self.transfer.recover(mode)
+                raise KernelError(
+                    f"{self.op}: tracing or compiling the kernel failed for "
+                    f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
+                ) from e
         return Entry(jitted, x64, n_results, single)
 
     def _describe(self, values: list[Any]) -> str:

@@ -29,6 +29,29 @@ def row_block(rows: int, target: int) -> int:
     return max(SUBLANES, target // SUBLANES * SUBLANES)
 
 
+FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"
+
+
+def require_float(op: str, **arrays: jax.Array) -> None:
+    """The shipped kernels compute in floating point (float32 accumulation): integer and
+    bool inputs are refused, as torch's own softmax and norms refuse them
+    (`NotImplementedError: "rms_norm" not implemented for 'Int'`), rather than rounded
+    through float32 and cast back (rmsnorm on int32 [[3, 4]] returned [[0, 1]])."""
+    for name, a in arrays.items():
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise TypeError(
+                f"{op}: argument '{name}' has dtype {a.dtype}; {op} computes in floating point and "
+                f"accepts {FLOAT_DTYPES_TEXT}. Convert it first (for example x.float())."
+            )
+
+
+def is_empty(*arrays: jax.Array) -> bool:
+    """Some input has a zero-size dimension (concrete shapes only): such calls skip the
+    kernel, whose grid would have zero-size blocks, and compute the (empty or all-zero)
+    result directly, as torch does."""
+    return any(not export.is_symbolic_dim(d) and d == 0 for a in arrays for d in a.shape)
+
+
 def check_aligned(what: str, block: int, multiple: int) -> None:
     if block <= 0 or block % multiple:
         raise ValueError(f"{what}={block} must be a positive multiple of {multiple} (TPU tiling).")

@@ -82,4 +82,13 @@ def _rmsnorm_helion_backward(
     return rmsnorm_helion_dx(x, weight, inv_rms, grad_y), grad_w
 
 
+# The shipped ops' integer rule (docs/dtypes.md): floating-point inputs only, the same error.
+for _op, _names in (
+    (add_helion, ("x", "y")),
+    (softmax_helion, ("x",)),
+    (matmul_helion, ("a", "b")),
+    (rmsnorm_helion, ("x", "weight")),
+):
+    _op.source.float_only = frozenset(_names)
+
 __all__ = ["add_helion", "matmul_helion", "rmsnorm_helion", "softmax_helion"]

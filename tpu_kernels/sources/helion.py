@@ -116,11 +116,14 @@ def variant(kernel: Any, **settings: Any) -> Any:
 class TorchKernel:
     """A dispatch kernel that calls a Helion kernel on torch tensors."""
 
-    def __init__(self, op_name: str, sig: Any, kernel: Any, device_type: str) -> None:
+    def __init__(
+        self, op_name: str, sig: Any, kernel: Any, device_type: str, source: HelionSource | None = None
+    ) -> None:
         self.op = op_name
         self.sig = sig
         self.kernel = kernel
         self.device_type = device_type
+        self.source = source  # for its dtype rule (`HelionSource.float_only`)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         values = self.sig.values(args, kwargs)
@@ -131,6 +134,8 @@ class TorchKernel:
                     f"{self.device_type}; move all tensor arguments to one device."
                 )
         try:
+            if self.source is not None and self.source.float_only:
+                self.source.check_float(values)
             out = self.kernel(*values)
         except Exception as e:
             _reset_ref_mode()
@@ -174,6 +179,15 @@ class CpuKernel:
             # Helion's autotuner needs real tensors, which the JAX path does not have.
             self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
         return self.pallas(*args, **kwargs)
+
+
+def _is_float(dtype: Any) -> bool:
+    """torch or JAX dtype -> is it floating point."""
+    if isinstance(dtype, torch.dtype):
+        return dtype.is_floating_point
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating))
 
 
 def _shape_key(values: list[Any]) -> tuple:
@@ -231,6 +245,23 @@ class HelionSource:
         self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
         self.lowering_body = self._lowering_body()
         self._pallas: JaxExecutor | None = None
+        # Parameters that must be floating point (the shipped kernels compute in float32 and
+        # refuse integers, docs/dtypes.md); Helion's host code cannot raise, so the check is here.
+        self.float_only: frozenset[str] = frozenset()
+
+    def check_float(self, values: list[Any]) -> None:
+        """Raise the shipped ops' integer-input error for a `float_only` parameter."""
+        from tpu_kernels.kernels._blocks import FLOAT_DTYPES_TEXT
+
+        short = self.name.split("::")[-1]
+        for n, v in zip(_param_names(self.kernel.fn), values):
+            dtype = getattr(v, "dtype", None)
+            if n in self.float_only and dtype is not None and not _is_float(dtype):
+                raise TypeError(
+                    f"{short}: argument '{n}' has dtype {str(dtype).removeprefix('torch.')}; {short} "
+                    f"computes in floating point and accepts {FLOAT_DTYPES_TEXT}. Convert it first "
+                    "(for example x.float())."
+                )
 
     def _body(self, pick: Callable[[list[Any]], Any]) -> Callable:
         names = list(_param_names(self.kernel.fn))
@@ -238,6 +269,8 @@ class HelionSource:
 
         def body(**kwargs: Any) -> Any:
             args = [kwargs[n] for n in names]
+            if self.float_only:
+                self.check_float(args)
             k = pick(args)
             for n, a in zip(names, args):
                 # Helion's Pallas backend has no 64-bit types; its JAX path does not check
@@ -268,12 +301,14 @@ class HelionSource:
             maxsize=op.cache_size,
             noncontiguous=op.noncontiguous,
         )
-        cpu = CpuKernel(self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu"))
+        cpu = CpuKernel(self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self))
         return {
             "CPU": cpu,
-            "CUDA": _Lazy(op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda")),
+            "CUDA": _Lazy(
+                op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda", self)
+            ),
             tpu_device.DISPATCH_KEY: _Lazy(
-                op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu")
+                op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu", self)
             ),
         }
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, row_block
+from tpu_kernels.kernels._blocks import cost, require_float, row_block
 
 
 def _kernel(x_ref, y_ref, o_ref, *, alpha: float):
@@ -71,4 +71,5 @@ _scale_add.defvjp(_fwd, _bwd)
 
 def scale_add(x: jax.Array, y: jax.Array, *, alpha: float = 1.0, block_rows: int = 256) -> jax.Array:
     """x + alpha * y with numpy broadcasting; result dtype is the promoted input dtype."""
+    require_float("scale_add", x=x, y=y)
     return _scale_add(x, y, alpha, block_rows)

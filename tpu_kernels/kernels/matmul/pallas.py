@@ -21,7 +21,7 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost
+from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
 
 
 def _kernel(a_ref, b_ref, o_ref, acc_ref, *, n_k: int):
@@ -59,9 +59,12 @@ def matmul(
     """a @ b for 2-D a [M, K] and b [K, N]; the result has a's dtype."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a [M, K] and b [K, N], got {a.shape} and {b.shape}.")
+    require_float("matmul", a=a, b=b)
     if a.dtype != b.dtype:
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
     (m, k), n = a.shape, b.shape[1]
+    if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
+        return jnp.zeros((m, n), a.dtype)
     bm = _block("block_m", m, block_m, SUBLANES)
     bk = _block("block_k", k, block_k, LANES)
     bn = _block("block_n", n, block_n, LANES)

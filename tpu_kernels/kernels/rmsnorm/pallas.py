@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, row_block
+from tpu_kernels.kernels._blocks import cost, is_empty, require_float, row_block
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -59,6 +59,10 @@ def rmsnorm(
 ) -> tuple[jax.Array, jax.Array]:
     """-> (y, inv_rms): y = x / rms(x) * weight, inv_rms float32 of shape x.shape[:-1] + (1,)."""
     _check(x, weight)
+    require_float("rmsnorm", x=x, weight=weight)
+    if is_empty(x):  # as torch: y is empty; inv_rms by the formula (NaN for an empty row, as torch's mean)
+        r = jax.lax.rsqrt(jnp.mean(x.astype(_acc(x.dtype)) ** 2, axis=-1, keepdims=True) + eps)
+        return jnp.zeros(x.shape, x.dtype), r
     d = x.shape[-1]
     x2 = x.reshape(-1, d)
     rows = x2.shape[0]
@@ -79,6 +83,8 @@ def rmsnorm_backward(
     x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, *, block_rows: int = 256
 ) -> tuple[jax.Array, jax.Array]:
     """-> (dx, dweight), from the forward's inputs, its saved inv_rms and dy."""
+    if is_empty(x):  # no rows, or no columns: every gradient is zero (or empty)
+        return jnp.zeros(x.shape, x.dtype), jnp.zeros(weight.shape, weight.dtype)
     d = x.shape[-1]
     x2, dy2 = x.reshape(-1, d), grad_y.reshape(-1, d).astype(x.dtype)
     r2 = inv_rms.reshape(-1, 1)

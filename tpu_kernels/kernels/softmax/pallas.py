@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, row_block
+from tpu_kernels.kernels._blocks import cost, is_empty, require_float, row_block
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -66,16 +66,19 @@ def _rowwise(
 def _check(x: jax.Array) -> None:
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one dimension (softmax is over the last).")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"softmax: x must be floating point, got {x.dtype}.")
+    require_float("softmax", x=x)
 
 
 def softmax(x: jax.Array, *, block_rows: int = 256) -> jax.Array:
     """Softmax over the last dimension of x."""
     _check(x)
+    if is_empty(x):  # as torch: an empty result of x's shape
+        return jnp.zeros(x.shape, x.dtype)
     return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, 5, 1)
 
 
 def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int = 256) -> jax.Array:
     """Gradient of softmax w.r.t. its input, from its output and the output's gradient."""
+    if is_empty(out):
+        return jnp.zeros(out.shape, out.dtype)
     return _rowwise(_bwd_kernel, [out, grad_out.astype(out.dtype)], out.dtype, block_rows, 4, 0)
