@@ -288,3 +288,25 @@ def test_eager_backward_through_vmap_matches_a_loop():
     xs, ws = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     sum(rmsnorm(xs[i], ws).pow(2).sum() for i in range(B)).backward()
     close((x.grad, w.grad), (xs.grad, ws.grad), tol=1e-9)
+
+
+def test_batched_twin_passes_opcheck():
+    from tpu_kernels import vmap as vmap_rules
+    from tpu_kernels.testing import opcheck
+
+    twin = vmap_rules.batched_op(scale_add)
+    x, y = torch.randn(B, 4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    opcheck(twin, ([True, False], x, y), {"alpha": 0.5, "block_rows": 8})
+
+
+def test_tokamax_glu_with_an_optional_tensor_vmap_and_per_sample_weight_grads():
+    from tpu_kernels import tokamax as tk
+
+    def f(x, wg, wu):
+        return tk.gated_linear_unit(x, wg, wu, activation="silu")
+
+    x, wg, wu = torch.randn(B, 4, 8, dtype=D), torch.randn(8, 6, dtype=D), torch.randn(8, 6, dtype=D)
+    close(torch.vmap(f, in_dims=(0, None, None))(x, wg, wu), torch.stack([f(x[i], wg, wu) for i in range(B)]))
+    per_sample = torch.vmap(torch.func.grad(_loss(f), argnums=(1, 2)), in_dims=(0, None, None))(x, wg, wu)
+    loops = [_autograd_grads(f, (x[i], wg, wu)) for i in range(B)]
+    close(per_sample, tuple(torch.stack([g[k] for g in loops]) for k in (1, 2)))
