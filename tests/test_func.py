@@ -246,6 +246,7 @@ def test_plain_autograd_and_vmap_leave_inputs_untouched():
 # ---- Helion and Tokamax ops ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # 10-20 s each here: Helion's Pallas kernels trace and compile in interpret mode
 @pytest.mark.parametrize("name", ["softmax_helion", "rmsnorm_helion"])
 def test_helion_ops_grad_vmap_and_per_sample_grads(name):
     from tpu_kernels.kernels import helion_ops
@@ -310,3 +311,12 @@ def test_tokamax_glu_with_an_optional_tensor_vmap_and_per_sample_weight_grads():
     per_sample = torch.vmap(torch.func.grad(_loss(f), argnums=(1, 2)), in_dims=(0, None, None))(x, wg, wu)
     loops = [_autograd_grads(f, (x[i], wg, wu)) for i in range(B)]
     close(per_sample, tuple(torch.stack([g[k] for g in loops]) for k in (1, 2)))
+
+
+def test_vmap_inside_torch_compile_is_one_graph():
+    from tests.helpers import compile_counted
+
+    x = torch.randn(B, 4, 8, dtype=D)
+    compiled, counter = compile_counted(lambda a: torch.vmap(softmax)(a))
+    close(compiled(x), torch.stack([softmax(x[i]) for i in range(B)]))
+    assert counter.frame_count == 1
