@@ -74,7 +74,8 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
     if impl is None or cpu_kernel is None:  # torch moved its internals: the public registration
         torch.library.register_autograd(kop.name, backward, setup_context=setup_context, lib=lib)
         return
-    lib.impl(kop.short_name, _fast_path(impl, cpu_kernel), "Autograd", with_keyset=True)
+    functorch_impl = _single_level_impl(kop, backward, setup_context)
+    lib.impl(kop.short_name, _fast_path(impl, cpu_kernel, functorch_impl), "Autograd", with_keyset=True)
 
 
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -87,25 +88,96 @@ _PLAIN_CPU = frozenset(
 )
 
 
-def _fast_path(impl: Callable, cpu_kernel: Callable) -> Callable:
-    """The autograd kernel torch's `register_autograd` would install, plus one shortcut.
+def _fast_path(impl: Callable, cpu_kernel: Callable, functorch_impl: Callable | None = None) -> Callable:
+    """The autograd kernel torch's `register_autograd` would install, plus two branches.
 
     When nothing needs a gradient and nothing but the CPU backend lies below
     autograd (no fake/functional/tracing mode, no other device), the dispatcher's
     next stop is certainly the CPU kernel; calling it directly skips a second
-    dispatch round through Python (measured in bench/overhead.py). Every other
-    case takes torch's own path.
+    dispatch round through Python (measured in bench/overhead.py).
+
+    When a gradient is needed inside a torch.func transform (grad, vjp, jacrev),
+    `functorch_impl` records it (see `_single_level_impl`). Every other case
+    takes torch's own path, unchanged.
     """
     is_grad_enabled, any_requires_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
+    functorch_active = torch._C._are_functorch_transforms_active
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if (keyset & _AFTER_AUTOGRAD).raw_repr() in _PLAIN_CPU and not (
-            is_grad_enabled() and any_requires_grad(*args)
-        ):
-            return cpu_kernel(*args, **kwargs)
+        if not (is_grad_enabled() and any_requires_grad(*args)):
+            if (keyset & _AFTER_AUTOGRAD).raw_repr() in _PLAIN_CPU:
+                return cpu_kernel(*args, **kwargs)
+        elif functorch_impl is not None and functorch_active():
+            return functorch_impl(keyset, *args, **kwargs)
         return impl(keyset, *args, **kwargs)
 
     return autograd_kernel
+
+
+def _single_level_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:
+    """The autograd kernel's body for calls inside torch.func transforms.
+
+    torch's generated kernel applies an `autograd.Function` with an old-style
+    `forward(ctx, ...)`, which functorch refuses ("must override the
+    setup_context staticmethod"; `torch.library.custom_op` ops fail the same
+    way): a Python autograd.Function normally runs *above* the dispatcher and
+    must then handle every functorch level itself. This kernel runs *in* the
+    Autograd key, where the dispatcher has already picked one grad level: its
+    inputs are that level's wrappers, and its redispatch below autograd
+    unwraps them, as for a built-in op's autograd kernel. functorch's own
+    per-level functions are `_SingleLevelFunction`s applied with its
+    single-level permission; this is one of those.
+    """
+    try:
+        from torch._functorch.utils import enable_single_level_autograd_function
+        from torch._library.autograd import supports_tensorlist
+        from torch.autograd.function import _SingleLevelFunction
+    except ImportError:  # pragma: no cover - depends on torch's internals
+        return None
+    op = kop.overload
+    n_positional = sum(not p.keyword_only for p in kop.signature.params)
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        keyset, kwargs = args[-1].keyset, args[-1].kwargs
+        args = args[:-1]
+        with torch._C._AutoDispatchBelowAutograd():
+            result = op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
+        # the dispatcher drops trailing arguments equal to their defaults; setup_context wants all
+        setup_context(ctx, args, result, kwargs)
+        ctx.n_args = len(args)
+        return result
+
+    def single_level_backward(ctx: Any, *grads: Any) -> tuple:
+        grads_in = backward(ctx, *grads)
+        if any(g is not None for g in grads_in[ctx.n_args : n_positional]):
+            raise RuntimeError(
+                f"{kop.name}: the backward gave a gradient for an argument the call left at its default."
+            )
+        return (*grads_in[: ctx.n_args], *([None] * (ctx.n_args - len(grads_in))), None)
+
+    cls = type(
+        f"{kop.short_name}_functorch",
+        (_SingleLevelFunction,),
+        {"forward": staticmethod(forward), "backward": staticmethod(single_level_backward)},
+    )
+    if any(p.kind is Kind.TENSOR_LIST for p in kop.signature.params) or kop.returns_list:
+        cls = supports_tensorlist(cls)
+
+    def functorch_impl(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        with enable_single_level_autograd_function():
+            return cls.apply(*args, _Call(keyset, kwargs))
+
+    return functorch_impl
+
+
+class _Call:
+    """The dispatch keyset and keyword-only arguments, passed through `apply` as one
+    opaque value (a tuple would be flattened with the tensor arguments)."""
+
+    __slots__ = ("keyset", "kwargs")
+
+    def __init__(self, keyset: Any, kwargs: dict) -> None:
+        self.keyset, self.kwargs = keyset, kwargs
 
 
 def _autograd_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:

@@ -29,6 +29,7 @@ import torch
 
 from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, dtypes, eager, fake
+from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import KernelError, OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
@@ -157,12 +158,15 @@ class KernelOp:
         self._user_fake: Callable | None = None
         self._backward: Any = None
         self.backward_op: KernelOp | None = None
+        self._vmap_rule: Callable | None = None  # declared with def_vmap
+        self._vmap_twin: KernelOp | None = None  # the derived rule's batched op, made on first use
 
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
         autocast_policies.register(self, self.lib, self.autocast)
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
+        vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
         if backward == "vjp" or reference is not None:
             self._derive_backward(reference or self.fn)
@@ -326,6 +330,24 @@ class KernelOp:
             return bwd
 
         return register(fn) if fn is not None else register
+
+    def def_vmap(self, fn: Callable) -> Callable:
+        """Declare this op's torch.vmap batching rule, replacing the derived one.
+
+        `fn(info, in_dims, *args, **kwargs) -> (outputs, out_dims)`, torch's
+        `register_vmap` convention: `in_dims` has one entry per positional
+        argument (None where not batched); `fn` runs below the vmap level, on
+        plain tensors. Declare one when JAX cannot batch the body, or when the
+        op batches better by hand (e.g. by folding the batch into rows).
+        """
+        if not vmap_rules.supported(self.signature) or self.mutates_args:
+            raise OpDefinitionError(
+                f"{self.name}: torch.vmap rules need an op without keyword-only tensors that mutates nothing."
+            )
+        if not callable(fn):
+            raise OpDefinitionError(f"{self.name}: def_vmap expects a function, got {fn!r}.")
+        self._vmap_rule = fn
+        return fn
 
     def autotune(self, *args: Any, device: str = "cpu", **kwargs: Any) -> Any:
         """Autotune a Helion kernel for these example arguments (explicitly; never implicit).
