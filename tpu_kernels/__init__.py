@@ -17,6 +17,7 @@ from tpu_kernels.errors import (
 )
 from tpu_kernels.interpret import interpret_mode, set_interpret_mode
 from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+from tpu_kernels.sharding import pointwise, rowwise
 from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
 
 __version__ = "0.1.0"
@@ -31,7 +32,9 @@ __all__ = [
     "TpuKernelsError",
     "helion_cpu_mode",
     "interpret_mode",
+    "pointwise",
     "registered_ops",
+    "rowwise",
     "set_helion_cpu_mode",
     "set_interpret_mode",
     "tpu_kernel",

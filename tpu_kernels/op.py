@@ -28,6 +28,7 @@ import jax
 import torch
 
 from tpu_kernels import autograd, dtypes, eager, fake
+from tpu_kernels import sharding as sharding_rules
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.signature import Kind, Signature, parse
@@ -83,6 +84,7 @@ class KernelOp:
         tags: Sequence[torch.Tag] = (),
         examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
         autotune: bool = False,
+        sharding: Any = None,
         signature: Signature | None = None,
         returns_list: bool = False,
     ) -> None:
@@ -100,6 +102,7 @@ class KernelOp:
         self.cache_size = cache_size
         self.noncontiguous = noncontiguous
         self._check_options(outputs, residuals, backward, reference, noncontiguous)
+        self.sharding = sharding_rules.normalize(name, sharding)
         n = sig.n_outputs
         self.output_names = (
             tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
@@ -125,6 +128,8 @@ class KernelOp:
 
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
+        if signature is None:  # backward ops built here get their rule from the forward
+            sharding_rules.register(self, self.sharding)
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
@@ -208,10 +213,18 @@ class KernelOp:
 
     def _derive_backward(self, diff_fn: Callable) -> None:
         qualname = f"{self.name}_backward"
-        sig = autograd.vjp_signature(self.signature, qualname)
-        kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible)
-        self.backward_op = KernelOp(qualname, kernel, signature=sig, returns_list=True)
+        grad_names = tuple(f"grad_{n}" for n in self.output_names[: self.n_visible])
+        sig = autograd.vjp_signature(self.signature, qualname, grad_names)
+        kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible, grad_names)
+        self.backward_op = KernelOp(
+            qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature)
+        )
         self._backward = autograd.DerivedBackward(self, self.backward_op)
+        if not autograd.returns_list(self.signature):  # register_sharding cannot describe Tensor[]
+            wrt = sharding_rules.backward_wrt(self.signature, self.backward_op)
+            sharding_rules.register(self.backward_op, self.sharding, fwd=self, wrt=wrt)
+        else:
+            sharding_rules.register(self.backward_op, None, fwd=self)
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -229,7 +242,12 @@ class KernelOp:
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
 
     def def_backward(
-        self, fn: Callable | None = None, *, wrt: Sequence[str] | None = None, composite: bool = False
+        self,
+        fn: Callable | None = None,
+        *,
+        wrt: Sequence[str] | None = None,
+        composite: bool = False,
+        sharding: Any = None,
     ) -> Any:
         """Register `fn` as this op's backward.
 
@@ -242,6 +260,10 @@ class KernelOp:
         (residuals included), and `grad_<output>` for each returned output. It
         returns one gradient per name in `wrt` (default: the forward's
         positional Tensor parameters), in that order.
+
+        `sharding`: the backward op's own DTensor rule (as `tpu_kernel`'s);
+        by default it is derived from the forward's (see `tpu_kernels.sharding`).
+        A composite backward needs none: the ops it calls have their own.
         """
 
         def register(bwd_fn: Callable) -> Any:
@@ -266,6 +288,11 @@ class KernelOp:
             )
             self._backward = autograd.ExplicitBackward(self, bwd, names)
             self.backward_op = bwd
+            if isinstance(bwd, KernelOp):
+                if sharding is not None:
+                    sharding_rules.register(bwd, sharding)
+                else:
+                    sharding_rules.register(bwd, self.sharding, fwd=self, wrt=names)
             return bwd
 
         return register(fn) if fn is not None else register
@@ -386,6 +413,7 @@ def tpu_kernel(
     tags: Sequence[torch.Tag] = (),
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
     autotune: bool = False,
+    sharding: Any = None,
 ) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -410,6 +438,11 @@ def tpu_kernel(
       examples: a function returning representative calls, [(args, kwargs), ...],
         with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
         lowering check (`tpu-kernels check`) lowers the kernel at each.
+      sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
+        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, or a function giving
+        strategies as `torch.distributed.tensor.experimental.register_sharding`
+        takes; registered for the op and its backward op. Without one, DTensor
+        arguments raise an error saying how to declare it.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -426,6 +459,7 @@ def tpu_kernel(
             tags=tags,
             examples=examples,
             autotune=autotune,
+            sharding=sharding,
         )
 
     return wrap(fn) if fn is not None else wrap

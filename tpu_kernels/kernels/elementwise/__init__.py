@@ -13,6 +13,8 @@ def _examples():
     return [((_bf16(x), _bf16(y)), {"alpha": 0.5}) for x, y in shapes.BENCH.values()]
 
 
-scale_add = tpu_kernel("tpu_kernels::scale_add", backward="vjp", examples=_examples)(pallas.scale_add)
+scale_add = tpu_kernel(
+    "tpu_kernels::scale_add", backward="vjp", examples=_examples, sharding="pointwise"
+)(pallas.scale_add)
 
 __all__ = ["scale_add"]

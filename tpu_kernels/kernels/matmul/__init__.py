@@ -7,6 +7,7 @@ torch.ops.tpu_kernels.matmul_backward.
 
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
+from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.op import tpu_kernel
 
 
@@ -14,6 +15,8 @@ def _examples():
     return [((_bf16((m, k)), _bf16((k, n))), {}) for m, k, n in shapes.BENCH.values()]
 
 
-matmul = tpu_kernel("tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples)(pallas.matmul)
+matmul = tpu_kernel(
+    "tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples, sharding=matmul_sharding
+)(pallas.matmul)
 
 __all__ = ["matmul"]

@@ -15,7 +15,10 @@ def _examples():
 
 
 rmsnorm = tpu_kernel(
-    "tpu_kernels::rmsnorm", outputs=("y", "inv_rms"), residuals=("inv_rms",), examples=_examples
+    "tpu_kernels::rmsnorm", outputs=("y", "inv_rms"),
+    residuals=("inv_rms",),
+    examples=_examples,
+    sharding="rowwise",
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 

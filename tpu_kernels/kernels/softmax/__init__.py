@@ -10,7 +10,7 @@ def _examples():
     return [((_bf16(shape),), {}) for shape in shapes.BENCH.values()]
 
 
-softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples)(pallas.softmax)
+softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples, sharding="rowwise")(pallas.softmax)
 softmax.def_backward(pallas.softmax_backward)
 
 __all__ = ["softmax"]
