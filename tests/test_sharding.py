@@ -130,6 +130,11 @@ def _worker_cases(rank: int, port: int) -> None:
     from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
     assert "torch.distributed.tensor" not in sys.modules, "the hook path is not exercised"
+    # Helion imports DTensor itself: the hook registers the rules above then.
+    from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
+    from tpu_kernels.sources.helion import set_helion_cpu_mode
+
+    assert "torch.distributed.tensor" in sys.modules
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Partial, Replicate, Shard
@@ -166,6 +171,15 @@ def _worker_cases(rank: int, port: int) -> None:
         out, _ = _case(mesh, "matmul contraction", matmul, [a, b], [S1, S0], local=True)
         assert isinstance(out.placements[0], Partial), out.placements
         _case(mesh, "matmul uneven", matmul, [torch.randn(7, 6), b], [S0, R], local=True)
+
+        # the Helion twins (run as eager torch on CPU: the rules, not Helion, are under test)
+        set_helion_cpu_mode("eager")
+        _, (_, dw) = _case(mesh, "rmsnorm_helion S(0)", rmsnorm_helion, [x7, w], [S0, R], local=True)
+        assert isinstance(dw.grad.placements[0], Partial), dw.grad.placements
+        _case(mesh, "softmax_helion S(0)", softmax_helion, [x7], [S0], local=True)
+        _case(mesh, "add_helion broadcast y", add_helion, [x7, w[None]], [S0, R], local=True)
+        _case(mesh, "matmul_helion R x S(1)", matmul_helion, [a, b], [R, S1], local=True)
+        set_helion_cpu_mode("pallas")
 
         # torch.compile(fullgraph=True) traces the same rules
         def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -212,6 +226,15 @@ def test_sharding_option_is_checked():
 
     with pytest.raises(OpDefinitionError, match="rowwise: reduced dims"):
         rowwise(1.5)
+
+
+def test_a_composite_backward_takes_no_rule():
+    @tpu_kernel("test_sharding::twice", sharding="pointwise")
+    def twice(x: jax.Array) -> jax.Array:
+        return x * 2
+
+    with pytest.raises(OpDefinitionError, match="composite backward takes no sharding="):
+        twice.def_backward(lambda x, grad_out: grad_out * 2, composite=True, sharding="pointwise")
 
 
 def test_named_rules():

@@ -289,6 +289,35 @@ def vjp_kernel(fwd: Signature, diff_fn: Callable, n_visible: int, grad_names: tu
     return kernel
 
 
+def vjp_fake(fwd: Signature, bwd: Signature, n_grads: int) -> Callable:
+    """The derived backward op's fake, without tracing the vjp: a gradient has the
+    shape and dtype of its input (what `jax.vjp` returns), a parameter without
+    one gets the empty float32 placeholder (see `vjp_signature`)."""
+    flat = not returns_list(fwd)
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        values = bwd.values(args, kwargs)
+        device = values[0].device
+        out: list[torch.Tensor] = []
+        for p, v in zip(fwd.params, values[n_grads:]):
+            if p.kind is Kind.STATIC:
+                continue
+            if p.kind is Kind.TENSOR_LIST:
+                out.extend(like(t) for t in v if t.is_floating_point())
+            elif v is not None and v.is_floating_point():
+                out.append(like(v))
+            elif flat:
+                out.append(torch.empty((0,), dtype=torch.float32, device=device))
+        if not flat:
+            return out
+        return tuple(out) if len(out) > 1 else out[0]
+
+    return fake
+
+
 def _NO_GRAD() -> jax.Array:
     """The placeholder result for a parameter without a gradient (flat schema)."""
     return jnp.zeros((0,), jnp.float32)

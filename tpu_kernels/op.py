@@ -219,6 +219,7 @@ class KernelOp:
         self.backward_op = KernelOp(
             qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature)
         )
+        self.backward_op.register_fake(autograd.vjp_fake(self.signature, sig, len(grad_names)))
         self._backward = autograd.DerivedBackward(self, self.backward_op)
         if not autograd.returns_list(self.signature):  # register_sharding cannot describe Tensor[]
             wrt = sharding_rules.backward_wrt(self.signature, self.backward_op)
@@ -278,6 +279,10 @@ class KernelOp:
                 )
             )
             qualname = f"{self.name}_backward"
+            if composite and sharding is not None:
+                raise OpDefinitionError(
+                    f"{qualname}: a composite backward takes no sharding=; the ops it calls carry their own."
+                )
             source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
             bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
