@@ -263,3 +263,15 @@ def test_derived_backward_has_a_flat_schema():
     # the placeholder for a parameter without a gradient is an empty float32 tensor
     grads = flat.backward_op.overload(torch.ones(5), x.detach(), idx, None)
     assert [tuple(g.shape) for g in grads] == [(5,), (0,), (0,)]
+
+
+def test_a_list_parameter_keeps_a_list_returning_backward():
+    @tpu_kernel("test_sharding::list_sum", backward="vjp")
+    def list_sum(xs: list[jax.Array]) -> jax.Array:
+        return xs[0] + 2 * xs[1]
+
+    assert list_sum.backward_op.schema == "(Tensor grad_out, Tensor[] xs) -> Tensor[]"
+    xs = [torch.randn(3, requires_grad=True) for _ in range(2)]
+    list_sum(xs).sum().backward()
+    torch.testing.assert_close(xs[0].grad, torch.ones(3))
+    torch.testing.assert_close(xs[1].grad, torch.full((3,), 2.0))
