@@ -94,3 +94,23 @@ def test_torch_tpu_is_reached_through_its_public_api():
     pytest.importorskip("torch_tpu")
     pallas = tpu_device.torch_tpu_pallas()
     assert pallas is torch.tpu.pallas and callable(pallas.jax_op)
+
+
+def test_a_mesh_op_goes_through_torch_tpu_with_partition_specs():
+    """TpuKernel.mesh_op builds torch_tpu's jax_op over a JAX mesh with the specs
+    partition_spec gives; its fake exports the kernel for the TPU with those shardings
+    (a one-device CPU mesh here: no TPU needed to build it, only to run it)."""
+    pytest.importorskip("torch_tpu")
+    import numpy as np
+    from jax.sharding import Mesh
+    from torch.distributed.tensor import Shard
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("dp",))
+    spec = tpu_device.partition_spec([Shard(0)], ["dp"], 2)
+    kernel = softmax._kernels["PrivateUse1"]
+    op = kernel.mesh_op(mesh, (spec,), (spec,))
+    assert "softmax__torch_tpu_mesh" in str(op._name)
+    assert kernel.mesh_op(mesh, (spec,), (spec,)) is op  # built once per (mesh, specs)
+    with FakeTensorMode():
+        y = op(torch.empty(256, 1024, dtype=torch.bfloat16))
+    assert y.shape == (256, 1024) and y.dtype == torch.bfloat16

@@ -191,6 +191,30 @@ def _worker_cases(rank: int, port: int) -> None:
             mesh, "compiled softmax S(1) of the reduced dim", softmax, [x], [S1], local=False, compiled=True
         )
 
+        # a reduced dim given by a static: the strategy follows the static's value
+        @tpu_kernel("test_sharding::softmax_axis", backward="vjp", sharding=rowwise("axis"))
+        def softmax_axis(x: jax.Array, *, axis: int = -1) -> jax.Array:
+            return jax.nn.softmax(x, axis=axis)
+
+        _case(mesh, "rowwise('axis') axis=1, S(0)", lambda t: softmax_axis(t, axis=1), [x7], [S0], local=True)
+        _case(
+            mesh, "rowwise('axis') axis=0, S(0)", lambda t: softmax_axis(t, axis=0), [x7], [S0], local=False
+        )
+
+        # a user's function rule (docs/distributed.md's outer product), its backward derived
+        def outer_rule(a, b):
+            return [([R], [R, R]), ([S0], [S0, R]), ([S1], [R, S0])]
+
+        @tpu_kernel("test_sharding::outer", backward="vjp", sharding=outer_rule)
+        def outer(a: jax.Array, b: jax.Array) -> jax.Array:
+            return jax.numpy.outer(a, b)
+
+        u, v = torch.randn(7), torch.randn(5)
+        _, (du, dv) = _case(mesh, "outer S(0) x R", outer, [u, v], [S0, R], local=True)
+        assert du.grad.placements == (S0,) and isinstance(dv.grad.placements[0], Partial)
+        _, (du, dv) = _case(mesh, "outer R x S(0)", outer, [u, v], [R, S0], local=True)
+        assert isinstance(du.grad.placements[0], Partial) and dv.grad.placements == (S0,)
+
         # an op without a rule says how to declare one
         @tpu_kernel("test_sharding::no_rule")
         def no_rule(x: jax.Array) -> jax.Array:
