@@ -65,3 +65,52 @@ def test_inner_function_has_the_signature_torch_tpu_reads():
     assert list(sig.parameters) == ["x", "weight", "eps", "block_rows"]
     assert sig.parameters["x"].annotation is jax.Array and sig.parameters["eps"].annotation is float
     assert sig.return_annotation == tuple[jax.Array, jax.Array]
+
+
+def test_dtensor_placements_translate_to_partition_specs():
+    from jax.sharding import PartitionSpec as P
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    spec = tpu_device.partition_spec
+    assert spec([Shard(0)], ["dp"], 2) == P("dp", None)
+    assert spec([Replicate()], ["dp"], 2) == P(None, None)
+    assert spec([Shard(-1)], ["tp"], 3) == P(None, None, "tp")
+    assert spec([Shard(0), Shard(1)], ["dp", "tp"], 2) == P("dp", "tp")
+    assert spec([Replicate(), Shard(0)], ["dp", "tp"], 2) == P("tp", None)
+    # two mesh dims on one tensor dim: DTensor splits by the first mesh dim first (major)
+    assert spec([Shard(0), Shard(0)], ["dp", "tp"], 1) == P(("dp", "tp"))
+    assert spec([Shard(0), Shard(0)], ["tp", "dp"], 1) == P(("tp", "dp"))
+    with pytest.raises(ValueError, match="pending sum"):
+        spec([Partial()], ["dp"], 2)
+    with pytest.raises(ValueError, match="mesh_dim_names"):
+        spec([Shard(0)], None, 2)
+    with pytest.raises(ValueError, match="2 placements for a mesh of 1 dims"):
+        spec([Shard(0), Replicate()], ["dp"], 2)
+    with pytest.raises(ValueError, match=r"Shard\(2\) is out of range"):
+        spec([Shard(2)], ["dp"], 2)
+
+
+def test_torch_tpu_is_reached_through_its_public_api():
+    pytest.importorskip("torch_tpu")
+    pallas = tpu_device.torch_tpu_pallas()
+    assert pallas is torch.tpu.pallas and callable(pallas.jax_op)
+
+
+def test_a_mesh_op_goes_through_torch_tpu_with_partition_specs():
+    """TpuKernel.mesh_op builds torch_tpu's jax_op over a JAX mesh with the specs
+    partition_spec gives; its fake exports the kernel for the TPU with those shardings
+    (a one-device CPU mesh here: no TPU needed to build it, only to run it)."""
+    pytest.importorskip("torch_tpu")
+    import numpy as np
+    from jax.sharding import Mesh
+    from torch.distributed.tensor import Shard
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("dp",))
+    spec = tpu_device.partition_spec([Shard(0)], ["dp"], 2)
+    kernel = softmax._kernels["PrivateUse1"]
+    op = kernel.mesh_op(mesh, (spec,), (spec,))
+    assert "softmax__torch_tpu_mesh" in str(op._name)
+    assert kernel.mesh_op(mesh, (spec,), (spec,)) is op  # built once per (mesh, specs)
+    with FakeTensorMode():
+        y = op(torch.empty(256, 1024, dtype=torch.bfloat16))
+    assert y.shape == (256, 1024) and y.dtype == torch.bfloat16

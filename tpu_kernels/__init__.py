@@ -30,6 +30,8 @@ _EXPORTS = {
     "KernelOp": "tpu_kernels.op",
     "registered_ops": "tpu_kernels.op",
     "tpu_kernel": "tpu_kernels.op",
+    "pointwise": "tpu_kernels.sharding",
+    "rowwise": "tpu_kernels.sharding",
     "helion_cpu_mode": "tpu_kernels.sources.helion",
     "set_helion_cpu_mode": "tpu_kernels.sources.helion",
 }
@@ -44,7 +46,9 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "TpuKernelsError",
     "helion_cpu_mode",
     "interpret_mode",
+    "pointwise",
     "registered_ops",
+    "rowwise",
     "set_helion_cpu_mode",
     "set_interpret_mode",
     "tpu_kernel",
@@ -75,4 +79,5 @@ if TYPE_CHECKING:
     )
     from tpu_kernels.interpret import interpret_mode, set_interpret_mode
     from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+    from tpu_kernels.sharding import pointwise, rowwise
     from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode

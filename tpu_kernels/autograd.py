@@ -288,22 +288,46 @@ class ExplicitBackward:
 # ---- derived backward (jax.vjp) ---------------------------------------------------
 
 
-def vjp_signature(fwd: Signature, qualname: str) -> Signature:
-    """The incoming gradients, then the forward's parameters; returns a list of grads.
+def vjp_signature(fwd: Signature, qualname: str, grad_names: tuple[str, ...]) -> Signature:
+    """One Tensor per incoming gradient (`grad_names`), then the forward's parameters.
 
-    `grads` comes first: torch's autograd registration rejects keyword-only
+    It returns one Tensor per tensor parameter of the forward (a flat schema that
+    DTensor's `register_sharding` can describe); a parameter that gets no gradient
+    (an absent Optional tensor, a non-floating tensor) gets an empty float32
+    tensor that `DerivedBackward` turns into None. A forward with a `list[Tensor]`
+    parameter keeps a `Tensor[]` return (its length is only known per call).
+
+    The gradients come first: torch's autograd registration rejects keyword-only
     tensors, and a required parameter may not follow defaulted ones."""
-    grads = Param("grads", Kind.TENSOR_LIST, "Tensor[]", inspect.Parameter.empty, keyword_only=False)
-    return Signature(qualname, (grads,) + fwd.params, n_outputs=1, returns_tuple=False)
+    taken = {p.name for p in fwd.params} & set(grad_names)
+    if taken:
+        raise OpDefinitionError(
+            f"{fwd.op}: parameters {sorted(taken)} clash with the derived backward's gradient "
+            "parameters; rename them or the outputs (outputs=...)."
+        )
+    grads = tuple(
+        Param(n, Kind.TENSOR, "Tensor", inspect.Parameter.empty, keyword_only=False) for n in grad_names
+    )
+    if returns_list(fwd):
+        return Signature(qualname, grads + fwd.params, n_outputs=1, returns_tuple=False)
+    n = len(fwd.tensor_params)
+    return Signature(qualname, grads + fwd.params, n_outputs=n, returns_tuple=n > 1)
 
 
-def vjp_kernel(fwd: Signature, diff_fn: Callable, n_visible: int) -> Callable:
-    """A JAX kernel computing grads of `diff_fn`'s first `n_visible` outputs
-    with respect to every floating-point tensor input, in signature order."""
+def returns_list(fwd: Signature) -> bool:
+    """Whether the derived backward of `fwd` returns `Tensor[]` (a list parameter)."""
+    return any(p.kind is Kind.TENSOR_LIST for p in fwd.params)
+
+
+def vjp_kernel(fwd: Signature, diff_fn: Callable, n_visible: int, grad_names: tuple[str, ...]) -> Callable:
+    """A JAX kernel computing grads of `diff_fn`'s first `n_visible` outputs with
+    respect to every floating-point tensor input, in signature order (see
+    `vjp_signature` for what it returns)."""
     tensor_names = [p.name for p in fwd.tensor_params]
+    flat = not returns_list(fwd)
 
-    def kernel(**kwargs: Any) -> list:
-        cotangents = list(kwargs.pop("grads"))
+    def kernel(**kwargs: Any) -> Any:
+        cotangents = [kwargs.pop(n) for n in grad_names]
         primals = [kwargs.pop(n) for n in tensor_names]  # signature order, not sorted keys
         statics = kwargs
         leaves, treedef = jax.tree_util.tree_flatten(primals)
@@ -319,9 +343,56 @@ def vjp_kernel(fwd: Signature, diff_fn: Callable, n_visible: int) -> Callable:
 
         outs, pullback = jax.vjp(f, *[leaves[i] for i in diff_idx])
         cts = tuple(ct.astype(o.dtype) for ct, o in zip(cotangents, outs))
-        return list(pullback(cts))
+        grads = list(pullback(cts))
+        if not flat:
+            return grads
+        # Flat: one result per tensor parameter; None leaves vanish in tree_flatten,
+        # so walk the primals (each a single array or None here).
+        by_leaf = dict(zip(diff_idx, grads))
+        result, k = [], 0
+        for v in primals:
+            if v is None:
+                result.append(_NO_GRAD())
+                continue
+            result.append(by_leaf[k] if k in by_leaf else _NO_GRAD())
+            k += 1
+        return tuple(result) if len(result) > 1 else result[0]
 
     return kernel
+
+
+def vjp_fake(fwd: Signature, bwd: Signature, n_grads: int) -> Callable:
+    """The derived backward op's fake, without tracing the vjp: a gradient has the
+    shape and dtype of its input (what `jax.vjp` returns), a parameter without
+    one gets the empty float32 placeholder (see `vjp_signature`)."""
+    flat = not returns_list(fwd)
+
+    def like(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        values = bwd.values(args, kwargs)
+        device = values[0].device
+        out: list[torch.Tensor] = []
+        for p, v in zip(fwd.params, values[n_grads:]):
+            if p.kind is Kind.STATIC:
+                continue
+            if p.kind is Kind.TENSOR_LIST:
+                out.extend(like(t) for t in v if t.is_floating_point())
+            elif v is not None and v.is_floating_point():
+                out.append(like(v))
+            elif flat:
+                out.append(torch.empty((0,), dtype=torch.float32, device=device))
+        if not flat:
+            return out
+        return tuple(out) if len(out) > 1 else out[0]
+
+    return fake
+
+
+def _NO_GRAD() -> jax.Array:
+    """The placeholder result for a parameter without a gradient (flat schema)."""
+    return jnp.zeros((0,), jnp.float32)
 
 
 @dataclasses.dataclass
@@ -333,7 +404,15 @@ class DerivedBackward:
         fwd = self.kop.signature
         args = [v for p, v in zip(fwd.params, values) if not p.keyword_only]
         kwargs = {p.name: v for p, v in zip(fwd.params, values) if p.keyword_only}
-        flat_grads = iter(self.bwd(grads, *args, **kwargs))
+        results = self.bwd(*grads, *args, **kwargs)
+        if not returns_list(fwd):  # flat: one result per tensor parameter
+            flat = iter(results if isinstance(results, tuple) else (results,))
+            out: list[Any] = []
+            for p, v in zip(fwd.params, values):
+                g = next(flat) if p.is_tensor else None
+                out.append(g if v is not None and p.is_tensor and v.is_floating_point() else None)
+            return out
+        flat_grads = iter(results)
         result: list[Any] = []
         for p, v in zip(fwd.params, values):
             if p.kind is Kind.STATIC or v is None:

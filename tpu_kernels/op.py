@@ -29,6 +29,7 @@ import torch
 
 from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, dtypes, eager, fake
+from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import KernelError, OpDefinitionError
@@ -117,6 +118,7 @@ class KernelOp:
         tags: Sequence[torch.Tag] = (),
         examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
         autotune: bool = False,
+        sharding: Any = None,
         signature: Signature | None = None,
         returns_list: bool = False,
         autocast: str = "keep",
@@ -136,6 +138,7 @@ class KernelOp:
         self.noncontiguous = noncontiguous
         self._check_options(outputs, residuals, backward, reference, noncontiguous)
         self.autocast = autocast_policies.check_policy(name, autocast)
+        self.sharding = sharding_rules.normalize(name, sharding)
         n = sig.n_outputs
         self.output_names = (
             tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
@@ -164,6 +167,8 @@ class KernelOp:
         self.lib = self._define(tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
         autocast_policies.register(self, self.lib, self.autocast)
+        if signature is None:  # backward ops built here get their rule from the forward
+            sharding_rules.register(self, self.sharding)
         if not self.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
@@ -269,10 +274,19 @@ class KernelOp:
 
     def _derive_backward(self, diff_fn: Callable) -> None:
         qualname = f"{self.name}_backward"
-        sig = autograd.vjp_signature(self.signature, qualname)
-        kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible)
-        self.backward_op = KernelOp(qualname, kernel, signature=sig, returns_list=True)
+        grad_names = tuple(f"grad_{n}" for n in self.output_names[: self.n_visible])
+        sig = autograd.vjp_signature(self.signature, qualname, grad_names)
+        kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible, grad_names)
+        self.backward_op = KernelOp(
+            qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature)
+        )
+        self.backward_op.register_fake(autograd.vjp_fake(self.signature, sig, len(grad_names)))
         self._backward = autograd.DerivedBackward(self, self.backward_op)
+        if not autograd.returns_list(self.signature):  # register_sharding cannot describe Tensor[]
+            wrt = sharding_rules.backward_wrt(self.signature, self.backward_op)
+            sharding_rules.register(self.backward_op, self.sharding, fwd=self, wrt=wrt)
+        else:
+            sharding_rules.register(self.backward_op, None, fwd=self)
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -290,7 +304,12 @@ class KernelOp:
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
 
     def def_backward(
-        self, fn: Callable | None = None, *, wrt: Sequence[str] | None = None, composite: bool = False
+        self,
+        fn: Callable | None = None,
+        *,
+        wrt: Sequence[str] | None = None,
+        composite: bool = False,
+        sharding: Any = None,
     ) -> Any:
         """Register `fn` as this op's backward.
 
@@ -303,6 +322,10 @@ class KernelOp:
         (residuals included), and `grad_<output>` for each returned output. It
         returns one gradient per name in `wrt` (default: the forward's
         positional Tensor parameters), in that order.
+
+        `sharding`: the backward op's own DTensor rule (as `tpu_kernel`'s);
+        by default it is derived from the forward's (see `tpu_kernels.sharding`).
+        A composite backward needs none: the ops it calls have their own.
         """
 
         def register(bwd_fn: Callable) -> Any:
@@ -317,6 +340,10 @@ class KernelOp:
                 )
             )
             qualname = f"{self.name}_backward"
+            if composite and sharding is not None:
+                raise OpDefinitionError(
+                    f"{qualname}: a composite backward takes no sharding=; the ops it calls carry their own."
+                )
             source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
             bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
@@ -327,6 +354,11 @@ class KernelOp:
             )
             self._backward = autograd.ExplicitBackward(self, bwd, names)
             self.backward_op = bwd
+            if isinstance(bwd, KernelOp):
+                if sharding is not None:
+                    sharding_rules.register(bwd, sharding)
+                else:
+                    sharding_rules.register(bwd, self.sharding, fwd=self, wrt=names)
             return bwd
 
         return register(fn) if fn is not None else register
@@ -494,6 +526,7 @@ def tpu_kernel(
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
     autotune: bool = False,
     autocast: str = "keep",
+    sharding: Any = None,
 ) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -523,6 +556,11 @@ def tpu_kernel(
         (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
         to float32, like CUDA's softmax and norms) or "promote" (to the widest
         floating input dtype). See tpu_kernels.autocast.
+      sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
+        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, or a function giving
+        strategies as `torch.distributed.tensor.experimental.register_sharding`
+        takes; registered for the op and its backward op. Without one, DTensor
+        arguments raise an error saying how to declare it.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -540,6 +578,7 @@ def tpu_kernel(
             examples=examples,
             autotune=autotune,
             autocast=autocast,
+            sharding=sharding,
         )
 
     return wrap(fn) if fn is not None else wrap

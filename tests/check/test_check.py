@@ -71,10 +71,10 @@ def test_backward_examples_are_derived_from_the_forward():
     # explicit backward: parameters bound by name to inputs, outputs and grad_<output>
     [(args, kwargs)] = example_calls(demo.scaled.backward_op)
     assert [a.shape for a in args] == [(16, 256), (16, 256)] and kwargs == {"scale": 3.0}
-    # derived (jax.vjp) backward: (grads, *forward args)
+    # derived (jax.vjp) backward: (grad_out, *forward args), bound the same way
     [(args, kwargs)] = example_calls(demo.sound_matmul.backward_op)
-    grads, a, b = args
-    assert [g.shape for g in grads] == [(128, 128)] and (a.shape, b.shape) == ((128, 512), (512, 128))
+    grad_out, a, b = args
+    assert (grad_out.shape, a.shape, b.shape) == ((128, 128), (128, 512), (512, 128))
     assert check_op(demo.scaled.backward_op).status == "ok"
     assert check_op(demo.sound_matmul.backward_op).status == "ok"
 

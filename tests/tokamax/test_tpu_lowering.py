@@ -53,7 +53,7 @@ def test_flash_attention_forward_and_backward(device_kind):
     with compiling_for(device_kind):
         lowers_for_tpu(attention.dot_product_attention_op, *QKV, is_causal=True, implementation="mosaic_tpu")
         backward = attention.dot_product_attention_op.backward_op
-        lowers_for_tpu(backward, [QKV[0]], *QKV, is_causal=True, implementation="mosaic_tpu")
+        lowers_for_tpu(backward, QKV[0], *QKV, is_causal=True, implementation="mosaic_tpu")
 
 
 def test_ragged_dot_and_fused_loss():
@@ -69,7 +69,7 @@ def test_ragged_dot_and_fused_loss():
         lowers_for_tpu(loss.linear_softmax_cross_entropy_loss_op, x, labels, w, implementation="mosaic_tpu")
         lowers_for_tpu(
             loss.linear_softmax_cross_entropy_loss_op.backward_op,
-            [S((), F32)],
+            S((), F32),  # the one gradient (one Tensor per returned output)
             x,
             labels,
             w,
@@ -149,4 +149,4 @@ def test_backward_of_a_kernel_without_vjp_differentiates_the_rest_of_the_order()
             "tpu_custom_call"
             in rope.deepseek_rope_op.lower(x, pos, cache, implementation="mosaic_tpu").mlir_module()
         )
-        backward.lower([x], x, pos, cache, implementation="mosaic_tpu")
+        backward.lower(x, x, pos, cache, implementation="mosaic_tpu")

@@ -3,11 +3,10 @@
 A forward op gives its own (`examples=` on `@tpu_kernel`). A backward op
 (`<name>_backward`) has none; its calls are derived from the forward's:
 
-- explicit backward (`@op.def_backward`): its parameters bound by name to the
-  forward's inputs, outputs (shapes from `op.eval_shape`) and `grad_<output>`
-  (shaped like the output);
-- derived backward (`jax.vjp`): `(grads, *forward args)`, with one gradient
-  per returned output.
+its parameters bound by name to the forward's inputs, outputs (shapes from
+`op.eval_shape`) and `grad_<output>` (shaped like the output). That covers an
+explicit backward (`@op.def_backward`) and a derived one (`jax.vjp`), whose
+parameters are `grad_<output>` per returned output, then the forward's.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import jax
 import numpy as np
 
 from tpu_kernels import dtypes, registered_ops
-from tpu_kernels.signature import Kind
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -52,15 +50,6 @@ def backward_calls(fwd: KernelOp, bwd: KernelOp, forward_calls: Sequence[Call]) 
         values = fwd.signature.bind(args, kwargs)
         outs = _outputs(fwd, args, kwargs)
         visible = outs[: fwd.n_visible]
-        if (
-            bwd.signature.params
-            and bwd.signature.params[0].name == "grads"
-            and (bwd.signature.params[0].kind is Kind.TENSOR_LIST)
-        ):  # derived with jax.vjp: (grads, *forward parameters)
-            pos = tuple(v for p, v in zip(fwd.signature.params, values) if not p.keyword_only)
-            kw = {p.name: v for p, v in zip(fwd.signature.params, values) if p.keyword_only}
-            calls.append(((list(map(_grad_spec, visible)), *pos), kw))
-            continue
         env: dict[str, Any] = {p.name: v for p, v in zip(fwd.signature.params, values)}
         env.update(zip(fwd.output_names, outs))
         env.update({f"grad_{n}": _grad_spec(o) for n, o in zip(fwd.output_names, visible)})

@@ -6,13 +6,19 @@ it once per shape and launches it on the tensors' device memory. tpu_kernels
 registers one such inner op per kernel the first time it runs on a TPU
 (`<ns>::<name>__torch_tpu`) and calls it from the outer op's TPU kernel, so
 the outer op keeps tpu_kernels' schema, fake function and autograd.
+
+DTensors: with a sharding rule, DTensor runs the op on each rank's local shard,
+which reaches the per-shard inner op above. `jax_op` can also take the global
+view (`mesh=`, `input_partition_specs=`, `output_partition_specs=`; local
+tensors in, JAX partitions the global program); `TpuKernel.mesh_op` builds such
+an op and `partition_spec` translates DTensor placements into its specs.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,15 +32,60 @@ DISPATCH_KEY = "PrivateUse1"
 
 
 def torch_tpu_pallas() -> Any:
-    """`torch.tpu.pallas`, or BackendUnavailableError saying how to get it."""
+    """`torch.tpu.pallas` (torch_tpu's public API), or BackendUnavailableError saying how to get it."""
     try:
-        import torch_tpu  # noqa: F401
-        from torch_tpu._internal.pallas import pallas  # the module behind torch.tpu.pallas
+        import torch_tpu  # noqa: F401  (importing it installs torch.tpu)
     except ImportError as e:
         raise BackendUnavailableError(
             f"TPU tensors need torch_tpu ({e}). Install it with: pip install torch-tpu"
         ) from e
+    pallas = getattr(getattr(torch, "tpu", None), "pallas", None)
+    if pallas is None or not hasattr(pallas, "jax_op"):
+        raise BackendUnavailableError(
+            f"torch_tpu {getattr(torch_tpu, '__version__', '?')} has no torch.tpu.pallas.jax_op; "
+            "tpu_kernels needs torch-tpu>=0.2.0 (pip install -U torch-tpu)."
+        )
     return pallas
+
+
+def partition_spec(placements: Sequence[Any], mesh_dim_names: Sequence[str] | None, ndim: int) -> Any:
+    """DTensor placements (one per mesh dim) -> the `jax.sharding.PartitionSpec` of a tensor with `ndim` dims.
+
+    `Shard(d)` on mesh dim i names `mesh_dim_names[i]` at entry d; several mesh
+    dims sharding one tensor dim give a tuple in mesh-dim order (the first is
+    the major one, as DTensor splits them); `Replicate()` names nothing. A
+    `Partial()` (a pending sum) has no PartitionSpec, and neither has an
+    uneven or strided shard order: both raise."""
+    from jax.sharding import PartitionSpec
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    if mesh_dim_names is None:
+        raise ValueError(
+            "partition_spec: the DeviceMesh has no mesh_dim_names; create it with "
+            "init_device_mesh(..., mesh_dim_names=(...)) naming the JAX mesh's axes."
+        )
+    if len(placements) != len(mesh_dim_names):
+        raise ValueError(
+            f"partition_spec: {len(placements)} placements for a mesh of {len(mesh_dim_names)} dims "
+            f"{tuple(mesh_dim_names)}."
+        )
+    entries: list[list[str]] = [[] for _ in range(ndim)]
+    for name, p in zip(mesh_dim_names, placements):
+        if type(p) is Shard:
+            d = p.dim + ndim if p.dim < 0 else p.dim
+            if not 0 <= d < ndim:
+                raise ValueError(
+                    f"partition_spec: Shard({p.dim}) is out of range for a tensor with {ndim} dims."
+                )
+            entries[d].append(name)
+        elif isinstance(p, Partial):
+            raise ValueError(
+                f"partition_spec: {p} on mesh dim '{name}' is a pending sum, which a PartitionSpec "
+                "cannot express; redistribute to Replicate() or Shard(d) first."
+            )
+        elif not isinstance(p, Replicate):
+            raise ValueError(f"partition_spec: placement {p!r} on mesh dim '{name}' has no PartitionSpec.")
+    return PartitionSpec(*(None if not e else e[0] if len(e) == 1 else tuple(e) for e in entries))
 
 
 def inner_function(sig: Signature, fn: Callable, n_results: int | None) -> Callable:
@@ -101,6 +152,7 @@ class TpuKernel:
         self.mutated = mutated
         self.returns_list = returns_list
         self._inner: Any = None
+        self._mesh_ops: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
     def inner_op(self) -> Any:
@@ -112,6 +164,28 @@ class TpuKernel:
                 fn = inner_function(self.sig, self.fn, n_results)
                 self._inner = pallas.jax_op(self.qualname + "__torch_tpu", fn)
             return self._inner
+
+    def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
+        """The torch_tpu op for the global view over a JAX `mesh` (see `partition_spec`):
+        called with local shards, JAX runs the kernel as one program partitioned by
+        the specs. One per (mesh, specs), built once."""
+        key = (mesh, tuple(input_specs), tuple(output_specs))
+        with self._lock:
+            op = self._mesh_ops.get(key)
+            if op is None:
+                pallas = torch_tpu_pallas()
+                n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
+                fn = inner_function(self.sig, self.fn, n_results)
+                name = f"{self.qualname}__torch_tpu_mesh{len(self._mesh_ops)}"
+                op = pallas.jax_op(
+                    name,
+                    fn,
+                    mesh=mesh,
+                    input_partition_specs=tuple(input_specs),
+                    output_partition_specs=tuple(output_specs),
+                )
+                self._mesh_ops[key] = op
+            return op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner or self.inner_op()

@@ -24,7 +24,9 @@ from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.elementwise import helion_kernel as add_k
 from tpu_kernels.kernels.matmul import helion_kernel as matmul_k
 from tpu_kernels.kernels.matmul import reference as matmul_ref
+from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.kernels.rmsnorm import helion_kernel as rms_k
+from tpu_kernels.kernels.rmsnorm import sharding as rms_sharding
 from tpu_kernels.kernels.softmax import helion_kernel as softmax_k
 from tpu_kernels.op import tpu_kernel
 
@@ -46,17 +48,23 @@ _R = jax.ShapeDtypeStruct((1024,), jnp.float32)
 add_helion = tpu_kernel(
     "tpu_kernels::add_helion",
     reference=_add_reference,
+    sharding="pointwise",
     examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
     autocast="keep",
 )(add_k.add)
 softmax_helion = tpu_kernel(
-    "tpu_kernels::softmax_helion", reference=_softmax_reference, examples=lambda: [((_X,), {})], autocast="fp32"
+    "tpu_kernels::softmax_helion",
+    reference=_softmax_reference,
+    examples=lambda: [((_X,), {})],
+    autocast="fp32",
+    sharding="rowwise",
 )(softmax_k.softmax)
 matmul_helion = tpu_kernel(
     "tpu_kernels::matmul_helion",
     reference=matmul_ref.matmul_jax,
     examples=lambda: [((_X, _X), {})],
     autocast="lower_precision_fp",
+    sharding=matmul_sharding,
 )(matmul_k.matmul)
 
 rmsnorm_helion = tpu_kernel(
@@ -65,12 +73,17 @@ rmsnorm_helion = tpu_kernel(
     residuals=("inv_rms",),
     examples=lambda: [((_X, _W), {})],
     autocast="fp32",
+    sharding=rms_sharding.rmsnorm_sharding,
 )(rms_k.rmsnorm)
-rmsnorm_helion_dx = tpu_kernel("tpu_kernels::rmsnorm_helion_dx", examples=lambda: [((_X, _W, _R, _X), {})])(
-    rms_k.rmsnorm_dx
-)
+rmsnorm_helion_dx = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion_dx",
+    examples=lambda: [((_X, _W, _R, _X), {})],
+    sharding=rms_sharding.dx_sharding,
+)(rms_k.rmsnorm_dx)
 rmsnorm_helion_dweight = tpu_kernel(
-    "tpu_kernels::rmsnorm_helion_dweight", examples=lambda: [((_X, _R, _X), {})]
+    "tpu_kernels::rmsnorm_helion_dweight",
+    examples=lambda: [((_X, _R, _X), {})],
+    sharding=rms_sharding.dweight_sharding,
 )(rms_k.rmsnorm_dweight)
 
 

@@ -85,22 +85,10 @@ def _register_fakes(kop: KernelOp, symbolic_fake: Callable | None) -> None:
 
 
 def _gradient_fake(kop: KernelOp) -> Callable:
-    """The fake of a derived backward op: one gradient per floating-point tensor input,
-    in signature order (what jax.vjp of the body returns), without tracing it."""
-    bwd_sig = kop.backward_op.signature  # (grads, *forward params)
+    """The fake of a derived backward op, without tracing it (tpu_kernels.autograd.vjp_fake)."""
+    from tpu_kernels import autograd
 
-    def fake(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        values = bwd_sig.values(args, kwargs)[1:]
-        grads = []
-        for p, v in zip(kop.signature.params, values):
-            if p.kind is Kind.STATIC or v is None:
-                continue
-            for t in v if p.kind is Kind.TENSOR_LIST else [v]:
-                if t.is_floating_point():
-                    grads.append(torch.empty_like(t, memory_format=torch.contiguous_format))
-        return grads
-
-    return fake
+    return autograd.vjp_fake(kop.signature, kop.backward_op.signature, kop.n_visible)
 
 
 def differentiable_order(implementation: str | None, no_vjp: Sequence[str]) -> str:

@@ -14,8 +14,8 @@ def _examples():
 
 
 # Pointwise: under torch.autocast it runs in its inputs' dtypes and promotes mixed ones, like aten.add.
-scale_add = tpu_kernel("tpu_kernels::scale_add", backward="vjp", examples=_examples, autocast="keep")(
-    pallas.scale_add
-)
+scale_add = tpu_kernel(
+    "tpu_kernels::scale_add", backward="vjp", examples=_examples, autocast="keep", sharding="pointwise"
+)(pallas.scale_add)
 
 __all__ = ["scale_add"]

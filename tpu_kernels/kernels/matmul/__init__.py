@@ -7,6 +7,7 @@ torch.ops.tpu_kernels.matmul_backward.
 
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
+from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.op import tpu_kernel
 
 
@@ -16,7 +17,11 @@ def _examples():
 
 # Under torch.autocast it casts like aten.mm: both operands to the autocast dtype.
 matmul = tpu_kernel(
-    "tpu_kernels::matmul", reference=reference.matmul_jax, examples=_examples, autocast="lower_precision_fp"
+    "tpu_kernels::matmul",
+    reference=reference.matmul_jax,
+    examples=_examples,
+    autocast="lower_precision_fp",
+    sharding=matmul_sharding,
 )(pallas.matmul)
 
 __all__ = ["matmul"]

@@ -21,6 +21,7 @@ rmsnorm = tpu_kernel(
     residuals=("inv_rms",),
     examples=_examples,
     autocast="fp32",
+    sharding="rowwise",
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 

@@ -11,7 +11,9 @@ def _examples():
 
 
 # Under torch.autocast it runs in float32, like CUDA autocast's softmax.
-softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples, autocast="fp32")(pallas.softmax)
+softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples, autocast="fp32", sharding="rowwise")(
+    pallas.softmax
+)
 softmax.def_backward(pallas.softmax_backward)
 
 __all__ = ["softmax"]

@@ -1,0 +1,390 @@
+"""DTensor sharding rules for kernel ops: `@tpu_kernel(sharding=...)`.
+
+A kernel op fed DTensors runs on each rank's local shard when a rule says which
+placements it accepts; DTensor redistributes inputs that fit no strategy (with
+collectives) and wraps the local outputs. A rule is one of
+
+- `"pointwise"` (or `pointwise()`): every tensor input and output has the
+  broadcast shape of the inputs (numpy broadcasting, aligned at the right); the
+  op is shardable on every dim, and an input broadcast along the sharded dim
+  stays Replicate.
+- `rowwise(*reduced)`: like pointwise, but the kernel reduces over the dims
+  `reduced` (of the broadcast shape, negative from the end, or the name of an
+  int static parameter holding the dim), which must be Replicate. Outputs keep
+  the reduced dims (size 1 allowed, as rmsnorm's inv_rms).
+- a callable: the function `torch.distributed.tensor.experimental.register_sharding`
+  takes: called with the op's arguments (tensors as `DTensorSpec`s, statics as
+  values), it returns `[(output placements, input placements), ...]` for one mesh
+  dim, an input list with one entry per argument passed (None for non-tensors).
+
+The backward op gets a rule derived from the forward's: an input's gradient is
+sharded like the input; the gradient of an input that is Replicate while the
+outputs are sharded sums over the shards (`Partial()`, e.g. rmsnorm's weight
+gradient); a Partial output's incoming gradient is Replicate. A pointwise or
+rowwise rule is applied to the backward op's own tensors with those gradient
+outputs; a callable rule is evaluated on the forward's arguments, which the
+backward op must take by name (derived backwards do; an explicit one needs
+`def_backward(..., sharding=)` otherwise).
+
+An op without a rule raises `NotImplementedError` naming the op and `sharding=`
+instead of DTensor's generic message.
+
+DTensor is imported only when the program imports it: rules declared before
+that are registered by an import hook (importing `torch.distributed.tensor`
+costs about 0.6 s here, measured, which a program without DTensor should not pay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.signature import Kind, Signature
+
+if TYPE_CHECKING:
+    from tpu_kernels.op import KernelOp
+
+_DTENSOR = "torch.distributed.tensor"
+
+
+# ---- rules ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Broadcast:
+    """Pointwise (no reduced dims) or rowwise (some): see the module docstring."""
+
+    reduced: tuple[int | str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for d in self.reduced:
+            if isinstance(d, bool) or not isinstance(d, (int, str)):
+                raise OpDefinitionError(
+                    f"rowwise: reduced dims are ints or names of int static parameters, got {d!r}."
+                )
+
+    @property
+    def name(self) -> str:
+        return "pointwise" if not self.reduced else f"rowwise{self.reduced}"
+
+
+def pointwise() -> Broadcast:
+    """Every tensor has the inputs' broadcast shape; shardable on every dim."""
+    return Broadcast()
+
+
+def rowwise(*reduced: int | str) -> Broadcast:
+    """Shardable on every dim but `reduced` (default: the last), which the kernel reduces over.
+
+    Dims index the broadcast shape of the tensor inputs; a str names an int
+    static parameter holding the dim (e.g. `rowwise("axis")`)."""
+    return Broadcast(tuple(reduced) or (-1,))
+
+
+def normalize(op: str, rule: Any) -> Any:
+    """`sharding=` as given -> a Broadcast, a callable, or None."""
+    if rule is None or isinstance(rule, Broadcast):
+        return rule
+    if rule == "pointwise":
+        return Broadcast()
+    if rule == "rowwise":
+        return rowwise()
+    if callable(rule):
+        return rule
+    raise OpDefinitionError(
+        f"{op}: sharding={rule!r}; expected 'pointwise', 'rowwise', tpu_kernels.rowwise(*dims), "
+        "or a function returning [(output placements, input placements), ...] as "
+        "torch.distributed.tensor.experimental.register_sharding takes."
+    )
+
+
+# ---- one call's view ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Backward:
+    """How a backward op's tensors relate to its forward op."""
+
+    fwd: KernelOp
+    wrt: tuple[str, ...]  # the forward input each output is the gradient of
+
+
+def _values(sig: Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
+    return {p.name: v for p, v in zip(sig.params, sig.values(args, kwargs))}
+
+
+def _layout(sig: Signature, args: tuple, kwargs: dict, by_name: dict[str, Any]) -> list[Any]:
+    """Input placements in register_sharding's order: positional args, then kwargs."""
+    names = [p.name for p in sig.params[: len(args)]] + list(kwargs)
+    values = list(args) + list(kwargs.values())
+    return [by_name.get(n) if _is_spec(v) else None for n, v in zip(names, values)]
+
+
+def _is_spec(v: Any) -> bool:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    return isinstance(v, DTensorSpec)
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    return tuple(v.tensor_meta.shape)
+
+
+def _output_shapes(kop: KernelOp, values: dict[str, Any]) -> list[tuple[int, ...]]:
+    """Global output shapes, from the op's own shape function."""
+    import jax
+
+    from tpu_kernels import dtypes
+
+    args = []
+    for p in kop.signature.params:
+        v = values[p.name]
+        if _is_spec(v):
+            v = jax.ShapeDtypeStruct(_shape(v), dtypes.to_jax(kop.name, p.name, v.tensor_meta.dtype))
+        args.append(v)
+    kw = {p.name: a for p, a in zip(kop.signature.params, args) if p.keyword_only}
+    pos = [a for p, a in zip(kop.signature.params, args) if not p.keyword_only]
+    out = kop.eval_shape(*pos, **kw)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [tuple(o.shape) for o in outs]
+
+
+def _broadcast_strategies(
+    kop: KernelOp, rule: Broadcast, values: dict[str, Any], grads: bool
+) -> list[tuple[list[Any], dict[str, Any]]]:
+    """Strategies of a Broadcast rule over this op's tensors.
+
+    `grads`: the outputs are gradients (a backward op), so an output broadcast
+    along the sharded dim is a sum over the shards (Partial); in a forward op
+    it means the kernel reduces over that dim, and the strategy is dropped."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    specs = {n: v for n, v in values.items() if _is_spec(v)}
+    out_shapes = _output_shapes(kop, values)
+    shapes = [_shape(s) for s in specs.values()] + out_shapes
+    ndim = max(len(s) for s in shapes)
+    full = [1] * ndim
+    for s in shapes:
+        for j, size in enumerate(s):
+            d = ndim - len(s) + j
+            full[d] = max(full[d], size)
+    reduced = set()
+    for r in rule.reduced:
+        d = values.get(r) if isinstance(r, str) else r
+        if isinstance(r, str) and r not in values:
+            raise NotImplementedError(
+                f"{kop.name}: sharding rule {rule.name} names the parameter '{r}', which this op "
+                "does not take; declare its rule with sharding=."
+            )
+        reduced.add(d % ndim if ndim else 0)
+    replicate = ([Replicate()] * len(out_shapes), dict.fromkeys(specs, Replicate()))
+    strategies = [replicate]
+    for d in range(ndim):
+        if d in reduced or full[d] < 2:
+            continue
+
+        def place(shape: tuple[int, ...], d: int = d) -> Any:
+            j = d - (ndim - len(shape))
+            return Shard(j) if j >= 0 and shape[j] == full[d] else None
+
+        ins = {n: place(_shape(s)) or Replicate() for n, s in specs.items()}
+        outs = []
+        for shape in out_shapes:
+            p = place(shape)
+            if p is None and shape and 0 in shape:
+                p = Replicate()  # an empty placeholder (no gradient for this input)
+            elif p is None:
+                p = Partial() if grads else None
+            outs.append(p)
+        if any(p is None for p in outs):
+            continue
+        strategies.append((outs, ins))
+    return strategies
+
+
+def _callable_strategies(
+    rule: Callable, bwd: _Backward | None, kop: KernelOp, args: tuple, kwargs: dict
+) -> list[tuple[list[Any], dict[str, Any]]]:
+    """A callable rule's strategies as (outputs, {param: placement}); for a backward op,
+    derived from the forward's strategies."""
+    from torch.distributed.tensor import Partial, Replicate
+
+    if bwd is None:
+        result = []
+        sig = kop.signature
+        names = [p.name for p in sig.params[: len(args)]] + list(kwargs)
+        for outs, ins in rule(*args, **kwargs):
+            result.append((list(outs), dict(zip(names, ins))))
+        return result
+    fwd = bwd.fwd
+    values = _values(kop.signature, args, kwargs)
+    missing = [p.name for p in fwd.signature.params if p.name not in values]
+    if missing:
+        raise NotImplementedError(
+            f"{kop.name}: cannot derive its sharding rule from {fwd.name}'s: it does not take "
+            f"the forward's arguments {missing}; give it its own with def_backward(..., sharding=...)."
+        )
+    fwd_values = {p.name: values[p.name] for p in fwd.signature.params}
+    pos = [fwd_values[p.name] for p in fwd.signature.params if not p.keyword_only]
+    kw = {p.name: fwd_values[p.name] for p in fwd.signature.params if p.keyword_only}
+    fwd_names = [p.name for p in fwd.signature.params if not p.keyword_only] + list(kw)
+    visible = fwd.output_names[: fwd.n_visible]
+    result = []
+    for outs, ins in rule(*pos, **kw):
+        outs = list(outs)
+        by_name = {n: p for n, p in zip(fwd_names, ins) if p is not None}
+        vis = outs[: fwd.n_visible]
+        sharded = [not isinstance(p, Replicate) for p in vis]
+        if any(sharded) and not all(sharded):
+            continue  # a replicated output's gradient would be counted once per rank
+        for name, p in zip(fwd.output_names, outs):
+            by_name[name] = p
+        for name, p in zip(visible, vis):
+            by_name[f"grad_{name}"] = Replicate() if isinstance(p, Partial) else p
+        grads = []
+        for name in bwd.wrt:
+            p, v = by_name.get(name), values.get(name)
+            if p is None or not _is_spec(v) or not v.tensor_meta.dtype.is_floating_point:
+                grads.append(Replicate())  # no gradient: an empty placeholder
+            elif isinstance(p, Replicate):
+                grads.append(Partial() if any(sharded) else Replicate())
+            elif isinstance(p, Partial):
+                grads.append(Replicate())
+            else:
+                grads.append(p)
+        result.append((grads, by_name))
+    return result
+
+
+def strategy_fn(kop: KernelOp, rule: Any, bwd: _Backward | None = None) -> Callable:
+    """The function given to register_sharding for `kop`."""
+
+    def strategies(*args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
+        if isinstance(rule, Broadcast):
+            found = _broadcast_strategies(kop, rule, _values(kop.signature, args, kwargs), bwd is not None)
+        else:
+            found = _callable_strategies(rule, bwd, kop, args, kwargs)
+        return [(outs, _layout(kop.signature, args, kwargs, ins)) for outs, ins in found]
+
+    return strategies
+
+
+def missing_rule_fn(kop: KernelOp, fwd: KernelOp | None = None) -> Callable:
+    def raise_missing(*args: Any, **kwargs: Any) -> Any:
+        if fwd is None:
+            how = (
+                f"Declare how it shards: @tpu_kernel({kop.name!r}, sharding='pointwise' | "
+                "'rowwise' | tpu_kernels.rowwise(*reduced_dims) | a function returning "
+                "[(output placements, input placements), ...] as "
+                "torch.distributed.tensor.experimental.register_sharding takes)."
+            )
+        else:
+            how = (
+                f"It is the backward of {fwd.name}: declare sharding= on {fwd.name} (derived "
+                "for its backward), or def_backward(..., sharding=...)."
+            )
+        raise NotImplementedError(
+            f"{kop.name}: called with DTensor arguments but has no sharding rule. {how}"
+        )
+
+    return raise_missing
+
+
+# ---- registration -----------------------------------------------------------------------
+
+_PENDING: list[tuple[Any, Callable]] = []
+_LOCK = threading.Lock()
+
+
+def register(kop: KernelOp, rule: Any, *, fwd: KernelOp | None = None, wrt: Sequence[str] = ()) -> None:
+    """Register `rule` (or the missing-rule error when None) for `kop`'s overload;
+    `fwd`/`wrt` when `kop` is the backward op of `fwd`."""
+    rule = normalize(kop.name, rule)
+    if rule is None:
+        fn = missing_rule_fn(kop, fwd)
+    else:
+        fn = strategy_fn(kop, rule, _Backward(fwd, tuple(wrt)) if fwd is not None else None)
+    _schedule(kop, fn)
+
+
+def _schedule(kop: KernelOp, fn: Callable) -> None:
+    import torch.distributed
+
+    if not torch.distributed.is_available():
+        return
+    with _LOCK:
+        if _DTENSOR not in sys.modules:
+            _PENDING.append((kop, fn))
+            _install_hook()
+            return
+    _register_now(kop, fn)
+
+
+def _register_now(kop: KernelOp, fn: Callable) -> None:
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+    from torch.distributed.tensor.experimental import register_sharding
+
+    register_sharding(kop.overload)(fn)
+    # register_sharding keys DTensor's strategy cache on the arguments from the first
+    # int onwards; a rule may depend on any static (a float, a str), so key on all.
+    sig = kop.signature
+    first = next((i for i, p in enumerate(sig.params) if not p.is_tensor), 100)
+    kw = [p.name for p in sig.params if p.keyword_only and not p.is_tensor]
+    prop = DTensor._op_dispatcher.sharding_propagator
+    prop.op_to_schema_info[kop.overload] = RuntimeSchemaInfo(first, kw or None, needs_pytree=True)
+
+
+def _flush() -> None:
+    with _LOCK:
+        pending = list(_PENDING)
+        _PENDING.clear()
+    for kop, fn in pending:
+        _register_now(kop, fn)
+
+
+class _DTensorImportHook(importlib.abc.MetaPathFinder):
+    """Registers pending rules right after `torch.distributed.tensor` is imported."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _DTENSOR:
+            return None
+        _remove_hook()
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module: Any) -> None:
+            exec_module(module)
+            _flush()
+
+        spec.loader.exec_module = exec_then_register  # type: ignore[method-assign]
+        return spec
+
+
+_HOOK = _DTensorImportHook()
+
+
+def _install_hook() -> None:
+    if _HOOK not in sys.meta_path:
+        sys.meta_path.insert(0, _HOOK)
+
+
+def _remove_hook() -> None:
+    if _HOOK in sys.meta_path:
+        sys.meta_path.remove(_HOOK)
+
+
+def backward_wrt(fwd_sig: Signature, bwd_kop: KernelOp) -> tuple[str, ...]:
+    """The forward input each output of a derived (vjp) backward op is the gradient of."""
+    return tuple(p.name for p in fwd_sig.params if p.kind in (Kind.TENSOR, Kind.OPTIONAL_TENSOR))
+
+
+__all__ = ["Broadcast", "pointwise", "rowwise"]
