@@ -8,6 +8,7 @@ def scale(x: torch.Tensor, *, alpha: float) -> torch.Tensor:
 """
 
 from tpu_kernels.cache import CacheInfo
+from tpu_kernels.checking import CheckFailure, checked
 from tpu_kernels.errors import (
     BackendUnavailableError,
     KernelError,
@@ -24,11 +25,13 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendUnavailableError",
     "CacheInfo",
+    "CheckFailure",
     "KernelError",
     "KernelOp",
     "NoBackwardError",
     "OpDefinitionError",
     "TpuKernelsError",
+    "checked",
     "helion_cpu_mode",
     "interpret_mode",
     "registered_ops",

@@ -9,6 +9,7 @@ every op with its signature, layouts, devices and implementations.
     out = tk.dot_product_attention(q, k, v, is_causal=True)   # q: [batch, seq, heads, head_dim]
 """
 
+from tpu_kernels.tokamax import check_references
 from tpu_kernels.tokamax.attention import dot_product_attention, scaled_dot_product_attention
 from tpu_kernels.tokamax.glu import gated_linear_unit
 from tpu_kernels.tokamax.implementation import (
@@ -32,6 +33,9 @@ from tpu_kernels.tokamax.ops_extra import (
 from tpu_kernels.tokamax.ragged import ragged_dot, ragged_dot_general
 from tpu_kernels.tokamax.triangle import triangle_multiplication
 from tpu_kernels.tokamax.wrap import tokamax_op
+
+# Checked mode's references (tpu_kernels.checked()): every op above gets its torch reference.
+check_references.register()
 
 __all__ = [
     "ImplementationError",
