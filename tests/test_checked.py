@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from tpu_kernels import CheckFailure, checked, checking, tpu_kernel
+from tpu_kernels import CheckFailure, OpDefinitionError, checked, checking, registered_ops, tpu_kernel
 from tpu_kernels.checking import Reference
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
@@ -206,11 +206,11 @@ def test_tokamax_ops_pass():
 
 
 def test_every_tokamax_op_has_a_reference():
-    import tpu_kernels.tokamax  # noqa: F401 - registers the ops
+    from tpu_kernels import tokamax  # noqa: F401 - registers the ops
 
     missing = [
         name
-        for name, op in tpu_kernels.registered_ops().items()
+        for name, op in registered_ops().items()
         if name.startswith("tokamax::")
         and not name.endswith("_backward")
         and (op.check_reference is None or op.check_reference.jax)
@@ -227,6 +227,14 @@ def test_a_reference_that_cannot_take_an_argument_warns_and_skips():
         extra_arg(torch.ones(2))  # at its default: checked, and right
         with pytest.warns(UserWarning, match="does not take 'shift'"):
             extra_arg(torch.ones(2), shift=1.0)
+
+
+def test_a_builtin_reference_is_refused_at_definition_with_the_fix():
+    with pytest.raises(OpDefinitionError, match="test_checked::builtin_ref: .*no readable signature.*lambda x: torch.exp"):
+
+        @tpu_kernel("test_checked::builtin_ref", check_reference=torch.exp)
+        def builtin_ref(x: torch.Tensor) -> torch.Tensor:
+            return jnp.exp(x)
 
 
 def test_under_torch_compile_nothing_is_checked_and_nothing_breaks():

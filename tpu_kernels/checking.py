@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.errors import OpDefinitionError, TpuKernelsError
 from tpu_kernels.signature import Kind
 
 if TYPE_CHECKING:
@@ -135,14 +135,23 @@ class Reference:
         return float(s(args) if callable(s) else s)
 
 
-def resolve(check_reference: Reference | Callable | None, reference: Callable | None) -> Reference | None:
+def resolve(
+    op: str, check_reference: Reference | Callable | None, reference: Callable | None
+) -> Reference | None:
     """An op's reference for checking, from its `check_reference=` and `reference=` options."""
-    if isinstance(check_reference, Reference):
-        return check_reference
     if check_reference is not None:
-        if not callable(check_reference):
-            raise TypeError(f"check_reference must be a Reference or a callable, got {check_reference!r}")
-        return Reference(check_reference)
+        ref = check_reference if isinstance(check_reference, Reference) else Reference(check_reference)
+        if not callable(ref.fn):
+            raise OpDefinitionError(f"{op}: check_reference must be a function, got {ref.fn!r}.")
+        if not ref.jax:
+            try:
+                inspect.signature(ref.fn)
+            except (TypeError, ValueError) as e:
+                raise OpDefinitionError(
+                    f"{op}: check_reference {ref.fn!r} has no readable signature (checked mode passes "
+                    "the op's arguments by name); wrap it, as in `lambda x: torch.exp(x)`."
+                ) from e
+        return ref
     if reference is not None:
         return Reference(reference, jax=True)
     return None

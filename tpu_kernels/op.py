@@ -109,7 +109,7 @@ class KernelOp:
         self._all_visible = self.n_visible == n
         self.reference = reference
         # what checked mode compares calls with (tpu_kernels.checking); None: unchecked
-        self.check_reference = checking.resolve(check_reference, reference)
+        self.check_reference = checking.resolve(name, check_reference, reference)
         self.examples = examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
 
