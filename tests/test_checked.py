@@ -110,6 +110,31 @@ def test_a_jax_reference_is_run_in_float64():
         jax_reference(x, factor=3.0)
 
 
+def _jax_square(x):
+    return x * x
+
+
+@tpu_kernel("test_checked::jax_square", reference=_jax_square)
+def jax_square(x: torch.Tensor) -> torch.Tensor:
+    return x * x
+
+
+def test_a_jax_reference_checks_the_backward_with_jax_vjp_in_float64(monkeypatch):
+    calls = []
+    real = checking._jax_call
+
+    def spy(fn, kwargs, cotangents):
+        calls.append((cotangents is not None, [v.dtype for v in kwargs.values()]))
+        return real(fn, kwargs, cotangents)
+
+    monkeypatch.setattr(checking, "_jax_call", spy)
+    x = torch.randn(6, 5, requires_grad=True)
+    with checked():
+        jax_square(x).sum().backward()
+    assert torch.allclose(x.grad, 2 * x.detach())
+    assert calls == [(False, [torch.float64]), (True, [torch.float64])]
+
+
 def test_no_check_outside_and_off_inside():
     x = torch.ones(2, 2)
     off_by_a_little(x)
@@ -230,7 +255,9 @@ def test_a_reference_that_cannot_take_an_argument_warns_and_skips():
 
 
 def test_a_builtin_reference_is_refused_at_definition_with_the_fix():
-    with pytest.raises(OpDefinitionError, match="test_checked::builtin_ref: .*no readable signature.*lambda x: torch.exp"):
+    with pytest.raises(
+        OpDefinitionError, match="test_checked::builtin_ref: .*no readable signature.*lambda x: torch.exp"
+    ):
 
         @tpu_kernel("test_checked::builtin_ref", check_reference=torch.exp)
         def builtin_ref(x: torch.Tensor) -> torch.Tensor:
