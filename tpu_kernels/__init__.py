@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "CacheInfo": "tpu_kernels.cache",
+    "CheckFailure": "tpu_kernels.checking",
+    "checked": "tpu_kernels.checking",
     "BackendUnavailableError": "tpu_kernels.errors",
     "KernelError": "tpu_kernels.errors",
     "NoBackwardError": "tpu_kernels.errors",
@@ -39,11 +41,14 @@ _EXPORTS = {
 __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "BackendUnavailableError",
     "CacheInfo",
+    "CheckFailure",
+    "CheckFailure",
     "KernelError",
     "KernelOp",
     "NoBackwardError",
     "OpDefinitionError",
     "TpuKernelsError",
+    "checked",
     "helion_cpu_mode",
     "interpret_mode",
     "pointwise",
@@ -70,6 +75,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from tpu_kernels.cache import CacheInfo
+    from tpu_kernels.checking import CheckFailure, checked
     from tpu_kernels.errors import (
         BackendUnavailableError,
         KernelError,

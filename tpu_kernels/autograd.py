@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from tpu_kernels import checking
 from tpu_kernels.errors import NoBackwardError, OpDefinitionError
 from tpu_kernels.signature import Kind, Param, Signature
 
@@ -68,6 +69,8 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
             )
         n_positional = sum(not p.keyword_only for p in kop.signature.params)
         grads_in = kop._backward(values, outs, list(grads[: kop.n_visible]))
+        if checking.ARMED:  # checked mode: the gradients against the reference's
+            checking.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
         return tuple(grads_in[:n_positional])
 
     impl = _autograd_impl(kop, backward, setup_context)

@@ -28,7 +28,7 @@ import jax
 import torch
 
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, dtypes, eager, fake
+from tpu_kernels import autograd, checking, dtypes, eager, fake
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
@@ -113,6 +113,7 @@ class KernelOp:
         mutates_args: Sequence[str] = (),
         backward: str | None = None,
         reference: Callable | None = None,
+        check_reference: checking.Reference | Callable | None = None,
         cache_size: int = 256,
         noncontiguous: str = "copy",
         tags: Sequence[torch.Tag] = (),
@@ -146,6 +147,8 @@ class KernelOp:
         self.n_visible = n - len(tuple(residuals))
         self._all_visible = self.n_visible == n
         self.reference = reference
+        # what checked mode compares calls with (tpu_kernels.checking); None: unchecked
+        self.check_reference = checking.resolve(name, check_reference, reference)
         self.examples = examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
 
@@ -293,7 +296,9 @@ class KernelOp:
         # is_compiling() first: under torch.compile dynamo reads it as True and never
         # traces the checks behind it.
         shortcut = self._eager_cpu
-        if shortcut is not None and not kwargs and not _is_compiling():
+        if checking.ARMED and checking.active():  # checked mode: the dispatcher, then the reference
+            out = checking.call(self, args, kwargs)
+        elif shortcut is not None and not kwargs and not _is_compiling():
             out = shortcut.try_call(args)
             if out is eager.DECLINED:
                 out = self.overload(*args)
@@ -520,6 +525,7 @@ def tpu_kernel(
     mutates_args: Sequence[str] = (),
     backward: str | None = None,
     reference: Callable | None = None,
+    check_reference: checking.Reference | Callable | None = None,
     cache_size: int = 256,
     noncontiguous: str = "copy",
     tags: Sequence[torch.Tag] = (),
@@ -542,7 +548,12 @@ def tpu_kernel(
       mutates_args: tensor parameters the op writes to.
       backward: "vjp" to derive the backward with jax.vjp of the body.
       reference: a differentiable JAX function with the same signature whose vjp
-        gives the backward (for a Pallas forward JAX cannot differentiate).
+        gives the backward (for a Pallas forward JAX cannot differentiate); also
+        checked mode's reference when `check_reference` is not given.
+      check_reference: what checked mode (`tpu_kernels.checked()`) compares each
+        call with: a torch function taking the op's parameters by name and returning
+        its visible outputs, or a `tpu_kernels.checking.Reference` (tolerance scales,
+        parameters it ignores).
       cache_size: compiled callables kept per device (LRU).
       noncontiguous: "copy" (default: such inputs are copied to contiguous
         memory first) or "error".
@@ -572,6 +583,7 @@ def tpu_kernel(
             mutates_args=mutates_args,
             backward=backward,
             reference=reference,
+            check_reference=check_reference,
             cache_size=cache_size,
             noncontiguous=noncontiguous,
             tags=tags,

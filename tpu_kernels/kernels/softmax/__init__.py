@@ -1,8 +1,9 @@
 """Row softmax: torch.ops.tpu_kernels.softmax(x, *, block_rows=256), with an explicit
 backward kernel registered as torch.ops.tpu_kernels.softmax_backward."""
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
-from tpu_kernels.kernels.softmax import pallas, shapes
+from tpu_kernels.kernels.softmax import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
 
 
@@ -10,10 +11,14 @@ def _examples():
     return [((_bf16(shape),), {}) for shape in shapes.BENCH.values()]
 
 
+# Checked mode's reference (tpu_kernels.checked()): outputs lie in [0, 1], so the
+# tolerance table's atol needs no scale.
+_CHECK = Reference(reference.softmax, ignore=("block_rows",))
+
 # Under torch.autocast it runs in float32, like CUDA autocast's softmax.
-softmax = tpu_kernel("tpu_kernels::softmax", examples=_examples, autocast="fp32", sharding="rowwise")(
-    pallas.softmax
-)
+softmax = tpu_kernel(
+    "tpu_kernels::softmax", examples=_examples, autocast="fp32", sharding="rowwise", check_reference=_CHECK
+)(pallas.softmax)
 softmax.def_backward(pallas.softmax_backward)
 
 __all__ = ["softmax"]
