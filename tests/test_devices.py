@@ -24,8 +24,11 @@ def test_the_tpu_kernel_goes_through_torch_tpu_and_exports_for_the_tpu():
     runs torch_tpu's own jax.export for platform "tpu", so this lowers the kernel the way
     a TPU call would, without a TPU."""
     pytest.importorskip("torch_tpu")
-    inner = rmsnorm._kernels["PrivateUse1"].inner_op()
-    assert "rmsnorm__torch_tpu" in str(inner._name)
+    kernel = rmsnorm._kernels["PrivateUse1"]
+    inner = kernel.inner_op("highest")
+    assert "rmsnorm__torch_tpu_highest" in str(inner._name)
+    # one inner op per matmul precision (torch_tpu traces once per shape only), each reused
+    assert kernel.inner_op("default") is not inner and kernel.inner_op("highest") is inner
     with FakeTensorMode():
         y, inv_rms = inner(
             torch.empty(256, 1024, dtype=torch.bfloat16), torch.empty(1024, dtype=torch.bfloat16)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels import precision
 from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.signature import Signature
 
@@ -151,31 +152,37 @@ class TpuKernel:
         self.n_outputs = n_outputs
         self.mutated = mutated
         self.returns_list = returns_list
-        self._inner: Any = None
+        self._inner: dict[str, Any] = {}  # JAX matmul precision -> torch_tpu op
         self._mesh_ops: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
-    def inner_op(self) -> Any:
-        """The torch_tpu op (a CustomOpDef); built once, thread-safely."""
+    def inner_op(self, matmul_precision: str | None = None) -> Any:
+        """The torch_tpu op (a CustomOpDef) for a JAX matmul precision (default: the
+        current one); built once per precision, thread-safely. torch_tpu's `jax_op`
+        traces once per shape and knows nothing of precision, so each precision is
+        its own inner op, its function traced at that precision."""
+        p = matmul_precision or precision.current()
         with self._lock:
-            if self._inner is None:
+            op = self._inner.get(p)
+            if op is None:
                 pallas = torch_tpu_pallas()
                 n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
-                fn = inner_function(self.sig, self.fn, n_results)
-                self._inner = pallas.jax_op(self.qualname + "__torch_tpu", fn)
-            return self._inner
+                fn = inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
+                op = self._inner[p] = pallas.jax_op(f"{self.qualname}__torch_tpu_{p}", fn)
+            return op
 
     def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
         """The torch_tpu op for the global view over a JAX `mesh` (see `partition_spec`):
         called with local shards, JAX runs the kernel as one program partitioned by
-        the specs. One per (mesh, specs), built once."""
-        key = (mesh, tuple(input_specs), tuple(output_specs))
+        the specs. One per (mesh, specs, matmul precision), built once."""
+        p = precision.current()
+        key = (mesh, tuple(input_specs), tuple(output_specs), p)
         with self._lock:
             op = self._mesh_ops.get(key)
             if op is None:
                 pallas = torch_tpu_pallas()
                 n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
-                fn = inner_function(self.sig, self.fn, n_results)
+                fn = inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
                 name = f"{self.qualname}__torch_tpu_mesh{len(self._mesh_ops)}"
                 op = pallas.jax_op(
                     name,
@@ -188,7 +195,8 @@ class TpuKernel:
             return op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        inner = self._inner or self.inner_op()
+        p = precision.current()
+        inner = self._inner.get(p) or self.inner_op(p)
         results = inner(*args, **kwargs)
         if self.returns_list:
             return list(results)
