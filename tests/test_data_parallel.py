@@ -2,7 +2,9 @@
 compiled, and match one process on the full batch.
 
 The model is `Linear -> rmsnorm (with weight) -> silu -> Linear -> softmax -> matmul`, trained
-3 AdamW steps. Every configuration runs in sequence inside one spawn of 2 processes (each
+3 AdamW steps: with the Pallas ops (tpu_kernels.kernels), and, eager, with their Helion twins
+(Helion's Pallas backend in interpret mode, the default on CPU) and with Tokamax ops
+(`tk.rms_norm`, `tk.gated_linear_unit` in place of silu(Linear)). Every configuration runs in sequence inside one spawn of 2 processes (each
 process start imports torch and JAX and compiles the kernels: seconds that one spawn pays
 once). Rank 0 writes each configuration's errors to a file; the test checks them here, so
 one failing configuration does not hide the others.
@@ -31,8 +33,12 @@ INDUCTOR_CONFIG = "fsdp2 reshard_after_forward=True, torch.compile (inductor)"
 PROCESS_TIMEOUT_S = 900  # the whole spawn; a hung collective fails sooner (GLOO_TIMEOUT)
 GLOO_TIMEOUT = timedelta(seconds=120)
 
-# (name, wrapper, compiled, options)
+# (name, wrapper, compiled, options); options["ops"] picks the model's ops (default "pallas")
 CONFIGS = [
+    ("fsdp2, helion ops", "fsdp", False, {"reshard": True, "ops": "helion"}),
+    ("ddp, helion ops", "ddp", False, {"ops": "helion"}),
+    ("fsdp2, tokamax ops", "fsdp", False, {"reshard": True, "ops": "tokamax"}),
+    ("ddp, tokamax ops", "ddp", False, {"ops": "tokamax"}),
     ("fsdp2 reshard_after_forward=True", "fsdp", False, {"reshard": True}),
     ("fsdp2 reshard_after_forward=False", "fsdp", False, {"reshard": False}),
     ("fsdp2 bf16 MixedPrecisionPolicy", "fsdp", False, {"reshard": True, "bf16": True}),
@@ -57,14 +63,27 @@ BF16_TOL = {"loss": 1e-2, "update": 0.1}
 
 
 class Net(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, ops: str = "pallas") -> None:
         super().__init__()
+        self.ops = ops
         self.fc1 = torch.nn.Linear(D, H)
         self.norm_weight = torch.nn.Parameter(1 + 0.1 * torch.randn(H))
         self.fc2 = torch.nn.Linear(H, D)
         self.proj = torch.nn.Parameter(torch.randn(D, D) / D**0.5)
+        if ops == "tokamax":  # a gated MLP instead of silu: Tokamax's GLU op
+            self.glu = torch.nn.Parameter(torch.randn(H, 2, H) / H**0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ops == "helion":
+            from tpu_kernels.kernels.helion_ops import matmul_helion, rmsnorm_helion, softmax_helion
+
+            h = torch.nn.functional.silu(rmsnorm_helion(self.fc1(x), self.norm_weight))
+            return matmul_helion(softmax_helion(self.fc2(h)), self.proj)
+        if self.ops == "tokamax":
+            from tpu_kernels import tokamax as tk
+
+            h = tk.gated_linear_unit(tk.rms_norm(self.fc1(x), self.norm_weight), self.glu)
+            return torch.softmax(self.fc2(h), -1) @ self.proj
         h = torch.nn.functional.silu(rmsnorm(self.fc1(x), self.norm_weight))
         return matmul(softmax(self.fc2(h)), self.proj)
 
@@ -94,7 +113,7 @@ def _run_config(rank: int, world: int, kind: str, compiled: bool, opts: dict, re
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    model = Net()
+    model = Net(opts.get("ops", "pallas"))
     if kind == "fsdp":
         mesh = init_device_mesh("cpu", (world,))
         mp_policy = (
@@ -145,19 +164,22 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     try:
         torch.manual_seed(1)
         x, y = torch.randn(BATCH, D), torch.randn(BATCH, D)
-        torch.manual_seed(0)
-        single = Net()  # one process, the full batch
-        init = {n: p.detach().clone() for n, p in single.named_parameters()}
-        losses = torch.stack(_train(single, x, y))
-        ref = {
-            "x": x,
-            "y": y,
-            "losses": losses,
-            "init": init,
-            "params": {n: p.detach().clone() for n, p in single.named_parameters()},
-        }
+        refs = {}
+        for ops in ("pallas", "helion", "tokamax"):
+            torch.manual_seed(0)
+            single = Net(ops)  # one process, the full batch
+            init = {n: p.detach().clone() for n, p in single.named_parameters()}
+            losses = torch.stack(_train(single, x, y))
+            refs[ops] = {
+                "x": x,
+                "y": y,
+                "losses": losses,
+                "init": init,
+                "params": {n: p.detach().clone() for n, p in single.named_parameters()},
+            }
         results = {}
         for name, kind, compiled, opts in CONFIGS:
+            ref = refs[opts.get("ops", "pallas")]
             t0 = time.perf_counter()
             try:
                 results[name] = _run_config(rank, world, kind, compiled, opts, ref)

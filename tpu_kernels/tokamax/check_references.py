@@ -10,7 +10,10 @@ weight's gradient sums over every row that uses it.
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,10 +21,19 @@ import torch
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.testing import dot_scale
-from tpu_kernels.tokamax import FAMILIES
 
-# Every family's reference functions under one name (they are distinct across families).
-R = SimpleNamespace(**{k: v for f in FAMILIES.values() for k, v in vars(f.reference).items() if callable(v)})
+# Every family's reference functions under one name (they are distinct across families);
+# imported here rather than read from FAMILIES, which fills only as the families load.
+_HERE = Path(__file__).parent
+R = SimpleNamespace(
+    **{
+        name: value
+        for family in sorted(m.name for m in pkgutil.iter_modules([str(_HERE)]) if m.ispkg)
+        if (_HERE / family / "reference.py").exists()
+        for name, value in vars(importlib.import_module(f"tpu_kernels.tokamax.{family}.reference")).items()
+        if callable(value) and not name.startswith("_")
+    }
+)
 
 
 def _rms(t: torch.Tensor | None) -> float:
