@@ -40,8 +40,31 @@ class Block(torch.nn.Module):
         return self.extra(self.act(self.norm_op(self.proj(x), self.weight)))
 
 
-@pytest.mark.parametrize("op", [softmax, double, scale_add.backward_op], ids=lambda o: o.name)
-def test_an_op_copies_and_pickles_as_itself(op):
+def _helion_op():
+    from tpu_kernels.kernels.helion_ops import softmax_helion
+
+    return softmax_helion
+
+
+def _tokamax_op():
+    from tpu_kernels import tokamax as tk
+
+    return tk.FAMILIES["normalization"].op("layer_norm")
+
+
+OPS = {
+    "pallas": lambda: softmax,
+    "jax": lambda: double,
+    "derived backward": lambda: scale_add.backward_op,
+    "helion": _helion_op,
+    "tokamax": _tokamax_op,
+    "tokamax backward": lambda: _tokamax_op().backward_op,
+}
+
+
+@pytest.mark.parametrize("which", list(OPS))
+def test_an_op_copies_and_pickles_as_itself(which):
+    op = OPS[which]()
     assert copy.copy(op) is op
     assert copy.deepcopy(op) is op
     assert pickle.loads(pickle.dumps(op)) is op
@@ -58,6 +81,34 @@ def test_a_module_holding_ops_deep_copies():
         torch.testing.assert_close(ema(x), model(x), rtol=0, atol=0)
         ema.weight.mul_(2)
         assert not torch.equal(ema(x), model(x))
+
+
+class Mixed(torch.nn.Module):
+    """Holds a Helion op and a Tokamax op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(1 + 0.1 * torch.randn(128))
+        self.act, self.norm = _helion_op(), _tokamax_op()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from tpu_kernels import tokamax as tk
+
+        return tk.rms_norm(self.act(x), self.w)
+
+
+def test_a_module_holding_helion_and_tokamax_ops_deep_copies_and_round_trips():
+    model, x = Mixed(), rand(8, 128)
+    ema = copy.deepcopy(model)
+    assert ema.act is model.act and ema.norm is model.norm and ema.w is not model.w
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert loaded.act is model.act and loaded.norm is model.norm
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+        torch.testing.assert_close(ema(x), model(x), rtol=0, atol=0)
 
 
 def test_a_module_holding_ops_round_trips_through_torch_save():

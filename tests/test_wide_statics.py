@@ -66,3 +66,25 @@ def test_torch_compile_gives_the_64_bit_dtype(dtype):
     out = fn(X)
     assert out.dtype == dtype and counter.frame_count == 1
     torch.testing.assert_close(out, _want(X, dtype) + 1, rtol=0, atol=0)
+
+
+def test_a_tokamax_dtype_static_asks_for_float64():
+    """Tokamax's ragged_dot takes `preferred_element_type`: float64 gives a float64 result."""
+    from tpu_kernels import tokamax as tk
+
+    lhs, rhs = torch.randn(6, 8), torch.randn(2, 8, 4)
+    sizes = torch.tensor([2, 4], dtype=torch.int32)
+    out = tk.ragged_dot(lhs, rhs, sizes, preferred_element_type=torch.float64)
+    assert out.dtype == torch.float64
+    want = torch.cat([lhs[:2].double() @ rhs[0].double(), lhs[2:].double() @ rhs[1].double()])
+    torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    assert not jax.config.jax_enable_x64
+
+
+def test_a_helion_kernel_refuses_64_bit_with_a_clear_error():
+    """Helion's Pallas backend has no 64-bit types: such a call is refused, not truncated."""
+    from tpu_kernels.errors import KernelError
+    from tpu_kernels.kernels.helion_ops import softmax_helion
+
+    with pytest.raises((KernelError, TypeError, ValueError, NotImplementedError), match="float64|64-bit"):
+        softmax_helion(torch.randn(8, 128, dtype=torch.float64))
