@@ -4,6 +4,7 @@ Every test points TPU_KERNELS_CACHE_DIR at its own tmp_path (conftest.py gives t
 of the session a private one): nothing here touches ~/.cache.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 from jax._src import config as jax_config
@@ -82,6 +84,24 @@ def test_the_digest_is_stable_and_changes_with_code_helpers_defaults_and_closure
     assert d(_define(table, TABLE=[1, 2])) != d(_define(table, TABLE=[5, 2]))
 
 
+@dataclasses.dataclass(frozen=True)
+class Blocks:  # a config object of one's own, holding code
+    rows: int
+    index: object
+
+
+def test_dataclasses_are_digested_by_their_fields_and_opaque_library_objects_not_at_all():
+    src = "def f(x):\n    return V\n"
+    d = lambda v: fingerprint.digest(_define(src, V=v))  # noqa: E731
+    assert d(Blocks(8, lambda i: (i, 0))) == d(Blocks(8, lambda i: (i, 0)))
+    assert d(Blocks(8, lambda i: (i, 0))) != d(Blocks(8, lambda i: (i, 1)))
+    assert d(Blocks(8, lambda i: (i, 0))) != d(Blocks(16, lambda i: (i, 0)))
+    # library objects whose state neither a repr nor a field list shows: not digested
+    assert d(pl.BlockSpec((8, 128), lambda i: (i, 0))) is None  # wraps its index_map
+    assert d(np.random.default_rng(0)) is None
+    assert d(torch.float32) is not None  # a dtype is its repr
+
+
 def test_what_cannot_be_digested_gives_none():
     class Opaque:
         pass
@@ -106,7 +126,7 @@ def test_entry_keys_differ_by_precision_mode_shape_and_op():
     x = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     base = (True, "highest", x.shape, torch.float32)
     key = lambda k, op="a::b": disk_cache.entry_key(_double, op, "cpu", k, False, True)  # noqa: E731
-    assert key(base) == key(base)
+    assert key(base) is not None and key(base) == key(base)
     assert len({key(base), key((True, "high", *base[2:])), key((True, "highest", (8, 256), torch.float32)),
                 key(base, "a::c"), key((True, "highest", x.shape, torch.bfloat16))}) == 5  # fmt: skip
 

@@ -117,11 +117,15 @@ def _toolkit() -> str:
     (its version does not change while it is developed)."""
     global _toolkit_digest
     if _toolkit_digest is None:
-        from tpu_kernels.devices import jax_exec
+        from tpu_kernels.devices import cpu, jax_exec
 
         _toolkit_digest = (
             fingerprint.digest(
-                jax_exec.JaxExecutor._build, jax_exec.normalize_results, jax_exec.pallas_interpret, FORMAT
+                jax_exec.JaxExecutor._build,
+                jax_exec.normalize_results,
+                jax_exec.pallas_interpret,
+                cpu.CpuTransfer,  # its trace_context wraps the trace
+                FORMAT,
             )
             or "undigestable"
         )

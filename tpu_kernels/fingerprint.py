@@ -52,6 +52,16 @@ _VERSIONED = {
     "einops": "einops",
     "absl": "absl-py",
 }
+# Library types digested by repr: the repr is the whole value.
+_VALUE_TYPES = {
+    "torch.dtype",
+    "torch.Size",
+    "torch.device",
+    "jax._src.mesh.AbstractMesh",
+    "jax._src.core.ShapeDtypeStruct",
+    "jax._src.api.ShapeDtypeStruct",
+    "ml_dtypes._finfo.finfo",
+}
 _MAX_OBJECTS = 5000  # a walk that reaches this many objects is not one kernel: give up
 
 
@@ -277,17 +287,19 @@ class _Walker:
         if dataclasses.is_dataclass(obj):
             self.put("dataclass")
             self.visit(t)
-            for f in dataclasses.fields(obj):
-                self.put("field", f.name)
-                self.visit(getattr(obj, f.name))
+            fields = [f.name for f in dataclasses.fields(obj)]
+            if set(getattr(obj, "__dict__", {})) - set(fields):
+                raise Unhashable(f"a {t.__qualname__} with attributes beyond its fields")
+            for name in fields:
+                self.put("field", name)
+                self.visit(getattr(obj, name))
             return
-        if _versioned(t.__module__) is not None:
-            # A value of a versioned library (a dtype class instance, a Precision, ...):
-            # its repr names its value, unless it is the default "<... at 0x...>".
-            r = repr(obj)
-            if " at 0x" in r or " object at " in r:
-                raise Unhashable(f"{t.__module__}.{t.__qualname__} value without a readable repr")
-            self.put("versioned-value", t.__module__, t.__qualname__, _versioned(t.__module__), r)
+        name = f"{t.__module__}.{t.__qualname__}"
+        if name in _VALUE_TYPES:
+            # values of a versioned library whose repr is their whole value; other library
+            # objects (a helion.Kernel, a BlockSpec holding a lambda...) may hold user code
+            # that a repr does not show, so they are not digested
+            self.put("versioned-value", name, _versioned(t.__module__), repr(obj))
             return
         raise Unhashable(f"a {t.__module__}.{t.__qualname__} object")
 
