@@ -18,10 +18,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 # The on-disk kernel cache stays on (the default users get, so every kernel the suite
 # builds also goes through it), but in a directory of this session's own, never the
 # user's ~/.cache: tests start cold and leave nothing behind. Tests of the cache itself
-# point it at their own tmp_path.
-_CACHE_DIR = tempfile.mkdtemp(prefix="tpu-kernels-test-cache-")
-os.environ["TPU_KERNELS_CACHE_DIR"] = _CACHE_DIR
-atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+# point it at their own tmp_path. TPU_KERNELS_CACHE_DIR=off runs the suite without it.
+if os.environ.get("TPU_KERNELS_CACHE_DIR", "").lower() != "off":
+    _CACHE_DIR = tempfile.mkdtemp(prefix="tpu-kernels-test-cache-")
+    os.environ["TPU_KERNELS_CACHE_DIR"] = _CACHE_DIR
+    atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 import random  # noqa: E402
 

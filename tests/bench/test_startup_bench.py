@@ -20,12 +20,16 @@ def startup():
 
 
 def test_the_child_splits_a_first_call_into_phases(startup, tmp_path, monkeypatch):
+    from tpu_kernels import disk_cache
+
     monkeypatch.setenv("TPU_KERNELS_CACHE_DIR", str(tmp_path))
+    before = disk_cache.STATS.hits + disk_cache.STATS.misses
     r = startup.child("scale_add")  # in this process: the imports are already done
     for phase in startup.PHASES:
         assert r[phase] >= 0 or phase == "other", (phase, r)
     assert r["first_call"] == pytest.approx(r["trace"] + r["lower"] + r["compile"] + r["other"])
-    assert r["disk"]["hits"] + r["disk"]["misses"] <= 1  # 0 when this shape was built earlier
+    # counts are the process's: one more build at most (none when this shape was built before)
+    assert r["disk"]["hits"] + r["disk"]["misses"] - before <= 1
 
 
 def _runs(first_call: float, tk_import: float = 0.1) -> list[dict]:
