@@ -128,7 +128,7 @@ def table(results: dict[str, dict[str, list[dict]]]) -> str:
         for state in ("cold", "warm"):
             r = runs[state]
             cells = [f"{_median(r, p):.3f}" for p in PHASES]
-            ratio = f"{_median(r, 'first_call') / cold:.0%}" if state == "warm" else ""
+            ratio = f"{_median(r, 'first_call') / cold:.1%}" if state == "warm" else ""
             lines.append(f"| {kernel} | {state} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
 
@@ -138,7 +138,7 @@ def goals(results: dict[str, dict[str, list[dict]]]) -> list[str]:
     for kernel, runs in results.items():
         ratio = _median(runs["warm"], "first_call") / _median(runs["cold"], "first_call")
         out.append(
-            f"{kernel}: warm first call {ratio:.0%} of cold (goal <= 20%): {'met' if ratio <= 0.2 else 'MISSED'}"
+            f"{kernel}: warm first call {ratio:.1%} of cold (goal <= 20%): {'met' if ratio <= 0.2 else 'MISSED'}"
         )
     tk = statistics.median(r["tk_import"] for runs in results.values() for s in runs.values() for r in s)
     out.append(

@@ -43,10 +43,10 @@ def test_table_and_goals(startup):
         "matmul": {"cold": _runs(1.0, 0.5), "warm": _runs(0.4, 0.5)},
     }
     text = startup.table(results)
-    assert "| softmax | warm |" in text and "| 15% |" in text and "| 40% |" in text
+    assert "| softmax | warm |" in text and "| 15.0% |" in text and "| 40.0% |" in text
     goals = startup.goals(results)
-    assert goals[0] == "softmax: warm first call 15% of cold (goal <= 20%): met"
-    assert goals[1] == "matmul: warm first call 40% of cold (goal <= 20%): MISSED"
+    assert goals[0] == "softmax: warm first call 15.0% of cold (goal <= 20%): met"
+    assert goals[1] == "matmul: warm first call 40.0% of cold (goal <= 20%): MISSED"
     assert goals[2].startswith("tpu_kernels import over torch+jax: 0.30 s")
 
 
