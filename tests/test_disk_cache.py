@@ -147,7 +147,7 @@ def test_a_fresh_build_loads_the_kernel_from_disk_without_tracing(cache_dir, cap
     assert _traced(capsys) == 0  # loaded: no tracing, no lowering
     assert disk_cache.STATS.hits == before + 1
     assert len(_entries(cache_dir)) == 1
-    assert list((cache_dir / "xla").iterdir())  # JAX's compile cache, in our directory
+    assert list((cache_dir / disk_cache.xla_subdir()).iterdir())  # JAX's compile cache, in our directory
 
 
 def test_jax_settings_are_scoped_and_a_users_cache_dir_is_left_alone(cache_dir, tmp_path):
@@ -160,10 +160,10 @@ def test_jax_settings_are_scoped_and_a_users_cache_dir_is_left_alone(cache_dir, 
     jax.config.update("jax_compilation_cache_dir", str(users))
     try:
         double.cache_clear()
-        shutil_rm(cache_dir / "xla")
+        shutil_rm(cache_dir / disk_cache.xla_subdir())
         double(torch.randn(24, 128))  # a new shape: compiled now
         assert jax_config.compilation_cache_dir.value == str(users)
-        assert not (cache_dir / "xla").exists()  # theirs is used, ours not created
+        assert not (cache_dir / disk_cache.xla_subdir()).exists()  # theirs is used, ours not created
     finally:
         jax.config.update("jax_compilation_cache_dir", None)
 
@@ -271,9 +271,16 @@ def test_cache_info_and_clear(cache_dir, capsys):
     assert "kcache_test::double" in out and "hits 1" in out and "misses 1" in out
     assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
     assert "removed" in capsys.readouterr().out
-    assert _entries(cache_dir) == [] and not list((cache_dir / "xla").iterdir())
+    assert _entries(cache_dir) == [] and not list((cache_dir / disk_cache.xla_subdir()).iterdir())
     assert cli.main(["cache", "info", "--json"]) == 0
     assert '"entries": 0' in capsys.readouterr().out
+
+
+def test_cache_command_when_off(monkeypatch, capsys):
+    monkeypatch.setenv("TPU_KERNELS_CACHE_DIR", "off")
+    assert cli.main(["cache", "info"]) == 0
+    assert "off" in capsys.readouterr().err
+    assert cli.main(["cache", "clear"]) == 2  # nothing to clear: say so, not "removed 0"
 
 
 # ---- processes -------------------------------------------------------------------------------

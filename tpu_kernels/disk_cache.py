@@ -10,8 +10,8 @@ Three tiers hold a kernel (docs/caching.md):
      `jax.export.Exported`, with what is needed to call it again (avals, calling
      convention); a later process deserializes it and calls it through
      `Exported.call` inside a `jax.jit`, so nothing is traced or lowered again;
-   - `xla/`: JAX's own persistent compilation cache, for the XLA compile of that
-     call. tpu_kernels points JAX at it only around its own compiles, and only when
+   - `xla-<host>/`: JAX's own persistent compilation cache, for the XLA compile of
+     that call, one folder per CPU model and instruction set (`xla_subdir`). tpu_kernels points JAX at it only around its own compiles, and only when
      the user has not set `jax_compilation_cache_dir` (then JAX's cache is theirs,
      with their thresholds);
 3. a shared directory (a fleet): point `TPU_KERNELS_CACHE_DIR` at it; entries
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -300,9 +301,10 @@ def xla_cache(root: Path) -> Iterator[None]:
     if jax_config.compilation_cache_dir.value is not None or not jax_config.enable_compilation_cache.value:
         yield
         return
-    _reopen_if_moved(str(root / "xla"))
+    xla_dir = str(root / xla_subdir())
+    _reopen_if_moved(xla_dir)
     with (
-        jax_config.compilation_cache_dir(str(root / "xla")),
+        jax_config.compilation_cache_dir(xla_dir),
         jax_config.persistent_cache_min_compile_time_secs(0.0),
         jax_config.persistent_cache_min_entry_size_bytes(-1),
     ):
@@ -310,6 +312,26 @@ def xla_cache(root: Path) -> Iterator[None]:
 
 
 _xla_dir: str | None = None
+
+
+@functools.cache
+def xla_subdir() -> str:
+    """`xla-<host>`: XLA's CPU executables are compiled for this host's instruction set,
+    so hosts of a fleet that differ in it keep apart (the exports, plain StableHLO, are
+    shared). The host is named by its CPU model and feature flags (/proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = {ln.strip() for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))}
+    except OSError:
+        lines = set()
+    import platform
+
+    lines.add(platform.machine())
+    return "xla-" + hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:12]
+
+
+def _tier_dirs(root: Path, tier: str) -> list[Path]:
+    return [root / "exports"] if tier == "exports" else sorted(root.glob("xla-*"))
 
 
 def _reopen_if_moved(path: str) -> None:
@@ -452,7 +474,12 @@ def info(root: Path | None = None) -> dict[str, Any]:
     if root is None:
         return out
     for tier in ("exports", "xla"):
-        files = [p for p in (root / tier).glob("*") if p.is_file() and not p.name.startswith(".tmp-")]
+        files = [
+            p
+            for d in _tier_dirs(root, tier)
+            for p in d.glob("*")
+            if p.is_file() and not p.name.startswith(".tmp-")
+        ]
         out[tier] = {"entries": len(files), "bytes": sum(p.stat().st_size for p in files)}
     events: dict[str, int] = {}
     ops: dict[str, dict[str, int]] = {}
@@ -473,7 +500,7 @@ def clear(root: Path | None = None) -> int:
         return 0
     removed = 0
     for tier in ("exports", "xla"):
-        for p in (root / tier).glob("*"):
+        for p in (q for d in _tier_dirs(root, tier) for q in d.glob("*")):
             if p.is_file():
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
