@@ -129,6 +129,11 @@ def test_entry_keys_differ_by_precision_mode_shape_and_op():
     assert key(base) is not None and key(base) == key(base)
     assert len({key(base), key((True, "high", *base[2:])), key((True, "highest", (8, 256), torch.float32)),
                 key(base, "a::c"), key((True, "highest", x.shape, torch.bfloat16))}) == 5  # fmt: skip
+    # the op's layout (from annotations, which are not code): results expected, parameters
+    sig = double.signature
+    with_layout = lambda n: disk_cache.entry_key(_double, "a::b", "cpu", base, False, True, (sig, n))  # noqa: E731
+    assert with_layout(1) == with_layout(1) != with_layout(2)
+    assert with_layout(1) != key(base)
 
 
 # ---- loading without tracing ----------------------------------------------------------------

@@ -155,7 +155,25 @@ def _versions() -> tuple:
     return (sys.version, jax.__version__, jaxlib.__version__, tpu_kernels.__version__)
 
 
-def entry_key(fn: Callable, op: str, device_type: str, key: tuple, x64: bool, single: bool) -> str | None:
+def _layout(layout: Any) -> tuple:
+    """How the op passes arguments and takes results: (signature, results expected). The
+    function's annotations decide them but are not part of its code."""
+    if layout is None:
+        return ()
+    sig, n_results = layout
+    params = tuple((p.name, p.kind.value, p.schema_type, p.keyword_only) for p in sig.params)
+    return (params, sig.n_outputs, sig.returns_tuple, n_results)
+
+
+def entry_key(
+    fn: Callable,
+    op: str,
+    device_type: str,
+    key: tuple,
+    x64: bool,
+    single: bool,
+    layout: Any = None,
+) -> str | None:
     """The entry's name for one build, or None when it must not be cached on disk."""
     fn_digest = fingerprint.digest(fn)
     if fn_digest is None:
@@ -177,6 +195,7 @@ def entry_key(fn: Callable, op: str, device_type: str, key: tuple, x64: bool, si
         x64,
         single,
         settings,
+        _layout(layout),
     )
     return hashlib.sha256(repr(material).encode()).hexdigest()
 
@@ -403,11 +422,13 @@ def build(
     key: tuple,
     x64: bool,
     single: bool,
+    layout: Any = None,
 ) -> Callable:
     """A compiled jitted callable for this build: loaded from disk, or built and stored.
 
     `jitted` is the kernel's jitted wrapper; `key` the in-process cache key, whose first
-    element is the interpreter mode. Problems with the cache itself never surface:
+    element is the interpreter mode; `layout` (signature, results expected) the op's
+    argument and result layout. Problems with the cache itself never surface:
     a kernel that fails to export or to load is built as without the cache."""
     root = directory()
     if root is None:
@@ -417,7 +438,7 @@ def build(
         name = None
         if device_type == "cpu" and key[0] is True:
             try:
-                name = entry_key(fn, op, device_type, key, x64, single)
+                name = entry_key(fn, op, device_type, key, x64, single, layout)
             except Exception:  # noqa: BLE001 - a key we cannot make is an uncached build
                 name = None
         if name is None:

@@ -212,7 +212,7 @@ class JaxExecutor:
                 # lower().compile(), or the same kernel from the on-disk cache (disk_cache.py)
                 jitted = disk_cache.build(
                     jitted, arrays, fn=fn, op=op, device_type=self.transfer.device_type,
-                    key=key, x64=x64, single=single,
+                    key=key, x64=x64, single=single, layout=(self.sig, n_results),
                 )  # fmt: skip
         except KernelError:
             raise
