@@ -5,10 +5,13 @@ of the session a private one): nothing here touches ~/.cache.
 """
 
 import dataclasses
+import importlib
+import math
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jax
@@ -100,6 +103,37 @@ def test_dataclasses_are_digested_by_their_fields_and_opaque_library_objects_not
     assert d(pl.BlockSpec((8, 128), lambda i: (i, 0))) is None  # wraps its index_map
     assert d(np.random.default_rng(0)) is None
     assert d(torch.float32) is not None  # a dtype is its repr
+
+
+def test_names_are_read_from_bytecode_and_local_imports_count(tmp_path, monkeypatch):
+    class Opaque:
+        pass
+
+    # `math.pi` is an attribute: a global that is also named `pi` is not part of the kernel
+    f = _define("def f(x):\n    return x * math.pi\n", math=math, pi=Opaque())
+    assert fingerprint.digest(f) is not None
+    g = _define("def f(x):\n    return x * scale\n", scale=Opaque())  # a global: it counts
+    assert fingerprint.digest(g) is None
+    # a module imported inside the function: digested when loaded, by its source file,
+    # unless that file changed after this process started (it may not be what runs)
+    module = tmp_path / "kcache_local_mod.py"
+    module.write_text("def helper(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    src = "def f(x):\n    from kcache_local_mod import helper\n    return helper(x)\n"
+    assert fingerprint.digest(_define(src)) is None  # not loaded yet
+    past = time.time() - 3600 * 24 * 365
+    os.utime(module, (past, past))
+    importlib.import_module("kcache_local_mod")
+    try:
+        assert fingerprint.digest(_define(src)) is not None
+        later = tmp_path / "kcache_local_mod2.py"
+        later.write_text("def helper(x):\n    return x + 2\n")
+        importlib.import_module("kcache_local_mod2")
+        os.utime(later, (time.time() + 5, time.time() + 5))  # "edited" after the import
+        assert fingerprint.digest(_define(src.replace("mod import", "mod2 import"))) is None
+    finally:
+        sys.modules.pop("kcache_local_mod", None)
+        sys.modules.pop("kcache_local_mod2", None)
 
 
 def test_what_cannot_be_digested_gives_none():

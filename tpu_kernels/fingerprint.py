@@ -25,11 +25,14 @@ spurious miss costs a compile, a wrong hit would cost wrong results.
 from __future__ import annotations
 
 import dataclasses
+import dis
 import enum
 import functools
 import hashlib
 import importlib.metadata
+import os
 import sys
+import time
 import types
 from typing import Any
 
@@ -94,7 +97,22 @@ def _versioned(module_name: str | None) -> str | None:
 
 
 @functools.cache
+def _process_start() -> float:
+    try:  # Linux: /proc/<pid> is created when the process starts
+        return os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return _IMPORTED_AT
+
+
+_IMPORTED_AT = time.time()
+
+
+@functools.cache
 def _file_digest(path: str) -> str:
+    """A source file's digest, standing for the module loaded from it. A file changed
+    since this process started may no longer be what was loaded: not digested."""
+    if os.stat(path).st_mtime > _process_start():
+        raise Unhashable(f"{path} changed after this process started")
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
@@ -106,12 +124,32 @@ def _module_file(module: types.ModuleType) -> str:
     return _file_digest(path)
 
 
-def _all_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
+_GLOBAL_OPS = {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"}
+_ATTR_OPS = {"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "LOAD_SUPER_ATTR", "IMPORT_FROM"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(globals, attribute names, imported modules) the code and its nested code use.
+
+    Read from the bytecode rather than co_names, which mixes globals with attribute
+    names: `tokamax.layer_norm(...)` in a module that also defines a global
+    `layer_norm` would otherwise drag that global in."""
+    globals_, attrs, imports = set(), set(), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in _GLOBAL_OPS:
+            globals_.add(ins.argval)
+        elif ins.opname in _ATTR_OPS:
+            attrs.add(ins.argval)
+        elif ins.opname == "IMPORT_NAME":
+            imports.add(ins.argval)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _all_names(c)
-    return names
+            g, a, m = _names(c)
+            globals_ |= g
+            attrs |= a
+            imports |= m
+    return frozenset(globals_), frozenset(attrs), frozenset(imports)
 
 
 class _Walker:
@@ -235,11 +273,20 @@ class _Walker:
                 continue
             self.visit(value)
         globals_ = fn.__globals__
-        names = _all_names(fn.__code__)
+        names, attrs, imports = _names(fn.__code__)
         for name in sorted(names):
             if name in globals_:
                 self.put("global", name)
-                self.visit(globals_[name], names)
+                self.visit(globals_[name], set(attrs))
+        for module_name in sorted(imports):  # `import x` / `from x import y` inside the function
+            self.put("import", module_name)
+            module = sys.modules.get(module_name)
+            if module is None:
+                if _versioned(module_name) is None:
+                    raise Unhashable(f"{fn.__qualname__} imports {module_name}, which is not loaded yet")
+                self.put("versioned-module", module_name, _versioned(module_name))
+                continue
+            self.visit(module, set(attrs))
 
     def _module(self, module: types.ModuleType, names: set[str]) -> None:
         version = _versioned(module.__name__)
