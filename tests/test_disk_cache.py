@@ -189,6 +189,35 @@ def test_a_fresh_build_loads_the_kernel_from_disk_without_tracing(cache_dir, cap
     assert list((cache_dir / disk_cache.xla_subdir()).iterdir())  # JAX's compile cache, in our directory
 
 
+@tpu_kernel("kcache_test::two")
+def two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    print("tracing kcache two")
+    return x + 1, x * 2
+
+
+@tpu_kernel("kcache_test::solve")
+def solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    print("tracing kcache solve")
+    return jnp.linalg.solve(a, b)  # LAPACK custom calls in the stored module
+
+
+def test_tuples_float64_and_lapack_kernels_load_from_disk(cache_dir, capsys):
+    x = torch.randn(8, 16, dtype=torch.float64)
+    a = torch.randn(16, 16) + 16 * torch.eye(16)
+    b = torch.randn(16, 4)
+    for _ in range(2):  # built and stored, then loaded
+        two.cache_clear()
+        solve.cache_clear()
+        hits = disk_cache.STATS.hits
+        y1, y2 = two(x)
+        assert y1.dtype == torch.float64  # 64-bit mode kept through the stored module
+        torch.testing.assert_close((y1, y2), (x + 1, x * 2))
+        torch.testing.assert_close(solve(a, b), torch.linalg.solve(a, b), rtol=1e-4, atol=1e-5)
+    out = capsys.readouterr().out
+    assert out.count("tracing kcache two") == 1 and out.count("tracing kcache solve") == 1
+    assert disk_cache.STATS.hits == hits + 2
+
+
 def test_jax_settings_are_scoped_and_a_users_cache_dir_is_left_alone(cache_dir, tmp_path):
     x = torch.randn(8, 128)
     double.cache_clear()
