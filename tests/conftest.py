@@ -1,6 +1,9 @@
-"""Test session setup: JAX on its CPU backend, fresh random seeds that can be replayed."""
+"""Test session setup: JAX on its CPU backend, a private kernel cache, fresh random seeds that can be replayed."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # libtpu (a dependency of torch-tpu) makes JAX probe for a TPU at start-up: seconds
 # of failed initialisation on a CPU machine. The tests run JAX on the CPU.
@@ -12,6 +15,14 @@ os.environ.setdefault("HELION_DISALLOW_AUTOTUNING", "1")
 # change what the kernels compute (every result is still checked against a float64
 # reference), and level 0 made compiles 2-3x faster here.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# The on-disk kernel cache stays on (the default users get, so every kernel the suite
+# builds also goes through it), but in a directory of this session's own, never the
+# user's ~/.cache: tests start cold and leave nothing behind. Tests of the cache itself
+# point it at their own tmp_path. TPU_KERNELS_CACHE_DIR=off runs the suite without it.
+if os.environ.get("TPU_KERNELS_CACHE_DIR", "").lower() != "off":
+    _CACHE_DIR = tempfile.mkdtemp(prefix="tpu-kernels-test-cache-")
+    os.environ["TPU_KERNELS_CACHE_DIR"] = _CACHE_DIR
+    atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 import random  # noqa: E402
 

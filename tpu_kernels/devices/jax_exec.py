@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import torch
 from jax._src import config as jax_config
 
-from tpu_kernels import dtypes, interpret, precision
+from tpu_kernels import disk_cache, dtypes, interpret, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -232,14 +232,17 @@ class JaxExecutor:
         # which spares the hot path a tuple and a context manager.
         single = self._single and not self.mutated and not x64
         sharding = self.transfer.sharding()
-        jitted = jax.jit(
-            (lambda *a: flat(*a)[0]) if single else flat,
-            **({} if sharding is None else {"in_shardings": sharding}),
-        )
+        shardings = {} if sharding is None else {"in_shardings": sharding}
+        jitted = jax.jit((lambda *a: flat(*a)[0]) if single else flat, **shardings)
         with interpret.exclusive(mode):  # the recovery too: it resets the interpreter's state
             try:
                 with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-                    jitted.lower(*arrays).compile()
+                    # lower().compile(), or the same kernel from the on-disk cache (disk_cache.py)
+                    jitted = disk_cache.build(
+                        jitted, arrays, fn=fn, op=op, device_type=self.transfer.device_type,
+                        key=key, x64=x64, single=single, layout=(self.sig, n_results),
+                        in_shardings=sharding,
+                    )  # fmt: skip
             except KernelError:
                 raise
             except Exception as e:
