@@ -428,13 +428,17 @@ def build(
     single: bool,
     layout: Any = None,
     in_shardings: Any = None,
+    exportable: Callable | None = None,
 ) -> Callable:
     """A compiled jitted callable for this build: loaded from disk, or built and stored.
 
     `jitted` is the kernel's jitted wrapper; `key` the in-process cache key, whose first
     element is the interpreter mode; `layout` (signature, results expected) the op's
-    argument and result layout. Problems with the cache itself never surface:
-    a kernel that fails to export or to load is built as without the cache."""
+    argument and result layout; `in_shardings` the argument shardings `jitted` pins,
+    which a module loaded from disk is jitted with too; `exportable` the same
+    function jitted without them (what is stored: a module without shardings).
+    Problems with the cache itself never surface: a kernel that fails to export or
+    to load is built as without the cache."""
     root = directory()
     if root is None:
         jitted.lower(*arrays).compile()
@@ -458,7 +462,9 @@ def build(
         _count(root, "misses", op)
         specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), arrays)
         try:
-            exp = jax.export.export(jitted, platforms=[jax.devices(device_type)[0].platform])(*specs)
+            exp = jax.export.export(exportable or jitted, platforms=[jax.devices(device_type)[0].platform])(
+                *specs
+            )
         except Exception:  # noqa: BLE001 - not exportable: the plain build raises real errors
             jitted.lower(*arrays).compile()
             return jitted

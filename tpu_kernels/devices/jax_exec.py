@@ -232,8 +232,9 @@ class JaxExecutor:
         # which spares the hot path a tuple and a context manager.
         single = self._single and not self.mutated and not x64
         sharding = self.transfer.sharding()
-        shardings = {} if sharding is None else {"in_shardings": sharding}
-        jitted = jax.jit((lambda *a: flat(*a)[0]) if single else flat, **shardings)
+        body = (lambda *a: flat(*a)[0]) if single else flat
+        exportable = jax.jit(body)  # stored on disk without shardings (disk_cache.storable)
+        jitted = exportable if sharding is None else jax.jit(body, in_shardings=sharding)
         with interpret.exclusive(mode):  # the recovery too: it resets the interpreter's state
             try:
                 with jax.enable_x64(True) if x64 else contextlib.nullcontext():
@@ -241,7 +242,7 @@ class JaxExecutor:
                     jitted = disk_cache.build(
                         jitted, arrays, fn=fn, op=op, device_type=self.transfer.device_type,
                         key=key, x64=x64, single=single, layout=(self.sig, n_results),
-                        in_shardings=sharding,
+                        in_shardings=sharding, exportable=exportable,
                     )  # fmt: skip
             except KernelError:
                 raise
