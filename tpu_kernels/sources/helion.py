@@ -167,18 +167,52 @@ def _reset_ref_mode() -> None:
 class CpuKernel:
     """CPU: Helion's Pallas interpret mode through the JAX bridge, or its eager reference mode."""
 
-    def __init__(self, source: HelionSource, pallas: JaxExecutor, eager: TorchKernel) -> None:
+    def __init__(
+        self, source: HelionSource, pallas: JaxExecutor, eager: TorchKernel, reference: Callable | None = None
+    ) -> None:
         self.source = source
         self.pallas = pallas
         self.eager = eager
+        self.reference = reference  # the op's JAX reference, if it has one
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.pallas.sig.values(args, kwargs)
+        if any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in values):
+            return self._zero_size(values)
         if current_cpu_mode() == "eager":
             return self.eager(*args, **kwargs)
         if self.source.autotune_enabled:
             # Helion's autotuner needs real tensors, which the JAX path does not have.
             self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
         return self.pallas(*args, **kwargs)
+
+
+    def _zero_size(self, values: list[Any]) -> Any:
+        """A call with a zero-size tensor. Helion cannot launch a zero-size grid ("All
+        elements in the grid must be strictly positive") nor trace a reduction over a
+        zero-size row, so such a call runs what torch's own op would: the op's JAX
+        reference when it has one (on the CPU, through the bridge), else the kernel
+        body as eager torch (Helion's reference mode), which handles the rest of the
+        shipped kernels' cases (an empty K gives zeros, an empty row an empty output)."""
+        if self.source.float_only:
+            self.source.check_float(values)
+        if self.reference is None:
+            return self.eager(*values)
+        import jax
+
+        from tpu_kernels import bridge
+
+        sig = self.pallas.sig
+        kwargs = {
+            p.name: (bridge.to_jax_cpu(v.contiguous()) if isinstance(v, torch.Tensor) else v)
+            for p, v in zip(sig.params, values)
+        }
+        x64 = any(getattr(v, "dtype", None) in (torch.float64, torch.int64) for v in values)
+        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+            out = self.reference(**kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        torch_outs = tuple(torch.from_dlpack(jax.numpy.array(o, copy=True)).clone() for o in outs)
+        return torch_outs if isinstance(out, (tuple, list)) else torch_outs[0]
 
 
 def _is_float(dtype: Any) -> bool:
@@ -301,7 +335,9 @@ class HelionSource:
             maxsize=op.cache_size,
             noncontiguous=op.noncontiguous,
         )
-        cpu = CpuKernel(self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self))
+        cpu = CpuKernel(
+            self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self), op.reference
+        )
         return {
             "CPU": cpu,
             "CUDA": _Lazy(
