@@ -134,6 +134,13 @@ def render(report: Report, console: Console) -> None:
                     gbps,
                 )
         console.print(table)
+        for r in points:
+            for c in r.candidates:
+                for note in c.notes:
+                    console.print(
+                        f"  [yellow]note[/] {escape(r.point_id)} {escape(c.name)}: {escape(note)} "
+                        f"({fmt_time(c.median)} vs {fmt_time(c.single_input_s)})"
+                    )
     if not roof:
         console.print(
             "roofline: not meaningful on this device (no peak figures); TFLOP/s and GB/s are achieved rates."

@@ -46,6 +46,8 @@ class CandidateResult:
     throughput: dict = field(default_factory=dict)
     speedup: float | None = None  # the baseline's median / this median
     error: str | None = None  # the candidate raised instead of running
+    single_input_s: float | None = None  # a plain loop over the first input set only, per call
+    notes: list[str] = field(default_factory=list)  # e.g. why the median and single_input_s differ
 
     @property
     def wrong(self) -> bool:
@@ -65,6 +67,7 @@ class PointResult:
     bytes: float | None = None
     cost_source: str | None = None  # "formula", "pallas CostEstimate", "xla cost_analysis" or None
     input_sets: int = 0
+    input_sets_bytes: int = 0
     candidates: list[CandidateResult] = field(default_factory=list)
     baseline: str | None = None  # the candidate speed-ups are measured against
 
@@ -161,6 +164,7 @@ class Report:
             "n",
             "calls_per_sample",
             "first_call_s",
+            "single_input_s",
             "device_time_s",
             "correct",
             "max_abs_err",
@@ -195,6 +199,7 @@ class Report:
                             "n": t.get("n"),
                             "calls_per_sample": c.calls_per_sample,
                             "first_call_s": c.first_call_s,
+                            "single_input_s": c.single_input_s,
                             "device_time_s": c.device_time_s,
                             "correct": None if c.check is None else c.check["passed"],
                             "max_abs_err": None if c.check is None else c.check["max_abs_err"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -14,6 +15,10 @@ from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.results import CandidateResult, PointResult, Report
 from tpu_kernels.bench.spec import Benchmark, Point, jsonable, point_id
 from tpu_kernels.bench.stats import Summary
+
+AGREEMENT = 0.10
+"""A candidate's median and a plain loop over one input set that differ by more than this get a
+note in the report saying why (the rotation's effect), with both figures."""
 
 CPU_NOTE = (
     "CPU: Pallas kernels run in JAX's interpreter here, so these timings do not predict TPU "
@@ -89,6 +94,7 @@ def run_point(
         lambda: bench.inputs(point, device.torch_device), timing.nbytes(first), settings, default_rotate
     )[1:]
     result.input_sets = len(sets)
+    result.input_sets_bytes = sum(timing.nbytes(s) for s in sets)
     result.flops, result.bytes, result.cost_source = _cost(bench, point)
     expected = _expected(bench, point, first)
     dtype = point.get("dtype", _first_dtype(first))
@@ -132,6 +138,22 @@ def run_point(
         res.calls_per_sample = t.calls_per_sample
         res.warmup_calls = t.warmup_calls
         res.first_call_s = first_call.get(res.name, t.first_call_s)
+        fn, prepared = runnable[res.name]
+        if len(prepared) > 1:
+            # What a plain loop over one input set gives (a user's quick timing): inputs
+            # that stay in the cache, and for tpu_kernels one tensor object (one view).
+            res.single_input_s = statistics.median(
+                timing.time_calls(device, fn, prepared[:1], t.calls_per_sample, **now_kw) for _ in range(3)
+            )
+            ratio = summary.median / res.single_input_s if res.single_input_s else None
+            if ratio is not None and abs(ratio - 1) > AGREEMENT:
+                beyond = result.input_sets_bytes > last_level_cache_bytes()
+                res.notes.append(
+                    f"rotating {len(prepared)} input sets ({_mib(result.input_sets_bytes)} in all) takes "
+                    f"{ratio:.2f}x a plain loop over one set: the effect of input rotation "
+                    + ("(the sets exceed the last-level cache)" if beyond else "(cold caches between calls)")
+                    + ("; each set's tensors also have their own cached views" if res.primary else "")
+                )
         res.throughput = roofline.throughput(summary.median, result.flops, result.bytes, peaks)
         if settings.device_time and device.type == "tpu":
             from tpu_kernels.bench import profile
@@ -186,3 +208,7 @@ def _first_dtype(inputs: tuple) -> torch.dtype:
         if isinstance(t, torch.Tensor) and t.is_floating_point():
             return t.dtype
     return torch.float32
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.3g} MiB"
