@@ -36,8 +36,10 @@ from tpu_kernels.kernels.matmul import reference as matmul_ref
 from tpu_kernels.kernels.rmsnorm import reference as rmsnorm_ref
 from tpu_kernels.kernels.softmax import reference as softmax_ref
 from tpu_kernels.testing import assert_close
-from tpu_kernels.tokamax import check_references
-from tpu_kernels.tokamax import reference as tk_ref
+from tpu_kernels.tokamax.attention import reference as attention_ref
+from tpu_kernels.tokamax.glu import reference as glu_ref
+from tpu_kernels.tokamax.normalization import reference as norm_ref
+from tpu_kernels.tokamax.ragged import reference as ragged_ref
 
 _COMMON = dict(
     deadline=None,  # the first call of a shape compiles: seconds, not a performance bug
@@ -56,6 +58,7 @@ SEEDS = st.integers(0, 2**32 - 1)
 # 1, odd, a sublane multiple, and sizes that are not a multiple of 8 or 128
 ROWS = st.sampled_from([1, 3, 8, 13, 37, 130])
 COLS = st.sampled_from([1, 5, 16, 128, 130])
+
 
 def _zero_or(zero: bool, sizes: st.SearchStrategy[int]) -> st.SearchStrategy[int]:
     return st.just(0) if zero else sizes
@@ -203,7 +206,8 @@ def test_matmul(zero, data, dtype, layout, seed):
 
 # ---- Tokamax ops ------------------------------------------------------------------------------
 
-REF = check_references.REFERENCES
+# each op's checked-mode reference (check_reference= in its family's op.py): its tolerances
+REF = {op.short_name: op.check_reference for f in tk.FAMILIES.values() for op in f.ops}
 # Tokamax's XLA path compiles slower than the shipped kernels: 5 cases where the profile has 8
 FEW = settings(max_examples=max(1, settings.default.max_examples * 5 // 8))
 
@@ -223,9 +227,9 @@ def test_tokamax_layer_and_rms_norm(rows, cols, dtype, layout, rms, seed):
     args = {"x": x, "weight": w, "bias": b, "dim": -1}
     scale, grad_scale = REF["layer_norm"].atol_scale(args, False), REF["layer_norm"].atol_scale(args, True)
     if rms:
-        op, ref, inputs = tk.rms_norm, tk_ref.rms_norm, [x, w]
+        op, ref, inputs = tk.rms_norm, norm_ref.rms_norm, [x, w]
     else:
-        op, ref, inputs = tk.layer_norm, tk_ref.layer_norm, [x, w, b]
+        op, ref, inputs = tk.layer_norm, norm_ref.layer_norm, [x, w, b]
     name = "rms_norm" if rms else "layer_norm"
     check(op, ref, inputs, dtype, scale, grad_scale, f"tokamax.{name} {tuple(x.shape)} {layout}")
 
@@ -247,7 +251,7 @@ def test_tokamax_gated_linear_unit(m, k, n, dtype, layout, activation, seed):
     scale, grad_scale = (REF["gated_linear_unit"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b: tk.gated_linear_unit(a, b, activation=activation),
-        lambda a, b: tk_ref.gated_linear_unit(a, b, activation=activation),
+        lambda a, b: glu_ref.gated_linear_unit(a, b, activation=activation),
         [x, w],
         dtype,
         scale,
@@ -277,7 +281,7 @@ def test_tokamax_dot_product_attention(t, s, heads, dtype, layout, causal, seed)
     scale, grad_scale = (REF["dot_product_attention"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b, c: tk.dot_product_attention(a, b, c, is_causal=causal),
-        lambda a, b, c: tk_ref.dot_product_attention(a, b, c, is_causal=causal),
+        lambda a, b, c: attention_ref.dot_product_attention(a, b, c, is_causal=causal),
         [q, k, v],
         dtype,
         scale,
@@ -304,7 +308,7 @@ def test_tokamax_ragged_dot(sizes, k, n, dtype, layout, seed):
     scale, grad_scale = (REF["ragged_dot"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b: tk.ragged_dot(a, b, gs),
-        lambda a, b: tk_ref.ragged_dot(a, b, gs),
+        lambda a, b: ragged_ref.ragged_dot(a, b, gs),
         [lhs, rhs],
         dtype,
         scale,

@@ -46,7 +46,8 @@ def _tokens(n_outputs: int) -> ByName:
 
     return ByName(
         strategies,
-        "tokens: the per-token tensors and every output sharded on dim 0; fn, hc_scale, hc_base Replicate",
+        "tokens: every per-token tensor and every output sharded on dim 0; the mixing weights "
+        "(fn, hc_scale, hc_base) Replicate",
     )
 
 
