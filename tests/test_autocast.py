@@ -4,7 +4,6 @@ Only CPU autocast runs here; the CUDA and PrivateUse1 (TPU) rules are registered
 by the same code and checked as registrations (no device on this machine).
 """
 
-import jax
 import pytest
 import torch
 import torch.nn.functional as F
@@ -141,22 +140,44 @@ def test_helion_matmul_casts_like_aten_mm():
     assert_close(soft, F.softmax(a.to(BF16).double(), -1), torch.float32)
 
 
-def test_tokamax_op_policy():
-    import tokamax
+TOKAMAX_POLICIES = {
+    # matmuls: cast like aten.mm
+    "gated_linear_unit": "lower_precision_fp",
+    "ragged_dot": "lower_precision_fp",
+    "ragged_dot_general": "lower_precision_fp",
+    "dot_product_attention": "lower_precision_fp",
+    # statistics and losses in float32, as CUDA autocast runs layer_norm and the losses
+    "layer_norm": "fp32",
+    "linear_softmax_cross_entropy_loss": "fp32",
+}
 
-    from tpu_kernels.tokamax import gated_linear_unit, tokamax_op
 
-    @tokamax_op("test_autocast::tk_glu", autocast="lower_precision_fp")
-    def tk_glu(x: jax.Array, weight: jax.Array) -> jax.Array:
-        return tokamax.gated_linear_unit(x, weight, activation=jax.nn.silu, implementation="xla")
+def test_tokamax_op_policies():
+    from tpu_kernels.tokamax import FAMILIES
 
-    x, w = rand(2, 8, 64), rand(64, 2, 32)
+    declared = {op.short_name: op.autocast for f in FAMILIES.values() for op in f.ops}
+    assert declared == {name: TOKAMAX_POLICIES.get(name, "keep") for name in declared}
+
+
+def test_tokamax_ops_follow_their_policies():
+    from tpu_kernels import tokamax as tk
+
+    x = rand(2, 8, 64, requires_grad=True)
+    w, ln_w = rand(64, 2, 32, scale=0.125, requires_grad=True), rand(64, requires_grad=True)
+    rope_x, positions, cache = rand(6, 128), torch.arange(6), rand(16, 64)
     with cpu_autocast():
-        out = tk_glu(x, w)
-        kept = gated_linear_unit(x, w, activation="silu")  # shipped Tokamax ops: "keep"
-    assert out.dtype == BF16 and kept.dtype == torch.float32
-    xb, wb = x.to(BF16).double(), w.to(BF16).double()
-    assert_close(out, F.silu(xb @ wb[:, 0]) * (xb @ wb[:, 1]), BF16, scale=8.0)
+        glu = tk.gated_linear_unit(x, w, activation="silu")  # lower_precision_fp
+        normed = tk.rms_norm(x.to(BF16), ln_w)  # fp32: bfloat16 in, float32 statistics and out
+        rope = tk.deepseek_rope(rope_x, positions, cache)  # keep: float32 stays float32
+    assert (glu.dtype, normed.dtype, rope.dtype) == (BF16, torch.float32, torch.float32)
+    xb, wb = x.detach().to(BF16).double(), w.detach().to(BF16).double()
+    assert_close(glu, F.silu(xb @ wb[:, 0]) * (xb @ wb[:, 1]), BF16, scale=8.0)
+    xr = x.detach().to(BF16).double()  # the cast input, in float64
+    assert_close(normed, F.rms_norm(xr, (64,), ln_w.detach().double(), 1e-6), torch.float32, scale=4.0)
+    with torch.autocast("cpu", enabled=False):
+        assert_close(rope, tk.deepseek_rope(rope_x, positions, cache), torch.float32)
+    (glu.float().sum() + normed.sum()).backward()  # the casts are autograd ops
+    assert w.grad.dtype == ln_w.grad.dtype == x.grad.dtype == torch.float32
 
 
 def test_rules_are_registered_for_cuda_and_tpu_autocast():

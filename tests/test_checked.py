@@ -242,6 +242,18 @@ def test_every_tokamax_op_has_a_reference():
     assert missing == []
 
 
+def test_every_tokamax_family_op_declares_its_reference():
+    # FAMILIES, not a list here: a new family's op without check_reference= fails this
+    from tpu_kernels.tokamax import FAMILIES
+
+    for family in FAMILIES.values():
+        for op in family.ops:
+            ref = op.check_reference
+            assert isinstance(ref, Reference) and not ref.jax, (family.name, op.name)
+            # the family's own torch reference (reference.py), not one built from the JAX body
+            assert ref.fn.__module__ == family.reference.__name__, (op.name, ref.fn.__module__)
+
+
 def test_a_reference_that_cannot_take_an_argument_warns_and_skips():
     @tpu_kernel("test_checked::extra_arg", check_reference=lambda x: x)
     def extra_arg(x: torch.Tensor, *, shift: float = 0.0) -> torch.Tensor:

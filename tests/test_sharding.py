@@ -50,15 +50,21 @@ def run_on_2_processes(fn, timeout_s: float = TIMEOUT_S) -> None:
 
 
 def _check_close(what: str, got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5) -> None:
-    err = (got.float() - want.float()).abs().max().item() if want.numel() else 0.0
+    g, w = got.float(), want.float()
+    # equal values (infinities included: top_k's -inf for a short row) are no error
+    err = torch.where(g == w, 0.0, (g - w).abs()).max().item() if want.numel() and g.shape == w.shape else 0.0
     if not (got.shape == want.shape and err <= atol):
         raise AssertionError(f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}, max error {err}")
 
 
-def _case(mesh, name, op, full_args, placements, *, local: bool, compiled: bool = False, out_grad=None):
+def _case(
+    mesh, name, op, full_args, placements, *, local: bool, compiled: bool = False, out_grad=None, atol=1e-5
+):
     """op on DTensors (placements per arg, None: a plain non-tensor arg) vs op on full tensors.
 
-    local=True: no collective may run; False: some must (DTensor redistributes)."""
+    local=True: no collective may run; False: some must (DTensor redistributes). An op may
+    return a tuple: every output is compared, and the backward runs from every output that
+    has a gradient (none for an op without a backward)."""
     from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
@@ -66,43 +72,60 @@ def _case(mesh, name, op, full_args, placements, *, local: bool, compiled: bool 
         a.clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a
         for a in full_args
     ]
-    want = op(*ref_args)
-    g = torch.randn_like(want) if out_grad is None else out_grad
-    want.backward(g)
+    want = _as_list(op(*ref_args))
+    diff = [w for w in want if w.requires_grad]
+    grads = [torch.randn_like(w) for w in diff] if out_grad is None else [out_grad]
+    if diff:
+        torch.autograd.backward(diff, grads)
     d_args = [
         distribute_tensor(a, mesh, [p]).requires_grad_(a.is_floating_point()) if p is not None else a
         for a, p in zip(full_args, placements)
     ]
+
+    def out_grads(outs: list) -> tuple[list, list]:
+        """The outputs with a gradient, and their incoming gradients (distributing them
+        scatters: done before counting the backward's collectives)."""
+        outs = [o for o in outs if o.requires_grad]
+        placed = [[Replicate() if isinstance(p, Partial) else p for p in o.placements] for o in outs]
+        return outs, [distribute_tensor(g, mesh, p) for g, p in zip(grads, placed)]
+
+    def backward(outs: list, dgrads: list) -> None:
+        if outs:
+            torch.autograd.backward(outs, dgrads)
+
     if compiled:
         # CommDebugMode is a dispatch mode torch.compile refuses; a compiled graph's
         # collectives are _c10d_functional ops in its forward and backward graphs.
         graphs: list[str] = []
-        got = torch.compile(op, fullgraph=True, backend=_recording_backend(graphs))(*d_args)
-        grad_placements = [Replicate() if isinstance(p, Partial) else p for p in got.placements]
-        got.backward(distribute_tensor(g, mesh, grad_placements))
+        got = _as_list(torch.compile(op, fullgraph=True, backend=_recording_backend(graphs))(*d_args))
+        backward(*out_grads(got))
         if len(graphs) != 2:
             raise AssertionError(f"{name}: expected a forward and a backward graph, got {len(graphs)}")
         if local == any("c10d" in text for text in graphs):
             raise AssertionError(f"{name}: expected local={local}, compiled graphs: {graphs}")
     else:
         with CommDebugMode() as fwd_comm:
-            got = op(*d_args)
-        grad_placements = [Replicate() if isinstance(p, Partial) else p for p in got.placements]
-        dg = distribute_tensor(g, mesh, grad_placements)
+            got = _as_list(op(*d_args))
+        outs, dgrads = out_grads(got)
         with CommDebugMode() as bwd_comm:
-            got.backward(dg)
+            backward(outs, dgrads)
         if local == bool(fwd_comm.get_total_counts() + bwd_comm.get_total_counts()):
             raise AssertionError(
                 f"{name}: expected local={local}, ran collectives {fwd_comm.get_comm_counts()} "
                 f"forward, {bwd_comm.get_comm_counts()} backward"
             )
-    if not isinstance(got, DTensor):
-        raise AssertionError(f"{name}: expected a DTensor result, got {type(got)}")
-    _check_close(f"{name} forward", got.full_tensor(), want.detach())
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(g, DTensor):
+            raise AssertionError(f"{name}: expected a DTensor result, got {type(g)}")
+        _check_close(f"{name} forward {i}", g.full_tensor(), w.detach(), atol)
     for i, (d, r) in enumerate(zip(d_args, ref_args)):
-        if isinstance(r, torch.Tensor) and r.requires_grad:
-            _check_close(f"{name} grad of arg {i}", d.grad.full_tensor(), r.grad)
-    return got, d_args
+        if isinstance(r, torch.Tensor) and r.requires_grad and not (r.grad is None and d.grad is None):
+            _check_close(f"{name} grad of arg {i}", d.grad.full_tensor(), r.grad, atol)
+    return (got[0] if len(got) == 1 else tuple(got)), d_args
+
+
+def _as_list(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _recording_backend(graphs: list[str]):

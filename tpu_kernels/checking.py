@@ -24,8 +24,9 @@ An op's reference for checking is `op.check_reference` (a `Reference`): given
 with `check_reference=` (a torch function, or a `Reference` with tolerance
 scales), else built from `reference=` (the differentiable JAX function that
 also gives the backward, run in float64 with `jax.enable_x64`). The shipped
-ops name their torch references; the Tokamax ops get theirs from
-`tpu_kernels/tokamax/check_references.py`. Ops without one run unchecked.
+ops name their torch references, and so does each Tokamax op (`check_reference=` in its
+family's `op.py`, tolerances from `tpu_kernels/tokamax/tolerance.py`). Ops without one
+run unchecked.
 Calls through `torch.ops.<ns>.<name>` directly and compiled graphs are not
 checked: checking happens in `KernelOp.__call__` and the op's autograd backward.
 """

@@ -15,7 +15,6 @@ shapes; importing a family registers it in `FAMILIES` (see `registry.py`).
 
 # Importing a family registers its ops and implementation tables (FAMILIES and
 # implementation.OPS follow this, alphabetical, order).
-from tpu_kernels.tokamax import check_references
 from tpu_kernels.tokamax.attention import dot_product_attention, scaled_dot_product_attention
 from tpu_kernels.tokamax.gather import ragged_gather, ragged_gather_reduce
 from tpu_kernels.tokamax.glu import gated_linear_unit
@@ -34,9 +33,6 @@ from tpu_kernels.tokamax.rope import deepseek_rope
 from tpu_kernels.tokamax.topk import router_topk, top_k
 from tpu_kernels.tokamax.triangle import triangle_multiplication
 from tpu_kernels.tokamax.wrap import tokamax_op
-
-# Checked mode's references (tpu_kernels.checked()): every op above gets its torch reference.
-check_references.register()
 
 __all__ = [
     "FAMILIES",

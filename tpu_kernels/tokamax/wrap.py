@@ -40,6 +40,7 @@ from tokamax._src.jaxtyping import disable_jaxtyping
 from tpu_kernels.op import KernelOp, tpu_kernel
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax.implementation import tokamax_implementation
+from tpu_kernels.tokamax.placements import ByName
 
 
 def _symbolic(arrays: Any) -> bool:
@@ -229,6 +230,10 @@ def tokamax_op(
         if no_vjp and backward == "vjp":  # a given reference is stripped the same way
             options["reference"] = _differentiable(options.get("reference") or body, tuple(no_vjp))
         kop = tpu_kernel(name, backward=backward, **options)(body)
+        if isinstance(kop.sharding, ByName):  # a rule by parameter name learns the op's order
+            kop.sharding.bind(
+                [p.name for p in kop.signature.params if not p.keyword_only], len(kop.output_names)
+            )
         _register_fakes(kop, symbolic_fake)
         kop.symbolic_fake = symbolic_fake  # tests check it against the derived fake
         kop.call_names = _call_names(kop)  # for call_op

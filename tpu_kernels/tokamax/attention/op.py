@@ -21,8 +21,11 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.attention import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.attention import examples, reference
+from tpu_kernels.tokamax.placements import is_spec, mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 LAYOUTS = ("BTNH", "BNTH")
@@ -56,6 +59,50 @@ def _call_tokamax(*, local_window_size, **kwargs):
     return tokamax.dot_product_attention(local_window_size=window, **kwargs)
 
 
+@rule(
+    "batch dims (query, key, value, lengths and a bias/mask not broadcast there sharded alike); "
+    "heads: query on heads with key/value on kv-heads when the kv-heads split evenly over the "
+    "mesh, or key/value Replicate when there is one kv-head (MQA)"
+)
+def _sharding(a):
+    """Batch entries and heads are independent. Query head i sees kv-head i // (heads/kv_heads)
+    (contiguous groups, Tokamax's order), so even chunks of both keep each group on one rank.
+    Sequence sharding is not offered: causal, window and length masks use global positions."""
+    from torch.distributed.tensor import Shard
+
+    ndim, k = (
+        len(shape(a["query"])),
+        shape(a["key"]),
+    )  # logits: [*batch, heads, seq_q, seq_kv], also ndim dims
+
+    def logits_operand(name, d):  # bias/mask broadcast to the logits, aligned at the right
+        t = a.get(name)
+        if not is_spec(t):
+            return {}
+        j = d - (ndim - len(shape(t)))
+        return {name: Shard(j)} if j >= 0 and shape(t)[j] > 1 else {}
+
+    found = []
+    for d in range(ndim - 3):  # batch dims
+        ins = {"query": Shard(d), "key": Shard(d), "value": Shard(d)}
+        ins |= logits_operand("bias", d) | logits_operand("mask", d)
+        ins |= {n: Shard(0) for n in ("query_seq_lengths", "key_value_seq_lengths") if d == 0}
+        found.append(([Shard(d)], ins))
+    kv_heads = k[-2]
+    if kv_heads % mesh_size(a) == 0 or kv_heads == 1:
+        ins = {"query": Shard(ndim - 2)}
+        if kv_heads > 1:
+            ins |= {"key": Shard(ndim - 2), "value": Shard(ndim - 2)}
+        ins |= logits_operand("bias", ndim - 3) | logits_operand("mask", ndim - 3)
+        found.append(([Shard(ndim - 2)], ins))
+    return found
+
+
+def _tolerance(a):
+    q = a["query"]
+    return 4 * tolerance.dot(max(q.shape[-1], a["key"].shape[-3]), q.dtype, tolerance.rms(a["value"]))
+
+
 # The public function below takes a layout and a window size as an int too; the op takes
 # Tokamax's layout and arguments (lengths positional: autograd wants tensors positional).
 @tokamax_op(
@@ -63,6 +110,14 @@ def _call_tokamax(*, local_window_size, **kwargs):
     calls=_call_tokamax,
     examples=examples.dot_product_attention,
     symbolic_fake=_attention_outputs,
+    sharding=_sharding,
+    autocast="lower_precision_fp",  # two matmuls, cast like aten's scaled_dot_product_attention
+    check_reference=Reference(
+        reference.dot_product_attention,
+        scale=_tolerance,
+        grad_scale=lambda a: 4 * _tolerance(a),
+        ignore=tolerance.IGNORE,
+    ),
 )
 def dot_product_attention_op(
     query: jax.Array,  # [*batch, seq_q, heads, head_dim]

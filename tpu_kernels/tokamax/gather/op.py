@@ -9,8 +9,11 @@ from __future__ import annotations
 import torch
 from tokamax import ops
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.gather import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.gather import examples, reference
+from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 # Each op's parameters are its public function's, and its body calls Tokamax's with them by name.
@@ -48,12 +51,27 @@ def ragged_gather(
     return call_op(ragged_gather_op, locals())
 
 
+@rule("hidden: x sharded on dim 1 (columns), indices, start and end Replicate")
+def _gather_sharding(a):
+    """A row gather moves whole rows: each column is gathered alone. The output rows are not
+    sharded: start and end bound them in global row numbers (the TPU kernel's)."""
+    from torch.distributed.tensor import Shard
+
+    return [([Shard(1)], {"x": Shard(1)})]
+
+
 ragged_gather_op = tokamax_op(
     "tokamax::ragged_gather",
     calls=ops.ragged_gather,
     signature=ragged_gather,
     examples=examples.ragged_gather,
     no_vjp=("mosaic",),
+    sharding=_gather_sharding,
+    check_reference=Reference(
+        reference.ragged_gather,
+        grad_scale=lambda a: 4 * max(1, a["indices"].numel()),
+        ignore=tolerance.IGNORE,
+    ),
 )
 
 
@@ -93,6 +111,27 @@ def _gather_reduce_outputs(x, indices, topk_weights, valid_rows_mask, *, reduce_
     return x.new_empty((indices.shape[0] // reduce_group_size, x.shape[1]))
 
 
+@rule(
+    "hidden: x sharded on dim 1 with the routes Replicate; or tokens: indices, topk_weights "
+    "and valid_rows_mask sharded on routes with x Replicate, when the tokens split evenly "
+    "over the mesh"
+)
+def _gather_reduce_sharding(a):
+    """Columns are independent; so are tokens, each reducing its own reduce_group_size
+    consecutive routes, as long as every rank's routes are whole tokens: DTensor's shards
+    of routes and of tokens line up only when the tokens divide evenly (7 tokens of 2
+    routes on 2 ranks: routes 7 + 7, tokens 4 + 3). x's gradient then sums over the ranks'
+    routes (Partial, derived)."""
+    from torch.distributed.tensor import Shard
+
+    found = [([Shard(1)], {"x": Shard(1)})]
+    tokens = shape(a["indices"])[0] // a["reduce_group_size"]
+    if tokens % mesh_size(a) == 0:
+        routes = {n: Shard(0) for n in ("indices", "topk_weights", "valid_rows_mask")}
+        found.append(([Shard(0)], routes))
+    return found
+
+
 ragged_gather_reduce_op = tokamax_op(
     "tokamax::ragged_gather_reduce",
     calls=ops.ragged_gather_reduce,
@@ -100,4 +139,6 @@ ragged_gather_reduce_op = tokamax_op(
     examples=examples.ragged_gather_reduce,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_gather_reduce_outputs,
+    sharding=_gather_reduce_sharding,
+    check_reference=Reference(reference.ragged_gather_reduce, scale=4, grad_scale=8, ignore=tolerance.IGNORE),
 )

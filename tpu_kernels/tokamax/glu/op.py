@@ -22,8 +22,11 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.glu import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.glu import examples, reference
+from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 # "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
@@ -124,11 +127,44 @@ def _glu_outputs(x, weight, weight_up=None, **kwargs) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[-1]))
 
 
+@rule(
+    "x sharded on a batch dim or M (tokens) with the weights Replicate; or the weights sharded "
+    "on N (columns) with x Replicate"
+)
+def _sharding(a):
+    """Tokens are independent, and so are output columns: out[..., n] needs column n of
+    each weight. The contraction (K) goes through the activation: not Partial."""
+    from torch.distributed.tensor import Shard
+
+    ndim = len(shape(a["x"]))
+    tokens = [([Shard(d)], {"x": Shard(d)}) for d in range(ndim - 1)]
+    w_cols = len(shape(a["weight"])) - 1  # [K, 2, N] fused or [K, N]
+    columns = ([Shard(ndim - 1)], {"weight": Shard(w_cols), "weight_up": Shard(1)})
+    return [*tokens, columns]
+
+
+def _tolerance(a):
+    x, w = a["x"], a["weight"]
+    return 4 * tolerance.dot(x.shape[-1], x.dtype, tolerance.rms(x), tolerance.rms(w))
+
+
+def _grad_tolerance(a):
+    x, w = a["x"], a["weight"]
+    k = max(tolerance.rows(x), w.shape[-1])  # the weight gradient sums over the rows
+    return 4 * tolerance.dot(k, x.dtype, tolerance.rms(x), tolerance.rms(w))
+
+
 # The op's parameters are gated_linear_unit's; its body calls Tokamax's with them by name.
+# autocast "lower_precision_fp": two matmuls, cast like aten.mm.
 gated_linear_unit_op = tokamax_op(
     "tokamax::gated_linear_unit",
     calls=_gated_linear_unit,
     signature=gated_linear_unit,
     examples=examples.gated_linear_unit,
     symbolic_fake=_glu_outputs,
+    sharding=_sharding,
+    autocast="lower_precision_fp",
+    check_reference=Reference(
+        reference.gated_linear_unit, scale=_tolerance, grad_scale=_grad_tolerance, ignore=tolerance.IGNORE
+    ),
 )

@@ -10,8 +10,11 @@ import functools
 import torch
 from tokamax import ops
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.kda import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.kda import examples, reference
+from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 # "mosaic" here is a TPU kernel only.
@@ -92,6 +95,27 @@ def kimi_delta_attention(
     return call_op(kimi_delta_attention_op, locals())
 
 
+@rule(
+    "batch: query, key, value, gate, beta on dim 1, initial_state and segment_ids on dim 0 "
+    "(outputs: dim 1, dim 0); or heads: the same tensors on their heads dim (a_log, "
+    "delta_time_bias, initial_state too) when the heads split evenly over the mesh"
+)
+def _sharding(a):
+    """The recurrence runs per (head, batch) over time: time is not shardable. a_log [H] and
+    delta_time_bias [H*K] are per head; DTensor's chunks of H*K line up with those of H only
+    when H divides evenly, so heads are offered then only."""
+    from torch.distributed.tensor import Shard
+
+    per_step = ("query", "key", "value", "gate", "beta")
+    batch = dict.fromkeys(per_step, Shard(1)) | {"initial_state": Shard(0), "segment_ids": Shard(0)}
+    found = [([Shard(1), Shard(0)], batch)]
+    if shape(a["query"])[0] % mesh_size(a) == 0:
+        heads = dict.fromkeys(per_step + ("a_log", "delta_time_bias"), Shard(0))
+        heads["initial_state"] = Shard(2)
+        found.append(([Shard(0), Shard(2)], heads))
+    return found
+
+
 # The op's parameters are kimi_delta_attention's (tensors positional, as autograd wants them),
 # and its body calls Tokamax's with them by name, asking for the final state too.
 kimi_delta_attention_op = tokamax_op(
@@ -100,4 +124,6 @@ kimi_delta_attention_op = tokamax_op(
     signature=tensors_first(kimi_delta_attention),
     examples=examples.kimi_delta_attention,
     symbolic_fake=_kda_outputs,
+    sharding=_sharding,
+    check_reference=Reference(reference.kimi_delta_attention, scale=4, grad_scale=8, ignore=tolerance.IGNORE),
 )

@@ -20,8 +20,11 @@ from __future__ import annotations
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.loss import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.loss import examples, reference
+from tpu_kernels.tokamax.placements import rule
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -101,11 +104,44 @@ def _linear_softmax_cross_entropy_loss(x, labels, weight, *, reduction, implemen
     raise ExceptionGroup("all implementations failed", errors)
 
 
+@rule(
+    "rows: x and labels sharded on B with weight Replicate; the loss is sharded for "
+    'reduction="none", Partial for "sum", and Replicate (gathered) for "mean"'
+)
+def _sharding(a):
+    """Each row's loss needs the whole vocabulary (the softmax), so V is not shardable; a
+    mean over uneven shards is not a sum of per-shard means, so "mean" has no local strategy."""
+    from torch.distributed.tensor import Partial, Shard
+
+    rows = {"x": Shard(0), "labels": Shard(0)}
+    reduction = a.get("reduction", "sum")
+    if reduction == "none":
+        return [([Shard(0)], rows)]
+    if reduction == "sum":
+        return [([Partial()], rows)]
+    return []
+
+
+def _tolerance(a):
+    x = a["x"]
+    per_row = tolerance.dot(x.shape[-1], x.dtype, tolerance.rms(x), tolerance.rms(a["weight"]))
+    return 4 * per_row * (tolerance.rows(x) if a.get("reduction", "sum") == "sum" else 1)
+
+
 # The op's parameters are linear_softmax_cross_entropy_loss's (x [B, H], labels int32 [B],
-# weight [H, V]); its body walks the implementation order.
+# weight [H, V]); its body walks the implementation order. autocast "fp32": a loss, as
+# torch's autocast runs cross_entropy.
 linear_softmax_cross_entropy_loss_op = tokamax_op(
     "tokamax::linear_softmax_cross_entropy_loss",
     signature=linear_softmax_cross_entropy_loss,
     examples=examples.linear_softmax_cross_entropy_loss,
     symbolic_fake=_loss_outputs,
+    sharding=_sharding,
+    autocast="fp32",
+    check_reference=Reference(
+        reference.linear_softmax_cross_entropy_loss,
+        scale=_tolerance,
+        grad_scale=lambda a: 2 * tolerance.rows(a["x"]),
+        ignore=tolerance.IGNORE,
+    ),
 )(_linear_softmax_cross_entropy_loss)

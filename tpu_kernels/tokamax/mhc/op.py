@@ -11,8 +11,11 @@ import math
 import torch
 from tokamax import ops
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.mhc import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.mhc import examples, reference
+from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 
@@ -27,6 +30,26 @@ IMPLEMENTATIONS = (
     _mhc_implementations("mhc_post", "POST_IMPLEMENTATIONS"),
     _mhc_implementations("mhc_fused_post_pre", "FUSED_POST_PRE_IMPLEMENTATIONS"),
 )
+
+_TOKENS = ("x", "residual", "post_layer_mix", "comb_res_mix")
+
+
+def _tokens(n_outputs: int) -> ByName:
+    """Tokens: every per-token tensor and every output sharded on dim 0; the mixing weights
+    (fn, hc_scale, hc_base) Replicate, their gradients Partial (derived). Each token mixes
+    only its own M streams."""
+
+    def strategies(a):
+        from torch.distributed.tensor import Shard
+
+        return [([Shard(0)] * n_outputs, dict.fromkeys(_TOKENS, Shard(0)))]
+
+    return ByName(
+        strategies,
+        "tokens: every per-token tensor and every output sharded on dim 0; the mixing weights "
+        "(fn, hc_scale, hc_base) Replicate",
+    )
+
 
 # Each op's parameters are its public function's (tensors positional, the constants
 # keyword-only: `tensors_first`), and its body calls Tokamax's with them by name. None of
@@ -81,6 +104,8 @@ mhc_pre_op = tokamax_op(
     examples=examples.mhc_pre,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_pre_outputs,
+    sharding=_tokens(3),
+    check_reference=Reference(reference.mhc_pre, scale=4, grad_scale=40, ignore=tolerance.IGNORE),
 )
 
 
@@ -117,6 +142,8 @@ mhc_post_op = tokamax_op(
     examples=examples.mhc_post,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_post_outputs,
+    sharding=_tokens(1),
+    check_reference=Reference(reference.mhc_post, scale=4, grad_scale=16, ignore=tolerance.IGNORE),
 )
 
 
@@ -162,4 +189,6 @@ mhc_fused_post_pre_op = tokamax_op(
     examples=examples.mhc_fused_post_pre,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_fused_outputs,
+    sharding=_tokens(4),
+    check_reference=Reference(reference.mhc_fused_post_pre, scale=4, grad_scale=40, ignore=tolerance.IGNORE),
 )

@@ -1,5 +1,5 @@
-"""Plain-torch references of DeepSeek-V4's hyper-connections (mhc_pre, mhc_post), for tests
-(in float64) and benchmarks (as baselines)."""
+"""Plain-torch references of DeepSeek-V4's hyper-connections (mhc_pre, mhc_post,
+mhc_fused_post_pre), for tests (in float64) and benchmarks (as baselines)."""
 
 from __future__ import annotations
 
@@ -48,4 +48,12 @@ def mhc_post(
     return (mixed + post_layer_mix[:, :, None] * x[:, None, :]).reshape(t, m * h)
 
 
-__all__ = ["mhc_post", "mhc_pre"]
+def mhc_fused_post_pre(x, residual, post_layer_mix, comb_res_mix, fn, hc_scale, hc_base, **constants):
+    """mhc_post, then mhc_pre on the new residual. Tokamax rounds the new residual to x's
+    dtype before the pre step; in float64 there is no such rounding, so checked mode's
+    tolerance for this op (scale) covers it."""
+    new_residual = mhc_post(x, residual, post_layer_mix, comb_res_mix)
+    return (new_residual, *mhc_pre(new_residual, fn, hc_scale, hc_base, **constants))
+
+
+__all__ = ["mhc_fused_post_pre", "mhc_post", "mhc_pre"]

@@ -12,8 +12,11 @@ from __future__ import annotations
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.normalization import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.normalization import examples, reference
+from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -71,9 +74,31 @@ def _layer_norm(x, weight, bias, *, dim, eps, **kwargs):
     return tokamax.layer_norm(x, weight, bias, axis=dim, epsilon=eps, **kwargs)
 
 
+@rule("x sharded on any dim but `dim` (rows), weight and bias Replicate")
+def _sharding(a):
+    """Rows are normalised independently; the weight and bias gradients sum over the rows
+    (Partial, derived)."""
+    from torch.distributed.tensor import Shard
+
+    ndim = len(shape(a["x"]))
+    normalised = a.get("dim", -1) % ndim
+    return [([Shard(d)], {"x": Shard(d)}) for d in range(ndim) if d != normalised]
+
+
+def _grad_scale(a):
+    return 4 + 2 * tolerance.rows(a["x"], a.get("dim", -1))  # weight, bias gradients sum over rows
+
+
 # The op's parameters are layer_norm's; its body calls Tokamax's with them by name.
+# autocast "fp32": statistics in float32, as torch's autocast runs layer_norm.
 layer_norm_op = tokamax_op(
-    "tokamax::layer_norm", calls=_layer_norm, signature=layer_norm, examples=examples.layer_norm
+    "tokamax::layer_norm",
+    calls=_layer_norm,
+    signature=layer_norm,
+    examples=examples.layer_norm,
+    sharding=_sharding,
+    autocast="fp32",
+    check_reference=Reference(reference.layer_norm, scale=4, grad_scale=_grad_scale, ignore=tolerance.IGNORE),
 )
 
 

@@ -21,8 +21,11 @@ import jax
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.ragged import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.placements import rule, shape
+from tpu_kernels.tokamax.ragged import examples, reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 # "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
@@ -81,6 +84,33 @@ def _general_outputs(
     return lhs.new_empty(shape, dtype=_out_dtype(lhs, rhs, preferred_element_type))
 
 
+def _tolerance(a):
+    lhs = a["lhs"]
+    return 4 * tolerance.dot(lhs.shape[-1], lhs.dtype, tolerance.rms(lhs), tolerance.rms(a["rhs"]))
+
+
+def _grad_tolerance(a):
+    lhs = a["lhs"]
+    return 4 * tolerance.dot(max(lhs.shape), lhs.dtype, tolerance.rms(lhs), tolerance.rms(a["rhs"]))
+
+
+_REFERENCE_OPTIONS = dict(scale=_tolerance, grad_scale=_grad_tolerance, ignore=tolerance.IGNORE)
+
+
+@rule(
+    "rhs sharded on N (columns) with lhs Replicate; lhs and rhs both sharded on K (the "
+    "contraction) gives a Partial output; the rows of lhs are not shardable (the groups are "
+    "global row ranges)"
+)
+def _ragged_dot_sharding(a):
+    from torch.distributed.tensor import Partial, Shard
+
+    return [
+        ([Shard(1)], {"rhs": Shard(2)}),
+        ([Partial()], {"lhs": Shard(1), "rhs": Shard(1)}),
+    ]
+
+
 def _check_group_sizes(op: str, group_sizes: torch.Tensor, groups: int) -> torch.Tensor:
     if group_sizes.dtype.is_floating_point or group_sizes.is_complex() or group_sizes.dtype == torch.bool:
         raise TypeError(f"tokamax.{op}: group_sizes must be an integer tensor, got {group_sizes.dtype}.")
@@ -131,6 +161,9 @@ ragged_dot_op = tokamax_op(
     signature=ragged_dot,
     examples=examples.ragged_dot,
     symbolic_fake=_ragged_dot_outputs,
+    sharding=_ragged_dot_sharding,
+    autocast="lower_precision_fp",  # a matmul: cast like aten.mm
+    check_reference=Reference(reference.ragged_dot, **_REFERENCE_OPTIONS),
 )
 
 
@@ -174,6 +207,33 @@ _DIMENSIONS = (
 )
 
 
+@rule(
+    "an rhs free dim, or an lhs free dim that is not ragged, sharded alone; a contracting "
+    "dim pair that is not ragged sharded on both gives a Partial output; batch dims are not "
+    "sharded"
+)
+def _general_sharding(a):
+    """jax.lax.ragged_dot_general's output is [G if the ragged dim is contracted] + batch +
+    lhs free + rhs free; free dims are independent, and the product is linear in a contracted
+    dim that is not the ragged one. Batch dims may be ragged or carry per-batch group sizes:
+    left Replicate."""
+    from torch.distributed.tensor import Partial, Shard
+
+    lhs, rhs = shape(a["lhs"]), shape(a["rhs"])
+    lc, rc = list(a["lhs_contracting_dims"]), list(a["rhs_contracting_dims"])
+    lr = list(a["lhs_ragged_dims"])
+    lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
+    rg = list(a.get("rhs_group_dims", ()))
+    lhs_free = [d for d in range(len(lhs)) if d not in lc and d not in lb]
+    rhs_free = [d for d in range(len(rhs)) if d not in rc and d not in rb and d not in rg]
+    first = int(any(d in lc for d in lr)) + len(lb)  # the output's first lhs free dim
+    found = [([Shard(first + i)], {"lhs": Shard(d)}) for i, d in enumerate(lhs_free) if d not in lr]
+    first += len(lhs_free)
+    found += [([Shard(first + i)], {"rhs": Shard(d)}) for i, d in enumerate(rhs_free)]
+    found += [([Partial()], {"lhs": Shard(dl), "rhs": Shard(dr)}) for dl, dr in zip(lc, rc) if dl not in lr]
+    return found
+
+
 def _ragged_dot_general(lhs, rhs, group_sizes, **kwargs):
     lc, rc, lb, rb, lr, rg = (tuple(kwargs.pop(name)) for name in _DIMENSIONS)
     dims = jax.lax.RaggedDotDimensionNumbers(
@@ -189,4 +249,7 @@ ragged_dot_general_op = tokamax_op(
     signature=ragged_dot_general,
     examples=examples.ragged_dot_general,
     symbolic_fake=_general_outputs,
+    sharding=_general_sharding,
+    autocast="lower_precision_fp",
+    check_reference=Reference(reference.ragged_dot_general, **_REFERENCE_OPTIONS),
 )

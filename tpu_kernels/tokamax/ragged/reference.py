@@ -33,4 +33,35 @@ def ragged_dot_contracting(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: to
     return torch.stack(blocks)
 
 
-__all__ = ["ragged_dot", "ragged_dot_contracting"]
+def ragged_dot_general(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    group_sizes: torch.Tensor,
+    *,
+    lhs_contracting_dims: list[int],
+    rhs_contracting_dims: list[int],
+    lhs_ragged_dims: list[int],
+    rhs_group_dims: list[int] = (),
+    lhs_batch_dims: list[int] = (),
+    rhs_batch_dims: list[int] = (),
+    preferred_element_type: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The two forms above (ragged_dot, and the ragged dimension contracted); others raise
+    NotImplementedError (checked mode then leaves the call unchecked, with a warning)."""
+    dims = (
+        list(lhs_contracting_dims),
+        list(rhs_contracting_dims),
+        list(lhs_ragged_dims),
+        list(rhs_group_dims),
+    )
+    if lhs_batch_dims or rhs_batch_dims:
+        raise NotImplementedError("batch dimensions")
+    if dims == ([1], [1], [0], [0]):
+        return ragged_dot(lhs, rhs, group_sizes, preferred_element_type=preferred_element_type)
+    if dims == ([0], [0], [0], []):
+        out = ragged_dot_contracting(lhs, rhs, group_sizes)
+        return out if preferred_element_type is None else out.to(preferred_element_type)
+    raise NotImplementedError(f"dimension numbers {dims}")
+
+
+__all__ = ["ragged_dot", "ragged_dot_contracting", "ragged_dot_general"]

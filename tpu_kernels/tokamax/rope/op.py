@@ -8,8 +8,11 @@ from __future__ import annotations
 import torch
 from tokamax import ops
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.rope import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.placements import rule, shape
+from tpu_kernels.tokamax.rope import examples, reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -60,6 +63,21 @@ def _rope_outputs(x, *args, **kwargs):
     return torch.empty_like(x)
 
 
+@rule(
+    "tokens: x and positions sharded on dim 0; or heads: x [tokens, heads, head_dim] sharded "
+    "on dim 1; cos_sin_cache Replicate"
+)
+def _sharding(a):
+    """Each token turns by its own position (positions shard with it), each head alone
+    (qnorm_rope normalises within a head); head_dim pairs channels: not sharded."""
+    from torch.distributed.tensor import Shard
+
+    found = [([Shard(0)], {"x": Shard(0), "positions": Shard(0)})]
+    if len(shape(a["x"])) == 3:
+        found.append(([Shard(1)], {"x": Shard(1)}))
+    return found
+
+
 # The op's parameters are deepseek_rope's, and its body calls Tokamax's with them by name.
 deepseek_rope_op = tokamax_op(
     "tokamax::deepseek_rope",
@@ -68,4 +86,6 @@ deepseek_rope_op = tokamax_op(
     examples=examples.deepseek_rope,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_rope_outputs,
+    sharding=_sharding,
+    check_reference=Reference(reference.deepseek_rope, scale=4, grad_scale=4, ignore=tolerance.IGNORE),
 )

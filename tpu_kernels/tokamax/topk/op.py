@@ -10,8 +10,11 @@ import jax.numpy as jnp
 import torch
 from tokamax import ops
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.topk import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.placements import ByName
+from tpu_kernels.tokamax.topk import examples, reference
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 # Each op's parameters are its public function's (k keyword-only), and its body calls
@@ -21,6 +24,16 @@ IMPLEMENTATIONS = (
     impl.OpImplementations("top_k", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "topk.api"),
     impl.OpImplementations("router_topk", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "router_topk.api"),
 )
+
+
+def _rows(a):
+    """Each row is ranked alone; a row's entries compete with each other (not shardable)."""
+    from torch.distributed.tensor import Shard
+
+    return [([Shard(0), Shard(0)], {"scores": Shard(0), "row_lengths": Shard(0)})]
+
+
+_ROWS = "rows: scores (and row_lengths) sharded on dim 0; both outputs sharded on rows"
 
 
 # Shape rules for symbolic sizes (Tokamax's checks compare sizes with Python ints, which
@@ -71,6 +84,8 @@ top_k_op = tokamax_op(
     examples=examples.top_k,
     backward=None,
     symbolic_fake=_top_k_outputs,
+    sharding=ByName(_rows, _ROWS),
+    check_reference=Reference(reference.top_k, ignore=tolerance.IGNORE),
 )
 
 
@@ -104,4 +119,6 @@ router_topk_op = tokamax_op(
     examples=examples.router_topk,
     backward=None,
     symbolic_fake=_router_topk_outputs,
+    sharding=ByName(_rows, _ROWS),
+    check_reference=Reference(reference.router_topk, ignore=tolerance.IGNORE),
 )

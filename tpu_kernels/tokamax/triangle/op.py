@@ -18,8 +18,11 @@ from __future__ import annotations
 import tokamax
 import torch
 
+from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax.triangle import examples
+from tpu_kernels.tokamax import tolerance
+from tpu_kernels.tokamax.placements import rule
+from tpu_kernels.tokamax.triangle import examples, reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -88,6 +91,18 @@ def _triangle_multiplication(*, eps, **kwargs):
     return tokamax.triangle_multiplication(epsilon=eps, **kwargs)
 
 
+@rule(
+    "output channels: projection_out_weights and gate_out_weights sharded on D, everything "
+    "else Replicate; the pair dims are not shardable (each pair sums over a whole row or column)"
+)
+def _sharding(a):
+    """out[..., d] needs column d of the two output weights only; everything before is
+    computed whole on every rank."""
+    from torch.distributed.tensor import Shard
+
+    return [([Shard(2)], {"projection_out_weights": Shard(1), "gate_out_weights": Shard(1)})]
+
+
 # The op's parameters are triangle_multiplication's; its body calls Tokamax's with them by name.
 triangle_multiplication_op = tokamax_op(
     "tokamax::triangle_multiplication",
@@ -95,4 +110,8 @@ triangle_multiplication_op = tokamax_op(
     signature=triangle_multiplication,
     examples=examples.triangle_multiplication,
     symbolic_fake=_triangle_outputs,
+    sharding=_sharding,
+    check_reference=Reference(
+        reference.triangle_multiplication, scale=20, grad_scale=40, ignore=tolerance.IGNORE
+    ),
 )
