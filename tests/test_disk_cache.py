@@ -415,3 +415,19 @@ def test_two_processes_write_at_once_and_a_third_loads_without_tracing(cache_dir
     assert "stats 1 0 0" in reader.stdout
     # the LAPACK set-up (scipy.linalg, ~0.3-1 s) is skipped for a module that needs none
     assert "scipy.linalg imported: False" in reader.stdout
+
+
+def test_importing_tokamax_leaves_the_disk_cache_on():
+    """Tokamax's config options are JAX user contexts whose default is a bare object(): the
+    trace settings read it as a sentinel, so importing Tokamax does not make every kernel
+    uncacheable."""
+    import tpu_kernels.tokamax  # noqa: F401 - creates Tokamax's user contexts
+
+    assert disk_cache._trace_settings() is not None
+
+
+def test_the_toolkit_digest_covers_the_package_source():
+    """Edits to tpu_kernels itself invalidate every entry: the digest reads every module's
+    source (code digests cannot walk module-level locks)."""
+    digest = disk_cache._toolkit()
+    assert len(digest) == 64 and int(digest, 16) >= 0

@@ -114,22 +114,18 @@ _toolkit_digest: str | None = None
 
 
 def _toolkit() -> str:
-    """The digest of tpu_kernels' code that wraps every kernel before it is traced
-    (its version does not change while it is developed)."""
+    """The digest of tpu_kernels' own source (its version does not change while it is
+    developed): every module, since the code that wraps, traces and stores a kernel spans
+    several of them and names module-level state (locks) that no code digest can walk.
+    Any edit of the package invalidates every entry: safe, at the price of a rebuild."""
     global _toolkit_digest
     if _toolkit_digest is None:
-        from tpu_kernels.devices import cpu, jax_exec
-
-        _toolkit_digest = (
-            fingerprint.digest(
-                jax_exec.JaxExecutor._build,
-                jax_exec.normalize_results,
-                jax_exec.pallas_interpret,
-                cpu.CpuTransfer,  # its trace_context wraps the trace
-                FORMAT,
-            )
-            or "undigestable"
-        )
+        h = hashlib.sha256()
+        package = Path(__file__).resolve().parent
+        for path in sorted(package.rglob("*.py")):
+            h.update(str(path.relative_to(package)).encode())
+            h.update(path.read_bytes())
+        _toolkit_digest = h.hexdigest()
     return _toolkit_digest
 
 
@@ -143,6 +139,11 @@ def _trace_settings() -> str | None:
             if value.axis_sizes or value.spmd_axis_names or value.explicit_mesh_axis_names:
                 return None
             value = "empty-axis-env"
+        elif type(value) is object:
+            # A bare object() is a "not set" sentinel (Tokamax's config options, made with
+            # jax.make_user_context, default to one): it means the same in every process,
+            # and without this, importing Tokamax turned the on-disk cache off everywhere.
+            value = "sentinel"
         parts.append((name, value))
     return fingerprint.digest(tuple(parts))
 
