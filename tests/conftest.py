@@ -67,3 +67,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         seeds = [v for k, v in item.user_properties if k == "seed"]
         if seeds:
             report.sections.append(("seed", f"replay with {_SEED_ENV}={seeds[0]}"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`-n 2`) timing tests share 2 cores with another worker and measure it,
+    not the code: they are left out there, and scripts/test runs them alone first."""
+    if getattr(config.option, "numprocesses", None):
+        serial = [item for item in items if item.get_closest_marker("serial")]
+        if serial:
+            config.hook.pytest_deselected(items=serial)
+            items[:] = [item for item in items if not item.get_closest_marker("serial")]

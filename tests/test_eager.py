@@ -185,7 +185,9 @@ def test_only_optional_tensors_all_none_and_unsupported_layouts_are_clear_errors
             call()
 
 
-def test_an_int_default_of_a_float_static_reaches_the_kernel_as_the_dispatcher_passes_it():
+def test_an_int_default_of_a_float_static_reaches_the_kernel_as_the_dispatcher_passes_it(monkeypatch):
+    # what the kernel sees is recorded while it is traced: no kernel from the on-disk cache
+    monkeypatch.setenv("TPU_KERNELS_CACHE_DIR", "off")
     seen = []
 
     @tpu_kernel("test_eager::int_default")
