@@ -72,7 +72,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (`-n 2`) timing tests share 2 cores with another worker and measure it,
     not the code: they are left out there, and scripts/test runs them alone first."""
-    if getattr(config.option, "numprocesses", None):
+    if os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None):
         serial = [item for item in items if item.get_closest_marker("serial")]
         if serial:
             config.hook.pytest_deselected(items=serial)
