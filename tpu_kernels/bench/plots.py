@@ -76,6 +76,8 @@ def _benchmark_figure(report: Report, name: str, points: list, out_dir: Path) ->
             if xs:
                 (line,) = ax.plot(xs, med, marker="o", label=cand)
                 ax.fill_between(xs, p10, p90, color=line.get_color(), alpha=0.18, linewidth=0)
+                # and a bar per point, so a single point's spread shows too
+                ax.vlines(xs, p10, p90, color=line.get_color(), alpha=0.6, linewidth=2)
                 lo, hi = min(lo, *p10, *med), max(hi, *p90, *med)
         ax.set_xticks(range(len(rs)), labels, rotation=20, ha="right", fontsize=8)
         ax.set_yscale("log")
