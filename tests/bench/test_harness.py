@@ -410,3 +410,27 @@ def test_each_candidate_agrees_with_an_independent_loop_or_the_report_says_why()
     print("harness / independent loop / one input set:", figures)
     for name, (harness, independent, _, _) in figures.items():
         assert 1 / 3 <= harness / independent <= 3, (name, figures)
+
+
+def test_each_sample_starts_after_an_untimed_lead_in_of_its_own_candidate():
+    """What one candidate leaves behind (torch's OpenMP workers spinning for milliseconds
+    after a torch op, on CPU) must not be timed as the next candidate's: every timed sample
+    is preceded by untimed calls of the same candidate."""
+    from tpu_kernels.bench import timing
+
+    log: list[str] = []
+
+    def now() -> float:
+        log.append("|")
+        return float(len(log))
+
+    def candidate(name):
+        return lambda x: log.append(name)
+
+    settings = bench.Settings(rounds=4, min_sample_s=0.0, warmup_s=0.0, warmup_calls=2, lead_in=0.5)
+    sets = [(1,), (2,)]
+    timings = timing.measure(CPU, {"a": (candidate("a"), sets), "b": (candidate("b"), sets)}, settings, now=now)
+    assert [len(t.samples) for t in timings.values()] == [4, 4]
+    warm_up = "||a||a|" + "||b||b|"  # a deadline, then two timed single calls; "|": a clock read
+    rounds = "a|a|b|b|" + "b|b|a|a|" + "a|a|b|b|" + "b|b|a|a|"  # lead-in, then "|timed|"
+    assert "".join(log) == warm_up + rounds

@@ -5,7 +5,14 @@
    one after the first (or `warmup_s` has passed).
 2. Calibrate: calls per sample so that one sample lasts at least `min_sample_s`.
 3. Rounds: `rounds` interleaved rounds; each round takes one sample of every
-   candidate (in an order rotated every round), so drift hits all alike.
+   candidate (in an order rotated every round), so drift hits all alike. Each
+   sample starts after an untimed lead-in of the same candidate (`lead_in` of its
+   calls), so what the previous candidate leaves behind is not timed as this one's:
+   on CPU, torch's OpenMP workers keep spinning for a few milliseconds after a torch
+   op and hold the cores that XLA's threads need (measured on 2 cores: the first
+   JAX-backed call after a torch sample took ~10x its steady time, the next ~20
+   calls ~20% more; without the lead-in the harness read a tpu_kernels op at
+   1.2-2.8x a plain loop of the same calls).
 4. Rotating inputs: the calls cycle through several input sets whose total size
    exceeds the cache (`rotate_bytes`), so data left in a cache by the previous
    call does not flatter a kernel.
@@ -37,6 +44,7 @@ class Settings:
     max_warmup_calls: int = 200
     rotate_bytes: int | None = None  # None: twice the last-level cache on CPU, 256 MiB elsewhere
     max_input_sets: int = 16
+    lead_in: float = 0.25  # untimed calls before each sample, as a fraction of its calls
     device_time: bool = False  # also read device time from a jax.profiler trace (TPU)
 
     def to_dict(self) -> dict:
@@ -72,6 +80,16 @@ def time_calls(
         out = fn(*arg_sets[(offset + i) % n])
     device.synchronize(out)
     return (now() - t0) / calls
+
+
+def run_calls(device: Device, fn: Callable, arg_sets: Sequence[tuple], calls: int, offset: int = 0) -> None:
+    """`calls` untimed calls cycling through `arg_sets`, finished before returning."""
+    n = len(arg_sets)
+    out = None
+    for i in range(calls):
+        out = fn(*arg_sets[(offset + i) % n])
+    if calls:
+        device.synchronize(out)
 
 
 def _time_cuda(fn: Callable, arg_sets: Sequence[tuple], calls: int, offset: int) -> float:
@@ -149,6 +167,8 @@ def measure(
         for j in range(len(names)):
             name = names[(r + j) % len(names)]
             fn, arg_sets, calls = plans[name]
+            lead = max(1, round(calls * settings.lead_in)) if settings.lead_in > 0 else 0
+            run_calls(device, fn, arg_sets, lead, offset=r * calls - lead)
             timings[name].samples.append(time_calls(device, fn, arg_sets, calls, offset=r * calls, now=now))
             if on_sample:
                 on_sample(name)
