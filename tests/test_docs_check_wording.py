@@ -65,6 +65,9 @@ def test_mixed_results_and_a_clean_op():
         "failed",
         examples=[_example(True), _example(False, "dtype"), _example(True, "vmem", "coverage", "vmem")],
     )
-    assert _summary(report) == "2 of 3 calls lowered (1 not: dtype), 1 of them failed after lowering (vmem, coverage)"
+    assert (
+        _summary(report)
+        == "2 of 3 calls lowered (1 not: dtype), 1 of them failed after lowering (vmem, coverage)"
+    )
     clean = OpReport("ns::op", "ok", examples=[_example(True), _example(True)])
     assert _summary(clean) == "2 of 2 calls lowered"

@@ -59,7 +59,16 @@ def test_a_new_exit_status_must_be_described(monkeypatch):
 
 def test_cli_reference_lists_every_option_of_the_parsers():
     text = docs_tables.cli_reference()
-    for option in ("--races", "--chip", "--json", "--quick", "--compare", "--markdown", "--namespace", "--dir"):
+    for option in (
+        "--races",
+        "--chip",
+        "--json",
+        "--quick",
+        "--compare",
+        "--markdown",
+        "--namespace",
+        "--dir",
+    ):
         assert f"`{option}" in text
     assert "| 3 | `--compare`: regressions against the baseline |" in text
 

@@ -161,7 +161,9 @@ def cli_reference() -> str:
         module = modules[name]
         meanings = EXIT_MEANINGS.get(name)
         if meanings is None:
-            raise KeyError(f"docs_tables: describe the exit statuses of `tpu-kernels {name}` in EXIT_MEANINGS")
+            raise KeyError(
+                f"docs_tables: describe the exit statuses of `tpu-kernels {name}` in EXIT_MEANINGS"
+            )
         summary = helps[name] or (p.description or "").split("\n")[0]
         out += [f"### `tpu-kernels {name}`", "", _cell(summary[0].upper() + summary[1:]) + ".", ""]
         out += ["| argument | values | what |", "|---|---|---|"]
@@ -197,8 +199,9 @@ def _backward_kind(op) -> str:
     if b is None:
         return "none"
     if isinstance(b, autograd.ExplicitBackward):
-        kind = "composite (torch calling kernel ops)" if isinstance(b.bwd, autograd.Composite) else "kernel"
-        return f"{kind}, `{b.bwd.name}`, wrt {_codes(b.wrt)}"
+        if isinstance(b.bwd, autograd.Composite):  # not an op of its own
+            return f"composite (a torch function calling kernel ops), wrt {_codes(b.wrt)}"
+        return f"kernel, `{b.bwd.name}`, wrt {_codes(b.wrt)}"
     source = "the reference" if op.reference is not None else "the body"
     return f"`jax.vjp` of {source}, `{op.backward_op.name}`"
 
@@ -214,7 +217,10 @@ def shipped_ops() -> str:
     from tpu_kernels import kernels
     from tpu_kernels.kernels import helion_ops
 
-    lines = ["| function | op and schema | the function returns | backward | autocast |", "|---|---|---|---|---|"]
+    lines = [
+        "| function | op and schema | the function returns | backward | autocast |",
+        "|---|---|---|---|---|",
+    ]
     for module in (kernels, helion_ops):
         for name in module.__all__:
             op = getattr(module, name)
@@ -233,7 +239,9 @@ def tolerances() -> str:
     from tpu_kernels.testing import TOL
 
     lines = ["| dtype | rtol | atol |", "|---|---|---|"]
-    lines += [f"| {str(d).removeprefix('torch.')} | {_number(t.rtol)} | {_number(t.atol)} |" for d, t in TOL.items()]
+    lines += [
+        f"| {str(d).removeprefix('torch.')} | {_number(t.rtol)} | {_number(t.atol)} |" for d, t in TOL.items()
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -273,7 +281,9 @@ def render(text: str, cache: dict[str, str] | None = None) -> str:
 def stale(root: Path = ROOT) -> list[Path]:
     """The pages whose generated regions differ from what the code gives now."""
     cache: dict[str, str] = {}
-    return [p for p in pages(root) if regions(p.read_text()) and render(p.read_text(), cache) != p.read_text()]
+    return [
+        p for p in pages(root) if regions(p.read_text()) and render(p.read_text(), cache) != p.read_text()
+    ]
 
 
 def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
