@@ -68,6 +68,8 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
                 "to differentiate instead."
             )
         n_positional = sum(not p.keyword_only for p in kop.signature.params)
+        if isinstance(kop._backward, ExplicitBackward):
+            _refuse_inputs_outside_wrt(ctx, kop, kop._backward.wrt, values)
         grads_in = kop._backward(values, outs, list(grads[: kop.n_visible]))
         if checking.ARMED:  # checked mode: the gradients against the reference's
             checking.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
@@ -253,6 +255,46 @@ def check_explicit(kop: KernelOp, bwd: Signature, wrt: tuple[str, ...]) -> None:
             f"{bwd.op}: returns {bwd.n_outputs} gradients, but wrt has {len(wrt)} names "
             f"{wrt}; return one gradient per wrt name."
         )
+
+
+def _refuse_inputs_outside_wrt(ctx: Any, kop: KernelOp, wrt: tuple[str, ...], values: list[Any]) -> None:
+    """An input that requires grad, is not in `wrt`, and whose gradient this backward pass
+    needs: raise, naming it, as torch does for an input whose derivative is not implemented
+    ("the derivative for 'target' is not implemented"), instead of leaving its `.grad` None.
+
+    Only inputs whose gradient is asked for count: `backward(inputs=...)` or
+    `autograd.grad` without them, or an input that does not require grad, pass."""
+    needs = getattr(ctx, "needs_input_grad", None)
+    edges = getattr(ctx, "next_functions", None)
+    if needs is None or edges is None:  # pragma: no cover - not an autograd.Function ctx
+        return
+    edge = -1  # next_functions has one entry per tensor argument of the call
+    for i, (p, v) in enumerate(zip(kop.signature.params, values)):
+        if i >= len(needs) or p.keyword_only:  # keyword-only tensors get no gradient anyway
+            break
+        if not isinstance(v, torch.Tensor):
+            continue
+        edge += 1
+        if p.name in wrt or not needs[i] or edge >= len(edges):
+            continue
+        node = edges[edge][0]
+        if node is not None and _gradient_needed(node):
+            raise NoBackwardError(
+                f"{kop.name}: the derivative for '{p.name}' is not implemented: '{p.name}' requires grad, "
+                f"but the backward's wrt={wrt} leaves it out. Add '{p.name}' to "
+                f"@{kop.fn_name}.def_backward(wrt=...) and return its gradient, or pass "
+                f"{p.name}.detach() if it should get none."
+            )
+
+
+def _gradient_needed(node: Any) -> bool:
+    """Whether the running backward pass executes `node` (the input's gradient is asked for)."""
+    try:
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:
+        # torch refuses the question for a leaf captured by autograd.grad(): one of the tensors
+        # whose gradient autograd.grad returns, so it is needed.
+        return True
 
 
 @dataclasses.dataclass

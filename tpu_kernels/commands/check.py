@@ -132,6 +132,14 @@ def _summary(report) -> str:
     n = len(report.examples)
     lowered = sum(e.lowered for e in report.examples)
     text = f"{lowered} of {n} calls lowered"
+    # Say what failed in the line itself: "1 of 1 calls lowered" alone read as a success on a
+    # FAILED line when the failure came after lowering (a dtype, VMEM or coverage problem).
+    not_lowered = [e for e in report.examples if not e.lowered]
+    if not_lowered:
+        text += f" ({'' if not lowered else f'{len(not_lowered)} not: '}{_kinds(not_lowered)})"
+    failed_after = [e for e in report.examples if e.lowered and e.problems]
+    if failed_after:
+        text += f", {len(failed_after)} of them failed after lowering ({_kinds(failed_after)})"
     sizes = [e.vmem_bytes for e in report.examples if e.vmem_bytes is not None]
     if sizes:
         text += f", VMEM per grid step up to {fmt_bytes(max(sizes))}"
@@ -140,6 +148,12 @@ def _summary(report) -> str:
     if any(e.race_call for e in report.examples) and not report.failed:
         text += ", no races"
     return text
+
+
+def _kinds(examples: list) -> str:
+    """The kinds of problem of these calls, each once, in order of first appearance: "dtype, vmem"."""
+    kinds = dict.fromkeys(p.kind for e in examples for p in e.problems)
+    return ", ".join(kinds) or "no error recorded"
 
 
 def _print_report(report, width: int, verbose: bool, out: TextIO) -> None:
