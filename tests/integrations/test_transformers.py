@@ -90,7 +90,7 @@ def test_float32_logits_and_loss_match(family):
     x = ids()
     with torch.no_grad():
         a, b = ref(x, labels=x), patched(x, labels=x)
-    # Measured: <= 4.8e-7 over the six families (a 64-wide float32 model).
+    # Measured: logits 1.8e-7-3.3e-7 over the six families, loss <= 4.8e-7 (float32).
     assert (a.logits - b.logits).abs().max().item() < 2e-6
     assert abs(a.loss.item() - b.loss.item()) < 2e-6
 
@@ -124,11 +124,14 @@ def test_bfloat16_logits_close(family):
     ref, patched = pair(family, torch.bfloat16)
     x = ids()
     with torch.no_grad():
-        a, b = ref(x).logits.float(), patched(x).logits.float()
-    # Measured max |diff| 0.0156-0.0312 on logits of size ~1-4: a few bfloat16 ulps, from
-    # the MLP and attention keeping float32 between their matmuls where HF rounds to
-    # bfloat16 (the norms alone are bit-identical, above).
-    assert (a - b).abs().max().item() <= 0.0625
+        out_a, out_b = ref(x, labels=x), patched(x, labels=x)
+    a, b = out_a.logits.float(), out_b.logits.float()
+    # Measured max |diff| 0.0039-0.0078 over the six families, logits up to 1.4: one or two
+    # bfloat16 ulps, from the MLP, attention and loss keeping float32 between their matmuls
+    # where HF rounds to bfloat16 (the norms alone are bit-identical, above). The loss:
+    # 1e-4-4.8e-3 (HF's loss reads bfloat16-rounded logits, the fused one float32 dots).
+    assert (a - b).abs().max().item() <= 0.03
+    assert abs(out_a.loss.item() - out_b.loss.item()) <= 0.02
     assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
 
 
@@ -284,3 +287,14 @@ def test_import_tpu_kernels_does_not_import_transformers():
     code = "import sys, tpu_kernels, tpu_kernels.tokamax; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_mlp_with_an_activation_the_op_lacks_stays_hf():
+    config = transformers.LlamaConfig(**COMMON, hidden_act="gelu_new")  # a tanh GELU in Python
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(config).eval()
+    patched = copy.deepcopy(ref)
+    assert apply_tpu_kernels(patched)["mlp"] == 0
+    x = ids()
+    with torch.no_grad():
+        assert (ref(x).logits - patched(x).logits).abs().max().item() < 2e-6

@@ -100,8 +100,8 @@ def apply_tpu_kernels(
     """Swaps a loaded HF causal LM's layers for tpu_kernels ops, in place.
 
     Args:
-      model: a *ForCausalLM (or its inner *Model) of a supported family: Llama,
-        Qwen2, Qwen3, Gemma, Gemma2, Gemma3 (text).
+      model: a *ForCausalLM of a supported family: Llama, Qwen2, Qwen3, Gemma,
+        Gemma2, Gemma3 (text).
       rms_norm: every RMSNorm -> tokamax.layer_norm(subtract_mean=False), keeping
         the family's cast order.
       attention: attn_implementation "tpu_kernels" (Tokamax attention with HF's
