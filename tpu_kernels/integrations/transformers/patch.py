@@ -189,4 +189,5 @@ def remove_tpu_kernels_from(name: str) -> None:
     for cls in family(name).classes():
         if cls in _ORIGINALS:
             cls.forward = _ORIGINALS.pop(cls)
-        cls.__dict__.get("_tpu_kernels_family") and delattr(cls, "_tpu_kernels_family")
+        if "_tpu_kernels_family" in cls.__dict__:
+            del cls._tpu_kernels_family
