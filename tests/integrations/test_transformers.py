@@ -221,6 +221,27 @@ def test_compile_fullgraph_no_breaks():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow  # Inductor: 117 s here (load 6), the forward and the training graph
+def test_inductor_fullgraph_forward_and_training_step():
+    from torch._dynamo.utils import counters
+
+    ref, patched = pair("llama")
+    x = ids()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(patched, fullgraph=True)
+    with torch.no_grad():
+        assert (compiled(x).logits - ref(x).logits).abs().max().item() < 2e-6
+    ref.train(), patched.train()
+    loss, want = compiled(x, labels=x).loss, ref(x, labels=x).loss
+    loss.backward(), want.backward()
+    assert sum(counters["graph_break"].values()) == 0
+    assert abs(loss.item() - want.item()) < 2e-6
+    for (name, p), q in zip(ref.named_parameters(), patched.parameters()):
+        assert (p.grad - q.grad).abs().max().item() < 1e-5, name
+    torch._dynamo.reset()
+
+
 def test_deepcopy_save_and_reload(tmp_path):
     ref, patched = pair("qwen3")
     x = ids()
