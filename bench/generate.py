@@ -96,7 +96,16 @@ def _run_child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
                 [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
             ),
         }
-        cmd = [sys.executable, __file__, "--child", path, "--new-tokens", str(new_tokens), "--repeat", str(repeat)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            path,
+            "--new-tokens",
+            str(new_tokens),
+            "--repeat",
+            str(repeat),
+        ]
         cmd += ["--threads", str(threads)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -112,7 +121,10 @@ def table(results: dict[str, dict]) -> str:
     ]
     for path, r in results.items():
         compiles = (
-            (f"{r['first_compiles']} ({r['first_compiles_all_ops']})", f"{r['new_len_compiles']} ({r['new_len_compiles_all_ops']})")
+            (
+                f"{r['first_compiles']} ({r['first_compiles_all_ops']})",
+                f"{r['new_len_compiles']} ({r['new_len_compiles_all_ops']})",
+            )
             if path != "sdpa"
             else ("-", "-")
         )

@@ -52,7 +52,11 @@ CONFIGS = {
     "gemma3": (
         "Gemma3TextConfig",
         "Gemma3ForCausalLM",
-        {"sliding_window": 4, "query_pre_attn_scalar": 16, "layer_types": ["sliding_attention", "full_attention"]},
+        {
+            "sliding_window": 4,
+            "query_pre_attn_scalar": 16,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
     ),
 }
 assert set(CONFIGS) == set(FAMILIES)
@@ -195,14 +199,25 @@ def test_generation_compiles_attention_once_per_bucket():
 def test_static_cache_generate_identical_and_compiles_twice():
     ref, patched = pair("llama")
     x = ids(batch=1, seq=8, seed=7)
-    kw = dict(max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0, cache_implementation="static")
+    kw = dict(
+        max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0, cache_implementation="static"
+    )
     dot_product_attention_op.cache_clear()
     assert torch.equal(ref.generate(x, **kw), patched.generate(x, **kw))
     assert dot_product_attention_op.cache_info().misses == 2  # measured: also 2 with buckets=False
 
 
 def test_bucket_sizes():
-    assert [bucket(n) for n in (1, 64, 65, 128, 129, 1024, 1025, 3000)] == [64, 64, 128, 128, 256, 1024, 2048, 3072]
+    assert [bucket(n) for n in (1, 64, 65, 128, 129, 1024, 1025, 3000)] == [
+        64,
+        64,
+        128,
+        128,
+        256,
+        1024,
+        2048,
+        3072,
+    ]
 
 
 def test_compile_fullgraph_no_breaks():
@@ -301,7 +316,9 @@ def test_bad_input_errors():
         causal_lm_loss(torch.randn(1, 3, 16), torch.randn(VOCAB, 16), torch.tensor([[1, 500, 2]]))
     with pytest.raises(ValueError, match="no model family 'mistral'"):
         apply_tpu_kernels_to("mistral")
-    bert = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    bert = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     with pytest.raises(ValueError, match="model_type='bert' is not a supported family"):
         apply_tpu_kernels(transformers.BertModel(bert))
     _, patched = pair("llama")

@@ -1,4 +1,2 @@
-"""Integrations with other libraries; each is imported on its own, never by `import tpu_kernels`.
-
-    from tpu_kernels.integrations.transformers import apply_tpu_kernels
-"""
+"""Integrations with other libraries, each imported on its own (for example
+`from tpu_kernels.integrations.transformers import apply_tpu_kernels`), never by `import tpu_kernels`."""

@@ -173,7 +173,11 @@ def apply_tpu_kernels_to(
     fam = family(name)
     norm_cls, mlp_cls, lm_cls = fam.classes()
     norm_fn = llama_rms_norm_forward if fam.norm_kind == "llama" else gemma_rms_norm_forward
-    todo = [(rms_norm, norm_cls, norm_fn), (mlp, mlp_cls, _class_mlp_forward), (loss, lm_cls, causal_lm_forward)]
+    todo = [
+        (rms_norm, norm_cls, norm_fn),
+        (mlp, mlp_cls, _class_mlp_forward),
+        (loss, lm_cls, causal_lm_forward),
+    ]
     for wanted, cls, fn in todo:
         if wanted and cls not in _ORIGINALS:
             _ORIGINALS[cls] = cls.forward
