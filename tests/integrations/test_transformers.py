@@ -274,23 +274,34 @@ def test_deepcopy_save_and_reload(tmp_path):
         assert torch.equal(loaded.eval()(x).logits, want)
 
 
-def test_class_patch_before_loading(tmp_path):
-    ref = tiny("llama")
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_class_patch_before_loading(tmp_path, family):
+    ref = tiny(family)
     ref.save_pretrained(tmp_path)
-    apply_tpu_kernels_to("llama")
+    norm_cls, mlp_cls, lm_cls = FAMILIES[family].classes()
+    apply_tpu_kernels_to(family)
     try:
-        model = transformers.LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="tpu_kernels")
+        model = lm_cls.from_pretrained(tmp_path, attn_implementation="tpu_kernels")
         assert model.config._attn_implementation == "tpu_kernels"
-        norm_cls, mlp_cls, lm_cls = FAMILIES["llama"].classes()
-        assert norm_cls.forward.__module__.startswith("tpu_kernels.")
+        for cls in (norm_cls, mlp_cls, lm_cls):
+            assert cls.forward.__module__.startswith("tpu_kernels."), cls
         x = ids()
         with torch.no_grad():
             a, b = ref(x, labels=x), model.eval()(x, labels=x)
         assert (a.logits - b.logits).abs().max().item() < 2e-6
         assert abs(a.loss.item() - b.loss.item()) < 2e-6
+        # apply_tpu_kernels on a model of a patched class swaps nothing twice
+        assert apply_tpu_kernels(model, attention=False) == {
+            "rms_norm": 0,
+            "mlp": 0,
+            "loss": 1,
+            "attention": 0,
+        }
     finally:
-        remove_tpu_kernels_from("llama")
-    assert norm_cls.forward.__module__.startswith("transformers.")
+        remove_tpu_kernels_from(family)
+    for cls in (norm_cls, mlp_cls, lm_cls):
+        assert cls.forward.__module__.startswith("transformers."), cls
+    assert "_tpu_kernels_family" not in mlp_cls.__dict__
 
 
 def test_loss_matches_hf_with_ignore_index_and_num_items():

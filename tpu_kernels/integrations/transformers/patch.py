@@ -114,8 +114,9 @@ def apply_tpu_kernels(
         bucket in generation instead of one per token).
 
     Returns:
-      How many modules of each kind were swapped ({"rms_norm": n, "mlp": m, "loss": 0/1,
-      "attention": 0/1}); the weights, their dtypes and the state dict are unchanged.
+      How many modules of each kind this call swapped ({"rms_norm": n, "mlp": m, "loss": 0/1,
+      "attention": 0/1}); modules whose class apply_tpu_kernels_to patched already run the
+      ops and are not counted. The weights, their dtypes and the state dict are unchanged.
     """
     config = getattr(model, "config", None)
     if config is None:
@@ -137,9 +138,8 @@ def apply_tpu_kernels(
                 module._tpu_kernels_activation = activation
                 _bind(module, gated_mlp_forward)
                 counts["mlp"] += 1
-        elif loss and isinstance(module, lm_cls) and loss_swappable(module):
-            if lm_cls not in _ORIGINALS:
-                _bind(module, causal_lm_forward)
+        elif loss and isinstance(module, lm_cls) and loss_swappable(module) and lm_cls not in _ORIGINALS:
+            _bind(module, causal_lm_forward)
             counts["loss"] += 1
     if attention:
         _attention.register()
