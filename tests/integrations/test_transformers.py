@@ -356,3 +356,20 @@ def test_mlp_with_an_activation_the_op_lacks_stays_hf():
     x = ids()
     with torch.no_grad():
         assert (ref(x).logits - patched(x).logits).abs().max().item() < 2e-6
+
+
+def test_labels_with_a_cache_and_return_dict_false():
+    """The fused-loss forward returns HF's fields: the cache comes back (and is reused), and
+    return_dict=False gives HF's tuple (loss, logits, cache)."""
+    ref, patched = pair("llama")
+    x = ids()
+    with torch.no_grad():
+        a, b = ref(x, labels=x, use_cache=True), patched(x, labels=x, use_cache=True)
+        assert b.cache is not None and b.cache.get_seq_length() == x.shape[1]
+        nxt = ids(seq=1, seed=5)
+        a2 = ref(nxt, cache=a.cache, labels=nxt)
+        b2 = patched(nxt, cache=b.cache, labels=nxt)
+        assert (a2.logits - b2.logits).abs().max().item() < 2e-6
+        t = patched(x, labels=x, return_dict=False)
+    assert isinstance(t, tuple) and abs(t[0].item() - a.loss.item()) < 2e-6
+    assert torch.equal(t[1], b.logits)

@@ -59,8 +59,6 @@ def causal_lm_forward(self, *args, **kwargs):
     from transformers.modeling_outputs import CausalLMOutputWithPast
     from transformers.modeling_utils import slice_logits_to_keep
 
-    if "past_key_values" in kwargs:
-        kwargs["cache"] = kwargs.pop("past_key_values")
     labels = kwargs.pop("labels", None)
     logits_to_keep = kwargs.pop("logits_to_keep", 0)
     return_dict = kwargs.pop("return_dict", None)
@@ -71,13 +69,10 @@ def causal_lm_forward(self, *args, **kwargs):
     hidden = outputs.last_hidden_state
     loss = causal_lm_loss(hidden, self.lm_head.weight, labels, **loss_kwargs)
     logits = None if self.training else self.lm_head(slice_logits_to_keep(hidden, logits_to_keep))
-    out = CausalLMOutputWithPast(
-        loss=loss,
-        logits=logits,
-        cache=outputs.cache,
-        hidden_states=outputs.hidden_states,
-        attentions=outputs.attentions,
-    )
+    # The inner model's other outputs carry over by name (the cache field is `cache` in
+    # transformers 5.24, `past_key_values` before; the inner model also takes either).
+    rest = {k: v for k, v in outputs.items() if k != "last_hidden_state"}
+    out = CausalLMOutputWithPast(loss=loss, logits=logits, **rest)
     return out if return_dict else out.to_tuple()
 
 
