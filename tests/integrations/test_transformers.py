@@ -1,0 +1,375 @@
+"""apply_tpu_kernels against the unpatched HF model (same weights), per model family.
+
+Tiny models from configs with random weights; nothing is downloaded (HF_HUB_OFFLINE=1).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+from tpu_kernels.integrations.transformers import (  # noqa: E402
+    FAMILIES,
+    apply_tpu_kernels,
+    apply_tpu_kernels_to,
+    bucket,
+    causal_lm_loss,
+    remove_tpu_kernels_from,
+)
+from tpu_kernels.tokamax.attention.op import dot_product_attention_op  # noqa: E402
+
+VOCAB = 128
+COMMON = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    max_position_embeddings=256,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+CONFIGS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"hidden_act": "gelu_pytorch_tanh"}),
+    # sliding_window 4 < the test sequences, so the sliding layers' masks matter; Gemma2's
+    # attention soft-cap goes to Tokamax's logits_soft_cap; its final-logit soft-cap keeps
+    # HF's loss (the fused loss has no soft-cap).
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"sliding_window": 4, "query_pre_attn_scalar": 16}),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "sliding_window": 4,
+            "query_pre_attn_scalar": 16,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+}
+assert set(CONFIGS) == set(FAMILIES)
+
+
+def tiny(family: str, dtype=torch.float32, seed: int = 0):
+    config_name, model_name, extra = CONFIGS[family]
+    config = getattr(transformers, config_name)(**COMMON, **extra)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).to(dtype).eval()
+    with torch.no_grad():  # Gemma's norms start at weight 0 (= scale 1): make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def pair(family: str, dtype=torch.float32, **flags):
+    ref = tiny(family, dtype)
+    # Gemma2's attention soft-cap has no sdpa path in HF: its reference is eager attention.
+    ref.set_attn_implementation("eager" if family == "gemma2" else "sdpa")
+    patched = copy.deepcopy(ref)
+    apply_tpu_kernels(patched, **flags)
+    return ref, patched
+
+
+def ids(batch=2, seq=12, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, seq), generator=g)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_float32_logits_and_loss_match(family):
+    ref, patched = pair(family)
+    x = ids()
+    with torch.no_grad():
+        a, b = ref(x, labels=x), patched(x, labels=x)
+    # Measured: logits 1.8e-7-3.3e-7 over the six families, loss <= 4.8e-7 (float32).
+    assert (a.logits - b.logits).abs().max().item() < 2e-6
+    assert abs(a.loss.item() - b.loss.item()) < 2e-6
+
+
+def test_what_is_swapped_per_family():
+    swapped = {f: apply_tpu_kernels(tiny(f)) for f in FAMILIES}
+    # 2 layers x 2 norms + the final norm; Qwen3 and Gemma3 add q_norm and k_norm per layer,
+    # Gemma2 and Gemma3 a pre- and post-feedforward norm per layer.
+    assert {f: s["rms_norm"] for f, s in swapped.items()} == {
+        "llama": 5, "qwen2": 5, "qwen3": 9, "gemma": 5, "gemma2": 9, "gemma3": 13,
+    }  # fmt: skip
+    assert all(s["mlp"] == 2 and s["attention"] == 1 for s in swapped.values())
+    # Gemma2's default config soft-caps the final logits, which the fused loss cannot.
+    assert {f: s["loss"] for f, s in swapped.items()} == {f: int(f != "gemma2") for f in FAMILIES}
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_bfloat16_norms_bit_identical(family):
+    """The RMSNorm swap keeps the family's cast order, so each norm's bfloat16 output is
+    bit-identical to HF's."""
+    ref, patched = pair(family, torch.bfloat16, attention=False, mlp=False, loss=False)
+    norm_cls = FAMILIES[family].classes()[0]
+    x = torch.randn(3, 7, 64, dtype=torch.bfloat16) * 3
+    for (_, m_ref), (_, m) in zip(ref.named_modules(), patched.named_modules()):
+        if isinstance(m_ref, norm_cls):
+            assert torch.equal(m_ref(x), m(x))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
+def test_bfloat16_logits_close(family):
+    ref, patched = pair(family, torch.bfloat16)
+    x = ids()
+    with torch.no_grad():
+        out_a, out_b = ref(x, labels=x), patched(x, labels=x)
+    a, b = out_a.logits.float(), out_b.logits.float()
+    # Measured max |diff| 0.0039-0.0078 over the six families, logits up to 1.4: one or two
+    # bfloat16 ulps, from the MLP, attention and loss keeping float32 between their matmuls
+    # where HF rounds to bfloat16 (the norms alone are bit-identical, above). The loss:
+    # 1e-4-4.8e-3 (HF's loss reads bfloat16-rounded logits, the fused one float32 dots).
+    assert (a - b).abs().max().item() <= 0.03
+    assert abs(out_a.loss.item() - out_b.loss.item()) <= 0.02
+    assert (a.argmax(-1) == b.argmax(-1)).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_five_adamw_steps_match(family):
+    ref, patched = pair(family)
+    ref.train(), patched.train()
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ref, patched)]
+    x = ids(seed=3)
+    labels = x.clone()
+    labels[:, :3] = -100  # ignored positions
+    for _ in range(5):
+        losses = []
+        for m, opt in zip((ref, patched), opts):
+            opt.zero_grad()
+            out = m(x, labels=labels)
+            out.loss.backward()
+            opt.step()
+            losses.append(out.loss.item())
+        assert abs(losses[0] - losses[1]) < 1e-5 * abs(losses[0])
+    assert patched(x, labels=labels).logits is None  # training mode: the logits are never built
+    worst = max(
+        ((p - q).abs().max() / p.abs().max().clamp_min(1e-6)).item()
+        for p, q in zip(ref.parameters(), patched.parameters())
+    )
+    assert worst < 1e-4  # measured 9.7e-6 (Llama): Adam magnifies tiny gradient differences
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma2"])
+def test_greedy_generate_identical(family):
+    ref, patched = pair(family)
+    x = ids(batch=1, seq=8)
+    kw = dict(max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert torch.equal(ref.generate(x, **kw), patched.generate(x, **kw))
+
+
+def test_left_padded_batch_generate_identical():
+    ref, patched = pair("llama")
+    x = ids(batch=2, seq=10)
+    mask = torch.ones_like(x)
+    x[0, :4], mask[0, :4] = 0, 0  # the first prompt is 6 tokens, left-padded
+    kw = dict(attention_mask=mask, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert torch.equal(ref.generate(x, **kw), patched.generate(x, **kw))
+
+
+def test_generation_compiles_attention_once_per_bucket():
+    """16 new tokens after an 8-token prompt: the key/value length runs 8..23, one bucket
+    (64); the prefill (8 queries) and the decode steps (1 query) are two shapes."""
+    _, patched = pair("llama")
+    x = ids(batch=1, seq=8, seed=7)  # batch 1: a shape no other test here uses first
+    kw = dict(max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0)
+    dot_product_attention_op.cache_clear()
+    patched.generate(x, **kw)
+    assert dot_product_attention_op.cache_info().misses == 2
+    apply_tpu_kernels(patched, buckets=False)
+    dot_product_attention_op.cache_clear()
+    patched.generate(x, **kw)
+    assert dot_product_attention_op.cache_info().misses == 16  # one per key/value length
+
+
+def test_static_cache_generate_identical_and_compiles_twice():
+    ref, patched = pair("llama")
+    x = ids(batch=1, seq=8, seed=7)
+    kw = dict(
+        max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0, cache_implementation="static"
+    )
+    dot_product_attention_op.cache_clear()
+    assert torch.equal(ref.generate(x, **kw), patched.generate(x, **kw))
+    assert dot_product_attention_op.cache_info().misses == 2  # measured: also 2 with buckets=False
+
+
+def test_bucket_sizes():
+    assert [bucket(n) for n in (1, 64, 65, 128, 129, 1024, 1025, 3000)] == [
+        64,
+        64,
+        128,
+        128,
+        256,
+        1024,
+        2048,
+        3072,
+    ]
+
+
+def test_compile_fullgraph_no_breaks():
+    from torch._dynamo.utils import counters
+
+    ref, patched = pair("llama")
+    x = ids()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(patched, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        out = compiled(x, labels=x)
+        want = ref(x, labels=x)
+    assert sum(counters["graph_break"].values()) == 0
+    assert (out.logits - want.logits).abs().max().item() < 2e-6
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # Inductor: 117 s here (load 6), the forward and the training graph
+def test_inductor_fullgraph_forward_and_training_step():
+    from torch._dynamo.utils import counters
+
+    ref, patched = pair("llama")
+    x = ids()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(patched, fullgraph=True)
+    with torch.no_grad():
+        assert (compiled(x).logits - ref(x).logits).abs().max().item() < 2e-6
+    ref.train(), patched.train()
+    loss, want = compiled(x, labels=x).loss, ref(x, labels=x).loss
+    loss.backward(), want.backward()
+    assert sum(counters["graph_break"].values()) == 0
+    assert abs(loss.item() - want.item()) < 2e-6
+    for (name, p), q in zip(ref.named_parameters(), patched.parameters()):
+        assert (p.grad - q.grad).abs().max().item() < 1e-5, name
+    torch._dynamo.reset()
+
+
+def test_deepcopy_save_and_reload(tmp_path):
+    ref, patched = pair("qwen3")
+    x = ids()
+    with torch.no_grad():
+        want = patched(x).logits
+        assert torch.equal(copy.deepcopy(patched)(x).logits, want)
+        torch.save(patched, tmp_path / "whole.pt")
+        assert torch.equal(torch.load(tmp_path / "whole.pt", weights_only=False)(x).logits, want)
+        patched.save_pretrained(tmp_path / "hf")
+        # The patch is module code, not weights: from_pretrained builds HF's modules again
+        # (the docs say to re-apply, or to patch the classes before loading).
+        loaded = type(patched).from_pretrained(tmp_path / "hf")
+        assert loaded.config._attn_implementation != "tpu_kernels"
+        apply_tpu_kernels(loaded)
+        assert torch.equal(loaded.eval()(x).logits, want)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_class_patch_before_loading(tmp_path, family):
+    ref = tiny(family)
+    ref.save_pretrained(tmp_path)
+    norm_cls, mlp_cls, lm_cls = FAMILIES[family].classes()
+    apply_tpu_kernels_to(family)
+    try:
+        model = lm_cls.from_pretrained(tmp_path, attn_implementation="tpu_kernels")
+        assert model.config._attn_implementation == "tpu_kernels"
+        for cls in (norm_cls, mlp_cls, lm_cls):
+            assert cls.forward.__module__.startswith("tpu_kernels."), cls
+        x = ids()
+        with torch.no_grad():
+            a, b = ref(x, labels=x), model.eval()(x, labels=x)
+        assert (a.logits - b.logits).abs().max().item() < 2e-6
+        assert abs(a.loss.item() - b.loss.item()) < 2e-6
+        # apply_tpu_kernels on a model of a patched class swaps nothing twice
+        assert apply_tpu_kernels(model, attention=False) == {
+            "rms_norm": 0,
+            "mlp": 0,
+            "loss": 0,
+            "attention": 0,
+        }
+    finally:
+        remove_tpu_kernels_from(family)
+    for cls in (norm_cls, mlp_cls, lm_cls):
+        assert cls.forward.__module__.startswith("transformers."), cls
+    assert "_tpu_kernels_family" not in mlp_cls.__dict__
+
+
+def test_loss_matches_hf_with_ignore_index_and_num_items():
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    torch.manual_seed(0)
+    h = torch.randn(2, 6, 16, requires_grad=True)
+    w = torch.randn(VOCAB, 16, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (2, 6))
+    labels[0, :2] = -100
+    for kw in ({}, {"num_items_in_batch": torch.tensor(7)}):
+        want = ForCausalLMLoss(h @ w.T, labels, VOCAB, **kw)
+        got = causal_lm_loss(h, w, labels, **kw)
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+        gw, gh = torch.autograd.grad(want, (w, h))
+        hw, hh = torch.autograd.grad(got, (w, h))
+        assert torch.allclose(hw, gw, atol=1e-6) and torch.allclose(hh, gh, atol=1e-6)
+    assert labels[0, 0] == -100  # the caller's labels are untouched
+
+
+def test_bad_input_errors():
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 128\) or -100"):
+        causal_lm_loss(torch.randn(1, 3, 16), torch.randn(VOCAB, 16), torch.tensor([[1, 500, 2]]))
+    with pytest.raises(ValueError, match="no model family 'mistral'"):
+        apply_tpu_kernels_to("mistral")
+    bert = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    with pytest.raises(ValueError, match="model_type='bert' is not a supported family"):
+        apply_tpu_kernels(transformers.BertModel(bert))
+    _, patched = pair("llama")
+    patched.train()
+    patched.config.attention_dropout = 0.1
+    for layer in patched.model.layers:
+        layer.self_attn.attention_dropout = 0.1
+    with pytest.raises(NotImplementedError, match="dropout=0.1, but Tokamax's attention has no dropout"):
+        patched(ids())
+
+
+def test_import_tpu_kernels_does_not_import_transformers():
+    code = "import sys, tpu_kernels, tpu_kernels.tokamax; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_mlp_with_an_activation_the_op_lacks_stays_hf():
+    config = transformers.LlamaConfig(**COMMON, hidden_act="gelu_new")  # a tanh GELU in Python
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(config).eval()
+    patched = copy.deepcopy(ref)
+    assert apply_tpu_kernels(patched)["mlp"] == 0
+    x = ids()
+    with torch.no_grad():
+        assert (ref(x).logits - patched(x).logits).abs().max().item() < 2e-6
+
+
+def test_labels_with_a_cache_and_return_dict_false():
+    """The fused-loss forward returns HF's fields: the cache comes back (and is reused), and
+    return_dict=False gives HF's tuple (loss, logits, cache)."""
+    ref, patched = pair("llama")
+    x = ids()
+    with torch.no_grad():
+        a, b = ref(x, labels=x, use_cache=True), patched(x, labels=x, use_cache=True)
+        assert b.cache is not None and b.cache.get_seq_length() == x.shape[1]
+        nxt = ids(seq=1, seed=5)
+        a2 = ref(nxt, cache=a.cache, labels=nxt)
+        b2 = patched(nxt, cache=b.cache, labels=nxt)
+        assert (a2.logits - b2.logits).abs().max().item() < 2e-6
+        t = patched(x, labels=x, return_dict=False)
+    assert isinstance(t, tuple) and abs(t[0].item() - a.loss.item()) < 2e-6
+    assert torch.equal(t[1], b.logits)
