@@ -74,7 +74,11 @@ def _mutating(x: jax.Array) -> jax.Array:
     "buckets, kwargs, match",
     [
         ([("x", 0)], {}, r"test_buckets::bad0: buckets must be a non-empty dict"),
-        ({"z": {0: multiple_of(8)}}, {}, r"names 'z', which is neither a tensor parameter \(\['x', 'w'\]\) nor an output \(\['out'\]\)"),
+        (
+            {"z": {0: multiple_of(8)}},
+            {},
+            r"names 'z', which is neither a tensor parameter \(\['x', 'w'\]\) nor an output \(\['out'\]\)",
+        ),
         ({"k": {0: multiple_of(8)}}, {}, r"names 'k', a int parameter; only Tensor parameters can be padded"),
         ({"x": {"0": multiple_of(8)}}, {}, r"buckets\['x'\] has dim '0'; dims are ints"),
         ({"x": {0: 128}}, {}, r"buckets\['x'\]\[0\] is 128; expected tpu_kernels.multiple_of"),
@@ -99,7 +103,9 @@ def test_mutating_op_cannot_pad():
     def inc(x: jax.Array) -> jax.Array:
         return x + 1
 
-    with pytest.raises(OpDefinitionError, match=r"test_buckets::mut: buckets= cannot be declared on an op that mutates"):
+    with pytest.raises(
+        OpDefinitionError, match=r"test_buckets::mut: buckets= cannot be declared on an op that mutates"
+    ):
         tpu_kernel("test_buckets::mut", mutates_args=("x",), buckets={"x": {0: multiple_of(8)}})(inc)
 
 
@@ -280,7 +286,9 @@ def test_padded_reduction_with_true_length():
 
 
 def test_length_is_not_for_the_caller():
-    with pytest.raises(ValueError, match=r"test_buckets::masked_mean: argument 'length' is filled in by the op"):
+    with pytest.raises(
+        ValueError, match=r"test_buckets::masked_mean: argument 'length' is filled in by the op"
+    ):
         masked_mean(torch.randn(2, 3), torch.tensor(3))
 
 

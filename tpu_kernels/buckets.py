@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -120,9 +119,13 @@ def buckets_of(sizes: Sequence[int], *, pad: float | int | bool = 0) -> BucketsO
     try:
         values = sorted(set(sizes))
     except TypeError:
-        raise OpDefinitionError(f"buckets_of: sizes must be a list of positive ints, got {sizes!r}.") from None
+        raise OpDefinitionError(
+            f"buckets_of: sizes must be a list of positive ints, got {sizes!r}."
+        ) from None
     if not values or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in values):
-        raise OpDefinitionError(f"buckets_of: sizes must be a non-empty list of positive ints, got {sizes!r}.")
+        raise OpDefinitionError(
+            f"buckets_of: sizes must be a non-empty list of positive ints, got {sizes!r}."
+        )
     _check_pad("buckets_of", pad)
     return BucketsOf(pad=pad, sizes=tuple(values))
 
@@ -244,7 +247,9 @@ def plan(
     for g, dims in (grads_of or {}).items():  # a gradient is padded where its output was, with 0
         for b in dims.values():
             spec = spec or b
-        inputs.append((params[g][0], g, tuple(sorted((d, dataclasses.replace(b, pad=0)) for d, b in dims.items()))))
+        inputs.append(
+            (params[g][0], g, tuple(sorted((d, dataclasses.replace(b, pad=0)) for d, b in dims.items())))
+        )
     outputs.update(output_dims or {})
     if not inputs:
         raise OpDefinitionError(f"{op}: buckets declares only outputs; name the input dims that are padded.")
@@ -263,7 +268,9 @@ def plan(
     return Plan(op, tuple(inputs), outputs, length_idx, spec, declared, length)
 
 
-def backward_plan(fwd: Plan, bwd_sig: Signature, output_names: Sequence[str], wrt: Sequence[str]) -> Plan | None:
+def backward_plan(
+    fwd: Plan, bwd_sig: Signature, output_names: Sequence[str], wrt: Sequence[str]
+) -> Plan | None:
     """The backward op's plan, from the forward's: its parameters named like the
     forward's declared inputs and outputs are padded the same way, incoming gradients
     (`grad_<output>`) where their output is, with 0; the true length is passed on
@@ -292,7 +299,9 @@ class PaddedKernel:
     `out_shapes(values)`: the unpadded call's output shapes (the op's derived fake),
     for outputs the plan does not declare."""
 
-    def __init__(self, plan_: Plan, sig: Signature, kernel: Callable, out_shapes: Callable[[list[Any]], list]) -> None:
+    def __init__(
+        self, plan_: Plan, sig: Signature, kernel: Callable, out_shapes: Callable[[list[Any]], list]
+    ) -> None:
         self.plan = plan_
         self.sig = sig
         self.kernel = kernel
@@ -382,11 +391,21 @@ class PaddedKernel:
         return type(result)(outs) if isinstance(result, tuple) else outs
 
 
-def wrap(plan_: Plan | None, sig: Signature, kernels: dict[str, Callable], out_shapes: Callable) -> dict[str, Callable]:
+def wrap(
+    plan_: Plan | None, sig: Signature, kernels: dict[str, Callable], out_shapes: Callable
+) -> dict[str, Callable]:
     """The op's device kernels, each padding as `plan_` says (unchanged when None)."""
     if plan_ is None:
         return kernels
     return {key: PaddedKernel(plan_, sig, k, out_shapes) for key, k in kernels.items()}
 
 
-__all__ = ["Bucketing", "BucketOverflowError", "BucketsOf", "MultipleOf", "bucket_size", "buckets_of", "multiple_of"]
+__all__ = [
+    "Bucketing",
+    "BucketOverflowError",
+    "BucketsOf",
+    "MultipleOf",
+    "bucket_size",
+    "buckets_of",
+    "multiple_of",
+]

@@ -90,7 +90,8 @@ class DerivedFake:
         key = (_hashable(statics), _spec_key(tensors))
         if self.source_fake is not None:
             outs = self.cache.get_or_build(
-                key, lambda: tuple((tuple(t.shape), t.dtype) for t in self.source_fake(self.sig, list(values)))
+                key,
+                lambda: tuple((tuple(t.shape), t.dtype) for t in self.source_fake(self.sig, list(values))),
             )
         else:
             outs = self.cache.get_or_build(key, lambda: self._concrete(tensors, statics))

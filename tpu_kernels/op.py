@@ -366,7 +366,9 @@ class KernelOp:
             source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
             bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
-            plan = self.bucket_plan and bucketing.backward_plan(self.bucket_plan, bwd_sig, self.output_names, names)
+            plan = self.bucket_plan and bucketing.backward_plan(
+                self.bucket_plan, bwd_sig, self.output_names, names
+            )
             bwd = (
                 autograd.Composite(qualname, bwd_fn, bwd_sig)
                 if composite  # the ops it calls pad as they declare
