@@ -10,6 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tpu_kernels
 from tpu_kernels import bucket_size, buckets_of, multiple_of, tpu_kernel
+from tpu_kernels import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.kernels.elementwise import scale_add
 from tpu_kernels.kernels.rmsnorm import rmsnorm
@@ -312,3 +313,9 @@ def test_explicit_buckets_and_undeclared_outputs():
     assert listed.cache_info().misses == 2
     with pytest.raises(ValueError, match=r"test_buckets::listed: arguments \['x'\]: a length of 9 exceeds"):
         listed(torch.randn(9, 3))
+
+
+def test_the_padding_kernel_keeps_the_device_kernels_api():
+    tpu = rmsnorm._kernels["PrivateUse1"]  # the TPU kernel, wrapped to pad
+    assert isinstance(tpu, bucketing.PaddedKernel)
+    assert tpu.inner_op == tpu.kernel.inner_op  # its own methods stay reachable

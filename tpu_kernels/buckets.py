@@ -309,6 +309,12 @@ class PaddedKernel:
         self._n_pos = sum(not p.keyword_only for p in sig.params)
         self._kw = [p.name for p in sig.params if p.keyword_only]
 
+    def __getattr__(self, name: str) -> Any:
+        # the wrapped kernel's own API (the TPU kernel's inner_op, mesh_op) stays reachable
+        if name == "kernel":
+            raise AttributeError(name)
+        return getattr(self.kernel, name)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         values = self.sig.values(args, kwargs)
         padded = self.pad(values)
