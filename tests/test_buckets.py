@@ -319,3 +319,28 @@ def test_the_padding_kernel_keeps_the_device_kernels_api():
     tpu = rmsnorm._kernels["PrivateUse1"]  # the TPU kernel, wrapped to pad
     assert isinstance(tpu, bucketing.PaddedKernel)
     assert tpu.inner_op == tpu.kernel.inner_op  # its own methods stay reachable
+
+
+@pytest.mark.slow  # Inductor compiles the forward and backward graphs: about a minute here
+def test_inductor_dynamic_one_graph_forward_and_backward():
+    _fresh(rmsnorm)
+    _fresh(softmax)
+
+    def f(x, w):
+        return softmax(rmsnorm(x, w) * 2)
+
+    compiled, counter = compile_counted(f, backend="inductor", dynamic=True)
+    w = torch.randn(D, requires_grad=True)
+    for n in (3, 50, 130, 200, 7):
+        x = torch.randn(2, n, D, requires_grad=True)
+        out = compiled(x, w)
+        ref = torch.softmax(2 * _rmsnorm_ref(x, w), -1)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        g = torch.randn_like(out)
+        gx, gw = torch.autograd.grad(out, (x, w), g)
+        rx, rw = torch.autograd.grad(ref, (x, w), g)
+        torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-4)
+    assert counter.frame_count == 1
+    for op in (rmsnorm, rmsnorm.backward_op, softmax, softmax.backward_op):
+        assert op.cache_info().misses == 2, op.name  # buckets 128 and 256
