@@ -275,6 +275,7 @@ masked_mean = tpu_kernel(
     "test_buckets::masked_mean",
     buckets={"x": {-1: multiple_of(16)}, "out": {}},  # the output has no padded dim
     length="length",
+    backward="vjp",  # the backward op gets the true length too
 )(_masked_mean)
 
 
@@ -284,6 +285,21 @@ def test_padded_reduction_with_true_length():
         x = torch.randn(4, n, dtype=torch.float64)
         torch.testing.assert_close(masked_mean(x), x.mean(-1), rtol=1e-12, atol=1e-12)
     assert masked_mean.cache_info().misses == 2  # buckets 16 and 32, every length a runtime value
+
+
+def test_padded_reduction_backward_and_compile():
+    _fresh(masked_mean)
+    compiled, counter = compile_counted(lambda x: masked_mean(x) * 2, dynamic=True)
+    for n in (3, 16, 17, 9):
+        x = torch.randn(4, n, dtype=torch.float64, requires_grad=True)
+        (g,) = torch.autograd.grad(masked_mean(x).sum(), x)
+        torch.testing.assert_close(g, torch.full_like(x, 1 / n))  # 1/true length, not 1/bucket
+        y = compiled(x)
+        torch.testing.assert_close(y, 2 * x.detach().mean(-1))
+        (g,) = torch.autograd.grad(y.sum(), x)
+        torch.testing.assert_close(g, torch.full_like(x, 2 / n))
+    assert counter.frame_count == 1
+    assert masked_mean.cache_info().misses == 2 and masked_mean.backward_op.cache_info().misses == 2
 
 
 def test_length_is_not_for_the_caller():
