@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "bucket_size": "tpu_kernels.buckets",
+    "buckets_of": "tpu_kernels.buckets",
+    "multiple_of": "tpu_kernels.buckets",
     "CacheInfo": "tpu_kernels.cache",
     "CheckFailure": "tpu_kernels.checking",
     "checked": "tpu_kernels.checking",
@@ -48,9 +51,12 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "NoBackwardError",
     "OpDefinitionError",
     "TpuKernelsError",
+    "bucket_size",
+    "buckets_of",
     "checked",
     "helion_cpu_mode",
     "interpret_mode",
+    "multiple_of",
     "pointwise",
     "registered_ops",
     "rowwise",
@@ -74,6 +80,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from tpu_kernels.buckets import bucket_size, buckets_of, multiple_of
     from tpu_kernels.cache import CacheInfo
     from tpu_kernels.checking import CheckFailure, checked
     from tpu_kernels.errors import (

@@ -82,6 +82,21 @@ class DerivedFake:
             return None
         return made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made)
 
+    def output_shapes(self, values: list[Any]) -> list[tuple[int, ...]]:
+        """The output shapes of a call with these concrete arguments (cached; allocates
+        nothing): what a bucketed op slices its padded outputs back to."""
+        tensors = [v for p, v in zip(self.sig.params, values) if p.is_tensor]
+        statics = self.sig.static_kwargs(self.sig.split(values)[1])
+        key = (_hashable(statics), _spec_key(tensors))
+        if self.source_fake is not None:
+            outs = self.cache.get_or_build(
+                key,
+                lambda: tuple((tuple(t.shape), t.dtype) for t in self.source_fake(self.sig, list(values))),
+            )
+        else:
+            outs = self.cache.get_or_build(key, lambda: self._concrete(tensors, statics))
+        return [shape for shape, _ in outs]
+
     def _from_source(self, values: Any, tensors: list[Any], statics: dict, device: torch.device) -> Any:
         def infer() -> list[Any]:
             try:

@@ -29,6 +29,7 @@ import torch
 
 from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, checking, dtypes, eager, fake
+from tpu_kernels import buckets as bucketing
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
@@ -123,6 +124,8 @@ class KernelOp:
         signature: Signature | None = None,
         returns_list: bool = False,
         autocast: str = "keep",
+        buckets: Any = None,
+        length: str | None = None,
     ) -> None:
         self.ns, self.short_name = _split_name(name)
         self.name = name
@@ -151,6 +154,13 @@ class KernelOp:
         self.check_reference = checking.resolve(name, check_reference, reference)
         self.examples = examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
+        # which dims the device kernels pad to buckets (tpu_kernels.buckets); a backward
+        # op built here gets its forward's Plan
+        self.bucket_plan = (
+            buckets
+            if isinstance(buckets, bucketing.Plan)
+            else bucketing.plan(name, sig, self.output_names, buckets, length, self.mutates_args)
+        )
 
         n_results = None if returns_list else n + len(self.mutated)
         self._derived_fake = fake.DerivedFake(
@@ -245,7 +255,9 @@ class KernelOp:
                 ) from e
             raise OpDefinitionError(f"{self.name}: torch rejected the schema {schema!r}: {e}") from e
         self.schema = schema
-        self._kernels = self.source.kernels(self)
+        self._kernels = bucketing.wrap(
+            self.bucket_plan, self.signature, self.source.kernels(self), self._derived_fake.output_shapes
+        )
         for key, kernel in self._kernels.items():
             lib.impl(self.short_name, kernel, key)
         # Where no backend kernel applies: a call with no tensor at all (`op(None)`),
@@ -280,8 +292,10 @@ class KernelOp:
         grad_names = tuple(f"grad_{n}" for n in self.output_names[: self.n_visible])
         sig = autograd.vjp_signature(self.signature, qualname, grad_names)
         kernel = autograd.vjp_kernel(self.signature, diff_fn, self.n_visible, grad_names)
+        wrt = [p.name for p in self.signature.tensor_params]
+        plan = self.bucket_plan and bucketing.backward_plan(self.bucket_plan, sig, self.output_names, wrt)
         self.backward_op = KernelOp(
-            qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature)
+            qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature), buckets=plan
         )
         self.backward_op.register_fake(autograd.vjp_fake(self.signature, sig, len(grad_names)))
         self._backward = autograd.DerivedBackward(self, self.backward_op)
@@ -352,10 +366,13 @@ class KernelOp:
             source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
             bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
+            plan = self.bucket_plan and bucketing.backward_plan(
+                self.bucket_plan, bwd_sig, self.output_names, names
+            )
             bwd = (
                 autograd.Composite(qualname, bwd_fn, bwd_sig)
-                if composite
-                else KernelOp(qualname, bwd_fn, signature=bwd_sig)
+                if composite  # the ops it calls pad as they declare
+                else KernelOp(qualname, bwd_fn, signature=bwd_sig, buckets=plan)
             )
             self._backward = autograd.ExplicitBackward(self, bwd, names)
             self.backward_op = bwd
@@ -533,6 +550,8 @@ def tpu_kernel(
     autotune: bool = False,
     autocast: str = "keep",
     sharding: Any = None,
+    buckets: Any = None,
+    length: str | None = None,
 ) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -572,6 +591,13 @@ def tpu_kernel(
         strategies as `torch.distributed.tensor.experimental.register_sharding`
         takes; registered for the op and its backward op. Without one, DTensor
         arguments raise an error saying how to declare it.
+      buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
+        tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
+        kernels pad those dims up to the bucket (one executable per bucket) and slice
+        the outputs back. Declare only dims the kernel treats independently (rows), or
+        a reduced dim with a neutral pad value and `length`.
+      length: with `buckets`, an optional tensor parameter (default None) that
+        receives the true length as an int32 scalar when the op pads.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -591,6 +617,8 @@ def tpu_kernel(
             autotune=autotune,
             autocast=autocast,
             sharding=sharding,
+            buckets=buckets,
+            length=length,
         )
 
     return wrap(fn) if fn is not None else wrap

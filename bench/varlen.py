@@ -1,0 +1,182 @@
+"""Variable lengths: rmsnorm over 24 random sequence lengths in 1-512, with and without buckets.
+
+Each length is a new shape, and each new shape is a new executable (trace, lower, XLA
+compile). The shipped rmsnorm pads its rows to multiples of 128 (`buckets=`,
+docs/buckets.md), so the 24 lengths need at most 4 executables; the same Pallas kernel
+registered without `buckets=` ("exact") compiles once per distinct length.
+
+For each mode a fresh process (the on-disk kernel cache off, so every executable is
+really built) calls the op once per length, in the same seeded order, and reports the
+executables built (the op's `cache_info().misses`), JAX's XLA compiles (its
+backend_compile events), the total time of the 24 calls, and the largest difference
+from the other mode's results (the padded rows must change nothing).
+
+Goal (issue 12): at most one compile per bucket. Figures are printed, not asserted.
+
+    python bench/varlen.py [--lengths 24] [--max-len 512] [--hidden 256] [--backward] [--repeat N]
+
+A plain script, not a `tpu-kernels bench` suite: it times first calls in new processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SEED = 0
+MODES = ("exact", "buckets")
+
+
+def lengths(n: int, max_len: int, seed: int = SEED) -> list[int]:
+    """`n` random lengths in 1..max_len, fixed by the seed (repeats allowed, as in real traffic)."""
+    rng = random.Random(seed)
+    return [rng.randint(1, max_len) for _ in range(n)]
+
+
+def _ops():
+    """The shipped (bucketed) rmsnorm, and the same kernel without buckets."""
+    from tpu_kernels import registered_ops, tpu_kernel
+    from tpu_kernels.kernels.rmsnorm import pallas, rmsnorm
+
+    exact = registered_ops().get("varlen_bench::rmsnorm_exact")
+    if exact is None:
+        exact = tpu_kernel("varlen_bench::rmsnorm_exact", outputs=("y", "inv_rms"), residuals=("inv_rms",))(
+            pallas.rmsnorm
+        )
+        exact.def_backward(pallas.rmsnorm_backward)
+    return {"exact": exact, "buckets": rmsnorm}
+
+
+def run(mode: str, lens: list[int], hidden: int, backward: bool = False) -> dict:
+    """Call the mode's op once per length (in this process); counts, time, a result digest."""
+    import jax
+    import torch
+
+    op = _ops()[mode]
+    op.cache_clear()
+    if backward:
+        op.backward_op.cache_clear()
+    compiles = [0]
+
+    def on_duration(event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    gen = torch.Generator().manual_seed(SEED)
+    w = torch.randn(hidden, generator=gen)
+    inputs = [torch.randn(n, hidden, generator=gen) for n in lens]
+    sums = []
+    t0 = time.perf_counter()
+    for x in inputs:
+        if backward:
+            x.requires_grad_(True)
+            y = op(x, w)
+            y.sum().backward()
+            sums.append(float(x.grad.double().abs().sum()))
+        else:
+            y = op(x, w)
+        sums.append(float(y.detach().double().abs().sum()))
+    total = time.perf_counter() - t0
+    try:
+        jax.monitoring.unregister_event_duration_listener(on_duration)
+    except (AttributeError, ValueError):  # pragma: no cover - older JAX: the process ends soon anyway
+        pass
+    result = {
+        "mode": mode,
+        "calls": len(lens),
+        "distinct_lengths": len(set(lens)),
+        "executables": op.cache_info().misses,
+        "xla_compiles": compiles[0],
+        "seconds": total,
+        "sums": sums,
+    }
+    if backward:
+        result["backward_executables"] = op.backward_op.cache_info().misses
+    return result
+
+
+def expected_buckets(lens: list[int]) -> int:
+    from tpu_kernels.buckets import bucket_size
+    from tpu_kernels.kernels.rmsnorm import _ROWS
+
+    return len({bucket_size(n, _ROWS) for n in lens})
+
+
+def _run_child(mode: str, args: argparse.Namespace) -> dict:
+    env = {
+        **os.environ,
+        "TPU_KERNELS_CACHE_DIR": "off",  # every executable is built, none read from disk
+        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+        "TORCH_DEVICE_BACKEND_AUTOLOAD": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    cmd = [sys.executable, __file__, "--child", mode, "--lengths", str(args.lengths), "--max-len", str(args.max_len),
+           "--hidden", str(args.hidden)] + (["--backward"] if args.backward else [])  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"varlen child ({mode}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def report(runs: dict[str, list[dict]], lens: list[int], max_len: int) -> list[str]:
+    n_buckets = expected_buckets(lens)
+    lines = [
+        f"{len(lens)} random lengths in 1-{max_len} (seed {SEED}): {len(set(lens))} distinct, "
+        f"{n_buckets} buckets of 128 rows",
+        "| mode | executables | XLA compiles | total seconds (median) |",
+        "|---|---|---|---|",
+    ]
+    for mode, rs in runs.items():
+        secs = statistics.median(r["seconds"] for r in rs)
+        lines.append(f"| {mode} | {rs[0]['executables']} | {rs[0]['xla_compiles']} | {secs:.2f} |")
+    if "exact" in runs and "buckets" in runs:
+        a, b = runs["exact"][0]["sums"], runs["buckets"][0]["sums"]
+        diff = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
+        lines.append(f"largest relative difference of the results' abs-sums, buckets vs exact: {diff:.2e}")
+        b0 = runs["buckets"][0]
+        ok = b0["executables"] <= n_buckets
+        lines.append(
+            f"goal: at most one compile per bucket: {b0['executables']} executables for {n_buckets} "
+            f"buckets: {'met' if ok else 'MISSED'}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", type=int, default=24, help="how many random lengths (default 24)")
+    p.add_argument("--max-len", type=int, default=512, help="lengths are drawn from 1..max-len (default 512)")
+    p.add_argument("--hidden", type=int, default=256, help="the normalized dim (default 256)")
+    p.add_argument("--backward", action="store_true", help="also run the backward per length")
+    p.add_argument("--repeat", type=int, default=1, help="fresh processes per mode (medians are shown)")
+    p.add_argument("--json", type=Path, help="write the raw figures here")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    lens = lengths(args.lengths, args.max_len)
+    if args.child:
+        print(json.dumps(run(args.child, lens, args.hidden, args.backward)))
+        return 0
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
+    for _ in range(args.repeat):
+        for mode in MODES:
+            runs[mode].append(_run_child(mode, args))
+            print(f"  {mode}: {runs[mode][-1]['seconds']:.2f} s", file=sys.stderr)
+    for line in report(runs, lens, args.max_len):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
