@@ -101,3 +101,18 @@ def test_cli_lists_the_catalogue_and_refuses_a_file_without_tests(capsys, tmp_pa
     (tmp_path / "k.py").write_text("x = 1\n")
     assert main([str(tmp_path / "k.py")]) == 2
     assert "give the tests of FILE with --tests" in capsys.readouterr().err
+
+
+def test_a_users_kernel_file_end_to_end(tmp_path, capsys, monkeypatch):
+    """`python -m tpu_kernels.mutate kern.py --tests tests/test_kern.py` outside git: the copy
+    holds the file and its tests, the generic `sign` operator makes one mutant, the test catches it."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "kern.py").write_text("def f(x):\n    return x - 1\n")
+    (tmp_path / "tests" / "test_kern.py").write_text(
+        "import sys\nfrom pathlib import Path\n\nsys.path.insert(0, str(Path(__file__).parents[1]))\n"
+        "from kern import f  # noqa: E402\n\n\ndef test_f():\n    assert f(3) == 2\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["kern.py", "--tests", "tests/test_kern.py", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "sign@kern.py:2" in out and "caught by tests" in out and "score: 1 of 1 caught (100%)" in out

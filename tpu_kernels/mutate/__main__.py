@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,23 @@ from tpu_kernels.mutate.operators import generate
 from tpu_kernels.mutate.runner import Outcome, repo_root, run_mutants
 
 TARGET = 0.95
+
+
+def _root(files: list[Path], tests: list[str]) -> Path:
+    """The git work tree holding the first file, or (outside git) the folder holding the files
+    and the tests: what the scratch copy copies."""
+    root = repo_root(files[0])
+    paths = [f.resolve() for f in files] + [Path(t.split("::")[0]).resolve() for t in tests]
+    if all(p.is_relative_to(root) for p in paths):
+        return root
+    return Path(os.path.commonpath([p if p.is_dir() else p.parent for p in paths]))
+
+
+def _relative(test: str, root: Path) -> str:
+    """A test path given from the current folder, as a path from `root` (node ids kept)."""
+    path, sep, node = test.partition("::")
+    p = Path(path).resolve()
+    return str(p.relative_to(root)) + sep + node if p.exists() and p.is_relative_to(root) else test
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        root = repo_root(args.files[0])
+        root = _root(args.files, args.tests)
+        tests = tuple(_relative(t, root) for t in args.tests)  # the runner works in the copy of root
         mutations = []
         for f in args.files:
             check = tuple(args.check) if args.check is not None else (str(f.resolve().relative_to(root)),)
-            mutations += generate(f, root, tests=tuple(args.tests), check=check or None, races=args.races)
+            mutations += generate(f, root, tests=tests, check=check or None, races=args.races)
     else:
         root = repo_root(Path(__file__))
         mutations = list(SHIPPED)
