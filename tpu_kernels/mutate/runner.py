@@ -17,6 +17,9 @@ from tpu_kernels.mutate.catalogue import Mutation
 
 TEST_TIMEOUT_S = 600  # one mutant's tests: a mutant that hangs (a grid that never ends) is caught
 CHECK_TIMEOUT_S = 300
+# Tests run first (`_pytest_order`): the sharp, quick ones of the shipped kernels' and the
+# templates' tests, by name. Only the order changes, never the set.
+FIRST = r"low_precision|large_logits|magnitudes|residual|cancellation|eps|grid|block_rows|lowers|gradcheck"
 _SKIP_DIRS = {
     ".git",
     "__pycache__",
@@ -115,6 +118,7 @@ def _env(copy: Path) -> dict[str, str]:
     env.setdefault("JAX_PLATFORMS", "cpu")
     env.setdefault("TPU_KERNELS_TEST_SEED", "0")  # the same inputs for every mutant
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("TPU_KERNELS_MUTATE_FIRST", FIRST)
     return env
 
 
@@ -137,7 +141,8 @@ def _run(cmd: list[str], copy: Path, timeout: int) -> tuple[int | None, str]:
 def run_tests(mutation: Mutation, copy: Path) -> tuple[bool, str]:
     if not mutation.tests:
         return False, ""
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", *mutation.tests]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0"]
+    cmd += ["-p", "tpu_kernels.mutate._pytest_order", *mutation.tests]
     if mutation.test_filter:
         cmd += ["-k", mutation.test_filter]
     rc, out = _run(cmd, copy, TEST_TIMEOUT_S)
