@@ -88,8 +88,8 @@ def _check_footprints(result: ExampleResult, target: Chip) -> None:
 
 def _scoped_limit_message(k: vmem.KernelFootprint, target: Chip) -> str:
     """A kernel above the VMEM it may use on `target`: its own vmem_limit_bytes, or the chip's
-    default scoped limit. Mosaic refuses such a kernel when compiling on the chip ("scoped
-    allocation ... exceeds"), which a lowering on this machine cannot see."""
+    default scoped limit. Only the chip's compiler enforces it, which a lowering on this machine
+    cannot run; the estimate leaves out the body's temporaries, so it is a lower bound."""
     size = vmem.fmt_bytes(k.bytes)
     if k.vmem_limit_bytes:
         return (
