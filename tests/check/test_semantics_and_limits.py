@@ -10,9 +10,8 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-import tpu_kernels.kernels  # noqa: F401  (registers the shipped ops)
-from tpu_kernels import registered_ops, tpu_kernel
-from tpu_kernels.check import check_op, chip
+from tpu_kernels import tpu_kernel
+from tpu_kernels.check import DEFAULT_MODULE, check_op, chip, ops_of
 from tpu_kernels.check.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
 from tpu_kernels.check.examples import odd_tiles
 from tpu_kernels.check.semantics import check_semantics
@@ -158,7 +157,7 @@ def test_shipped_defaults_fit_every_targeted_chip_and_declare_parallel_axes():
     matmul's k axis "arbitrary" (no error)."""
     smallest = min(TARGET_CHIPS, key=SCOPED_VMEM_BYTES.__getitem__)
     assert smallest == "v5e"
-    ops = [op for name, op in registered_ops().items() if name.startswith("tpu_kernels::")]
+    ops = ops_of([DEFAULT_MODULE])  # the shipped kernels (other tests register more ops)
     assert len(ops) >= 8
     for op in ops:
         report = check_op(op, chip_name=smallest)
