@@ -34,8 +34,9 @@ _DEVICE_KINDS = (
 
 # Mosaic's default scoped VMEM limit per generation: what one kernel may use without
 # pltpu.CompilerParams(vmem_limit_bytes=...) (XLA's --xla_tpu_scoped_vmem_limit_kib default).
-# 16 MiB up to v5e/v5p, 32 MiB from v6e on (JAX's Pallas TPU docs and Tokamax's block
-# budgets); the 8th generation's figure is not published: 32 MiB, the newest known, assumed.
+# 16 MiB up to v5e/v5p (JAX's Pallas TPU docs), 32 MiB from v6e on (Tokamax 0.0.17,
+# ops/proj_and_save_state/pallas_mosaic_tpu.py: "XLA's default 32 MiB scoped VMEM limit").
+# Not measurable without a TPU; the 8th generation's figure is not published: 32 MiB assumed.
 _MIB = 2**20
 SCOPED_VMEM_BYTES = {
     "v2": 16 * _MIB,
