@@ -164,3 +164,50 @@ def test_shipped_defaults_fit_every_targeted_chip_and_declare_parallel_axes():
         assert report.status == "ok", [p.message for e in report.examples for p in e.problems]
         for e in report.examples:
             assert not [w for w in e.warnings if "grid axis" in w], e.warnings
+
+
+# ---- races at odd tile counts ---------------------------------------------------------------
+
+
+def _mm_kernel(a_ref, b_ref, o_ref, acc_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+@tpu_kernel(
+    "check_limits::k_parallel_matmul",
+    examples=lambda: [((jax.ShapeDtypeStruct((256, 256), "float32"),) * 2, {})],
+)
+def k_parallel_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """128-blocks with the k axis marked "parallel": at 256 (a 2x2x2 grid) the two simulated
+    cores' halves line up and no race shows; at 384 (3x3x3) it does."""
+    (m, k), n = a.shape, b.shape[1]
+    return pl.pallas_call(
+        _mm_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+        grid=(m // 128, n // 128, k // 128),
+        in_specs=[
+            pl.BlockSpec((128, 128), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((128, 128), lambda i, j, kk: (kk, j)),
+        ],
+        out_specs=pl.BlockSpec((128, 128), lambda i, j, kk: (i, j)),
+        scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",) * 3),
+    )(a, b)
+
+
+def test_races_show_at_odd_tile_counts_that_the_examples_hide():
+    report = check_op(k_parallel_matmul, races=True)
+    [result] = report.examples
+    kinds = [p.kind for p in result.problems]
+    assert kinds == ["semantics", "race"], kinds  # the lint needs no run; the race needs odd tiles
+    [race] = [p for p in result.problems if p.kind == "race"]
+    assert race.message.startswith("in the TPU interpreter at f32[384,384], f32[384,384]: data race:")
+    assert result.race_call == "f32[256,256], f32[256,256]; f32[384,384], f32[384,384]"
