@@ -34,6 +34,11 @@ class Tol:
 # Kernel output vs a float64 reference of the same inputs. The low-precision rows
 # are about 2 ulps of the output format at magnitude 1 (bf16 ulp 2^-8, fp16 2^-11):
 # kernels accumulate in float32, so the final rounding dominates.
+# atol is absolute, sized for outputs of magnitude about 1: it checks nothing on outputs
+# far smaller than that (bf16's 8e-3 is twice a softmax probability at 256 columns,
+# 1/256 = 0.004), so such tests pass `scale` (softmax: 1/cols), and tests of a low-precision
+# kernel's promise (float32 inside, one rounding at the end) use `assert_ulps` instead,
+# which is relative to each element: a kernel that does one more rounding fails it.
 TOL: dict[torch.dtype, Tol] = {
     torch.float64: Tol(1e-10, 1e-12),
     torch.float32: Tol(2e-5, 2e-6),
@@ -72,6 +77,48 @@ def assert_close(
         atol=tol.atol * scale,
         msg=lambda m: f"{what} ({dtype}): {m}",
     )
+
+
+def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of `dtype`'s numbers at each of `values` (float64): 2^floor(log2|v|) * eps,
+    never below the spacing of the subnormals."""
+    info = torch.finfo(dtype)
+    v = values.detach().to(torch.float64).abs().clamp_min(info.tiny)
+    return torch.exp2(torch.floor(torch.log2(v))) * info.eps
+
+
+def one_rounding(expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """What a kernel that computes in float32 (or wider) and rounds once to `dtype` returns:
+    `expected` (a float64 reference) rounded to `dtype`, as float64."""
+    return expected.detach().to(dtype).to(torch.float64)
+
+
+def assert_ulps(
+    actual: torch.Tensor, expected: torch.Tensor, *, ulps: float = 1.0, atol: float = 0.0, what: str = ""
+) -> None:
+    """Each element of `actual` within `ulps` units in the last place of `actual`'s dtype of
+    the float64 `expected` (plus `atol`, for elements whose reference is a cancellation).
+
+    For a low-precision kernel that promises float32 arithmetic and one rounding at the end:
+    a correctly rounded result is within 0.5 ulp, float32's own rounding adds a hair, so 1 ulp
+    passes it, while one more rounding in bf16/f16 on the way (an intermediate kept in the
+    input's dtype) shows as 1-2 ulps on many elements and fails."""
+    dtype = actual.dtype
+    a, e = actual.detach().to(torch.float64), expected.detach().to(torch.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"{what}: shape {tuple(a.shape)} != expected {tuple(e.shape)}")
+    same_inf = torch.isinf(a) & (a == e)
+    err = torch.where(same_inf, torch.zeros_like(a), (a - e).abs())
+    bound = ulps * ulp(e, dtype) + atol
+    bad = ~(err <= bound)  # NaN fails
+    if bool(bad.any()):
+        i = int(torch.argmax((err / bound).nan_to_num(float("inf")).flatten()))
+        raise AssertionError(
+            f"{what} ({dtype}): {int(bad.sum())} of {a.numel()} elements beyond {ulps} ulp"
+            + (f" + {atol:g}" if atol else "")
+            + f"; worst at flat index {i}: {a.flatten()[i].item()!r} vs {e.flatten()[i].item()!r} "
+            f"({(err.flatten()[i] / ulp(e.flatten()[i : i + 1], dtype)[0]).item():.2f} ulp)"
+        )
 
 
 def dot_scale(k: int, dtype: torch.dtype) -> float:

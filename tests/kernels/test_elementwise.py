@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
+from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
+from tpu_kernels import testing
 from tpu_kernels.kernels import scale_add
-from tpu_kernels.kernels.elementwise import reference, shapes
+from tpu_kernels.kernels.elementwise import pallas, reference, shapes
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -56,3 +57,68 @@ def test_lowers_for_tpu():
         jax.ShapeDtypeStruct((512, 1024), "bfloat16"),
         alpha=2.0,
     )
+
+
+# ---- numerics that bite (#16): one rounding, cancellation, range, blocks ---------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_cancellation_is_exact_in_float32(dtype):
+    """x = -(alpha * y) rounded, plus a small d: in float32 x + alpha * y is exact (alpha =
+    0.75 has 2 significant bits), so the one rounding at the end gives exactly the rounded
+    exact result; computing in the input's dtype rounds alpha * y first, an error of up to
+    half an ulp of |x| (~1e3) in a result of size ~1."""
+    y = rand(64, 256, dtype=dtype, scale=1000)
+    d = rand(64, 256, dtype=dtype)
+    x = (-(0.75 * y.double()) + d.double()).to(dtype)
+    out = scale_add(x, y, alpha=0.75)
+    exact = x.double() + 0.75 * y.double()
+    torch.testing.assert_close(out.double(), testing.one_rounding(exact, dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_is_float32_inside_with_one_rounding(dtype):
+    x, y = rand(300, 256, dtype=dtype), rand(300, 256, dtype=dtype)
+    # atol: float32's rounding of 0.3 * y and of the sum (~1e-7 at |x| ~ 1) where x + 0.3 y cancels
+    exact = x.double() + 0.3 * y.double()
+    testing.assert_ulps(scale_add(x, y, alpha=0.3), exact, ulps=1, atol=1e-6, what="scale_add")
+
+
+@pytest.mark.parametrize("magnitude", [1e-30, 1e30])
+def test_tiny_and_large_magnitudes_in_float32(magnitude):
+    x, y = rand(40, 256, scale=magnitude), rand(40, 256, scale=magnitude)
+    # float32 stays relative at 1e-30 (far above its smallest normal, 1.2e-38) and at 1e30
+    exact = x.double() - 2.5 * y.double()
+    out = scale_add(x, y, alpha=-2.5)
+    assert torch.isfinite(out).all() and (out != 0).all()
+    assert_close(out, exact, torch.float32, scale=2 * magnitude)
+
+
+@pytest.mark.parametrize("block_rows", [1, 12, 100, 299, 300, 301])
+def test_block_rows_not_multiples_of_8_and_at_the_boundaries(block_rows):
+    x, y = rand(300, 128), rand(300, 128)
+    out = scale_add(x, y, alpha=0.5, block_rows=block_rows)
+    assert_close(out, reference.scale_add(x.double(), y.double(), alpha=0.5), torch.float32, scale=2)
+
+
+@pytest.mark.parametrize("rows, block_rows", [(300, 100), (50, 100)])
+def test_odd_block_rows_lower_for_tpu(rows, block_rows):
+    spec = jax.ShapeDtypeStruct((rows, 256), "bfloat16")
+    lowers_for_tpu(scale_add, spec, spec, block_rows=block_rows)
+
+
+def test_grid_is_declared_parallel():
+    spec = jax.ShapeDtypeStruct((512, 256), "bfloat16")
+    assert grid_semantics(pallas.scale_add, spec, spec) == [("parallel",)]
+
+
+def test_backward_gradients_are_exact_in_float64():
+    """d/dy of x + alpha * y is alpha * g, by the same kernel: checked in float64 at alpha = -1.5."""
+    x, y = (
+        rand(16, 128, dtype=torch.float64, requires_grad=True),
+        rand(16, 128, dtype=torch.float64, requires_grad=True),
+    )
+    g = rand(16, 128, dtype=torch.float64)
+    (scale_add(x, y, alpha=-1.5) * g).sum().backward()
+    torch.testing.assert_close(y.grad, -1.5 * g, rtol=1e-12, atol=0)
+    torch.testing.assert_close(x.grad, g, rtol=1e-12, atol=0)

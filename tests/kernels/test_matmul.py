@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
+from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
+from tpu_kernels import testing
 from tpu_kernels.kernels import matmul
-from tpu_kernels.kernels.matmul import reference, shapes
+from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.testing import dot_scale
 
 
@@ -77,3 +78,37 @@ def test_misaligned_blocks_are_rejected(kwargs, message):
 def test_shape_mismatch_is_reported():
     with pytest.raises(Exception, match=r"matmul: expected a \[M, K\] and b \[K, N\]"):
         matmul(rand(8, 128), rand(64, 128))
+
+
+# ---- numerics that bite (#16): float32 accumulation across k tiles ---------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_accumulates_in_float32_across_k_tiles(dtype):
+    """b's rows come in pairs v, -v at positions that straddle the k tiles, so each k tile's
+    partial product is large (~10) while the exact result is 0. With a float32 accumulator
+    (and float32 dot results) the sum stays at float32 rounding (~1e-5); a partial rounded to
+    bf16/f16 on the way (a dot without preferred_element_type, a low-precision accumulator)
+    leaves errors of 1e-2 to 1e-1."""
+    k = 384  # three k tiles of 128
+    a_half = rand(128, k // 2, dtype=dtype)
+    v = rand(k // 2, 128, dtype=dtype)
+    perm = torch.randperm(k)
+    a = torch.cat([a_half, a_half], dim=1)[:, perm]
+    b = torch.cat([v, -v])[perm]
+    out = matmul(a, b, block_m=128, block_n=128, block_k=128)
+    assert out.dtype == dtype and (a.double() @ b.double()).abs().max() < 1e-9
+    assert out.double().abs().max() < 1e-3, out.double().abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_is_float32_inside_with_one_rounding(dtype):
+    a, b = rand(128, 512, dtype=dtype), rand(512, 256, dtype=dtype)
+    out = matmul(a, b, block_m=128, block_n=128, block_k=128)
+    # atol: float32's accumulation error over 512 terms of size ~1, ~1e-5 * sqrt(512)
+    testing.assert_ulps(out, a.double() @ b.double(), ulps=1, atol=1e-4, what="matmul")
+
+
+def test_grid_semantics_parallel_i_j_and_sequential_k():
+    a = jax.ShapeDtypeStruct((512, 512), "bfloat16")
+    assert grid_semantics(pallas.matmul, a, a) == [("parallel", "parallel", "arbitrary")]

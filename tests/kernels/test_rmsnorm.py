@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
+from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
+from tpu_kernels import testing
 from tpu_kernels.kernels import rmsnorm
-from tpu_kernels.kernels.rmsnorm import reference, shapes
+from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -66,3 +67,81 @@ def test_lowers_for_tpu():
 def test_weight_shape_is_checked():
     with pytest.raises(Exception, match=r"rmsnorm: weight must have shape"):
         rmsnorm(rand(4, 128), rand(64))
+
+
+# ---- numerics that bite (#16): magnitudes, eps, one rounding, residual dtypes, blocks ----
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_residual_dtype_for_every_input_dtype(dtype):
+    """inv_rms is saved in float32 (float64 for float64 input) whatever x's dtype: a bf16
+    residual would round 1/rms to 8 bits before the backward uses it."""
+    x, w = rand(24, 128, dtype=dtype), rand(128, dtype=dtype)
+    y, inv_rms = rmsnorm.overload(x, w)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    assert y.dtype == dtype and inv_rms.dtype == wide and inv_rms.shape == (24, 1)
+    exact = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert_close(inv_rms, exact, wide)  # float32 accuracy, not the input dtype's
+
+
+@pytest.mark.parametrize("magnitude", [1e-3, 1e4])
+def test_tiny_and_large_magnitudes(magnitude):
+    """At |x| ~ 1e-3, mean(x^2) ~ 1e-6 is below eps = 1e-5: eps decides the output (without it
+    y would be about 3x larger); at 1e4, x^2 ~ 1e8 stays finite in float32."""
+    x, w = rand(40, 256, scale=magnitude), rand(256)
+    y = rmsnorm(x, w, eps=1e-5)
+    assert_close(y, reference.rmsnorm(x.double(), w.double(), eps=1e-5), torch.float32, scale=3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_is_float32_inside_with_one_rounding(dtype):
+    x, w = rand(300, 256, dtype=dtype, scale=4), rand(256, dtype=dtype)
+    y = rmsnorm(x, w, block_rows=64)
+    testing.assert_ulps(y, reference.rmsnorm(x.double(), w.double()), ulps=1, what="rmsnorm")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_backward_is_float32_inside(dtype):
+    """dx within 1 ulp (+ float32's rounding of its cancellation); dw, summed over rows in
+    permuted halves whose exact sum is zero, stays at float32's accumulation error: partial
+    sums rounded to the input's dtype leave about 1e-2 there."""
+    half = rand(256, 256, dtype=dtype)
+    perm = torch.randperm(512)
+    x = torch.cat([half, half])[perm]
+    g = rand(256, 256, dtype=dtype)
+    dy = torch.cat([g, -g])[perm]
+    w = rand(256, dtype=dtype)
+    _, r = rmsnorm.overload(x, w)
+    dx, dw = rmsnorm.backward_op(x, w, r, dy, block_rows=8)
+    x64, r64, dy64, w64 = x.double(), r.double(), dy.double(), w.double()
+    xhat, gw = x64 * r64, dy64 * w64
+    exact_dx = r64 * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+    testing.assert_ulps(dx, exact_dx, ulps=1, atol=1e-5, what="rmsnorm dx")
+    assert dw.dtype == dtype and dw.double().abs().max() < 1e-3, dw.double().abs().max()
+
+
+@pytest.mark.parametrize("block_rows", [1, 12, 100, 299, 300, 301])
+def test_block_rows_not_multiples_of_8_and_at_the_boundaries(block_rows):
+    x, w, g = rand(300, 128), rand(128), rand(300, 128)
+    y, r = rmsnorm.overload(x, w, block_rows=block_rows)
+    assert_close(y, reference.rmsnorm(x.double(), w.double()), torch.float32, scale=3)
+    dx, dw = rmsnorm.backward_op(x, w, r, g, block_rows=block_rows)
+    x64, w64 = (t.detach().double().requires_grad_(True) for t in (x, w))
+    (reference.rmsnorm(x64, w64) * g.double()).sum().backward()
+    assert_close(dx, x64.grad, torch.float32, scale=3)
+    assert_close(dw, w64.grad, torch.float32, scale=40)
+
+
+@pytest.mark.parametrize("rows, block_rows", [(300, 100), (50, 100)])
+def test_odd_block_rows_lower_for_tpu(rows, block_rows):
+    x, w = jax.ShapeDtypeStruct((rows, 256), "bfloat16"), jax.ShapeDtypeStruct((256,), "bfloat16")
+    lowers_for_tpu(rmsnorm, x, w, block_rows=block_rows)
+    r = jax.ShapeDtypeStruct((rows, 1), "float32")
+    lowers_for_tpu(rmsnorm.backward_op, x, w, r, x, block_rows=block_rows)
+
+
+def test_grid_is_declared_parallel():
+    x, w = jax.ShapeDtypeStruct((512, 256), "bfloat16"), jax.ShapeDtypeStruct((256,), "bfloat16")
+    r = jax.ShapeDtypeStruct((512, 1), "float32")
+    assert grid_semantics(pallas.rmsnorm, x, w) == [("parallel",)]
+    assert grid_semantics(pallas.rmsnorm_backward, x, w, r, x) == [("parallel",)]

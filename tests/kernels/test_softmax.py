@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
+from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
+from tpu_kernels import testing
+from tpu_kernels.check.vmem import kernel_footprints
 from tpu_kernels.kernels import softmax
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
 
@@ -16,7 +18,8 @@ def test_matches_float64_reference(name, dtype):
     x = rand(*shapes.TEST[name], dtype=dtype, scale=3)
     out = softmax(x, block_rows=64)
     assert out.dtype == dtype
-    assert_close(out, reference.softmax(x.double()), dtype)
+    # scale 1/cols: the probabilities are about 1/cols, far below the table's unit-sized atol
+    assert_close(out, reference.softmax(x.double()), dtype, scale=1 / x.shape[-1])
 
 
 def test_explicit_backward_kernel_is_its_own_op():
@@ -60,3 +63,74 @@ def test_lowers_for_tpu():
 def test_rejects_integer_input():
     with pytest.raises(Exception, match="softmax: argument .x. has dtype int32"):
         softmax(torch.ones(4, 8, dtype=torch.int32))
+
+
+# ---- numerics that bite (#16): range, one rounding, block sizes -------------------------
+
+
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+def test_large_logits(offset):
+    """Logits far above float32 exp's overflow (about 88.7): the max is subtracted first."""
+    x = rand(64, 256, scale=100) + offset
+    out = softmax(x)
+    assert torch.isfinite(out).all()
+    assert_close(out, reference.softmax(x.double()), torch.float32, scale=1 / 256)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_is_float32_inside_with_one_rounding(dtype):
+    """The kernel promises float32 arithmetic and one rounding: within 1 ulp of the exact
+    result everywhere, and relative error under 1 ulp on the probabilities that matter
+    (above 1/cols), where the tolerance table's atol (8e-3 for bf16) would hide everything."""
+    x = rand(300, 256, dtype=dtype, scale=3)
+    out = softmax(x, block_rows=64)
+    exact = reference.softmax(x.double())
+    testing.assert_ulps(out, exact, ulps=1, what="softmax")
+    big = exact > 1 / 256
+    rel = ((out.double() - exact).abs() / exact)[big]
+    assert big.sum() > 1000 and rel.max() <= torch.finfo(dtype).eps, rel.max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_backward_is_float32_inside(dtype):
+    y = softmax(rand(200, 256, dtype=torch.float64, scale=2)).to(dtype)
+    dy = rand(200, 256, dtype=dtype)
+    dx = softmax.backward_op(y, dy)
+    y64, dy64 = y.double(), dy.double()
+    exact = y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))
+    assert dx.dtype == dtype
+    # atol: float32's own rounding of the cancellation dy - sum(dy * y), at most ~1e-7 * |dy|
+    testing.assert_ulps(dx, exact, ulps=1, atol=1e-6, what="softmax_backward")
+
+
+@pytest.mark.parametrize("block_rows", [1, 12, 100, 299, 300, 301, 1024])
+def test_block_rows_not_multiples_of_8_and_at_the_boundaries(block_rows):
+    """block_rows is rounded down to a multiple of 8 (1 -> 8), or all rows when it covers them."""
+    x = rand(300, 128, scale=3)
+    assert_close(softmax(x, block_rows=block_rows), reference.softmax(x.double()), torch.float32)
+    y, dy = softmax(x), rand(300, 128)
+    expected = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
+    assert_close(softmax.backward_op(y, dy, block_rows=block_rows), expected, torch.float32)
+
+
+@pytest.mark.parametrize("rows, block_rows", [(300, 100), (50, 100), (96, 12)])
+def test_odd_block_rows_lower_for_tpu(rows, block_rows):
+    spec = jax.ShapeDtypeStruct((rows, 256), "bfloat16")
+    lowers_for_tpu(softmax, spec, block_rows=block_rows)
+    lowers_for_tpu(softmax.backward_op, spec, spec, block_rows=block_rows)
+
+
+def test_grid_is_declared_parallel():
+    """Each row block is independent: both kernels mark their grid "parallel" (two-core chips)."""
+    spec = jax.ShapeDtypeStruct((512, 256), "bfloat16")
+    assert grid_semantics(pallas.softmax, spec) == [("parallel",)]
+    assert grid_semantics(pallas.softmax_backward, spec, spec) == [("parallel",)]
+
+
+def test_default_block_fits_the_smallest_scoped_vmem_limit():
+    """bf16[4096, 4096] at the default 256-row blocks: 8 MiB forward, 12 MiB backward per grid
+    step, under v5e's 16 MiB default scoped limit (1024-row blocks needed 32 and 48 MiB)."""
+    spec = jax.ShapeDtypeStruct((4096, 4096), "bfloat16")
+    fwd = kernel_footprints(pallas.softmax, spec)[0].bytes
+    bwd = kernel_footprints(pallas.softmax_backward, spec, spec)[0].bytes
+    assert (fwd, bwd) == (8 * 2**20, 12 * 2**20)

@@ -32,11 +32,38 @@ _DEVICE_KINDS = (
 )
 
 
+# Mosaic's default scoped VMEM limit per generation: what one kernel may use without
+# pltpu.CompilerParams(vmem_limit_bytes=...) (XLA's --xla_tpu_scoped_vmem_limit_kib default).
+# 16 MiB up to v5e/v5p (JAX's Pallas TPU docs), 32 MiB from v6e on (Tokamax 0.0.17,
+# ops/proj_and_save_state/pallas_mosaic_tpu.py: "XLA's default 32 MiB scoped VMEM limit").
+# Not measurable without a TPU; the 8th generation's figure is not published: 32 MiB assumed.
+_MIB = 2**20
+SCOPED_VMEM_BYTES = {
+    "v2": 16 * _MIB,
+    "v3": 16 * _MIB,
+    "v4i": 16 * _MIB,
+    "v4": 16 * _MIB,
+    "v5e": 16 * _MIB,
+    "v5p": 16 * _MIB,
+    "v6e": 32 * _MIB,
+    "7": 32 * _MIB,
+    "7x": 32 * _MIB,
+    "8i": 32 * _MIB,
+    "8t": 32 * _MIB,
+}
+SMALLEST_SCOPED_VMEM_BYTES = min(SCOPED_VMEM_BYTES.values())
+
+# The generations the shipped kernels' defaults are sized for (tests/check/test_vmem_limits.py
+# pins that every shipped example fits each one's default scoped limit).
+TARGET_CHIPS = ("v5e", "v5p", "v6e", "7x")
+
+
 @dataclass(frozen=True)
 class Chip:
     name: str  # JAX's short name: "v5e", "v5p", "v6e", "7x", ...
     device_kind: str  # what jax.Device.device_kind says on that chip
     vmem_bytes: int  # per TensorCore
+    scoped_vmem_bytes: int = SMALLEST_SCOPED_VMEM_BYTES  # Mosaic's default limit per kernel
 
 
 def chip(name: str = DEFAULT_CHIP) -> Chip:
@@ -49,7 +76,8 @@ def chip(name: str = DEFAULT_CHIP) -> Chip:
         known = ", ".join(v.value for v in tpu_info.ChipVersion)
         raise ValueError(f"unknown TPU chip {name!r}; known: {known}") from None
     kind = next(k for k in _DEVICE_KINDS if tpu_info.chip_version_from_device_kind(k) == version)
-    return Chip(name, kind, tpu_info.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes)
+    vmem = tpu_info.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes
+    return Chip(name, kind, vmem, SCOPED_VMEM_BYTES.get(version.value, SMALLEST_SCOPED_VMEM_BYTES))
 
 
 @contextlib.contextmanager

@@ -6,10 +6,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels.check import coverage, vmem
+from tpu_kernels.check import coverage, semantics, vmem
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.check.explain import COVERAGE, DTYPE, OUT_OF_BOUNDS, VMEM, Explanation, explain
+from tpu_kernels.check.explain import (
+    COVERAGE,
+    DTYPE,
+    OUT_OF_BOUNDS,
+    RACE,
+    SEMANTICS,
+    VMEM,
+    Explanation,
+    explain,
+)
 from tpu_kernels.check.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
 
 if TYPE_CHECKING:
@@ -73,17 +82,27 @@ def _check_footprints(result: ExampleResult, target: Chip) -> None:
                     "",
                 )
             )
-        elif k.bytes > (k.vmem_limit_bytes or vmem.DEFAULT_SCOPED_LIMIT):
-            limit = k.vmem_limit_bytes or vmem.DEFAULT_SCOPED_LIMIT
-            result.warnings.append(
-                f"kernel {k.kernel} needs about {size} of VMEM per grid step, above "
-                + (
-                    f"its vmem_limit_bytes ({vmem.fmt_bytes(limit)})"
-                    if k.vmem_limit_bytes
-                    else f"Mosaic's smallest default scoped limit ({vmem.fmt_bytes(limit)}); set "
-                    "pltpu.CompilerParams(vmem_limit_bytes=...) or use smaller blocks"
-                )
-            )
+        elif k.bytes > (k.vmem_limit_bytes or target.scoped_vmem_bytes):
+            result.problems.append(Explanation(VMEM, _scoped_limit_message(k, target), ""))
+
+
+def _scoped_limit_message(k: vmem.KernelFootprint, target: Chip) -> str:
+    """A kernel above the VMEM it may use on `target`: its own vmem_limit_bytes, or the chip's
+    default scoped limit. Only the chip's compiler enforces it, which a lowering on this machine
+    cannot run; the estimate leaves out the body's temporaries, so it is a lower bound."""
+    size = vmem.fmt_bytes(k.bytes)
+    if k.vmem_limit_bytes:
+        return (
+            f"kernel {k.kernel} needs about {size} of VMEM per grid step, above its vmem_limit_bytes "
+            f"({vmem.fmt_bytes(k.vmem_limit_bytes)}); raise vmem_limit_bytes (up to the "
+            f"{vmem.fmt_bytes(target.vmem_bytes)} a TPU {target.name} core has) or use smaller blocks."
+        )
+    return (
+        f"kernel {k.kernel} needs about {size} of VMEM per grid step, above the "
+        f"{vmem.fmt_bytes(target.scoped_vmem_bytes)} default scoped VMEM limit of a TPU {target.name}; "
+        "use smaller blocks, or set pltpu.CompilerParams(vmem_limit_bytes=...) (up to the "
+        f"{vmem.fmt_bytes(target.vmem_bytes)} a core has) in the kernel's pallas_call."
+    )
 
 
 def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> ExampleResult:
@@ -110,7 +129,23 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     _check_footprints(result, target)
     for eqn in eqns:
         _check_coverage(result, eqn)
+        _check_semantics(result, eqn)
     return result
+
+
+def _check_semantics(result: ExampleResult, eqn: Any) -> None:
+    """An accumulation axis marked "parallel" fails; an independent axis left sequential is a hint."""
+    name = vmem._kernel_name(eqn)
+    try:
+        findings = semantics.check_semantics(eqn)
+    except Exception as e:  # an index map this check cannot read: say so, do not fail
+        result.warnings.append(f"kernel {name}: no dimension-semantics check: {type(e).__name__}: {e}")
+        return
+    for f in findings:
+        if f.kind == "error":
+            result.problems.append(Explanation(SEMANTICS, f"kernel {name}: {f.message}", ""))
+        else:
+            result.warnings.append(f"kernel {name}: {f.message}")
 
 
 def _check_coverage(result: ExampleResult, eqn: Any) -> None:
@@ -154,21 +189,35 @@ def _failed_examples(e: Exception) -> ExampleResult:
 
 
 def _check_races(op: KernelOp, calls: list[ex.Call], results: list[ExampleResult]) -> None:
+    """Each example scaled down, then the same with odd tile counts (`examples.odd_tiles`):
+    a race found at either fails that example."""
     from tpu_kernels.check.races import run_with_race_detection
 
     seen: set[str] = set()
-    for (args, kwargs), result in zip(ex.scale_down(calls), results):
-        if not result.lowered:
-            continue
-        described = ex.describe_call(args, kwargs)
-        if described in seen:
-            continue  # several examples shrink to the same call
-        seen.add(described)
-        result.race_call = described
-        problem = run_with_race_detection(op, ex.random_arrays((args, kwargs)))
-        if problem is not None:
-            result.problems.append(
-                dataclasses.replace(
-                    problem, message=f"in the TPU interpreter at {described}: {problem.message}"
+    small = ex.scale_down(calls)
+    for variant in (small, ex.odd_tiles(small)):
+        for (args, kwargs), result in zip(variant, results):
+            if not result.lowered or any(p.kind == RACE for p in result.problems):
+                continue
+            described = ex.describe_call(args, kwargs)
+            if described in seen:
+                continue  # several examples shrink to the same call
+            seen.add(described)
+            if variant is not small and not _shapes_accepted(op, args, kwargs):
+                continue  # the op refuses the grown shapes (block sizes that must divide them)
+            result.race_call = described if result.race_call is None else f"{result.race_call}; {described}"
+            problem = run_with_race_detection(op, ex.random_arrays((args, kwargs)))
+            if problem is not None:
+                result.problems.append(
+                    dataclasses.replace(
+                        problem, message=f"in the TPU interpreter at {described}: {problem.message}"
+                    )
                 )
-            )
+
+
+def _shapes_accepted(op: KernelOp, args: tuple, kwargs: dict) -> bool:
+    try:
+        op.eval_shape(*args, **kwargs)
+    except Exception:
+        return False
+    return True

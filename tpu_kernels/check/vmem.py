@@ -31,8 +31,8 @@ from jax.extend import core as jex_core
 LANES = 128
 SUBLANES = 8
 
-# Mosaic's default scoped VMEM limit varies by chip (16 MiB on some, 32 MiB on newer ones); a
-# kernel above the lower figure may need pltpu.CompilerParams(vmem_limit_bytes=...).
+# Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
+# is the smallest, kept for callers that have no target chip.
 DEFAULT_SCOPED_LIMIT = 16 * 2**20
 
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, require_float, row_block
+from tpu_kernels.kernels._blocks import cost, parallel_rows, require_float, row_block
 
 
 def _kernel(x_ref, y_ref, o_ref, *, alpha: float):
@@ -39,6 +39,7 @@ def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int) -> jax.Arra
         grid=(pl.cdiv(rows, br),),
         in_specs=[spec, spec],
         out_specs=spec,
+        compiler_params=parallel_rows(),
         cost_estimate=cost(2 * x.size, 0, 3 * x.size * x.dtype.itemsize),
     )(x2, y2)
     return out.reshape(shape)

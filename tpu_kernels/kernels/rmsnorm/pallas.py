@@ -7,9 +7,9 @@
 
 The forward returns r (float32, shape x.shape[:-1] + (1,)) beside y, so the
 backward does not recompute it. dw is reduced in two steps: each grid step
-writes its block's partial sum, and a plain `sum` adds the partials; the grid
-stays "parallel" (no cross-step accumulator), so on chips with two
-TensorCores both can work.
+writes its block's partial sum, and a plain `sum` adds the partials; so
+no grid step depends on another, and both grids are marked "parallel"
+(`_blocks.parallel_rows`): on chips with two TensorCores both can work.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, is_empty, require_float, row_block
+from tpu_kernels.kernels._blocks import cost, is_empty, parallel_rows, require_float, row_block
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -74,6 +74,7 @@ def rmsnorm(
         grid=(pl.cdiv(rows, br),),
         in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=(row_spec, pl.BlockSpec((br, 1), lambda i: (i, 0))),
+        compiler_params=parallel_rows(),
         cost_estimate=cost(4 * rows * d, rows, (2 * rows * d + d) * x.dtype.itemsize + 4 * rows),
     )(x2, weight.reshape(1, d))
     return y.reshape(x.shape), r.reshape(x.shape[:-1] + (1,))
@@ -111,6 +112,7 @@ def rmsnorm_backward(
         ],
         # (None, 1, d): the block drops the leading dim, and its last two dims equal the array's.
         out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
+        compiler_params=parallel_rows(),  # dw is per-block partials, not a cross-step accumulator
         cost_estimate=cost(8 * rows * d, 0, 4 * rows * d * x.dtype.itemsize),
     )(x2, weight.reshape(1, d), r2, dy2)
     dw = dw_parts.sum(axis=(0, 1)).astype(weight.dtype)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, is_empty, require_float, row_block
+from tpu_kernels.kernels._blocks import cost, is_empty, parallel_rows, require_float, row_block
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -54,6 +54,7 @@ def _rowwise(
         grid=(pl.cdiv(rows, br),),
         in_specs=[spec] * len(flat),
         out_specs=spec,
+        compiler_params=parallel_rows(),
         cost_estimate=cost(
             flops_per_elem * n,
             transcendentals_per_elem * n,

@@ -1,0 +1,22 @@
+"""Mutation testing of kernels: do the tests and `tpu-kernels check` catch small, realistic bugs?
+
+Each mutant is one textual edit of a kernel file (`Mutation`: the exact text to find once and
+its replacement). The runner copies the repository to a scratch folder (never touching the
+working tree), applies one mutant there, runs the given tests (`pytest -x`, PYTHONPATH pointing
+at the scratch copy) and `tpu-kernels check` (`--races` where asked); the mutant is caught
+when any of them fails. The score is caught / total; the survivors are the gaps.
+
+    python -m tpu_kernels.mutate                          # the shipped kernels' catalogue
+    python -m tpu_kernels.mutate my_pkg/kernel.py --tests tests/test_kernel.py   # your kernel
+
+For a file of your own, mutants come from generic operators (`operators.py`): arithmetic in
+the input's dtype instead of float32, a dropped `preferred_element_type`, an accumulation
+axis marked "parallel", a floor instead of `pl.cdiv` grid, an off-by-one index map, a dropped
+`eps`, a tenfold default block size, ... See docs/mutation-testing.md.
+"""
+
+from tpu_kernels.mutate.catalogue import SHIPPED, Mutation
+from tpu_kernels.mutate.operators import generate
+from tpu_kernels.mutate.runner import Outcome, run_mutant, run_mutants
+
+__all__ = ["SHIPPED", "Mutation", "Outcome", "generate", "run_mutant", "run_mutants"]

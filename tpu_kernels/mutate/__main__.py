@@ -1,0 +1,125 @@
+"""python -m tpu_kernels.mutate [FILE ...] [--tests PATH ...]: mutation score of kernels' tests + check."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+import time
+from pathlib import Path
+
+from tpu_kernels.mutate.catalogue import SHIPPED
+from tpu_kernels.mutate.operators import generate
+from tpu_kernels.mutate.runner import Outcome, repo_root, run_mutants
+
+TARGET = 0.95
+
+
+def _root(files: list[Path], tests: list[str]) -> Path:
+    """The git work tree holding the first file, or (outside git) the folder holding the files
+    and the tests: what the scratch copy copies."""
+    root = repo_root(files[0])
+    paths = [f.resolve() for f in files] + [Path(t.split("::")[0]).resolve() for t in tests]
+    if all(p.is_relative_to(root) for p in paths):
+        return root
+    return Path(os.path.commonpath([p if p.is_dir() else p.parent for p in paths]))
+
+
+def _relative(test: str, root: Path) -> str:
+    """A test path given from the current folder, as a path from `root` (node ids kept)."""
+    path, sep, node = test.partition("::")
+    p = Path(path).resolve()
+    return str(p.relative_to(root)) + sep + node if p.exists() and p.is_relative_to(root) else test
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tpu_kernels.mutate",
+        description="Apply each mutant in a scratch copy of the repository, run the tests and "
+        "`tpu-kernels check` on it, and report the score (mutants caught / total) and the survivors. "
+        "Without FILE: the shipped kernels' catalogue. Exit status 0 when the score is at least "
+        "--target, 1 below it, 2 on a usage error.",
+    )
+    p.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="kernel files to mutate with the generic operators",
+    )
+    p.add_argument("--tests", nargs="+", default=[], metavar="PATH", help="pytest paths that test FILE")
+    p.add_argument(
+        "--check",
+        nargs="*",
+        metavar="MODULE",
+        help="modules for `tpu-kernels check` (default: FILE itself); give none to skip the check",
+    )
+    p.add_argument(
+        "--races", action="store_true", help="also `check --races` for mutants of dimension semantics"
+    )
+    p.add_argument(
+        "--chip",
+        default="v5e",
+        help="TPU generation the check targets (default v5e: the smallest default scoped VMEM)",
+    )
+    p.add_argument(
+        "--only", action="append", metavar="GLOB", help="only mutants whose id matches (repeatable)"
+    )
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--target", type=float, default=TARGET, help="the score to reach (default 0.95)")
+    args = p.parse_args(argv)
+
+    if args.files:
+        missing = [str(f) for f in args.files if not f.is_file()]
+        if missing:
+            print(f"mutate: no such file: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        if not args.tests:
+            print(
+                "mutate: give the tests of FILE with --tests (a mutant nothing runs against survives)",
+                file=sys.stderr,
+            )
+            return 2
+        root = _root(args.files, args.tests)
+        tests = tuple(_relative(t, root) for t in args.tests)  # the runner works in the copy of root
+        mutations = []
+        for f in args.files:
+            check = tuple(args.check) if args.check is not None else (str(f.resolve().relative_to(root)),)
+            mutations += generate(f, root, tests=tests, check=check or None, races=args.races)
+    else:
+        root = repo_root(Path(__file__))
+        mutations = list(SHIPPED)
+    if args.only:
+        mutations = [m for m in mutations if any(fnmatch.fnmatch(m.id, g) for g in args.only)]
+    if not mutations:
+        print("mutate: no mutants", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in mutations:
+            print(f"{m.id:<45} {m.file}: {m.why}")
+        return 0
+
+    print(
+        f"{len(mutations)} mutants of {root}, each in a scratch copy; check for TPU {args.chip}", flush=True
+    )
+    start = time.perf_counter()
+
+    def echo(o: Outcome) -> None:
+        status = f"caught by {o.caught_by}" if o.caught else "SURVIVED"
+        print(f"  {o.mutation.id:<45} {status:<17} {o.seconds:6.1f} s  {o.detail[:120]}", flush=True)
+
+    outcomes = run_mutants(mutations, root, chip=args.chip, echo=echo)
+    caught = sum(o.caught for o in outcomes)
+    score = caught / len(outcomes)
+    print(f"score: {caught} of {len(outcomes)} caught ({score:.0%}) in {time.perf_counter() - start:.0f} s")
+    survivors = [o for o in outcomes if not o.caught]
+    if survivors:
+        print("survivors (tests and check missed these bugs):")
+        for o in survivors:
+            print(f"  {o.mutation.id}: {o.mutation.why} ({o.mutation.file})")
+    return 0 if score >= args.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
