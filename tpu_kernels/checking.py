@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.errors import OpDefinitionError, TpuKernelsError
 from tpu_kernels.signature import Kind
 
@@ -176,9 +177,9 @@ def _tensors(values: list[Any]) -> Iterator[torch.Tensor]:
 def _can_check(values: list[Any]) -> bool:
     """Real tensors in plain eager mode: no fake/meta/functorch/dispatch-mode call."""
     if (
-        torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._are_functorch_transforms_active()
+        _compat.get("torch_dispatch_stack_len")()
+        or _compat.get("torch_function_mode_enabled")()
+        or _compat.get("functorch_transforms_active")()
     ):
         return False
     return all(_real(t) for t in _tensors(values))

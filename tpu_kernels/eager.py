@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tpu_kernels import precision
+from tpu_kernels import _compat, precision
 from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.signature import Kind
 
@@ -41,13 +41,13 @@ _STATIC_TYPES: dict[str, tuple[type, ...]] = {
     "ScalarType": (torch.dtype,),
 }
 
-_tf_mode = torch._C._is_torch_function_mode_enabled
-_dispatch_stack = torch._C._len_torch_dispatch_stack
-_functorch = torch._C._are_functorch_transforms_active
+_tf_mode = _compat.get("torch_function_mode_enabled")
+_dispatch_stack = _compat.get("torch_dispatch_stack_len")
+_functorch = _compat.get("functorch_transforms_active")
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _precision = precision.current
-_include, _exclude = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+_include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
 _BASE_TLS = (_include().raw_repr(), _exclude().raw_repr())
 
 

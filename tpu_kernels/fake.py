@@ -16,11 +16,8 @@ from typing import Any
 
 import jax
 import torch
-import torch._guards
-from torch._dispatch.python import no_python_dispatcher
-from torch.utils._python_dispatch import _disable_current_modes
 
-from tpu_kernels import dtypes
+from tpu_kernels import _compat, dtypes
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -103,7 +100,7 @@ class DerivedFake:
         )
 
     def _concrete(self, tensors: list[Any], statics: dict) -> tuple:
-        specs = [_spec(self.op, p.name, v, lambda s: s) for p, v in zip(self.sig.tensor_params, tensors)]
+        specs = [dtypes.spec(self.op, p.name, v) for p, v in zip(self.sig.tensor_params, tensors)]
         return self._eval(specs, statics, tensors, symbolic=False)
 
     def _symbolic(self, tensors: list[Any], statics: dict) -> tuple:
@@ -126,7 +123,7 @@ class DerivedFake:
                     parts.append(str(int(d)))
             return export.symbolic_shape(",".join(parts) if parts else "", scope=scope) if parts else ()
 
-        specs = [_spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
+        specs = [dtypes.spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
         with _pallas_dynamic_blocks():
             outs = self._eval(specs, statics, tensors, symbolic=True)
         return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in outs)
@@ -139,9 +136,9 @@ class DerivedFake:
             # while tracing (Helion's compiler does), which must not see the caller's
             # fake tensors, shape environment or graph.
             with (
-                _disable_current_modes(),
-                torch._guards.tracing(None),
-                no_python_dispatcher(),
+                _compat.get("disable_current_modes")(),
+                _compat.get("torch_tracing")(None),
+                _compat.get("no_python_dispatcher")(),
                 jax.enable_x64(True) if x64 else contextlib.nullcontext(),
             ):
                 result = self.shape_fn(specs, statics)
@@ -171,18 +168,11 @@ def _pallas_dynamic_blocks() -> contextlib.AbstractContextManager:
     """Let pallas_call accept block shapes that depend on symbolic sizes while
     deriving shapes (nothing is compiled here)."""
     try:
-        from jax._src.pallas.core import pallas_export_experimental
-    except ImportError:  # pragma: no cover - moved in a future JAX
+        from jax.experimental.pallas import pallas_export_experimental
+    except ImportError:  # pragma: no cover - an experimental API, may move
         return contextlib.nullcontext()
     return pallas_export_experimental(dynamic_shapes=True)
 
-
-def _spec(op: str, name: str, v: Any, dims: Callable) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)):
-        return [_spec(op, name, t, dims) for t in v]
-    return jax.ShapeDtypeStruct(dims(v.shape), dtypes.to_jax(op, name, v.dtype))
 
 
 def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:

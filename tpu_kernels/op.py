@@ -421,7 +421,7 @@ class KernelOp:
         """Output ShapeDtypeStructs for example arguments (tensors or ShapeDtypeStructs)."""
         values = self.signature.bind(args, kwargs)
         tensors, statics = self.signature.split(values)
-        specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
+        specs = [dtypes.spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
         kwargs = self.signature.static_kwargs(statics)
         with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
@@ -465,7 +465,7 @@ class KernelOp:
 
     def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
         """Export the kernel for `platform` at these example shapes (no device needed)."""
-        from tpu_kernels.check import export_kernel
+        from tpu_kernels.export import export_kernel
 
         return export_kernel(self, args, kwargs, platform=platform)
 
@@ -501,18 +501,6 @@ def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
     from tpu_kernels.sources.jax import JaxSource
 
     return JaxSource(fn)
-
-
-def _as_spec(op: str, name: str, v: Any) -> Any:
-    from tpu_kernels import dtypes
-
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)):
-        return [_as_spec(op, name, t) for t in v]
-    if isinstance(v, torch.Tensor):
-        return jax.ShapeDtypeStruct(tuple(v.shape), dtypes.to_jax(op, name, v.dtype))
-    return v  # already a ShapeDtypeStruct or an array
 
 
 def tpu_kernel(

@@ -97,9 +97,9 @@ def compile_counted(
     fn: Callable, *, backend: str = "aot_eager", dynamic: bool | None = False
 ) -> tuple[Callable, Any]:
     """torch.compile(fullgraph=True) with a counter of the graphs dynamo produced."""
-    import torch._dynamo.testing
+    from tpu_kernels import _compat
 
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    counter = _compat.get("CompileCounterWithBackend")(backend)
     return torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic), counter
 
 

@@ -21,9 +21,8 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import torch
-from jax._src import config as jax_config
 
-from tpu_kernels import disk_cache, dtypes, interpret, precision
+from tpu_kernels import _compat, disk_cache, dtypes, interpret, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -294,7 +293,7 @@ def pallas_interpret(mode: Any):
     if mode is None:
         yield
         return
-    cfg = jax_config.pallas_tpu_interpret_mode_context_manager
+    cfg = _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager
     prev = cfg.swap_local(mode)
     try:
         yield

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.devices import cpu as cpu_device
 from tpu_kernels.devices import tpu as tpu_device
@@ -156,12 +157,9 @@ def _fresh(out: Any, inputs: list[Any]) -> Any:
 def _reset_ref_mode() -> None:
     """Helion leaves its reference-mode context set after an exception inside it,
     and every later reference-mode call in the thread fails; clear it."""
-    try:
-        from helion.runtime import ref_mode
-
-        ref_mode.ref_mode_tls.context = None
-    except (ImportError, AttributeError):  # pragma: no cover - depends on Helion's internals
-        pass
+    tls = _compat.get("helion_ref_mode_tls")
+    if tls is not None:  # pragma: no branch - None only where Helion moved it
+        tls.context = None
 
 
 class CpuKernel:
@@ -354,10 +352,10 @@ class HelionSource:
         shapes, but Helion's code generation fails inside torch.compile's tracing
         context; this path was built for it, and handles symbolic sizes."""
         try:
-            from helion._compiler._dynamo.variables import infer_output_spec
-        except ImportError as e:  # pragma: no cover - depends on Helion's internals
+            infer_output_spec = _compat.get("helion_infer_output_spec")
+        except _compat.CompatError as e:  # pragma: no cover - depends on Helion's internals
             raise KernelError(
-                f"{self.name}: this Helion version offers no shape inference for symbolic sizes"
+                f"{self.name}: this Helion version offers no shape inference for symbolic sizes ({e})"
             ) from e
         spec = infer_output_spec(self.interpret, tuple(values))
         device = next(v.device for v in values if isinstance(v, torch.Tensor))

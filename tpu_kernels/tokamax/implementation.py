@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.errors import TpuKernelsError
 
 CPU, CUDA, TPU = "cpu", "cuda", "tpu"
@@ -34,7 +35,7 @@ TPU_ONLY = frozenset({TPU})
 ACCELERATORS = frozenset({CUDA, TPU})
 # The default orders of the tokamax.ops kernels that run off-TPU through XLA.
 XLA_ELSEWHERE = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
-SRC = "tokamax._src.ops."  # where Tokamax's api modules (and their registries) live
+SRC = _compat.TOKAMAX_OPS  # where Tokamax's api modules (and their registries) live
 
 
 class ImplementationError(TpuKernelsError, NotImplementedError):

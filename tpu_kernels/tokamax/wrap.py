@@ -35,8 +35,8 @@ from typing import Any
 
 import jax
 import torch
-from tokamax._src.jaxtyping import disable_jaxtyping
 
+from tpu_kernels import _compat
 from tpu_kernels.op import KernelOp, tpu_kernel
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax.implementation import tokamax_implementation
@@ -57,7 +57,7 @@ def typecheck_concrete_only(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         symbolic = _symbolic((args, kwargs))
-        with disable_jaxtyping() if symbolic else contextlib.nullcontext():
+        with _compat.get("tokamax_disable_jaxtyping")() if symbolic else contextlib.nullcontext():
             return fn(*args, **kwargs)
 
     return body
