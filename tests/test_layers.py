@@ -99,3 +99,32 @@ def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
         assert all(_imports_check(m, n) for _, m, n in _imports(core))
     finally:
         PACKAGE = saved
+
+
+def test_only_op_py_reads_a_kernel_ops_private_fields():
+    import re
+
+    from tpu_kernels.op import KernelOp
+
+    # the instance fields KernelOp.__init__ sets with a leading underscore
+    init = ast.parse((PACKAGE / "op.py").read_text())
+    fields = {
+        node.attr
+        for node in ast.walk(init)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(getattr(KernelOp, node.attr, None), (type(None),))
+    }
+    assert {"_backward", "_derived_fake", "_vmap_rule", "_vmap_twin", "_kernels"} <= fields
+    pattern = re.compile(r"(?<!self)\.(" + "|".join(sorted(fields)) + r")\b")
+    found = [
+        f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "op.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "use KernelOp's public properties instead:\n" + "\n".join(found)

@@ -60,7 +60,7 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
     def backward(ctx: Any, *grads: Any) -> tuple:
         restored = ctx.rebuild(list(ctx.saved_tensors))
         values, outs = restored[: ctx.n_inputs], restored[ctx.n_inputs :]
-        if kop._backward is None:
+        if kop.backward_impl is None:
             raise NoBackwardError(
                 f"{kop.name}: backward called, but the op defines no backward. Give it one: "
                 f"@{kop.fn_name}.def_backward with a backward kernel, backward='vjp' when "
@@ -68,7 +68,7 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
                 "to differentiate instead."
             )
         n_positional = sum(not p.keyword_only for p in kop.signature.params)
-        grads_in = kop._backward(values, outs, list(grads[: kop.n_visible]))
+        grads_in = kop.backward_impl(values, outs, list(grads[: kop.n_visible]))
         if checking.ARMED:  # checked mode: the gradients against the reference's
             checking.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
         return tuple(grads_in[:n_positional])

@@ -183,6 +183,36 @@ class KernelOp:
         self.__doc__ = getattr(self.source.signature_fn, "__doc__", None)
         self.__wrapped__ = fn
 
+    # ---- what autograd.py, vmap.py and tokamax/wrap.py read (tests/test_layers.py) ----
+    @property
+    def backward_impl(self) -> Any:
+        """How a backward call computes gradients (autograd's Explicit/DerivedBackward, vmap's
+        BatchedBackward), or None when the op has no backward."""
+        return self._backward
+
+    @backward_impl.setter
+    def backward_impl(self, impl: Any) -> None:
+        self._backward = impl
+
+    @property
+    def derived_fake(self) -> fake.DerivedFake:
+        """The fake function derived with jax.eval_shape (what runs without register_fake)."""
+        return self._derived_fake
+
+    @property
+    def vmap_rule(self) -> Callable | None:
+        """The batching rule declared with def_vmap, or None (then the derived twin is used)."""
+        return self._vmap_rule
+
+    @property
+    def vmap_twin(self) -> KernelOp | None:
+        """The derived batching rule's batched op (vmap.py makes it on first use), or None."""
+        return self._vmap_twin
+
+    @vmap_twin.setter
+    def vmap_twin(self, twin: KernelOp) -> None:
+        self._vmap_twin = twin
+
     # ---- definition -----------------------------------------------------------------
     def _check_options(
         self, outputs: Any, residuals: Any, backward: Any, reference: Any, noncontiguous: str

@@ -73,7 +73,7 @@ def _tensors_symbolic(values: Any) -> bool:
 
 def _register_fakes(kop: KernelOp, symbolic_fake: Callable | None) -> None:
     if symbolic_fake is not None:
-        derived = kop._derived_fake  # checks the trace with concrete sizes
+        derived = kop.derived_fake  # checks the trace with concrete sizes
 
         def fake(*args: Any, **kwargs: Any) -> Any:
             if _tensors_symbolic(list(args) + list(kwargs.values())):
