@@ -137,3 +137,19 @@ def test_compat_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     # tpu_kernels/__init__ imports torch and jax itself; _compat adds neither Helion nor Tokamax
     assert "helion" not in out.stdout and "tokamax" not in out.stdout
+
+
+def test_symbolic_dimension_internals_are_live():
+    import jax
+
+    a, b = jax.export.symbolic_shape("a, b")
+    d = 3 * a * b + a
+    terms = _compat.symbolic_terms(d)
+    assert sorted(coeff for _, coeff in terms) == [1, 3]
+    factors = [sorted((f.var, e) for f, e in _compat.term_factors(t)) for t, _ in terms]
+    assert sorted(factors) == [[("a", 1)], [("a", 1), ("b", 1)]]
+
+
+def test_a_moved_attribute_raises_naming_it():
+    with pytest.raises(_compat.CompatError, match=r"builtins\.int\._sorted_terms \(the terms"):
+        _compat.symbolic_terms(3)

@@ -163,6 +163,30 @@ TOKAMAX_OPS = "tokamax._src.ops."
 TORCH_TPU_PRECISION_MODULE = "torch_tpu._internal.precision.precision_impl"
 JAX_CALLBACK_LOGGER = "jax._src.callback"
 
+
+# Private attributes of JAX's symbolic dimensions (fake.py turns them into torch SymInts
+# without JAX's own `_evaluate`, which would specialise every symbol).
+def symbolic_terms(d: Any) -> Any:
+    """A JAX symbolic dimension as ((term, coefficient), ...)."""
+    return _attribute(d, "_sorted_terms", "the terms of a symbolic dimension")
+
+
+def term_factors(term: Any) -> Any:
+    """A term of a JAX symbolic dimension as ((factor, exponent), ...)."""
+    return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
+
+
+def _attribute(obj: Any, name: str, purpose: str) -> Any:
+    try:
+        return getattr(obj, name)
+    except AttributeError as e:
+        raise CompatError(
+            f"tpu_kernels needs {type(obj).__module__}.{type(obj).__qualname__}.{name} ({purpose}), "
+            f"which the installed version lacks. Install the versions tpu_kernels is tested with "
+            f"(pyproject.toml's pins)."
+        ) from e
+
+
 _resolved: dict[str, Any] = {}
 
 
@@ -221,4 +245,14 @@ def entries() -> dict[str, Private]:
     return dict(_ENTRIES)
 
 
-__all__ = ["TOKAMAX_OPS", "CompatError", "Private", "all_of", "entries", "get", "live"]
+__all__ = [
+    "TOKAMAX_OPS",
+    "CompatError",
+    "Private",
+    "all_of",
+    "entries",
+    "get",
+    "live",
+    "symbolic_terms",
+    "term_factors",
+]

@@ -174,7 +174,6 @@ def _pallas_dynamic_blocks() -> contextlib.AbstractContextManager:
     return pallas_export_experimental(dynamic_shapes=True)
 
 
-
 def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
     """A JAX symbolic dimension (a polynomial of the input symbols) -> a torch SymInt.
 
@@ -185,9 +184,9 @@ def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
     if isinstance(d, int):
         return d
     total: Any = 0
-    for term, coeff in d._sorted_terms:
+    for term, coeff in _compat.symbolic_terms(d):
         value: Any = coeff
-        for factor, exponent in term._factors:
+        for factor, exponent in _compat.term_factors(term):
             value = value * _factor_value(factor, env) ** exponent
         total = total + value
     return total
