@@ -67,17 +67,14 @@ class DerivedFake:
         statics = self.sig.static_kwargs(self.sig.split(values)[1])
         if self.source_fake is not None:
             return self._from_source(values, tensors, statics, device)
-        if _has_symbolic(tensors):
+        if has_symbolic(tensors):
             outs = self._symbolic(tensors, statics)
         else:
             key = (_hashable(statics), _spec_key(tensors))
             outs = self.cache.get_or_build(key, lambda: self._concrete(tensors, statics))
-        if self.returns_list:
-            return [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
-        made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs[: self.n_outputs]]
-        if self.n_outputs == 0:
-            return None
-        return made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made)
+        kept = outs if self.returns_list else outs[: self.n_outputs]  # not the mutated values
+        made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in kept]
+        return self.sig.pack(made, self.returns_list)
 
     def _from_source(self, values: Any, tensors: list[Any], statics: dict, device: torch.device) -> Any:
         def infer() -> list[Any]:
@@ -89,15 +86,13 @@ class DerivedFake:
                     f"{statics}: {type(e).__name__}: {e}"
                 ) from e
 
-        if _has_symbolic(tensors):
+        if has_symbolic(tensors):
             made = infer()
         else:
             key = (_hashable(statics), _spec_key(tensors))
             outs = self.cache.get_or_build(key, lambda: tuple((tuple(t.shape), t.dtype) for t in infer()))
             made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
-        return (
-            made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made[: self.n_outputs])
-        )
+        return self.sig.pack(made, self.returns_list)
 
     def _concrete(self, tensors: list[Any], statics: dict) -> tuple:
         specs = [dtypes.spec(self.op, p.name, v) for p, v in zip(self.sig.tensor_params, tensors)]
@@ -227,10 +222,12 @@ def _first_device(op: str, sig: Signature, tensors: list[Any]) -> torch.device:
     return device
 
 
-def _has_symbolic(tensors: list[Any]) -> bool:
-    for v in tensors:
+def has_symbolic(values: list[Any]) -> bool:
+    """Whether any tensor among `values` (tensors, lists of them, None, statics) has a
+    symbolic size (torch.compile with dynamic shapes). The one place this is decided."""
+    for v in values:
         for t in v if isinstance(v, (list, tuple)) else [v]:
-            if t is not None and any(isinstance(d, torch.SymInt) for d in t.shape):
+            if isinstance(t, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in t.shape):
                 return True
     return False
 

@@ -139,15 +139,9 @@ class JaxExecutor:
         except Exception as e:
             self.transfer.recover(mode)
             raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
-        if self.returns_list:
-            return outs
         for j, i in enumerate(self.mutated):
             values[i].copy_(outs[self.n_outputs + j])
-        if self._single:
-            return outs[0]
-        if self.n_outputs == 0:
-            return None
-        return tuple(outs[: self.n_outputs])
+        return self.sig.pack(outs, self.returns_list)
 
     def _arrays_and_key(self, values: Any) -> tuple[list[Any], tuple]:
         """The JAX arrays for the kernel, and the cache key: (mode, matmul precision,

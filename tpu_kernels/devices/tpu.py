@@ -198,15 +198,10 @@ class TpuKernel:
         p = precision.current()
         inner = self._inner.get(p) or self.inner_op(p)
         results = inner(*args, **kwargs)
-        if self.returns_list:
-            return list(results)
         if not isinstance(results, (tuple, list)):
             results = (results,)
-        values = self.sig.values(args, kwargs)
-        for j, i in enumerate(self.mutated):
-            values[i].copy_(results[self.n_outputs + j])
-        if self.n_outputs == 0:
-            return None
-        if self.n_outputs == 1 and not self.sig.returns_tuple:
-            return results[0]
-        return tuple(results[: self.n_outputs])
+        if self.mutated:
+            values = self.sig.values(args, kwargs)
+            for j, i in enumerate(self.mutated):
+                values[i].copy_(results[self.n_outputs + j])
+        return self.sig.pack(results, self.returns_list)
