@@ -513,17 +513,7 @@ class KernelOp:
 def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
     from tpu_kernels import sources
 
-    if sources.from_function(fn) == "helion":
-        from tpu_kernels.sources.helion import HelionSource
-
-        return HelionSource(name, fn, autotune=autotune)
-    if autotune:
-        raise OpDefinitionError(f"{name}: autotune=True applies to Helion kernels only.")
-    if not callable(fn):
-        raise OpDefinitionError(f"{name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
-    from tpu_kernels.sources.jax import JaxSource
-
-    return JaxSource(fn)
+    return sources.make_source(name, fn, autotune)  # by the kernel's language (sources.Language)
 
 
 def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:

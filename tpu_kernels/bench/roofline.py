@@ -87,3 +87,10 @@ def throughput(seconds: float, flops: float | None, nbytes: float | None, peaks:
         if peaks:
             out["pct_peak_bw"] = 100 * nbytes / seconds / peaks.bytes_per_s
     return out
+
+
+def peaks(device_type: str, name: str) -> Peaks | None:
+    """A device's peaks by its type and name; None where a roofline is not meaningful (the
+    CPU runs Pallas in an interpreter) or the device is not in a table here."""
+    by_type = {"cuda": gpu_peaks, "tpu": tpu_peaks}.get(device_type)
+    return by_type(name) if by_type is not None else None

@@ -67,6 +67,20 @@ class Entry:
     single: bool = False  # fn returns the op's one output as an array, not a tuple (and needs no x64)
 
 
+def for_op(op: Any, body: Callable, transfer: Transfer) -> JaxExecutor:
+    """The executor of `op`'s JAX `body` on the device `transfer` serves (a DeviceSpec.jax_kernel)."""
+    return JaxExecutor(
+        op.signature,
+        body,
+        transfer,
+        n_outputs=op.signature.n_outputs,
+        mutated=op.mutated,
+        maxsize=op.cache_size,
+        noncontiguous=op.noncontiguous,
+        returns_list=op.returns_list,
+    )
+
+
 class JaxExecutor:
     """torch tensors in, torch tensors out, a JAX function in between."""
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, devices
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.devices import cpu as cpu_device
 from tpu_kernels.devices import tpu as tpu_device
@@ -51,6 +51,13 @@ _global_mode: str | None = None
 def is_helion_kernel(fn: Any) -> bool:
     helion = sys.modules.get("helion")  # a Helion kernel means helion is imported already
     return helion is not None and isinstance(fn, helion.Kernel)
+
+
+recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.sources)
+
+
+def make_source(op_name: str, fn: Any, autotune: bool = False) -> HelionSource:
+    return HelionSource(op_name, fn, autotune=autotune)
 
 
 def _check_mode(mode: str) -> str:
@@ -336,12 +343,15 @@ class HelionSource:
         cpu = CpuKernel(
             self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self), op.reference
         )
+        # Helion has a backend for these three devices (the table above); a new device
+        # gets a Helion kernel here only once Helion has a backend for it
+        key = {name: devices.get(name).dispatch_key for name in ("cpu", "cuda", "tpu")}
         return {
-            "CPU": cpu,
-            "CUDA": _Lazy(
+            key["cpu"]: cpu,
+            key["cuda"]: _Lazy(
                 op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda", self)
             ),
-            tpu_device.DISPATCH_KEY: _Lazy(
+            key["tpu"]: _Lazy(
                 op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu", self)
             ),
         }
