@@ -1,9 +1,10 @@
 """torch <-> JAX without copies.
 
-Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about 50 us
-per tensor on our 2-core CPU, almost all of it Python checks; the two C entry
-points underneath (torch's `_to_dlpack`, JAX's `dlpack_managed_tensor_to_buffer`)
-cost about 1 us and 8 us. We call those, and fall back to the public functions
+Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about ten times
+the two C entry points underneath (torch's `_to_dlpack`, JAX's
+`dlpack_managed_tensor_to_buffer`), almost all of it Python checks (the figures:
+the README's "Per-call overhead" table, from bench/overhead.py). We call those
+(through tpu_kernels/_compat.py), and fall back to the public functions
 if a future release moves them (`LOW_LEVEL` says which path is live).
 
 On CPU two more savings. `ViewCache` remembers the JAX view of a tensor object

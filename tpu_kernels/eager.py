@@ -1,8 +1,8 @@
 """The eager shortcut of `KernelOp.__call__`: plain CPU calls skip torch's dispatcher.
 
 Calling a registered op goes C++ -> Python twice (the autograd kernel, then the
-CPU kernel), about 30 us on our 2-core CPU, several times the cost of the JAX
-call for a small kernel (bench/overhead.py). When the dispatcher's choice is
+CPU kernel), several times the cost of the JAX call for a small kernel (measured
+by bench/overhead.py; the figures are in the README's "Per-call overhead" table). When the dispatcher's choice is
 certain - every argument a plain CPU tensor (or a static of the schema's type),
 no gradient needed, no torch function or dispatch mode, no functorch transform,
 not compiling, dispatch state as at import - `KernelOp.__call__` calls the CPU
