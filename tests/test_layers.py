@@ -128,3 +128,14 @@ def test_only_op_py_reads_a_kernel_ops_private_fields():
         if pattern.search(line)
     ]
     assert not found, "use KernelOp's public properties instead:\n" + "\n".join(found)
+
+
+def test_the_modules_moved_into_the_core_keep_their_old_names():
+    import tpu_kernels.check.chips
+    import tpu_kernels.check.export
+
+    import tpu_kernels.chips
+    import tpu_kernels.export
+
+    assert tpu_kernels.check.chips is tpu_kernels.chips
+    assert tpu_kernels.check.export is tpu_kernels.export

@@ -5,10 +5,9 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
 from tpu_kernels.kernels import scale_add
 from tpu_kernels.kernels.elementwise import reference, shapes
-from tpu_kernels.testing import assert_lowers_for_tpu
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -51,5 +50,9 @@ def test_compile_fullgraph_matches_eager():
 
 
 def test_lowers_for_tpu():
-    spec = jax.ShapeDtypeStruct((512, 1024), "bfloat16")
-    assert_lowers_for_tpu(scale_add, call=((spec, spec), {"alpha": 2.0}))
+    lowers_for_tpu(
+        scale_add,
+        jax.ShapeDtypeStruct((512, 1024), "bfloat16"),
+        jax.ShapeDtypeStruct((512, 1024), "bfloat16"),
+        alpha=2.0,
+    )

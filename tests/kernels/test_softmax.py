@@ -5,10 +5,9 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
 from tpu_kernels.kernels import softmax
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
-from tpu_kernels.testing import assert_lowers_for_tpu
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -54,8 +53,8 @@ def test_compile_fullgraph_matches_eager():
 
 def test_lowers_for_tpu():
     spec = jax.ShapeDtypeStruct((1024, 512), "bfloat16")
-    assert_lowers_for_tpu(softmax, call=((spec,), {}))
-    assert_lowers_for_tpu(softmax.backward_op, call=((spec, spec), {}))
+    lowers_for_tpu(softmax, spec)
+    lowers_for_tpu(softmax.backward_op, spec, spec)
 
 
 def test_rejects_integer_input():

@@ -19,12 +19,22 @@ Mosaic, which `KernelOp.lower` uses too); the core never imports this package.
 See docs/tpu-lowering-check.md.
 """
 
+import sys
+
+from tpu_kernels import chips as _chips
+from tpu_kernels import export as _export
 from tpu_kernels.check.explain import Explanation, explain
 from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
 from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
 from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
 from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.export import export_kernel
+
+# chips.py and export.py moved into the core (the core never imports this package); their
+# old module names stay importable.
+sys.modules.setdefault("tpu_kernels.check.chips", _chips)
+sys.modules.setdefault("tpu_kernels.check.export", _export)
+globals().update(chips=_chips, export=_export)  # as a submodule import would set them
 
 __all__ = [
     "DEFAULT_CHIP",
