@@ -176,6 +176,24 @@ def term_factors(term: Any) -> Any:
     return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
 
 
+def make_exported(**fields: Any) -> Any:
+    """A jax.export.Exported from its public fields (disk_cache.py rebuilds stored modules);
+    its private ones get what an unsharded export without a VJP holds."""
+    import jax
+
+    n_in, n_out = len(fields["in_avals"]), len(fields["out_avals"])
+    try:
+        return jax.export.Exported(
+            **fields, _in_named_shardings=(None,) * n_in, _out_named_shardings=(None,) * n_out, _get_vjp=None
+        )
+    except TypeError as e:
+        raise CompatError(
+            f"tpu_kernels needs jax.export.Exported's fields _in_named_shardings, _out_named_shardings "
+            f"and _get_vjp (rebuilding a stored kernel), which the installed jax changed ({e}). Install "
+            f"the versions tpu_kernels is tested with (pyproject.toml's pins)."
+        ) from e
+
+
 def _attribute(obj: Any, name: str, purpose: str) -> Any:
     try:
         return getattr(obj, name)
@@ -253,6 +271,7 @@ __all__ = [
     "entries",
     "get",
     "live",
+    "make_exported",
     "symbolic_terms",
     "term_factors",
 ]

@@ -251,14 +251,28 @@ def decode(data: bytes, key: str, in_tree: Any, single: bool) -> jax.export.Expo
     )
     in_avals, out_avals = avals(meta["in_avals"]), avals(meta["out_avals"])
     nones_in, nones_out = (None,) * len(in_avals), (None,) * len(out_avals)
-    return jax.export.Exported(
+    try:
+        return _rebuild(meta, payload[4 + n :], in_tree, out_tree, in_avals, out_avals, nones_in, nones_out)
+    except _compat.CompatError as e:  # pragma: no cover - a JAX that changed Exported: compile instead
+        raise Rejected(str(e)) from e
+
+
+def _rebuild(
+    meta: dict,
+    module: bytes,
+    in_tree: Any,
+    out_tree: Any,
+    in_avals: tuple,
+    out_avals: tuple,
+    nones_in: tuple,
+    nones_out: tuple,
+) -> Any:
+    return _compat.make_exported(
         fun_name=meta["fun_name"],
         in_tree=in_tree,
         in_avals=in_avals,
         out_tree=out_tree,
         out_avals=out_avals,
-        _in_named_shardings=nones_in,
-        _out_named_shardings=nones_out,
         in_shardings_hlo=nones_in,
         out_shardings_hlo=nones_out,
         nr_devices=1,
@@ -266,11 +280,10 @@ def decode(data: bytes, key: str, in_tree: Any, single: bool) -> jax.export.Expo
         ordered_effects=(),
         unordered_effects=(),
         disabled_safety_checks=(),
-        mlir_module_serialized=payload[4 + n :],
+        mlir_module_serialized=module,
         calling_convention_version=meta["calling_convention_version"],
         module_kept_var_idx=tuple(meta["module_kept_var_idx"]),
         uses_global_constants=False,
-        _get_vjp=None,
     )
 
 
