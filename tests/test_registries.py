@@ -82,3 +82,17 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
 
 def test_scaffold_backends_come_from_the_languages():
     assert set(scaffold.BACKENDS) == {lang.template_backend for lang in sources.languages()}
+
+
+def test_the_benchmark_resolves_devices_through_the_registry():
+    from tpu_kernels.bench.device import resolve
+
+    cpu = resolve("cpu")
+    assert (cpu.type, cpu.torch_device, cpu.peaks) == ("cpu", torch.device("cpu"), None) and cpu.name
+    with pytest.raises(ValueError, match=r"unknown device 'xpu'; use cpu, cuda, tpu\."):
+        resolve("xpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(
+            RuntimeError, match=r"tpu-kernels bench: --device cuda, but torch sees no CUDA device"
+        ):
+            resolve("cuda")
