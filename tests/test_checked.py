@@ -280,3 +280,20 @@ def test_under_torch_compile_nothing_is_checked_and_nothing_breaks():
     with checked():
         out = compiled(torch.ones(3))
     assert torch.allclose(out, torch.full((3,), 3.002))
+
+
+def test_compare_names_the_first_differing_element_in_each_kind_of_mismatch():
+    ints = torch.tensor([[1, 2], [3, 4]])
+    assert checking.compare(ints, ints.double()) is None
+    assert checking.compare(ints, torch.tensor([[1.0, 2.0], [3.0, 5.0]], dtype=torch.float64)) == (
+        "1 of 4 elements differ (exact compare for torch.int64); first at index (1, 1): kernel 4, reference 5.0"
+    )
+    got = torch.tensor([1.0, float("inf"), 3.0])
+    assert checking.compare(got, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).startswith(
+        "0 NaN and 1 inf values the reference does not have (of 3); first at index (1,): kernel inf, reference 2.0"
+    )
+    assert checking.compare(
+        torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")], dtype=torch.float64)
+    ) == (
+        "1 finite values where the reference has NaN or inf (of 2); first at index (1,): kernel 2.0, reference nan"
+    )

@@ -325,3 +325,18 @@ def test_numpy_outputs_are_writable_and_owned():
     y = f(rand(4))
     y.add_(1)  # would fail or corrupt if the buffer were shared or read-only
     assert np.isfinite(y.numpy()).all()
+
+
+def test_options_are_written_once_and_shown_in_the_signature():
+    import inspect
+
+    from tpu_kernels.op import KernelOp
+    from tpu_kernels.options import NAMES, OpOptions
+
+    params = inspect.signature(tpu_kernel).parameters
+    assert set(params) == {"name", "fn"} | NAMES
+    assert params["cache_size"].default == OpOptions().cache_size == 256
+    with pytest.raises(TypeError, match=r"t::typo: unknown option\(s\) outputz; the options are .*outputs"):
+        tpu_kernel("t::typo", outputz=("y",))
+    with pytest.raises(TypeError, match=r"t::typo2: unknown option\(s\) bogus"):
+        KernelOp("t::typo2", lambda x: x, bogus=1)

@@ -105,3 +105,20 @@ def test_bind_reports_wrong_arity():
         sig.bind((1, 2, 3), {})
     with pytest.raises(TypeError, match="unexpected keyword arguments"):
         sig.bind((1, 2), {"b": 1})
+
+
+def test_pack_returns_outputs_as_a_call_does():
+    def one(x: Tensor) -> Tensor: ...
+
+    def pair(x: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def single_tuple(x: Tensor) -> tuple[Tensor]: ...
+
+    def mutating(x: Tensor) -> None: ...
+
+    a, b, m = object(), object(), object()  # m: a mutated argument's new value, never returned
+    assert parse("t::one", one).pack([a, m]) is a
+    assert parse("t::pair", pair).pack([a, b, m]) == (a, b)
+    assert parse("t::single", single_tuple).pack([a, m]) == (a,)
+    assert parse("t::mut", mutating, allow_no_outputs=True).pack([m]) is None
+    assert parse("t::list", one).pack((a, b), returns_list=True) == [a, b]

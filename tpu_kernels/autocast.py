@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.errors import OpDefinitionError
 
 if TYPE_CHECKING:
@@ -103,13 +104,17 @@ def cast(policy: str, device_type: str, args: tuple, kwargs: dict) -> tuple[tupl
 
 
 def _kernel(op: KernelOp, policy: str, key_name: str, device_type: str | None) -> Callable:
-    key = getattr(torch._C.DispatchKey, key_name)
-    excluded = torch._C.DispatchKeySet(key)
+    key = getattr(_compat.get("DispatchKey"), key_name)
+    excluded = _compat.get("DispatchKeySet")(key)
+    privateuse1_name, exclude_guard = (
+        _compat.get("privateuse1_backend_name"),
+        _compat.get("ExcludeDispatchKeyGuard"),
+    )
 
     def autocast_kernel(*args: Any, **kwargs: Any) -> Any:
-        device = device_type or torch._C._get_privateuse1_backend_name()
+        device = device_type or privateuse1_name()
         args, kwargs = cast(policy, device, args, kwargs)
-        with torch._C._ExcludeDispatchKeyGuard(excluded):
+        with exclude_guard(excluded):
             return op.overload(*args, **kwargs)
 
     return autocast_kernel
@@ -123,7 +128,7 @@ def register(op: KernelOp, lib: torch.library.Library, policy: str) -> None:
         kernel = _kernel(op, policy, key_name, device_type)
         lib.impl(op.short_name, kernel, key_name)
         # the Python dispatcher (torch.compile's tracing) looks here first
-        op.overload.py_impl(getattr(torch._C.DispatchKey, key_name))(kernel)
+        op.overload.py_impl(getattr(_compat.get("DispatchKey"), key_name))(kernel)
 
 
 __all__ = ["POLICIES", "cast", "check_policy", "register", "target_dtype"]

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels import checking
+from tpu_kernels import _compat, checking
 from tpu_kernels.errors import NoBackwardError, OpDefinitionError
 from tpu_kernels.signature import Kind, Param, Signature
 
@@ -60,7 +60,7 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
     def backward(ctx: Any, *grads: Any) -> tuple:
         restored = ctx.rebuild(list(ctx.saved_tensors))
         values, outs = restored[: ctx.n_inputs], restored[ctx.n_inputs :]
-        if kop._backward is None:
+        if kop.backward_impl is None:
             raise NoBackwardError(
                 f"{kop.name}: backward called, but the op defines no backward. Give it one: "
                 f"@{kop.fn_name}.def_backward with a backward kernel, backward='vjp' when "
@@ -68,9 +68,9 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
                 "to differentiate instead."
             )
         n_positional = sum(not p.keyword_only for p in kop.signature.params)
-        if isinstance(kop._backward, ExplicitBackward):
-            _refuse_inputs_outside_wrt(ctx, kop, kop._backward.wrt, values)
-        grads_in = kop._backward(values, outs, list(grads[: kop.n_visible]))
+        if isinstance(kop.backward_impl, ExplicitBackward):
+            _refuse_inputs_outside_wrt(ctx, kop, kop.backward_impl.wrt, values)
+        grads_in = kop.backward_impl(values, outs, list(grads[: kop.n_visible]))
         if checking.ARMED:  # checked mode: the gradients against the reference's
             checking.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
         return tuple(grads_in[:n_positional])
@@ -83,14 +83,25 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
     lib.impl(kop.short_name, _fast_path(impl, cpu_kernel, functorch_impl), "Autograd", with_keyset=True)
 
 
-_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
-_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-# What is left below autograd of a plain CPU call: the CPU backend, and maybe
-# ADInplaceOrView (a fallthrough for ops that mutate nothing; the dispatcher
-# usually drops it before calling us).
-_PLAIN_CPU = frozenset(
-    {_CPU.raw_repr(), (_CPU | torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)).raw_repr()}
+# The fast path's private torch APIs; without any of them, the public registration.
+_FAST_PATH_LIVE = _compat.all_of(
+    "DispatchKey",
+    "DispatchKeySet",
+    "after_autograd_keyset",
+    "any_requires_grad",
+    "functorch_transforms_active",
+    "AutoDispatchBelowAutograd",
+    "make_autograd_impl",
+    "AutogradInfo",
 )
+if _FAST_PATH_LIVE:
+    _AFTER_AUTOGRAD = _compat.get("after_autograd_keyset")
+    _KeySet, _Key = _compat.get("DispatchKeySet"), _compat.get("DispatchKey")
+    _CPU = _KeySet(_Key.CPU)
+    # What is left below autograd of a plain CPU call: the CPU backend, and maybe
+    # ADInplaceOrView (a fallthrough for ops that mutate nothing; the dispatcher
+    # usually drops it before calling us).
+    _PLAIN_CPU = frozenset({_CPU.raw_repr(), (_CPU | _KeySet(_Key.ADInplaceOrView)).raw_repr()})
 
 
 def _fast_path(impl: Callable, cpu_kernel: Callable, functorch_impl: Callable | None = None) -> Callable:
@@ -105,8 +116,8 @@ def _fast_path(impl: Callable, cpu_kernel: Callable, functorch_impl: Callable | 
     `functorch_impl` records it (see `_single_level_impl`). Every other case
     takes torch's own path, unchanged.
     """
-    is_grad_enabled, any_requires_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
-    functorch_active = torch._C._are_functorch_transforms_active
+    is_grad_enabled, any_requires_grad = torch.is_grad_enabled, _compat.get("any_requires_grad")
+    functorch_active = _compat.get("functorch_transforms_active")
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if not (is_grad_enabled() and any_requires_grad(*args)):
@@ -133,19 +144,20 @@ def _single_level_impl(kop: KernelOp, backward: Callable, setup_context: Callabl
     per-level functions are `_SingleLevelFunction`s applied with its
     single-level permission; this is one of those.
     """
-    try:
-        from torch._functorch.utils import enable_single_level_autograd_function
-        from torch._library.autograd import supports_tensorlist
-        from torch.autograd.function import _SingleLevelFunction
-    except ImportError:  # pragma: no cover - depends on torch's internals
-        return None
+    if not _compat.all_of(
+        "enable_single_level_autograd_function", "supports_tensorlist", "SingleLevelFunction"
+    ):
+        return None  # pragma: no cover - depends on torch's internals
+    enable_single_level_autograd_function = _compat.get("enable_single_level_autograd_function")
+    supports_tensorlist = _compat.get("supports_tensorlist")
+    below_autograd = _compat.get("AutoDispatchBelowAutograd")
     op = kop.overload
     n_positional = sum(not p.keyword_only for p in kop.signature.params)
 
     def forward(ctx: Any, *args: Any) -> Any:
         keyset, kwargs = args[-1].keyset, args[-1].kwargs
         args = args[:-1]
-        with torch._C._AutoDispatchBelowAutograd():
+        with below_autograd():
             result = op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
         # the dispatcher drops trailing arguments equal to their defaults; setup_context wants all
         setup_context(ctx, args, result, kwargs)
@@ -162,7 +174,7 @@ def _single_level_impl(kop: KernelOp, backward: Callable, setup_context: Callabl
 
     cls = type(
         f"{kop.short_name}_functorch",
-        (_SingleLevelFunction,),
+        (_compat.get("SingleLevelFunction"),),
         {"forward": staticmethod(forward), "backward": staticmethod(single_level_backward)},
     )
     if any(p.kind is Kind.TENSOR_LIST for p in kop.signature.params) or kop.returns_list:
@@ -187,10 +199,9 @@ class _Call:
 
 def _autograd_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:
     """torch's generated autograd kernel for this op (what `register_autograd` registers)."""
-    try:
-        from torch._library.autograd import Info, make_autograd_impl
-    except ImportError:  # pragma: no cover - depends on torch's internals
+    if not _FAST_PATH_LIVE:  # pragma: no cover - depends on torch's internals
         return None
+    make_autograd_impl, Info = _compat.get("make_autograd_impl"), _compat.get("AutogradInfo")
     return make_autograd_impl(kop.overload, Info(_backward_fn=backward, _setup_context_fn=setup_context))
 
 

@@ -1,9 +1,10 @@
 """torch <-> JAX without copies.
 
-Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about 50 us
-per tensor on our 2-core CPU, almost all of it Python checks; the two C entry
-points underneath (torch's `_to_dlpack`, JAX's `dlpack_managed_tensor_to_buffer`)
-cost about 1 us and 8 us. We call those, and fall back to the public functions
+Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about ten times
+the two C entry points underneath (torch's `_to_dlpack`, JAX's
+`dlpack_managed_tensor_to_buffer`), almost all of it Python checks (the figures:
+the README's "Per-call overhead" table, from bench/overhead.py). We call those
+(through tpu_kernels/_compat.py), and fall back to the public functions
 if a future release moves them (`LOW_LEVEL` says which path is live).
 
 On CPU two more savings. `ViewCache` remembers the JAX view of a tensor object
@@ -38,16 +39,15 @@ import jax
 import numpy as np
 import torch
 
-try:  # private, fast entry points; checked by tests/test_bridge.py
-    from jax._src.lib import _jax as _jaxlib
+from tpu_kernels import _compat
 
-    _import_capsule = _jaxlib.dlpack_managed_tensor_to_buffer
-    _export_capsule = _jaxlib.buffer_to_dlpack_managed_tensor
-    _torch_to_capsule = torch._C._to_dlpack
-    _torch_from_capsule = torch._C._from_dlpack
-    LOW_LEVEL = True
-except (ImportError, AttributeError):  # pragma: no cover - depends on releases
-    LOW_LEVEL = False
+# private, fast entry points (tpu_kernels/_compat.py); checked by tests/test_bridge.py
+_LOW_LEVEL_NAMES = ("jax_dlpack_import", "jax_dlpack_export", "torch_to_dlpack", "torch_from_dlpack")
+LOW_LEVEL = _compat.all_of(*_LOW_LEVEL_NAMES)
+if LOW_LEVEL:
+    _import_capsule, _export_capsule, _torch_to_capsule, _torch_from_capsule = map(
+        _compat.get, _LOW_LEVEL_NAMES
+    )
 
 _CPU_DEVICE: jax.Device | None = None
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.errors import OpDefinitionError, TpuKernelsError
 from tpu_kernels.signature import Kind
 
@@ -176,9 +177,9 @@ def _tensors(values: list[Any]) -> Iterator[torch.Tensor]:
 def _can_check(values: list[Any]) -> bool:
     """Real tensors in plain eager mode: no fake/meta/functorch/dispatch-mode call."""
     if (
-        torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._are_functorch_transforms_active()
+        _compat.get("torch_dispatch_stack_len")()
+        or _compat.get("torch_function_mode_enabled")()
+        or _compat.get("functorch_transforms_active")()
     ):
         return False
     return all(_real(t) for t in _tensors(values))
@@ -330,11 +331,9 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
     if not got.is_floating_point():
         bad = got != want.to(got.dtype)
         if bad.any():
-            i = int(bad.flatten().nonzero()[0])
             return (
                 f"{int(bad.sum())} of {got.numel()} elements differ (exact compare for {got.dtype}); "
-                f"first at index {_index(i, got.shape)}: kernel {got.flatten()[i].item()}, "
-                f"reference {want.flatten()[i].item()}"
+                + _first(bad, got, want)
             )
         return None
     tol = TOL.get(got.dtype, TOL[torch.float32])
@@ -348,25 +347,20 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
     same_special = (g == w_rounded) | (torch.isnan(g) & torch.isnan(w_rounded))
     new_special = g_bad & ~same_special
     if new_special.any():
-        flat = new_special.flatten()
-        i = int(flat.nonzero()[0])
         n_nan = int((torch.isnan(g) & new_special).sum())
         n_inf = int(new_special.sum()) - n_nan
         return (
             f"{n_nan} NaN and {n_inf} inf values the reference does not have (of {got.numel()}); "
-            f"first at index {_index(i, got.shape)}: kernel {g.flatten()[i].item()}, "
-            f"reference {w.flatten()[i].item()}"
+            + _first(new_special, g, w)
         )
     finite = torch.isfinite(g) & torch.isfinite(w)
     err = torch.where(finite, (g - w).abs(), torch.zeros_like(g))
     allowed = tol.atol * scale + tol.rtol * w.abs()
     lost = ~g_bad & ~torch.isfinite(w)  # finite where the reference is NaN or inf
     if lost.any():
-        i = int(lost.flatten().nonzero()[0])
         return (
             f"{int(lost.sum())} finite values where the reference has NaN or inf (of {got.numel()}); "
-            f"first at index {_index(i, got.shape)}: kernel {g.flatten()[i].item()}, "
-            f"reference {w.flatten()[i].item()}"
+            + _first(lost, g, w)
         )
     mismatched = finite & (err > allowed)
     if not mismatched.any():
@@ -377,6 +371,15 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
         f"{g.flatten()[i].item():.8g}, reference {w.flatten()[i].item():.8g}; "
         f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(got.dtype).removeprefix('torch.')} "
         f"tolerance (rtol {tol.rtol:g}, atol {tol.atol:g} x {scale:g})"
+    )
+
+
+def _first(mask: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
+    """Where `mask` is first true, with the kernel's and the reference's values there."""
+    i = int(mask.flatten().nonzero()[0])
+    return (
+        f"first at index {_index(i, got.shape)}: kernel {got.flatten()[i].item()}, "
+        f"reference {want.flatten()[i].item()}"
     )
 
 

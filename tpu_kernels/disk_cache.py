@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from jax._src import config as jax_config
-from jax._src import core as jax_core
 
-from tpu_kernels import fingerprint
+from tpu_kernels import _compat, fingerprint
+
+jax_config = _compat.get("jax_config")
 
 ENV = "TPU_KERNELS_CACHE_DIR"
 FORMAT = 1
@@ -135,7 +135,7 @@ def _trace_settings() -> str | None:
     names = jax_config.trace_context_names()
     parts = []
     for name, value in zip(names, jax_config.trace_context()):
-        if isinstance(value, jax_core.AxisEnv):
+        if isinstance(value, _compat.get("AxisEnv")):
             if value.axis_sizes or value.spmd_axis_names or value.explicit_mesh_axis_names:
                 return None
             value = "empty-axis-env"
@@ -247,18 +247,32 @@ def decode(data: bytes, key: str, in_tree: Any, single: bool) -> jax.export.Expo
     if meta["in_tree"] != str(in_tree) or meta["out_tree"] != str(out_tree):
         raise Rejected("argument or result structure differs")
     avals = lambda rows: tuple(  # noqa: E731
-        jax_core.ShapedArray(tuple(s), jax.numpy.dtype(d), weak_type=w) for s, d, w in rows
+        jax.core.ShapedArray(tuple(s), jax.numpy.dtype(d), weak_type=w) for s, d, w in rows
     )
     in_avals, out_avals = avals(meta["in_avals"]), avals(meta["out_avals"])
     nones_in, nones_out = (None,) * len(in_avals), (None,) * len(out_avals)
-    return jax.export.Exported(
+    try:
+        return _rebuild(meta, payload[4 + n :], in_tree, out_tree, in_avals, out_avals, nones_in, nones_out)
+    except _compat.CompatError as e:  # pragma: no cover - a JAX that changed Exported: compile instead
+        raise Rejected(str(e)) from e
+
+
+def _rebuild(
+    meta: dict,
+    module: bytes,
+    in_tree: Any,
+    out_tree: Any,
+    in_avals: tuple,
+    out_avals: tuple,
+    nones_in: tuple,
+    nones_out: tuple,
+) -> Any:
+    return _compat.make_exported(
         fun_name=meta["fun_name"],
         in_tree=in_tree,
         in_avals=in_avals,
         out_tree=out_tree,
         out_avals=out_avals,
-        _in_named_shardings=nones_in,
-        _out_named_shardings=nones_out,
         in_shardings_hlo=nones_in,
         out_shardings_hlo=nones_out,
         nr_devices=1,
@@ -266,11 +280,10 @@ def decode(data: bytes, key: str, in_tree: Any, single: bool) -> jax.export.Expo
         ordered_effects=(),
         unordered_effects=(),
         disabled_safety_checks=(),
-        mlir_module_serialized=payload[4 + n :],
+        mlir_module_serialized=module,
         calling_convention_version=meta["calling_convention_version"],
         module_kept_var_idx=tuple(meta["module_kept_var_idx"]),
         uses_global_constants=False,
-        _get_vjp=None,
     )
 
 
@@ -361,8 +374,7 @@ def _reopen_if_moved(path: str) -> None:
     global _xla_dir
     if _xla_dir == path:
         return
-    from jax._src import compilation_cache
-
+    compilation_cache = _compat.get("jax_compilation_cache")
     if _xla_dir is not None and getattr(compilation_cache, "_cache_initialized", False):
         compilation_cache.reset_cache()
     _xla_dir = path
@@ -378,9 +390,8 @@ _NO_LAPACK: dict[int, tuple] = {}
 
 
 def _install_lapack_skip() -> bool:
-    try:
-        from jax._src.export import _export
-    except ImportError:  # pragma: no cover - depends on JAX's internals
+    _export = _compat.get("jax_export_internals")
+    if _export is None:  # pragma: no cover - depends on JAX's internals
         return False
     original = getattr(_export, "_ensure_backends_initialized", None)
     if original is None:  # pragma: no cover

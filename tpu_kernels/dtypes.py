@@ -70,6 +70,19 @@ def to_jax(op: str, arg: str, dtype: torch.dtype) -> np.dtype:
         ) from None
 
 
+def spec(op: str, arg: str, v: Any, dims: Any = tuple) -> Any:
+    """A tensor argument (or a list of them) as the jax.ShapeDtypeStruct a kernel is traced
+    with; None, ShapeDtypeStructs and arrays pass through. `dims` maps torch's sizes to
+    JAX's (fake.py passes symbolic ones). The one place tensors become specs."""
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [spec(op, arg, t, dims) for t in v]
+    if isinstance(v, torch.Tensor):
+        return jax.ShapeDtypeStruct(dims(v.shape), to_jax(op, arg, v.dtype))
+    return v  # already a ShapeDtypeStruct or an array
+
+
 def to_torch(op: str, dtype: np.dtype) -> torch.dtype:
     try:
         return JAX_TO_TORCH[np.dtype(dtype)]

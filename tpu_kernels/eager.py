@@ -1,8 +1,8 @@
 """The eager shortcut of `KernelOp.__call__`: plain CPU calls skip torch's dispatcher.
 
 Calling a registered op goes C++ -> Python twice (the autograd kernel, then the
-CPU kernel), about 30 us on our 2-core CPU, several times the cost of the JAX
-call for a small kernel (bench/overhead.py). When the dispatcher's choice is
+CPU kernel), several times the cost of the JAX call for a small kernel (measured
+by bench/overhead.py; the figures are in the README's "Per-call overhead" table). When the dispatcher's choice is
 certain - every argument a plain CPU tensor (or a static of the schema's type),
 no gradient needed, no torch function or dispatch mode, no functorch transform,
 not compiling, dispatch state as at import - `KernelOp.__call__` calls the CPU
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tpu_kernels import precision
+from tpu_kernels import _compat, precision
 from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.signature import Kind
 
@@ -41,13 +41,13 @@ _STATIC_TYPES: dict[str, tuple[type, ...]] = {
     "ScalarType": (torch.dtype,),
 }
 
-_tf_mode = torch._C._is_torch_function_mode_enabled
-_dispatch_stack = torch._C._len_torch_dispatch_stack
-_functorch = torch._C._are_functorch_transforms_active
+_tf_mode = _compat.get("torch_function_mode_enabled")
+_dispatch_stack = _compat.get("torch_dispatch_stack_len")
+_functorch = _compat.get("functorch_transforms_active")
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _precision = precision.current
-_include, _exclude = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+_include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
 _BASE_TLS = (_include().raw_repr(), _exclude().raw_repr())
 
 

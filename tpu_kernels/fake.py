@@ -16,11 +16,8 @@ from typing import Any
 
 import jax
 import torch
-import torch._guards
-from torch._dispatch.python import no_python_dispatcher
-from torch.utils._python_dispatch import _disable_current_modes
 
-from tpu_kernels import dtypes
+from tpu_kernels import _compat, dtypes
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -70,17 +67,14 @@ class DerivedFake:
         statics = self.sig.static_kwargs(self.sig.split(values)[1])
         if self.source_fake is not None:
             return self._from_source(values, tensors, statics, device)
-        if _has_symbolic(tensors):
+        if has_symbolic(tensors):
             outs = self._symbolic(tensors, statics)
         else:
             key = (_hashable(statics), _spec_key(tensors))
             outs = self.cache.get_or_build(key, lambda: self._concrete(tensors, statics))
-        if self.returns_list:
-            return [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
-        made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs[: self.n_outputs]]
-        if self.n_outputs == 0:
-            return None
-        return made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made)
+        kept = outs if self.returns_list else outs[: self.n_outputs]  # not the mutated values
+        made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in kept]
+        return self.sig.pack(made, self.returns_list)
 
     def output_shapes(self, values: list[Any]) -> list[tuple[int, ...]]:
         """The output shapes of a call with these concrete arguments (cached; allocates
@@ -107,18 +101,16 @@ class DerivedFake:
                     f"{statics}: {type(e).__name__}: {e}"
                 ) from e
 
-        if _has_symbolic(tensors):
+        if has_symbolic(tensors):
             made = infer()
         else:
             key = (_hashable(statics), _spec_key(tensors))
             outs = self.cache.get_or_build(key, lambda: tuple((tuple(t.shape), t.dtype) for t in infer()))
             made = [torch.empty(shape, dtype=dt, device=device) for shape, dt in outs]
-        return (
-            made[0] if self.n_outputs == 1 and not self.sig.returns_tuple else tuple(made[: self.n_outputs])
-        )
+        return self.sig.pack(made, self.returns_list)
 
     def _concrete(self, tensors: list[Any], statics: dict) -> tuple:
-        specs = [_spec(self.op, p.name, v, lambda s: s) for p, v in zip(self.sig.tensor_params, tensors)]
+        specs = [dtypes.spec(self.op, p.name, v) for p, v in zip(self.sig.tensor_params, tensors)]
         return self._eval(specs, statics, tensors, symbolic=False)
 
     def _symbolic(self, tensors: list[Any], statics: dict) -> tuple:
@@ -141,7 +133,7 @@ class DerivedFake:
                     parts.append(str(int(d)))
             return export.symbolic_shape(",".join(parts) if parts else "", scope=scope) if parts else ()
 
-        specs = [_spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
+        specs = [dtypes.spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
         with _pallas_dynamic_blocks():
             outs = self._eval(specs, statics, tensors, symbolic=True)
         return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in outs)
@@ -154,9 +146,9 @@ class DerivedFake:
             # while tracing (Helion's compiler does), which must not see the caller's
             # fake tensors, shape environment or graph.
             with (
-                _disable_current_modes(),
-                torch._guards.tracing(None),
-                no_python_dispatcher(),
+                _compat.get("disable_current_modes")(),
+                _compat.get("torch_tracing")(None),
+                _compat.get("no_python_dispatcher")(),
                 jax.enable_x64(True) if x64 else contextlib.nullcontext(),
             ):
                 result = self.shape_fn(specs, statics)
@@ -186,18 +178,10 @@ def _pallas_dynamic_blocks() -> contextlib.AbstractContextManager:
     """Let pallas_call accept block shapes that depend on symbolic sizes while
     deriving shapes (nothing is compiled here)."""
     try:
-        from jax._src.pallas.core import pallas_export_experimental
-    except ImportError:  # pragma: no cover - moved in a future JAX
+        from jax.experimental.pallas import pallas_export_experimental
+    except ImportError:  # pragma: no cover - an experimental API, may move
         return contextlib.nullcontext()
     return pallas_export_experimental(dynamic_shapes=True)
-
-
-def _spec(op: str, name: str, v: Any, dims: Callable) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)):
-        return [_spec(op, name, t, dims) for t in v]
-    return jax.ShapeDtypeStruct(dims(v.shape), dtypes.to_jax(op, name, v.dtype))
 
 
 def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
@@ -210,9 +194,9 @@ def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
     if isinstance(d, int):
         return d
     total: Any = 0
-    for term, coeff in d._sorted_terms:
+    for term, coeff in _compat.symbolic_terms(d):
         value: Any = coeff
-        for factor, exponent in term._factors:
+        for factor, exponent in _compat.term_factors(term):
             value = value * _factor_value(factor, env) ** exponent
         total = total + value
     return total
@@ -253,10 +237,12 @@ def _first_device(op: str, sig: Signature, tensors: list[Any]) -> torch.device:
     return device
 
 
-def _has_symbolic(tensors: list[Any]) -> bool:
-    for v in tensors:
+def has_symbolic(values: list[Any]) -> bool:
+    """Whether any tensor among `values` (tensors, lists of them, None, statics) has a
+    symbolic size (torch.compile with dynamic shapes). The one place this is decided."""
+    for v in values:
         for t in v if isinstance(v, (list, tuple)) else [v]:
-            if t is not None and any(isinstance(d, torch.SymInt) for d in t.shape):
+            if isinstance(t, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in t.shape):
                 return True
     return False
 

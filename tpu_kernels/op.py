@@ -30,10 +30,12 @@ import torch
 from tpu_kernels import autocast as autocast_policies
 from tpu_kernels import autograd, checking, dtypes, eager, fake
 from tpu_kernels import buckets as bucketing
+from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import KernelError, OpDefinitionError
+from tpu_kernels.options import OpOptions
 from tpu_kernels.signature import Kind, Signature, parse
 
 _REGISTRY: dict[str, KernelOp] = {}
@@ -109,57 +111,46 @@ class KernelOp:
         name: str,
         fn: Callable,
         *,
-        outputs: Sequence[str] | None = None,
-        residuals: Sequence[str] = (),
-        mutates_args: Sequence[str] = (),
-        backward: str | None = None,
-        reference: Callable | None = None,
-        check_reference: checking.Reference | Callable | None = None,
-        cache_size: int = 256,
-        noncontiguous: str = "copy",
-        tags: Sequence[torch.Tag] = (),
-        examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
-        autotune: bool = False,
-        sharding: Any = None,
         signature: Signature | None = None,
         returns_list: bool = False,
-        autocast: str = "keep",
-        buckets: Any = None,
-        length: str | None = None,
+        **options: Any,
     ) -> None:
+        """`options`: tpu_kernels.options.OpOptions; `signature` and `returns_list` are for
+        the ops the toolkit builds itself (backward ops, batched twins)."""
+        o = self.options = OpOptions.of(name, options)
         self.ns, self.short_name = _split_name(name)
         self.name = name
-        self.source = _make_source(name, fn, autotune)
+        self.source = _make_source(name, fn, o.autotune)
         self.fn = self.source.jax_body  # the kernel as a JAX function of keyword arguments
         self.fn_name = getattr(self.source.signature_fn, "__name__", self.short_name)
-        self.mutates_args = tuple(mutates_args)
+        self.mutates_args = tuple(o.mutates_args)
         self.signature = signature or parse(
             name, self.source.signature_fn, allow_no_outputs=bool(self.mutates_args)
         )
         sig = self.signature
         self.returns_list = returns_list
-        self.cache_size = cache_size
-        self.noncontiguous = noncontiguous
-        self._check_options(outputs, residuals, backward, reference, noncontiguous)
-        self.autocast = autocast_policies.check_policy(name, autocast)
-        self.sharding = sharding_rules.normalize(name, sharding)
+        self.cache_size = o.cache_size
+        self.noncontiguous = o.noncontiguous
+        self._check_options(o.outputs, o.residuals, o.backward, o.reference, o.noncontiguous)
+        self.autocast = autocast_policies.check_policy(name, o.autocast)
+        self.sharding = sharding_rules.normalize(name, o.sharding)
         n = sig.n_outputs
         self.output_names = (
-            tuple(outputs) if outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
+            tuple(o.outputs) if o.outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
         )
-        self.n_visible = n - len(tuple(residuals))
+        self.n_visible = n - len(tuple(o.residuals))
         self._all_visible = self.n_visible == n
-        self.reference = reference
+        self.reference = o.reference
         # what checked mode compares calls with (tpu_kernels.checking); None: unchecked
-        self.check_reference = checking.resolve(name, check_reference, reference)
-        self.examples = examples
+        self.check_reference = checking.resolve(name, o.check_reference, o.reference)
+        self.examples = o.examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
         # which dims the device kernels pad to buckets (tpu_kernels.buckets); a backward
         # op built here gets its forward's Plan
         self.bucket_plan = (
-            buckets
-            if isinstance(buckets, bucketing.Plan)
-            else bucketing.plan(name, sig, self.output_names, buckets, length, self.mutates_args)
+            o.buckets
+            if isinstance(o.buckets, bucketing.Plan)
+            else bucketing.plan(name, sig, self.output_names, o.buckets, o.length, self.mutates_args)
         )
 
         n_results = None if returns_list else n + len(self.mutated)
@@ -177,7 +168,7 @@ class KernelOp:
         self._vmap_rule: Callable | None = None  # declared with def_vmap
         self._vmap_twin: KernelOp | None = None  # the derived rule's batched op, made on first use
 
-        self.lib = self._define(tags)
+        self.lib = self._define(o.tags)
         self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
         autocast_policies.register(self, self.lib, self.autocast)
         if signature is None:  # backward ops built here get their rule from the forward
@@ -186,12 +177,42 @@ class KernelOp:
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
-        if backward == "vjp" or reference is not None:
-            self._derive_backward(reference or self.fn)
+        if o.backward == "vjp" or o.reference is not None:
+            self._derive_backward(o.reference or self.fn)
         with _REGISTRY_LOCK:
             _REGISTRY[name] = self
         self.__doc__ = getattr(self.source.signature_fn, "__doc__", None)
         self.__wrapped__ = fn
+
+    # ---- what autograd.py, vmap.py and tokamax/wrap.py read (tests/test_layers.py) ----
+    @property
+    def backward_impl(self) -> Any:
+        """How a backward call computes gradients (autograd's Explicit/DerivedBackward, vmap's
+        BatchedBackward), or None when the op has no backward."""
+        return self._backward
+
+    @backward_impl.setter
+    def backward_impl(self, impl: Any) -> None:
+        self._backward = impl
+
+    @property
+    def derived_fake(self) -> fake.DerivedFake:
+        """The fake function derived with jax.eval_shape (what runs without register_fake)."""
+        return self._derived_fake
+
+    @property
+    def vmap_rule(self) -> Callable | None:
+        """The batching rule declared with def_vmap, or None (then the derived twin is used)."""
+        return self._vmap_rule
+
+    @property
+    def vmap_twin(self) -> KernelOp | None:
+        """The derived batching rule's batched op (vmap.py makes it on first use), or None."""
+        return self._vmap_twin
+
+    @vmap_twin.setter
+    def vmap_twin(self, twin: KernelOp) -> None:
+        self._vmap_twin = twin
 
     # ---- definition -----------------------------------------------------------------
     def _check_options(
@@ -438,7 +459,7 @@ class KernelOp:
         """Output ShapeDtypeStructs for example arguments (tensors or ShapeDtypeStructs)."""
         values = self.signature.bind(args, kwargs)
         tensors, statics = self.signature.split(values)
-        specs = [_as_spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
+        specs = [dtypes.spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
         kwargs = self.signature.static_kwargs(statics)
         with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
@@ -482,7 +503,7 @@ class KernelOp:
 
     def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
         """Export the kernel for `platform` at these example shapes (no device needed)."""
-        from tpu_kernels.check import export_kernel
+        from tpu_kernels.export import export_kernel
 
         return export_kernel(self, args, kwargs, platform=platform)
 
@@ -507,52 +528,10 @@ class KernelOp:
 def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
     from tpu_kernels import sources
 
-    if sources.from_function(fn) == "helion":
-        from tpu_kernels.sources.helion import HelionSource
-
-        return HelionSource(name, fn, autotune=autotune)
-    if autotune:
-        raise OpDefinitionError(f"{name}: autotune=True applies to Helion kernels only.")
-    if not callable(fn):
-        raise OpDefinitionError(f"{name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
-    from tpu_kernels.sources.jax import JaxSource
-
-    return JaxSource(fn)
+    return sources.make_source(name, fn, autotune)  # by the kernel's language (sources.Language)
 
 
-def _as_spec(op: str, name: str, v: Any) -> Any:
-    from tpu_kernels import dtypes
-
-    if v is None:
-        return None
-    if isinstance(v, (list, tuple)):
-        return [_as_spec(op, name, t) for t in v]
-    if isinstance(v, torch.Tensor):
-        return jax.ShapeDtypeStruct(tuple(v.shape), dtypes.to_jax(op, name, v.dtype))
-    return v  # already a ShapeDtypeStruct or an array
-
-
-def tpu_kernel(
-    name: str,
-    fn: Callable | None = None,
-    /,
-    *,
-    outputs: Sequence[str] | None = None,
-    residuals: Sequence[str] = (),
-    mutates_args: Sequence[str] = (),
-    backward: str | None = None,
-    reference: Callable | None = None,
-    check_reference: checking.Reference | Callable | None = None,
-    cache_size: int = 256,
-    noncontiguous: str = "copy",
-    tags: Sequence[torch.Tag] = (),
-    examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None,
-    autotune: bool = False,
-    autocast: str = "keep",
-    sharding: Any = None,
-    buckets: Any = None,
-    length: str | None = None,
-) -> Any:
+def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
     Tensor parameters (annotated torch.Tensor or jax.Array, optionally Optional
@@ -561,64 +540,25 @@ def tpu_kernel(
     jax.Array or a tuple of them, matching its return annotation; an op that
     mutates arguments returns, after its outputs, the new value of each.
 
-    Args:
-      outputs: names of the outputs (for `def_backward` binding and residuals).
-      residuals: trailing outputs saved for backward and not returned by the call.
-      mutates_args: tensor parameters the op writes to.
-      backward: "vjp" to derive the backward with jax.vjp of the body.
-      reference: a differentiable JAX function with the same signature whose vjp
-        gives the backward (for a Pallas forward JAX cannot differentiate); also
-        checked mode's reference when `check_reference` is not given.
-      check_reference: what checked mode (`tpu_kernels.checked()`) compares each
-        call with: a torch function taking the op's parameters by name and returning
-        its visible outputs, or a `tpu_kernels.checking.Reference` (tolerance scales,
-        parameters it ignores).
-      cache_size: compiled callables kept per device (LRU).
-      noncontiguous: "copy" (default: such inputs are copied to contiguous
-        memory first) or "error".
-      autotune: Helion kernels only: let Helion autotune on the first call per shape
-        (results cached on disk); by default a fixed or the default config is used.
-      examples: a function returning representative calls, [(args, kwargs), ...],
-        with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
-        lowering check (`tpu-kernels check`) lowers the kernel at each.
-      autocast: what the op does inside `torch.autocast`: "keep" (default: runs
-        in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
-        (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
-        to float32, like CUDA's softmax and norms) or "promote" (to the widest
-        floating input dtype). See tpu_kernels.autocast.
-      sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
-        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, or a function giving
-        strategies as `torch.distributed.tensor.experimental.register_sharding`
-        takes; registered for the op and its backward op. Without one, DTensor
-        arguments raise an error saying how to declare it.
-      buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
-        tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
-        kernels pad those dims up to the bucket (one executable per bucket) and slice
-        the outputs back. Declare only dims the kernel treats independently (rows), or
-        a reduced dim with a neutral pad value and `length`.
-      length: with `buckets`, an optional tensor parameter (default None) that
-        receives the true length as an int32 scalar when the op pads.
+    The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
+    `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `autotune`,
+    `autocast`, `sharding`, `buckets`, `length`) are documented once, in
+    tpu_kernels.options.OpOptions.
     """
+    OpOptions.of(name, options)  # an unknown option fails here, before the decorated function
 
     def wrap(f: Callable) -> KernelOp:
-        return KernelOp(
-            name,
-            f,
-            outputs=outputs,
-            residuals=residuals,
-            mutates_args=mutates_args,
-            backward=backward,
-            reference=reference,
-            check_reference=check_reference,
-            cache_size=cache_size,
-            noncontiguous=noncontiguous,
-            tags=tags,
-            examples=examples,
-            autotune=autotune,
-            autocast=autocast,
-            sharding=sharding,
-            buckets=buckets,
-            length=length,
-        )
+        return KernelOp(name, f, **options)
 
     return wrap(fn) if fn is not None else wrap
+
+
+# help(tpu_kernel) and inspect show every option with its default
+tpu_kernel.__signature__ = inspect.signature(
+    tpu_kernel
+).replace(  # type: ignore[attr-defined]
+    parameters=[
+        *list(inspect.signature(tpu_kernel).parameters.values())[:2],
+        *options_mod.keyword_parameters(),
+    ]
+)

@@ -38,13 +38,15 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import _compat
+
 TORCH_TO_JAX = {"highest": "highest", "high": "high", "medium": "default"}
 """torch.get_float32_matmul_precision() -> jax.default_matmul_precision's name."""
 
 TPU_TO_JAX = {"HIGHEST": "highest", "HIGH": "high", "DEFAULT": "default"}
 """torch_tpu's Precision member name -> JAX's name."""
 
-_TPU_IMPL = "torch_tpu._internal.precision.precision_impl"
+_TPU_IMPL = _compat.TORCH_TPU_PRECISION_MODULE
 
 
 def current() -> str:

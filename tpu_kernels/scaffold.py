@@ -33,7 +33,15 @@ from pathlib import Path
 from tpu_kernels.errors import TpuKernelsError
 
 SUFFIX = ".tmpl"
-BACKENDS = ("pallas", "helion")
+
+
+def _backends() -> tuple[str, ...]:
+    from tpu_kernels import sources  # light: the languages' modules import on first use
+
+    return sources.template_backends()
+
+
+BACKENDS = _backends()  # a template variant folder per kernel language (sources.Language)
 COMMON = "common"
 ENV = "TPU_KERNELS_TEMPLATES"
 PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")

@@ -127,9 +127,9 @@ def _layout(sig: Signature, args: tuple, kwargs: dict, by_name: dict[str, Any]) 
 
 
 def _is_spec(v: Any) -> bool:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from tpu_kernels import _compat
 
-    return isinstance(v, DTensorSpec)
+    return isinstance(v, _compat.get("DTensorSpec"))
 
 
 def _shape(v: Any) -> tuple[int, ...]:
@@ -327,9 +327,11 @@ def _schedule(kop: KernelOp, fn: Callable) -> None:
 
 
 def _register_now(kop: KernelOp, fn: Callable) -> None:
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
     from torch.distributed.tensor.experimental import register_sharding
+
+    from tpu_kernels import _compat
+
+    RuntimeSchemaInfo = _compat.get("RuntimeSchemaInfo")  # noqa: N806
 
     register_sharding(kop.overload)(fn)
     # register_sharding keys DTensor's strategy cache on the arguments from the first
@@ -337,7 +339,7 @@ def _register_now(kop: KernelOp, fn: Callable) -> None:
     sig = kop.signature
     first = next((i for i, p in enumerate(sig.params) if not p.is_tensor), 100)
     kw = [p.name for p in sig.params if p.keyword_only and not p.is_tensor]
-    prop = DTensor._op_dispatcher.sharding_propagator
+    prop = _compat.get("dtensor_sharding_propagator")
     prop.op_to_schema_info[kop.overload] = RuntimeSchemaInfo(first, kw or None, needs_pytree=True)
 
 

@@ -14,7 +14,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,18 @@ class Signature:
     @property
     def static_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if not p.is_tensor)
+
+    def pack(self, outs: Sequence[Any], returns_list: bool = False) -> Any:
+        """The op's outputs as a call returns them, from the kernel's results (outputs, then
+        mutated values, which are dropped): a list for a list-returning op, None without
+        outputs, the tensor for one output, else a tuple. The one place this rule lives."""
+        if returns_list:
+            return list(outs)
+        if self.n_outputs == 0:
+            return None
+        if self.n_outputs == 1 and not self.returns_tuple:
+            return outs[0]
+        return tuple(outs[: self.n_outputs])
 
     def index(self, name: str) -> int:
         for i, p in enumerate(self.params):

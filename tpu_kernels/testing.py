@@ -144,9 +144,9 @@ def compile_counted(
     fn: Callable, *, backend: str = "aot_eager", dynamic: bool | None = False
 ) -> tuple[Callable, Any]:
     """torch.compile(fullgraph=True) with a counter of the graphs dynamo produced."""
-    import torch._dynamo.testing
+    from tpu_kernels import _compat
 
-    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    counter = _compat.get("CompileCounterWithBackend")(backend)
     return torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic), counter
 
 
@@ -173,11 +173,41 @@ def compile_matches_eager(
         raise AssertionError(f"graph breaks: torch.compile produced {counter.frame_count} graphs")
 
 
-def assert_lowers_for_tpu(op: KernelOp, *, with_backward: bool = True, **check_options: Any) -> None:
+def assert_lowers_for_tpu(
+    op: KernelOp,
+    *,
+    with_backward: bool = True,
+    call: tuple[tuple, dict] | None = None,
+    **check_options: Any,
+) -> None:
     """Every example call of `op` (and of its backward) lowers for the TPU with a Mosaic
-    kernel where the forward has one, and fits in VMEM (`tpu-kernels check` for one op)."""
-    from tpu_kernels.check import check_op
+    kernel where the forward has one, and fits in VMEM (`tpu-kernels check` for one op).
+
+    `call=(args, kwargs)`: check that one call of `op` instead (tensors or
+    jax.ShapeDtypeStructs), which must contain a Mosaic kernel; `chip_name=` picks the
+    generation, and None lowers for the target the caller set (an abstract TPU mesh) and
+    skips the VMEM estimate."""
+    from tpu_kernels.check import DEFAULT_CHIP, check_call, check_op, chip
     from tpu_kernels.op import KernelOp
+
+    if call is not None:
+        args, kwargs = call
+        if "chip_name" in check_options and check_options["chip_name"] is None:
+            mlir = op.lower(*args, **kwargs).mlir_module()
+            if "tpu_custom_call" not in mlir:
+                raise AssertionError(f"{op.name}: the TPU lowering contains no Mosaic (Pallas) kernel")
+            return
+        result = check_call(op, tuple(args), dict(kwargs), chip(check_options.get("chip_name", DEFAULT_CHIP)))
+        if result.problems:
+            raise AssertionError(
+                f"{op.name} does not lower for the TPU at {result.call}:\n  "
+                + "\n  ".join(p.message for p in result.problems)
+            )
+        if not result.mosaic:
+            raise AssertionError(
+                f"{op.name}: the TPU lowering at {result.call} contains no Mosaic (Pallas) kernel"
+            )
+        return
 
     bwd = op.backward_op
     ops = [op] + ([bwd] if with_backward and isinstance(bwd, KernelOp) else [])

@@ -61,8 +61,8 @@ def register(kop: KernelOp) -> None:
 
 def rule(kop: KernelOp, info: Any, in_dims: tuple, args: tuple, kwargs: dict) -> tuple[Any, Any]:
     """The batching rule: the declared one, else the derived one."""
-    if kop._vmap_rule is not None:
-        return kop._vmap_rule(info, in_dims, *args, **kwargs)
+    if kop.vmap_rule is not None:
+        return kop.vmap_rule(info, in_dims, *args, **kwargs)
     return derived_rule(kop, in_dims, args, kwargs)
 
 
@@ -105,13 +105,13 @@ def _to_front(t: torch.Tensor, d: int | None) -> torch.Tensor:
 
 def batched_op(kop: KernelOp) -> KernelOp:
     """`kop`'s batched twin (made once, on the first batched call)."""
-    twin = kop._vmap_twin
+    twin = kop.vmap_twin
     if twin is not None:
         return twin
     with _LOCK:
-        if kop._vmap_twin is None:
-            kop._vmap_twin = _make_twin(kop)
-    return kop._vmap_twin
+        if kop.vmap_twin is None:
+            kop.vmap_twin = _make_twin(kop)
+    return kop.vmap_twin
 
 
 def _make_twin(kop: KernelOp) -> KernelOp:
@@ -135,8 +135,8 @@ def _make_twin(kop: KernelOp) -> KernelOp:
         residuals=kop.output_names[kop.n_visible :],
         cache_size=kop.cache_size,
     )
-    if kop._backward is not None:
-        twin._backward = BatchedBackward(kop)
+    if kop.backward_impl is not None:
+        twin.backward_impl = BatchedBackward(kop)
     return twin
 
 
@@ -184,7 +184,7 @@ class BatchedBackward:
         layout: list[Any] = []
 
         def per_sample(vals: list[Any], o: list[Any], g: list[Any]) -> tuple:
-            result = self.kop._backward(vals, o, g)
+            result = self.kop.backward_impl(vals, o, g)
             # None (no gradient), True (one tensor), or a list's mask of present gradients
             layout[:] = [
                 None if r is None else ([t is not None for t in r] if isinstance(r, list) else True)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 import tokamax
 
-from tests.kernels.checks import lowers_for_tpu
+from tpu_kernels.testing import assert_lowers_for_tpu
 from tpu_kernels.tokamax import attention, gather, kda, loss, ragged, rope, topk
 from tpu_kernels.tokamax.registry import all_ops
 
@@ -35,6 +35,11 @@ def compiling_for(device_kind: str = "TPU v6 lite"):
 
 
 QKV = [S((1, 512, 4, 128), BF16)] * 3
+
+
+def lowers_for_tpu(op, *args, **kwargs):
+    """One call lowers for the chip `compiling_for` targets, with a Mosaic kernel."""
+    assert_lowers_for_tpu(op, call=(args, kwargs), chip_name=None)
 
 
 @pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.short_name)

@@ -1,5 +1,8 @@
 """The device a benchmark runs on: how to synchronise with it, and its peaks.
 
+Each device's policy (clock, synchronisation, raw-JAX baseline, device time) is in
+its registration (tpu_kernels.devices); its peaks come from bench/roofline.py.
+
 - CPU: results are ready when returned (tpu_kernels and torch); JAX arrays are
   blocked on. Roofline figures are not meaningful (interpret mode).
 - CUDA: CUDA events on torch's current stream for torch results; JAX results
@@ -9,13 +12,13 @@
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import torch
 
+from tpu_kernels import devices
 from tpu_kernels.bench import roofline
 
 
@@ -31,8 +34,7 @@ class Device:
         for leaf in jax.tree_util.tree_leaves(out):
             if isinstance(leaf, jax.Array):
                 leaf.block_until_ready()
-        if self.type != "cpu":
-            torch.accelerator.synchronize()
+        devices.get(self.type).synchronize()
 
     def to_dict(self) -> dict:
         return {"type": self.type, "name": self.name, "peaks": self.peaks.to_dict() if self.peaks else None}
@@ -49,35 +51,16 @@ def default_device_type() -> str:
 def resolve(requested: str | None = None) -> Device:
     """The device to benchmark on: `requested` ("cpu", "cuda", "tpu") or the default accelerator."""
     kind = requested or default_device_type()
-    if kind == "cpu":
-        return Device("cpu", _cpu_name(), torch.device("cpu"), None)
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("tpu-kernels bench: --device cuda, but torch sees no CUDA device.")
-        name = torch.cuda.get_device_name()
-        return Device(
-            "cuda", name, torch.device("cuda", torch.cuda.current_device()), roofline.gpu_peaks(name)
-        )
-    if kind == "tpu":
-        if not (
-            torch.accelerator.is_available()
-            and str(torch.accelerator.current_accelerator()).startswith("tpu")
-        ):
-            raise RuntimeError("tpu-kernels bench: --device tpu, but torch_tpu reports no TPU device.")
-        name = torch.tpu.get_device_name()  # type: ignore[attr-defined]
-        return Device("tpu", name, torch.device("tpu"), roofline.tpu_peaks(name))
-    raise ValueError(f"tpu-kernels bench: unknown device {kind!r}; use cpu, cuda or tpu.")
-
-
-def _cpu_name() -> str:
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+        spec = devices.get(kind)
+    except KeyError:
+        known = ", ".join(d.name for d in devices.all_devices())
+        raise ValueError(f"tpu-kernels bench: unknown device {kind!r}; use {known}.") from None
+    try:
+        name, torch_device = spec.describe()
+    except RuntimeError as e:
+        raise RuntimeError(f"tpu-kernels bench: {e}") from e
+    return Device(spec.name, name, torch_device, roofline.peaks(spec.name, name))
 
 
 def last_level_cache_bytes() -> int:

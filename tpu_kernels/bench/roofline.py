@@ -50,11 +50,15 @@ def gpu_peaks(name: str) -> Peaks | None:
 def tpu_peaks(device_kind: str) -> Peaks | None:
     """Peaks of one torch TPU device from JAX's per-TensorCore table."""
     try:
-        from jax._src import tpu_info
-    except ImportError:  # pragma: no cover
+        from jax.experimental.pallas import tpu as tpu_info
+
+        from tpu_kernels import _compat
+
+        version_of = _compat.get("chip_version_from_device_kind")
+    except (ImportError, _compat.CompatError):  # pragma: no cover
         return None
     try:
-        version = tpu_info.chip_version_from_device_kind(device_kind)
+        version = version_of(device_kind)
     except Exception:
         return None
     if version is None:
@@ -83,3 +87,10 @@ def throughput(seconds: float, flops: float | None, nbytes: float | None, peaks:
         if peaks:
             out["pct_peak_bw"] = 100 * nbytes / seconds / peaks.bytes_per_s
     return out
+
+
+def peaks(device_type: str, name: str) -> Peaks | None:
+    """A device's peaks by its type and name; None where a roofline is not meaningful (the
+    CPU runs Pallas in an interpreter) or the device is not in a table here."""
+    by_type = {"cuda": gpu_peaks, "tpu": tpu_peaks}.get(device_type)
+    return by_type(name) if by_type is not None else None

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tpu_kernels import environment
+from tpu_kernels import devices, environment
 from tpu_kernels.bench import correctness, roofline, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.results import CandidateResult, PointResult, Report
@@ -27,7 +27,9 @@ CPU_NOTE = (
 
 
 def timer_description(device: Device, settings: timing.Settings) -> str:
-    clock = "CUDA events (wall clock for JAX results)" if device.type == "cuda" else "wall clock"
+    clock = {"cuda_events": "CUDA events (wall clock for JAX results)", "wall": "wall clock"}[
+        devices.get(device.type).clock
+    ]
     text = f"{clock} per call, between device synchronisations, over batches of >= {settings.min_sample_s * 1e3:g} ms"
     if settings.device_time:
         text += "; device_time_s from a jax.profiler trace"
@@ -156,7 +158,7 @@ def run_point(
                     + ("; each set's tensors also have their own cached views" if res.primary else "")
                 )
         res.throughput = roofline.throughput(summary.median, result.flops, result.bytes, peaks)
-        if settings.device_time and device.type == "tpu":
+        if settings.device_time and devices.get(device.type).device_time:
             from tpu_kernels.bench import profile
 
             fn, prepared = runnable[res.name]

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import devices
 from tpu_kernels.bench import correctness
 from tpu_kernels.bench.cost import kernel_cost
 from tpu_kernels.bench.spec import Benchmark, Candidate, Point
@@ -98,7 +99,7 @@ def kernel_benchmark(
         ]
         if not quick:
             cands.append(Candidate("torch.compile", compiled_baseline(reference, rkw)))
-        if device_type in ("cpu", "cuda"):
+        if devices.get(device_type).jax_baseline:
             jitted = op.jax_function(**kw)
             cands.append(
                 Candidate(

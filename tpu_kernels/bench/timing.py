@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import devices
 from tpu_kernels.bench.device import Device
 
 
@@ -71,7 +72,7 @@ def time_calls(
 ) -> float:
     """Seconds per call of `calls` calls cycling through `arg_sets`."""
     n = len(arg_sets)
-    if device.type == "cuda":
+    if devices.get(device.type).clock == "cuda_events":
         return _time_cuda(fn, arg_sets, calls, offset)
     device.synchronize()
     t0 = now()

@@ -4,8 +4,6 @@
     report = check_op(my_op)            # every example call of the op, lowered for "tpu"
     assert report.status == "ok", report
 
-- `chips.py`: TPU generations: the lowering's target and its VMEM.
-- `export.py`: `jax.export` of a kernel for platform "tpu" (Pallas -> Mosaic).
 - `explain.py`: common Mosaic/Pallas lowering errors in plain words.
 - `vmem.py`: VMEM per grid step of each Pallas kernel, from its traced jaxpr.
 - `coverage.py`: output elements no grid step writes, blocks entirely outside their array.
@@ -14,15 +12,29 @@
 - `lowering.py`: `check_op`, the per-op report.
 - `modules.py`: the ops a module defines (for `tpu-kernels check MODULE`).
 
+It builds on the core's `tpu_kernels.chips` (TPU generations: the lowering's target and
+its VMEM) and `tpu_kernels.export` (`jax.export` of a kernel for platform "tpu", Pallas ->
+Mosaic, which `KernelOp.lower` uses too); the core never imports this package.
+
 See docs/tpu-lowering-check.md.
 """
 
-from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
+import sys
+
+from tpu_kernels import chips as _chips
+from tpu_kernels import export as _export
 from tpu_kernels.check.explain import Explanation, explain
-from tpu_kernels.check.export import export_kernel
 from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
 from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
 from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
+from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.export import export_kernel
+
+# chips.py and export.py moved into the core (the core never imports this package); their
+# old module names stay importable.
+sys.modules.setdefault("tpu_kernels.check.chips", _chips)
+sys.modules.setdefault("tpu_kernels.check.export", _export)
+globals().update(chips=_chips, export=_export)  # as a submodule import would set them
 
 __all__ = [
     "DEFAULT_CHIP",

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tpu_kernels import dtypes, registered_ops
+from tpu_kernels import dtypes
+from tpu_kernels.op import registered_ops
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from tpu_kernels.check import coverage, semantics, vmem
 from tpu_kernels.check import examples as ex
-from tpu_kernels.check.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.check.explain import (
     COVERAGE,
     DTYPE,
@@ -19,7 +18,8 @@ from tpu_kernels.check.explain import (
     Explanation,
     explain,
 )
-from tpu_kernels.check.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from tpu_kernels import registered_ops
+from tpu_kernels.op import registered_ops
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import jax
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import dtypes, interpret
+from tpu_kernels import _compat, dtypes, interpret
 from tpu_kernels.check.examples import Call
 from tpu_kernels.check.explain import RACE, Explanation, explain
 
@@ -59,7 +59,7 @@ def explain_race(text: str) -> str:
 def _quiet_callbacks() -> Iterator[None]:
     """The interpreter raises from inside io_callbacks, and JAX logs each one with its full
     traceback before re-raising; the exception itself carries the report."""
-    log = logging.getLogger("jax._src.callback")
+    log = logging.getLogger(_compat.JAX_CALLBACK_LOGGER)
     level = log.level
     log.setLevel(logging.CRITICAL)
     try:

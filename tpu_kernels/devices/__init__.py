@@ -1,1 +1,80 @@
-"""Where a kernel runs: one small adapter per device type."""
+"""Where a kernel runs: one small adapter per device type, and the registry of them.
+
+Each device module (`cpu.py`, `cuda.py`, `tpu.py`) ends with `register(DeviceSpec(...))`:
+its torch device type, the dispatch key its kernels register on, how an op's JAX body
+becomes its kernel there, whether it is available, and the benchmark's policy (clock,
+synchronisation). The kernel sources (`sources/`), the Tokamax implementation choice and
+the benchmarks read this registry, so a new device is one module plus its registration
+(docs/adding-a-device.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+    name: str  # torch's device type: "cpu", "cuda", "tpu"
+    dispatch_key: str  # where the op's kernel for it registers: "CPU", "CUDA", "PrivateUse1"
+    jax_kernel: Callable[[Any, Callable], Callable]  # (KernelOp, JAX body) -> its kernel here
+    available: Callable[[], bool]  # can tensors live here in this process
+    synchronize: Callable[[], None]  # the benchmark's wait for queued work
+    clock: str = "wall"  # how the benchmark times calls: "wall" or "cuda_events"
+    aliases: tuple[str, ...] = ()  # other names of its device type ("privateuseone")
+    jax_baseline: bool = True  # the benchmark's raw-JAX baseline runs here (tensors via DLPack)
+    device_time: bool = False  # the benchmark can read device time from a profile
+    # the benchmark's (display name, torch.device); RuntimeError saying why when unavailable
+    describe: Callable[[], tuple[str, Any]] = lambda: ("", None)
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("wall", "cuda_events"):
+            raise ValueError(
+                f"device {self.name!r}: clock must be 'wall' or 'cuda_events', got {self.clock!r}"
+            )
+
+
+_DEVICES: dict[str, DeviceSpec] = {}
+_BUILT_IN = ("cpu", "cuda", "tpu")  # modules of this package, imported on first use
+
+
+def register(spec: DeviceSpec) -> DeviceSpec:
+    """Add a device (an error if its name, an alias or its dispatch key is taken)."""
+    for other in _DEVICES.values():
+        taken = {other.name, *other.aliases} & {spec.name, *spec.aliases}
+        if taken or other.dispatch_key == spec.dispatch_key:
+            if other == spec:
+                return spec  # a module imported twice (importlib.reload)
+            raise ValueError(
+                f"device {spec.name!r}: {sorted(taken) or spec.dispatch_key} is already registered by {other.name!r}."
+            )
+    _DEVICES[spec.name] = spec
+    return spec
+
+
+def _load() -> dict[str, DeviceSpec]:
+    if len(_DEVICES) < len(_BUILT_IN):
+        for name in _BUILT_IN:
+            importlib.import_module(f"tpu_kernels.devices.{name}")
+    return _DEVICES
+
+
+def all_devices() -> list[DeviceSpec]:
+    """Every registered device: the built-ins in their order, then the others as registered."""
+    specs = list(_load().values())
+    rank = {name: i for i, name in enumerate(_BUILT_IN)}
+    return sorted(specs, key=lambda d: (rank.get(d.name, len(rank)), specs.index(d)))
+
+
+def get(device_type: str) -> DeviceSpec:
+    """The device for a torch device type or alias ("cuda:1" counts as "cuda"); KeyError naming
+    the known ones otherwise."""
+    kind = device_type.split(":")[0]
+    for spec in _load().values():
+        if kind == spec.name or kind in spec.aliases:
+            return spec
+    known = ", ".join(sorted(n for s in _DEVICES.values() for n in (s.name, *s.aliases)))
+    raise KeyError(f"no device {kind!r} is registered; known: {known}")

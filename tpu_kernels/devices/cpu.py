@@ -9,7 +9,8 @@ import jax
 import torch
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import bridge, interpret
+from tpu_kernels import bridge, devices, interpret
+from tpu_kernels.devices import jax_exec
 from tpu_kernels.devices.jax_exec import pallas_interpret
 
 
@@ -48,3 +49,29 @@ class CpuTransfer:
 
 
 TRANSFER = CpuTransfer()
+
+
+def _cpu_name() -> str:
+    """The CPU model, for benchmark reports."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+SPEC = devices.register(
+    devices.DeviceSpec(
+        name="cpu",
+        dispatch_key="CPU",
+        jax_kernel=lambda op, body: jax_exec.for_op(op, body, TRANSFER),
+        available=lambda: True,
+        synchronize=lambda: None,
+        describe=lambda: (_cpu_name(), torch.device("cpu")),
+    )
+)

@@ -21,9 +21,8 @@ from typing import Any, Protocol
 import jax
 import jax.numpy as jnp
 import torch
-from jax._src import config as jax_config
 
-from tpu_kernels import disk_cache, dtypes, interpret, precision
+from tpu_kernels import _compat, disk_cache, dtypes, interpret, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -66,6 +65,20 @@ class Entry:
     x64: bool  # the call needs JAX's 64-bit mode
     n_results: int | None  # None: a list of any length
     single: bool = False  # fn returns the op's one output as an array, not a tuple (and needs no x64)
+
+
+def for_op(op: Any, body: Callable, transfer: Transfer) -> JaxExecutor:
+    """The executor of `op`'s JAX `body` on the device `transfer` serves (a DeviceSpec.jax_kernel)."""
+    return JaxExecutor(
+        op.signature,
+        body,
+        transfer,
+        n_outputs=op.signature.n_outputs,
+        mutated=op.mutated,
+        maxsize=op.cache_size,
+        noncontiguous=op.noncontiguous,
+        returns_list=op.returns_list,
+    )
 
 
 class JaxExecutor:
@@ -140,15 +153,9 @@ class JaxExecutor:
         except Exception as e:
             self.transfer.recover(mode)
             raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
-        if self.returns_list:
-            return outs
         for j, i in enumerate(self.mutated):
             values[i].copy_(outs[self.n_outputs + j])
-        if self._single:
-            return outs[0]
-        if self.n_outputs == 0:
-            return None
-        return tuple(outs[: self.n_outputs])
+        return self.sig.pack(outs, self.returns_list)
 
     def _arrays_and_key(self, values: Any) -> tuple[list[Any], tuple]:
         """The JAX arrays for the kernel, and the cache key: (mode, matmul precision,
@@ -294,7 +301,7 @@ def pallas_interpret(mode: Any):
     if mode is None:
         yield
         return
-    cfg = jax_config.pallas_tpu_interpret_mode_context_manager
+    cfg = _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager
     prev = cfg.swap_local(mode)
     try:
         yield

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import precision
+from tpu_kernels import devices, precision
 from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.signature import Signature
 
@@ -198,15 +198,43 @@ class TpuKernel:
         p = precision.current()
         inner = self._inner.get(p) or self.inner_op(p)
         results = inner(*args, **kwargs)
-        if self.returns_list:
-            return list(results)
         if not isinstance(results, (tuple, list)):
             results = (results,)
-        values = self.sig.values(args, kwargs)
-        for j, i in enumerate(self.mutated):
-            values[i].copy_(results[self.n_outputs + j])
-        if self.n_outputs == 0:
-            return None
-        if self.n_outputs == 1 and not self.sig.returns_tuple:
-            return results[0]
-        return tuple(results[: self.n_outputs])
+        if self.mutated:
+            values = self.sig.values(args, kwargs)
+            for j, i in enumerate(self.mutated):
+                values[i].copy_(results[self.n_outputs + j])
+        return self.sig.pack(results, self.returns_list)
+
+
+def _available() -> bool:
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return acc is not None and acc.type == "tpu"
+
+
+def _describe() -> tuple[str, torch.device]:
+    if not _available():
+        raise RuntimeError("--device tpu, but torch_tpu reports no TPU device.")
+    return torch.tpu.get_device_name(), torch.device("tpu")  # type: ignore[attr-defined]
+
+
+SPEC = devices.register(
+    devices.DeviceSpec(
+        name="tpu",
+        dispatch_key=DISPATCH_KEY,
+        jax_kernel=lambda op, body: TpuKernel(
+            op.name,
+            op.signature,
+            body,
+            n_outputs=op.signature.n_outputs,
+            mutated=op.mutated,
+            returns_list=op.returns_list,
+        ),
+        available=_available,
+        synchronize=lambda: torch.accelerator.synchronize(),
+        aliases=("privateuseone",),  # its device type before torch_tpu renames PrivateUse1
+        jax_baseline=False,  # a jitted JAX function cannot take torch_tpu's tensors
+        device_time=True,  # bench/profile.py reads device time from torch_tpu's profile
+        describe=_describe,
+    )
+)

@@ -10,11 +10,16 @@ A source gives the op everything that depends on the language:
   variant rather than the interpret-mode one);
 - `kernels(...)`: the op's kernel per dispatch key (CPU, CUDA, PrivateUse1=TPU).
 
-Adding a kernel language means adding one module here.
+Each language is registered below (`Language`): how to recognise a kernel written in
+it, how to make its source, and the folder name of its template variants
+(`templates/<t>/<backend>/`, what `tpu-kernels new --backend` takes). Adding a kernel
+language means one module here plus its registration (docs/adding-a-device.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -34,8 +39,51 @@ class Source(Protocol):
     def cache_clear(self) -> None: ...
 
 
-def from_function(fn: Any) -> str:
-    """Which source module handles `fn`: "helion" for a helion.Kernel, else "jax"."""
-    from tpu_kernels.sources import helion
+@dataclasses.dataclass(frozen=True)
+class Language:
+    name: str  # "jax", "helion"
+    module: str  # the module with `recognizes(fn)` and `make_source(op_name, fn, autotune)`
+    template_backend: str  # its templates' variant folder ("pallas", "helion")
 
-    return "helion" if helion.is_helion_kernel(fn) else "jax"
+
+# In the order they are asked; the last, JAX, takes any callable (a plain function is a
+# JAX function), so a new language goes before it.
+_LANGUAGES: list[Language] = [
+    Language("helion", "tpu_kernels.sources.helion", "helion"),
+    Language("jax", "tpu_kernels.sources.jax", "pallas"),
+]
+
+
+def register(language: Language) -> Language:
+    """Add a kernel language, asked before JAX (the catch-all)."""
+    if any(lang.name == language.name for lang in _LANGUAGES):
+        raise ValueError(f"kernel language {language.name!r} is already registered.")
+    _LANGUAGES.insert(len(_LANGUAGES) - 1, language)
+    return language
+
+
+def languages() -> list[Language]:
+    return list(_LANGUAGES)
+
+
+def template_backends() -> tuple[str, ...]:
+    """The template variant folders, one per language (scaffold's backends)."""
+    return tuple(lang.template_backend for lang in reversed(_LANGUAGES))
+
+
+def _language_of(fn: Any) -> tuple[Language, Any]:
+    for lang in _LANGUAGES:
+        module = importlib.import_module(lang.module)
+        if module.recognizes(fn):
+            return lang, module
+    raise AssertionError("unreachable: the JAX language recognises every function")  # pragma: no cover
+
+
+def from_function(fn: Any) -> str:
+    """The name of the language `fn` is written in: "helion" for a helion.Kernel, else "jax"."""
+    return _language_of(fn)[0].name
+
+
+def make_source(op_name: str, fn: Any, autotune: bool = False) -> Source:
+    """The source of the op `op_name` for the kernel `fn`, by the language it is written in."""
+    return _language_of(fn)[1].make_source(op_name, fn, autotune)

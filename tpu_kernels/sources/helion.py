@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels import _compat, devices
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.devices import cpu as cpu_device
 from tpu_kernels.devices import tpu as tpu_device
@@ -50,6 +51,13 @@ _global_mode: str | None = None
 def is_helion_kernel(fn: Any) -> bool:
     helion = sys.modules.get("helion")  # a Helion kernel means helion is imported already
     return helion is not None and isinstance(fn, helion.Kernel)
+
+
+recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.sources)
+
+
+def make_source(op_name: str, fn: Any, autotune: bool = False) -> HelionSource:
+    return HelionSource(op_name, fn, autotune=autotune)
 
 
 def _check_mode(mode: str) -> str:
@@ -156,12 +164,9 @@ def _fresh(out: Any, inputs: list[Any]) -> Any:
 def _reset_ref_mode() -> None:
     """Helion leaves its reference-mode context set after an exception inside it,
     and every later reference-mode call in the thread fails; clear it."""
-    try:
-        from helion.runtime import ref_mode
-
-        ref_mode.ref_mode_tls.context = None
-    except (ImportError, AttributeError):  # pragma: no cover - depends on Helion's internals
-        pass
+    tls = _compat.get("helion_ref_mode_tls")
+    if tls is not None:  # pragma: no branch - None only where Helion moved it
+        tls.context = None
 
 
 class CpuKernel:
@@ -338,12 +343,15 @@ class HelionSource:
         cpu = CpuKernel(
             self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self), op.reference
         )
+        # Helion has a backend for these three devices (the table above); a new device
+        # gets a Helion kernel here only once Helion has a backend for it
+        key = {name: devices.get(name).dispatch_key for name in ("cpu", "cuda", "tpu")}
         return {
-            "CPU": cpu,
-            "CUDA": _Lazy(
+            key["cpu"]: cpu,
+            key["cuda"]: _Lazy(
                 op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda", self)
             ),
-            tpu_device.DISPATCH_KEY: _Lazy(
+            key["tpu"]: _Lazy(
                 op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu", self)
             ),
         }
@@ -354,10 +362,10 @@ class HelionSource:
         shapes, but Helion's code generation fails inside torch.compile's tracing
         context; this path was built for it, and handles symbolic sizes."""
         try:
-            from helion._compiler._dynamo.variables import infer_output_spec
-        except ImportError as e:  # pragma: no cover - depends on Helion's internals
+            infer_output_spec = _compat.get("helion_infer_output_spec")
+        except _compat.CompatError as e:  # pragma: no cover - depends on Helion's internals
             raise KernelError(
-                f"{self.name}: this Helion version offers no shape inference for symbolic sizes"
+                f"{self.name}: this Helion version offers no shape inference for symbolic sizes ({e})"
             ) from e
         spec = infer_output_spec(self.interpret, tuple(values))
         device = next(v.device for v in values if isinstance(v, torch.Tensor))

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tpu_kernels import devices
 from tpu_kernels.cache import CacheInfo
-from tpu_kernels.devices import cpu as cpu_device
-from tpu_kernels.devices import cuda as cuda_device
-from tpu_kernels.devices import tpu as tpu_device
 from tpu_kernels.devices.jax_exec import JaxExecutor
+from tpu_kernels.errors import OpDefinitionError
 
 
 class JaxSource:
@@ -22,26 +21,11 @@ class JaxSource:
         self._executors: dict[str, JaxExecutor] = {}
 
     def kernels(self, op: Any) -> dict[str, Callable]:
-        common = dict(
-            n_outputs=op.signature.n_outputs,
-            mutated=op.mutated,
-            maxsize=op.cache_size,
-            noncontiguous=op.noncontiguous,
-            returns_list=op.returns_list,
-        )
-        self._executors = {
-            "cpu": JaxExecutor(op.signature, self.jax_body, cpu_device.TRANSFER, **common),
-            "cuda": JaxExecutor(op.signature, self.jax_body, cuda_device.TRANSFER, **common),
-        }
-        tpu = tpu_device.TpuKernel(
-            op.name,
-            op.signature,
-            self.jax_body,
-            n_outputs=op.signature.n_outputs,
-            mutated=op.mutated,
-            returns_list=op.returns_list,
-        )
-        return {"CPU": self._executors["cpu"], "CUDA": self._executors["cuda"], tpu_device.DISPATCH_KEY: tpu}
+        # one kernel per registered device (tpu_kernels.devices); those run by tpu_kernels'
+        # own executor keep a compile cache, which cache_info reports
+        made = {spec: spec.jax_kernel(op, self.jax_body) for spec in devices.all_devices()}
+        self._executors = {spec.name: k for spec, k in made.items() if isinstance(k, JaxExecutor)}
+        return {spec.dispatch_key: k for spec, k in made.items()}
 
     def cache_info(self, device: str) -> CacheInfo:
         return self._executors[device].cache.info()
@@ -49,3 +33,16 @@ class JaxSource:
     def cache_clear(self) -> None:
         for ex in self._executors.values():
             ex.cache.clear()
+
+
+# the language registry's hooks (tpu_kernels.sources): the catch-all, asked last
+def recognizes(fn: Any) -> bool:
+    return True
+
+
+def make_source(op_name: str, fn: Any, autotune: bool = False) -> JaxSource:
+    if autotune:
+        raise OpDefinitionError(f"{op_name}: autotune=True applies to Helion kernels only.")
+    if not callable(fn):
+        raise OpDefinitionError(f"{op_name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
+    return JaxSource(fn)

@@ -24,8 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
+from tpu_kernels import _compat, devices
 from tpu_kernels.errors import TpuKernelsError
 
+# Tokamax's platforms, by the names of the registered devices (tpu_kernels.devices) they
+# are; a device registered later runs Tokamax ops only once these tables name it.
 CPU, CUDA, TPU = "cpu", "cuda", "tpu"
 # Where an implementation runs: the platform sets the families' tables are written with.
 EVERYWHERE = frozenset({CPU, CUDA, TPU})
@@ -34,7 +37,7 @@ TPU_ONLY = frozenset({TPU})
 ACCELERATORS = frozenset({CUDA, TPU})
 # The default orders of the tokamax.ops kernels that run off-TPU through XLA.
 XLA_ELSEWHERE = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
-SRC = "tokamax._src.ops."  # where Tokamax's api modules (and their registries) live
+SRC = _compat.TOKAMAX_OPS  # where Tokamax's api modules (and their registries) live
 
 
 class ImplementationError(TpuKernelsError, NotImplementedError):
@@ -100,10 +103,14 @@ def platform_of(op: str, device: torch.device | str) -> str:
     """The platform of a tensor's device: cpu, cuda, tpu, or meta; anything else is an error naming `op`."""
     kind = device if isinstance(device, str) else device.type
     kind = kind.split(":")[0]
-    if kind in (CPU, CUDA, TPU, META):
+    if kind == META:
         return kind
-    if kind == "privateuseone":  # the TPU backend before torch_tpu renames it
-        return TPU
+    try:  # the device registry knows each type's aliases ("privateuseone" is the TPU)
+        kind = devices.get(kind).name
+    except KeyError:
+        pass
+    if kind in EVERYWHERE:
+        return kind
     raise ValueError(
         f"tokamax.{op}: tensors on {kind!r} are not supported; Tokamax ops run on cpu, cuda and tpu tensors."
     )

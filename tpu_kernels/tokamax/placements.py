@@ -27,9 +27,9 @@ Strategies = Callable[[dict[str, Any]], Iterable[tuple[Sequence[Any], Mapping[st
 
 
 def is_spec(v: Any) -> bool:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from tpu_kernels import _compat
 
-    return isinstance(v, DTensorSpec)
+    return isinstance(v, _compat.get("DTensorSpec"))
 
 
 def shape(v: Any) -> tuple[int, ...]:

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import torch
-from tokamax._src.jaxtyping import disable_jaxtyping
 
+from tpu_kernels import _compat
+from tpu_kernels.fake import has_symbolic
 from tpu_kernels.op import KernelOp, tpu_kernel
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax.implementation import tokamax_implementation
@@ -57,26 +57,18 @@ def typecheck_concrete_only(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
         symbolic = _symbolic((args, kwargs))
-        with disable_jaxtyping() if symbolic else contextlib.nullcontext():
+        with _compat.get("tokamax_disable_jaxtyping")() if symbolic else contextlib.nullcontext():
             return fn(*args, **kwargs)
 
     return body
 
 
-def _tensors_symbolic(values: Any) -> bool:
-    for v in values:
-        for t in v if isinstance(v, (list, tuple)) else [v]:
-            if isinstance(t, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in t.shape):
-                return True
-    return False
-
-
 def _register_fakes(kop: KernelOp, symbolic_fake: Callable | None) -> None:
     if symbolic_fake is not None:
-        derived = kop._derived_fake  # checks the trace with concrete sizes
+        derived = kop.derived_fake  # checks the trace with concrete sizes
 
         def fake(*args: Any, **kwargs: Any) -> Any:
-            if _tensors_symbolic(list(args) + list(kwargs.values())):
+            if has_symbolic(list(args) + list(kwargs.values())):
                 return symbolic_fake(*args, **kwargs)
             return derived(*args, **kwargs)
 

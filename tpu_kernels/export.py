@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tpu_kernels import dtypes
-from tpu_kernels.check.chips import Chip, targeting
+from tpu_kernels.chips import Chip, targeting
 from tpu_kernels.errors import KernelError
 
 if TYPE_CHECKING:
@@ -25,12 +25,10 @@ if TYPE_CHECKING:
 
 def flat_kernel(kop: KernelOp, args: tuple, kwargs: dict) -> tuple[Callable, list[Any], bool]:
     """(a function of the tensor arguments only, their ShapeDtypeStructs, whether x64 is needed)."""
-    from tpu_kernels.op import _as_spec
-
     sig = kop.signature
     values = sig.bind(args, kwargs)
     tensors, statics = sig.split(values)
-    specs = [_as_spec(kop.name, p.name, v) for p, v in zip(sig.tensor_params, tensors)]
+    specs = [dtypes.spec(kop.name, p.name, v) for p, v in zip(sig.tensor_params, tensors)]
     static_kwargs = sig.static_kwargs(statics)
     names = [p.name for p in sig.tensor_params]
 

@@ -68,15 +68,18 @@ class Chip:
 
 def chip(name: str = DEFAULT_CHIP) -> Chip:
     """A TPU generation by JAX's name for it ("v5e", "v5p", "v6e", "7x", ...)."""
-    from jax._src import tpu_info
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tpu_kernels import _compat
 
     try:
-        version = tpu_info.ChipVersion(name)
+        version = pltpu.ChipVersion(name)
     except ValueError:
-        known = ", ".join(v.value for v in tpu_info.ChipVersion)
+        known = ", ".join(v.value for v in pltpu.ChipVersion)
         raise ValueError(f"unknown TPU chip {name!r}; known: {known}") from None
-    kind = next(k for k in _DEVICE_KINDS if tpu_info.chip_version_from_device_kind(k) == version)
-    vmem = tpu_info.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes
+    version_of = _compat.get("chip_version_from_device_kind")
+    kind = next(k for k in _DEVICE_KINDS if version_of(k) == version)
+    vmem = pltpu.get_tpu_info_for_chip(version, 1).vmem_capacity_bytes
     return Chip(name, kind, vmem, SCOPED_VMEM_BYTES.get(version.value, SMALLEST_SCOPED_VMEM_BYTES))
 
 
@@ -88,9 +91,9 @@ def targeting(target: Chip | None) -> Iterator[None]:
             yield  # the attached TPU, or a target the caller already set
             return
         target = chip()
-    from jax._src.mesh import AbstractDevice
-
-    mesh = jax.sharding.AbstractMesh((), (), abstract_device=AbstractDevice(target.device_kind, 1, "tpu"))
+    mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=jax.sharding.AbstractDevice(target.device_kind, 1, "tpu")
+    )
     with jax.sharding.use_abstract_mesh(mesh):
         yield
 

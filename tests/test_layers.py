@@ -1,0 +1,141 @@
+"""The package's import direction: the TPU lowering check (`tpu_kernels/check/`) builds on
+the core, and the core never imports the check, not even inside a function.
+
+Imports are read with ast, so function-level imports count as much as module-level ones.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tpu_kernels
+
+PACKAGE = Path(tpu_kernels.__file__).resolve().parent
+# The layers above the core: they may import the check (and the core); the core may import neither.
+ABOVE_CORE = ("check", "commands", "bench", "integrations", "cli.py", "testing.py", "scaffold.py")
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, imported names) for every import in the file, at any depth."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            out.append((node.lineno, module, [a.name for a in node.names]))
+    return out
+
+
+def _core_files() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in ABOVE_CORE]
+
+
+def _check_files() -> list[Path]:
+    return sorted((PACKAGE / "check").rglob("*.py"))
+
+
+def _imports_check(module: str, names: list[str]) -> bool:
+    return (
+        module == "tpu_kernels.check"
+        or module.startswith("tpu_kernels.check.")
+        or (module == "tpu_kernels" and "check" in names)
+    )
+
+
+def test_the_core_never_imports_the_check():
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line} imports {module}"
+        for p in _core_files()
+        for line, module, names in _imports(p)
+        if _imports_check(module, names)
+    ]
+    assert not found, "the core imports the check:\n" + "\n".join(found)
+
+
+def test_the_check_uses_the_cores_public_names_only():
+    lazy = set(tpu_kernels._EXPORTS)
+    found = []
+    for p in _check_files():
+        for line, module, names in _imports(p):
+            if not module.startswith("tpu_kernels") or _imports_check(module, []):
+                continue
+            where = f"check/{p.relative_to(PACKAGE / 'check')}:{line}"
+            if module == "tpu_kernels":
+                # the package root's lazy names (PEP 562) hide which module they come from
+                found += [f"{where} takes {n} from the package root" for n in names if n in lazy]
+            # a private name of a core module, or a private core module (but _compat, shared by all)
+            found += [f"{where} takes {module}.{n}" for n in names if n.startswith("_") and n != "_compat"]
+            if any(part.startswith("_") and part != "_compat" for part in module.split(".")):
+                found.append(f"{where} imports the private module {module}")
+    assert not found, "\n".join(found)
+
+
+def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
+    pkg = tmp_path / "tpu_kernels"
+    (pkg / "check").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "check" / "__init__.py").write_text("")
+    core = pkg / "core.py"
+    core.write_text("def f():\n    from tpu_kernels.check import check_op\n    from .check import lowering\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        assert [m for _, m, _ in _imports(core)] == ["tpu_kernels.check", "tpu_kernels.check"]
+        assert all(_imports_check(m, n) for _, m, n in _imports(core))
+    finally:
+        PACKAGE = saved
+
+
+def test_only_op_py_reads_a_kernel_ops_private_fields():
+    import re
+
+    from tpu_kernels.op import KernelOp
+
+    # the instance fields KernelOp.__init__ sets with a leading underscore
+    init = ast.parse((PACKAGE / "op.py").read_text())
+    fields = {
+        node.attr
+        for node in ast.walk(init)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(getattr(KernelOp, node.attr, None), (type(None),))
+    }
+    assert {"_backward", "_derived_fake", "_vmap_rule", "_vmap_twin", "_kernels"} <= fields
+    pattern = re.compile(r"(?<!self)\.(" + "|".join(sorted(fields)) + r")\b")
+    found = [
+        f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "op.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "use KernelOp's public properties instead:\n" + "\n".join(found)
+
+
+def test_the_modules_moved_into_the_core_keep_their_old_names():
+    import tpu_kernels.check.chips
+    import tpu_kernels.check.export
+
+    import tpu_kernels.chips
+    import tpu_kernels.export
+
+    assert tpu_kernels.check.chips is tpu_kernels.chips
+    assert tpu_kernels.check.export is tpu_kernels.export

@@ -1,0 +1,277 @@
+"""Every private API of torch, JAX, Helion, Tokamax and torch_tpu the toolkit uses, in one place.
+
+Each entry says where the name lives on the pinned versions, what the toolkit
+uses it for, and what happens on a release that moved it: a fallback that keeps
+results right (a slower path, or the conservative answer to "is anything
+special active?"), or, where nothing can stand in, an error naming the API and
+the fix. `get(name)` resolves an entry (once; later calls are a dict lookup),
+`live()` says which fast paths resolved. tests/test_compat.py asserts that all of
+them do on the pinned versions, and that no other module of the package imports a
+private module or reads a private attribute of one of these packages.
+
+Names are resolved when first asked for, so this module imports nothing heavy
+itself (torch.distributed, Helion and Tokamax stay unimported until used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+
+class CompatError(RuntimeError):
+    """A private API the toolkit needs is missing from the installed version of its package."""
+
+
+class _NeverEqual:
+    """Stands in for a dispatch keyset whose state cannot be read: each `raw_repr()`
+    differs from every other, so a comparison with a saved state says "changed"."""
+
+    def raw_repr(self) -> object:
+        return object()
+
+
+_NO_FALLBACK: Any = object()
+
+
+class Private(NamedTuple):
+    path: str  # "module:attr.attr" (no attribute part: the module itself)
+    purpose: str
+    fallback: Any = _NO_FALLBACK
+
+
+_ENTRIES: dict[str, Private] = {
+    # ---- dispatch state: eager.py's shortcut and checking.py step aside when anything is active.
+    # Without them, "something may be active" (the dispatcher's path: slower, same results).
+    "torch_function_mode_enabled": Private(
+        "torch._C:_is_torch_function_mode_enabled", "is a TorchFunctionMode active", lambda: True
+    ),
+    "torch_dispatch_stack_len": Private(
+        "torch._C:_len_torch_dispatch_stack", "how many TorchDispatchModes are active", lambda: 1
+    ),
+    "functorch_transforms_active": Private(
+        "torch._C:_are_functorch_transforms_active", "is a torch.func transform active", lambda: True
+    ),
+    "dispatch_tls_include": Private(
+        "torch._C:_dispatch_tls_local_include_set", "the thread's included dispatch keys", _NeverEqual
+    ),
+    "dispatch_tls_exclude": Private(
+        "torch._C:_dispatch_tls_local_exclude_set", "the thread's excluded dispatch keys", _NeverEqual
+    ),
+    # ---- autograd.py's kernel in the Autograd key. Without any of them autograd.py
+    # registers through the public torch.library.register_autograd (slower, same results).
+    "DispatchKey": Private("torch._C:DispatchKey", "dispatch keys by name", None),
+    "DispatchKeySet": Private("torch._C:DispatchKeySet", "sets of dispatch keys", None),
+    "after_autograd_keyset": Private("torch._C:_after_autograd_keyset", "the keys below autograd", None),
+    "any_requires_grad": Private("torch._C:_any_requires_grad", "does any argument need a gradient", None),
+    "AutoDispatchBelowAutograd": Private(
+        "torch._C:_AutoDispatchBelowAutograd", "redispatching below the Autograd key", None
+    ),
+    "enable_single_level_autograd_function": Private(
+        "torch._functorch.utils:enable_single_level_autograd_function",
+        "an autograd.Function applied at one torch.func level",
+        None,
+    ),
+    "SingleLevelFunction": Private(
+        "torch.autograd.function:_SingleLevelFunction", "an autograd.Function at one torch.func level", None
+    ),
+    "supports_tensorlist": Private(
+        "torch._library.autograd:supports_tensorlist", "autograd.Functions taking tensor lists", None
+    ),
+    "make_autograd_impl": Private(
+        "torch._library.autograd:make_autograd_impl", "torch's generated autograd kernel", None
+    ),
+    "AutogradInfo": Private("torch._library.autograd:Info", "torch's generated autograd kernel", None),
+    # ---- autocast.py: its kernels on the Autocast keys (no stand-in: autocast= needs them).
+    "privateuse1_backend_name": Private(
+        "torch._C:_get_privateuse1_backend_name", "the PrivateUse1 device's name ('tpu' under torch_tpu)"
+    ),
+    "ExcludeDispatchKeyGuard": Private(
+        "torch._C:_ExcludeDispatchKeyGuard", "calling the op again below its autocast key"
+    ),
+    # ---- bridge.py: DLPack without the public wrappers (about a tenth of their cost a
+    # tensor: the README's "Per-call overhead" table). Without them, the public jax.dlpack path.
+    "jax_dlpack_import": Private(
+        "jax._src.lib:_jax.dlpack_managed_tensor_to_buffer", "DLPack capsule -> jax.Array", None
+    ),
+    "jax_dlpack_export": Private(
+        "jax._src.lib:_jax.buffer_to_dlpack_managed_tensor", "jax.Array -> DLPack capsule", None
+    ),
+    "torch_to_dlpack": Private("torch._C:_to_dlpack", "torch.Tensor -> DLPack capsule", None),
+    "torch_from_dlpack": Private("torch._C:_from_dlpack", "DLPack capsule -> torch.Tensor", None),
+    # ---- fake.py: jax.eval_shape outside torch's modes and tracing context (no stand-in:
+    # a kernel source that runs torch code while tracing would see the caller's fakes).
+    "disable_current_modes": Private(
+        "torch.utils._python_dispatch:_disable_current_modes", "leaving torch's dispatch modes"
+    ),
+    "torch_tracing": Private("torch._guards:tracing", "leaving torch.compile's tracing context"),
+    "no_python_dispatcher": Private(
+        "torch._dispatch.python:no_python_dispatcher", "leaving the Python dispatcher"
+    ),
+    # ---- JAX's configuration: the Pallas interpreter per call (devices/jax_exec.py) and
+    # the on-disk cache's key and settings (disk_cache.py).
+    "jax_config": Private("jax._src.config", "JAX's thread-local configuration states"),
+    "AxisEnv": Private("jax._src.core:AxisEnv", "the trace context's axis environment (cache key)"),
+    "jax_compilation_cache": Private(
+        "jax._src.compilation_cache", "reopening JAX's compilation cache in a moved directory", None
+    ),
+    "jax_export_internals": Private(
+        "jax._src.export._export",
+        "skipping LAPACK set-up for exported modules that call none (0.6-1.0 s a process)",
+        None,
+    ),
+    # ---- TPU generations: check/chips.py and bench/roofline.py (ChipVersion and
+    # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
+    "chip_version_from_device_kind": Private(
+        "jax._src.tpu_info:chip_version_from_device_kind", "a TPU generation from a device kind"
+    ),
+    # ---- testing.py
+    "CompileCounterWithBackend": Private(
+        "torch._dynamo.testing:CompileCounterWithBackend", "counting the graphs torch.compile made"
+    ),
+    # ---- sources/helion.py
+    "helion_ref_mode_tls": Private(
+        "helion.runtime.ref_mode:ref_mode_tls",
+        "clearing Helion's reference-mode context left set by an exception (without: not cleared)",
+        None,
+    ),
+    "helion_infer_output_spec": Private(
+        "helion._compiler._dynamo.variables:infer_output_spec",
+        "Helion's output shapes for symbolic sizes (the fake of a Helion op under torch.compile)",
+    ),
+    # ---- tokamax/wrap.py
+    "tokamax_disable_jaxtyping": Private(
+        "tokamax._src.jaxtyping:disable_jaxtyping", "Tokamax's shape checks off for symbolic sizes"
+    ),
+    # ---- sharding.py and tokamax/placements.py: DTensor's rule registration
+    "DTensorSpec": Private(
+        "torch.distributed.tensor._dtensor_spec:DTensorSpec", "recognising a tensor's spec in a sharding rule"
+    ),
+    "RuntimeSchemaInfo": Private(
+        "torch.distributed.tensor._op_schema:RuntimeSchemaInfo", "keying DTensor's strategy cache on statics"
+    ),
+    "dtensor_sharding_propagator": Private(
+        "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
+    ),
+}
+
+# Private names read by name rather than imported: where Tokamax keeps its api modules
+# (tokamax/implementation.py reads their implementation registries), torch_tpu's
+# precision module (precision.py, read from sys.modules only when torch_tpu is loaded),
+# and JAX's callback logger (check/races.py quiets it). tests/test_compat.py imports each.
+TOKAMAX_OPS = "tokamax._src.ops."
+TORCH_TPU_PRECISION_MODULE = "torch_tpu._internal.precision.precision_impl"
+JAX_CALLBACK_LOGGER = "jax._src.callback"
+
+
+# Private attributes of JAX's symbolic dimensions (fake.py turns them into torch SymInts
+# without JAX's own `_evaluate`, which would specialise every symbol).
+def symbolic_terms(d: Any) -> Any:
+    """A JAX symbolic dimension as ((term, coefficient), ...)."""
+    return _attribute(d, "_sorted_terms", "the terms of a symbolic dimension")
+
+
+def term_factors(term: Any) -> Any:
+    """A term of a JAX symbolic dimension as ((factor, exponent), ...)."""
+    return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
+
+
+def make_exported(**fields: Any) -> Any:
+    """A jax.export.Exported from its public fields (disk_cache.py rebuilds stored modules);
+    its private ones get what an unsharded export without a VJP holds."""
+    import jax
+
+    n_in, n_out = len(fields["in_avals"]), len(fields["out_avals"])
+    try:
+        return jax.export.Exported(
+            **fields, _in_named_shardings=(None,) * n_in, _out_named_shardings=(None,) * n_out, _get_vjp=None
+        )
+    except TypeError as e:
+        raise CompatError(
+            f"tpu_kernels needs jax.export.Exported's fields _in_named_shardings, _out_named_shardings "
+            f"and _get_vjp (rebuilding a stored kernel), which the installed jax changed ({e}). Install "
+            f"the versions tpu_kernels is tested with (pyproject.toml's pins)."
+        ) from e
+
+
+def _attribute(obj: Any, name: str, purpose: str) -> Any:
+    try:
+        return getattr(obj, name)
+    except AttributeError as e:
+        raise CompatError(
+            f"tpu_kernels needs {type(obj).__module__}.{type(obj).__qualname__}.{name} ({purpose}), "
+            f"which the installed version lacks. Install the versions tpu_kernels is tested with "
+            f"(pyproject.toml's pins)."
+        ) from e
+
+
+_resolved: dict[str, Any] = {}
+
+
+def _resolve(path: str) -> Any:
+    module, _, attrs = path.partition(":")
+    value = importlib.import_module(module)
+    for attr in attrs.split(".") if attrs else ():
+        value = getattr(value, attr)
+    return value
+
+
+def get(name: str) -> Any:
+    """The private API `name` (see `_ENTRIES`), its fallback when this release lacks it, or
+    CompatError naming it when nothing can stand in."""
+    try:
+        return _resolved[name]
+    except KeyError:
+        pass
+    entry = _ENTRIES[name]
+    try:
+        value = _resolve(entry.path)
+    except (ImportError, AttributeError) as e:
+        if entry.fallback is _NO_FALLBACK:
+            package = entry.path.split(".", 1)[0]
+            raise CompatError(
+                f"tpu_kernels needs {entry.path.replace(':', '.')} ({entry.purpose}), which the "
+                f"installed {package} lacks ({type(e).__name__}: {e}). Install the versions "
+                f"tpu_kernels is tested with (pyproject.toml's pins)."
+            ) from e
+        value = entry.fallback
+    _resolved[name] = value
+    return value
+
+
+def live() -> dict[str, bool]:
+    """For each entry: does the private API resolve (True), or would its fallback or error stand in."""
+    out = {}
+    for name, entry in _ENTRIES.items():
+        try:
+            _resolve(entry.path)
+            out[name] = True
+        except (ImportError, AttributeError):
+            out[name] = False
+    return out
+
+
+def all_of(*names: str) -> bool:
+    """Whether every named API resolved (not its fallback): for features that need several."""
+    try:
+        return all(get(n) is not _ENTRIES[n].fallback for n in names)
+    except CompatError:
+        return False
+
+
+def entries() -> dict[str, Private]:
+    return dict(_ENTRIES)
+
+
+__all__ = [
+    "TOKAMAX_OPS",
+    "CompatError",
+    "Private",
+    "all_of",
+    "entries",
+    "get",
+    "live",
+    "make_exported",
+    "symbolic_terms",
+    "term_factors",
+]

@@ -1,0 +1,49 @@
+"""The Helion twin of rmsnorm as torch ops (importing this module imports Helion):
+`tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)`, which returns inv_rms as a residual,
+and its explicit backward, two Helion kernels `rmsnorm_helion_dx` and `rmsnorm_helion_dweight`."""
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from tpu_kernels.kernels._blocks import bf16 as _bf16
+from tpu_kernels.kernels.rmsnorm import helion_kernel
+from tpu_kernels.kernels.rmsnorm import sharding as rms_sharding
+from tpu_kernels.op import tpu_kernel
+
+# Example calls for the TPU lowering check (`tpu-kernels check`), TPU-sized, bfloat16.
+_X, _W = _bf16((1024, 1024)), _bf16((1024,))
+_R = jax.ShapeDtypeStruct((1024,), jnp.float32)
+
+rmsnorm_helion = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion",
+    outputs=("y", "inv_rms"),
+    residuals=("inv_rms",),
+    examples=lambda: [((_X, _W), {})],
+    autocast="fp32",
+    sharding=rms_sharding.rmsnorm_sharding,
+)(helion_kernel.rmsnorm)
+rmsnorm_helion_dx = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion_dx",
+    examples=lambda: [((_X, _W, _R, _X), {})],
+    sharding=rms_sharding.dx_sharding,
+)(helion_kernel.rmsnorm_dx)
+rmsnorm_helion_dweight = tpu_kernel(
+    "tpu_kernels::rmsnorm_helion_dweight",
+    examples=lambda: [((_X, _R, _X), {})],
+    sharding=rms_sharding.dweight_sharding,
+)(helion_kernel.rmsnorm_dweight)
+
+
+@rmsnorm_helion.def_backward(composite=True)
+def _rmsnorm_helion_backward(
+    x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor, grad_y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_w = rmsnorm_helion_dweight(x, inv_rms, grad_y).to(weight.dtype)
+    return rmsnorm_helion_dx(x, weight, inv_rms, grad_y), grad_w
+
+
+# The shipped ops' integer rule (docs/dtypes.md): floating-point inputs only, the same error.
+rmsnorm_helion.source.float_only = frozenset(("x", "weight"))
+
+__all__ = ["rmsnorm_helion", "rmsnorm_helion_dweight", "rmsnorm_helion_dx"]

@@ -1,0 +1,21 @@
+"""The Helion twin of softmax as a torch op (importing this module imports Helion):
+`tpu_kernels::softmax_helion(x)`; backward derived from the family's JAX reference."""
+
+from tpu_kernels.kernels._blocks import bf16 as _bf16
+from tpu_kernels.kernels.softmax import helion_kernel, reference
+from tpu_kernels.op import tpu_kernel
+
+# Example calls for the TPU lowering check (`tpu-kernels check`), TPU-sized, bfloat16.
+_X = _bf16((1024, 1024))
+
+softmax_helion = tpu_kernel(
+    "tpu_kernels::softmax_helion",
+    reference=reference.softmax_jax,
+    examples=lambda: [((_X,), {})],
+    autocast="fp32",
+    sharding="rowwise",
+)(helion_kernel.softmax)
+# The shipped ops' integer rule (docs/dtypes.md): floating-point inputs only, the same error.
+softmax_helion.source.float_only = frozenset(("x",))
+
+__all__ = ["softmax_helion"]

@@ -1,0 +1,94 @@
+"""The options of a kernel op, written once: `tpu_kernel`, `KernelOp` and `tokamax_op` all
+take them as keywords and build this object, so a new option is one field here."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class OpOptions:
+    """What `tpu_kernel(name, **options)` accepts beside the kernel.
+
+    Attributes:
+      outputs: names of the outputs (for `def_backward` binding and residuals).
+      residuals: trailing outputs saved for backward and not returned by the call.
+      mutates_args: tensor parameters the op writes to.
+      backward: "vjp" to derive the backward with jax.vjp of the body.
+      reference: a differentiable JAX function with the same signature whose vjp
+        gives the backward (for a Pallas forward JAX cannot differentiate); also
+        checked mode's reference when `check_reference` is not given.
+      check_reference: what checked mode (`tpu_kernels.checked()`) compares each
+        call with: a torch function taking the op's parameters by name and returning
+        its visible outputs, or a `tpu_kernels.checking.Reference` (tolerance scales,
+        parameters it ignores).
+      cache_size: compiled callables kept per device (LRU).
+      noncontiguous: "copy" (default: such inputs are copied to contiguous
+        memory first) or "error".
+      tags: torch.Tag values for the operator (e.g. torch.Tag.pointwise).
+      examples: a function returning representative calls, [(args, kwargs), ...],
+        with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
+        lowering check (`tpu-kernels check`) lowers the kernel at each.
+      autotune: Helion kernels only: let Helion autotune on the first call per shape
+        (results cached on disk); by default a fixed or the default config is used.
+      autocast: what the op does inside `torch.autocast`: "keep" (default: runs
+        in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
+        (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
+        to float32, like CUDA's softmax and norms) or "promote" (to the widest
+        floating input dtype). See tpu_kernels.autocast.
+      sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
+        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, or a function giving
+        strategies as `torch.distributed.tensor.experimental.register_sharding`
+        takes; registered for the op and its backward op. Without one, DTensor
+        arguments raise an error saying how to declare it.
+      buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
+        tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
+        kernels pad those dims up to the bucket (one executable per bucket) and slice
+        the outputs back. Declare only dims the kernel treats independently (rows), or
+        a reduced dim with a neutral pad value and `length`.
+      length: with `buckets`, an optional tensor parameter (default None) that
+        receives the true length as an int32 scalar when the op pads.
+    """
+
+    outputs: Sequence[str] | None = None
+    residuals: Sequence[str] = ()
+    mutates_args: Sequence[str] = ()
+    backward: str | None = None
+    reference: Callable | None = None
+    check_reference: Any = None  # checking.Reference | Callable | None
+    cache_size: int = 256
+    noncontiguous: str = "copy"
+    tags: Sequence[torch.Tag] = ()
+    examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None
+    autotune: bool = False
+    autocast: str = "keep"
+    sharding: Any = None
+    buckets: Any = None  # {name: {dim: Bucketing}}, or a backward op's inherited buckets.Plan
+    length: str | None = None
+
+    @classmethod
+    def of(cls, where: str, options: dict[str, Any]) -> OpOptions:
+        """The options from keywords, or a TypeError naming the unknown ones and the known."""
+        unknown = sorted(set(options) - NAMES)
+        if unknown:
+            raise TypeError(
+                f"{where}: unknown option(s) {', '.join(unknown)}; the options are {', '.join(sorted(NAMES))}."
+            )
+        return cls(**options)
+
+
+NAMES = frozenset(f.name for f in dataclasses.fields(OpOptions))
+
+
+def keyword_parameters() -> list[inspect.Parameter]:
+    """The options as keyword-only parameters, for the signatures `help()` shows."""
+    hints = {f.name: f.type for f in dataclasses.fields(OpOptions)}
+    return [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+        for f in dataclasses.fields(OpOptions)
+    ]
