@@ -20,7 +20,6 @@ import statistics
 import time
 from pathlib import Path
 
-from tpu_kernels import bench
 from tpu_kernels.bench import discover, runner, timing
 from tpu_kernels.bench.device import resolve
 

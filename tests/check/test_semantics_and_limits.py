@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from tpu_kernels.check.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
 
 from tpu_kernels import tpu_kernel
 from tpu_kernels.check import DEFAULT_MODULE, check_op, chip, ops_of
-from tpu_kernels.check.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
 from tpu_kernels.check.examples import odd_tiles
 from tpu_kernels.check.semantics import check_semantics
 from tpu_kernels.check.vmem import traced_pallas_calls
