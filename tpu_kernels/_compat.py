@@ -83,6 +83,11 @@ _ENTRIES: dict[str, Private] = {
     ),
     "AutogradInfo": Private("torch._library.autograd:Info", "torch's generated autograd kernel", None),
     # ---- autocast.py: its kernels on the Autocast keys (no stand-in: autocast= needs them).
+    # autograd.py: is an input's gradient asked for by the running backward pass? Without it,
+    # assume it is (an input left out of `wrt` is then refused whenever it requires grad).
+    "will_engine_execute_node": Private(
+        "torch._C:_will_engine_execute_node", "does the running backward execute this node", lambda node: True
+    ),
     "privateuse1_backend_name": Private(
         "torch._C:_get_privateuse1_backend_name", "the PrivateUse1 device's name ('tpu' under torch_tpu)"
     ),

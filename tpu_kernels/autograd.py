@@ -301,7 +301,7 @@ def _refuse_inputs_outside_wrt(ctx: Any, kop: KernelOp, wrt: tuple[str, ...], va
 def _gradient_needed(node: Any) -> bool:
     """Whether the running backward pass executes `node` (the input's gradient is asked for)."""
     try:
-        return bool(torch._C._will_engine_execute_node(node))
+        return bool(_compat.get("will_engine_execute_node")(node))
     except RuntimeError:
         # torch refuses the question for a leaf captured by autograd.grad(): one of the tensors
         # whose gradient autograd.grad returns, so it is needed.
