@@ -195,7 +195,7 @@ def cli_reference() -> str:
 def _backward_kind(op) -> str:
     from tpu_kernels import autograd
 
-    b = op._backward
+    b = op.backward_impl
     if b is None:
         return "none"
     if isinstance(b, autograd.ExplicitBackward):
