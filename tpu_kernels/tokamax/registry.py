@@ -55,8 +55,9 @@ FAMILIES: dict[str, Family] = {}
 
 def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
     """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
-    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, and its `reference`, `examples`
-    and `shapes` modules are imported."""
+    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, its `reference`, `examples`
+    and `shapes` modules are imported, and each op's TPU example calls (what `tpu-kernels
+    check` lowers) are the function of the op's name in `examples.py`."""
     name = package.rpartition(".")[2]
     if name in FAMILIES:
         raise ValueError(f"tokamax: the family {name!r} is already registered.")
@@ -70,12 +71,24 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
         examples=module["examples"],
         shapes=module["shapes"],
     )
+    for kop in family.ops:
+        kop.examples = _examples(family, kop)
     implementation.register(*family.implementations)
     FAMILIES[name] = family
     return family
 
 
 _PARTS = ("op", "reference", "examples", "shapes")
+
+
+def _examples(family: Family, kop: KernelOp) -> Callable:
+    examples = getattr(family.examples, kop.short_name, None)
+    if not callable(examples):
+        raise ValueError(
+            f"tokamax family {family.name!r}: {family.examples.__name__} has no function "
+            f"{kop.short_name}() giving the TPU calls of {kop.name} that `tpu-kernels check` lowers."
+        )
+    return examples
 
 
 def all_ops() -> list[KernelOp]:
