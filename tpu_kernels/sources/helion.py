@@ -67,6 +67,8 @@ _MODE = ScopedSetting(
 )
 
 
+# Public functions over _MODE, like tpu_kernels.interpret's over its own: functions, not
+# aliases of the methods, for their names, docstrings and types in the API.
 def set_helion_cpu_mode(mode: str) -> None:
     """How Helion kernels run on CPU tensors, process-wide: "pallas" (default) or "eager"."""
     _MODE.set(mode)

@@ -7,7 +7,10 @@ A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
   functions that check arguments and choose the implementation, and the ops'
   implementation tables (which Tokamax implementation runs where);
 - `reference.py`: plain-torch references (the float64 test oracle and the
-  benchmarks' baseline);
+  benchmarks' baseline), each named as an op's public function in `op.py` and taking
+  parameters of the same names (checked mode calls it with the op's arguments by name):
+  the parameter lists are written out again on purpose, so that a reference reads and
+  runs alone;
 - `examples.py`: representative TPU calls, which `tpu-kernels check` lowers;
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
   (real workloads);
