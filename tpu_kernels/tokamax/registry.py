@@ -11,7 +11,8 @@ A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
   parameters of the same names (checked mode calls it with the op's arguments by name):
   the parameter lists are written out again on purpose, so that a reference reads and
   runs alone;
-- `examples.py`: representative TPU calls, which `tpu-kernels check` lowers;
+- `examples.py`: representative TPU calls, which `tpu-kernels check` lowers: one function
+  per op, named as the op (`register` makes it the op's `examples`);
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
   (real workloads);
 - `__init__.py`: the family's public names and its `register(__name__, ...)`.
