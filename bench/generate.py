@@ -25,11 +25,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _child import finish, run_child
 
 PATHS = ("sdpa", "tpu_kernels", "unpadded")
 
@@ -86,31 +87,18 @@ def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
 
 
 def _run_child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
+    args = [
+        "--child",
+        path,
+        "--new-tokens",
+        str(new_tokens),
+        "--repeat",
+        str(repeat),
+        "--threads",
+        str(threads),
+    ]
     with tempfile.TemporaryDirectory(prefix="tpu-kernels-generate-") as d:
-        env = {
-            **os.environ,
-            "TPU_KERNELS_CACHE_DIR": d,
-            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-            "TORCH_DEVICE_BACKEND_AUTOLOAD": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
-            "PYTHONPATH": os.pathsep.join(
-                [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-            ),
-        }
-        cmd = [
-            sys.executable,
-            __file__,
-            "--child",
-            path,
-            "--new-tokens",
-            str(new_tokens),
-            "--repeat",
-            str(repeat),
-        ]
-        cmd += ["--threads", str(threads)]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(f"generate child for {path} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_child(__file__, args, what=f"generate child for {path}", cache_dir=d, timeout=900)
 
 
 def table(results: dict[str, dict]) -> str:
@@ -156,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {path}...", file=sys.stderr)
         results[path] = _run_child(path, args.new_tokens, args.repeat, args.threads)
     print(f"tiny Llama, greedy, {args.new_tokens} new tokens from an 8-token prompt, then a 13-token one")
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return finish([table(results)], results, args.json)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import jax
+from _child import run_child
 
 ROUTES = ("op", "pallas_jax", "pallas_softmax", "jax_op", "xla")
 COLS = 1024
@@ -105,22 +104,13 @@ def _reset_hwm() -> None:
 
 
 def _run_child(route: str, mib: int) -> dict:
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
-        "TPU_KERNELS_CACHE_DIR": "off",
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", route, "--mib", str(mib)],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"interpret_memory child {route} {mib} MiB failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(
+        __file__,
+        ["--child", route, "--mib", str(mib)],
+        what=f"interpret_memory child {route} {mib} MiB",
+        cache_dir="off",
+        timeout=600,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _child import finish, run_child
 
 KERNELS = ("scale_add", "softmax", "rmsnorm", "matmul")
 SHAPE = (256, 256)
@@ -85,21 +85,9 @@ def child(kernel: str) -> dict:
 
 
 def _run_child(kernel: str, cache_dir: str) -> dict:
-    env = {
-        **os.environ,
-        "TPU_KERNELS_CACHE_DIR": cache_dir,
-        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", kernel], env=env, capture_output=True, text=True, timeout=600
+    return run_child(
+        __file__, ["--child", kernel], what=f"startup child for {kernel}", cache_dir=cache_dir, timeout=600
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"startup child for {kernel} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def measure(kernels: list[str], repeat: int) -> dict[str, dict[str, list[dict]]]:
@@ -169,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print("seconds, medians; 'other' is the first call minus JAX's trace/lower/compile events")
     print(table(results))
     print()
-    for line in goals(results):
-        print(line)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return finish(goals(results), results, args.json)
 
 
 if __name__ == "__main__":

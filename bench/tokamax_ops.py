@@ -278,81 +278,73 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
         n = p["shape"][0] * p["shape"][1]
         return 2 * n * p["dtype"].itemsize
 
-    return [
-        bench.Benchmark(
-            name="tokamax_attention",
-            points=bench.grid(shape=attn, dtype=dtypes),
-            inputs=attn_inputs,
-            candidates=_candidates(
-                "dot_product_attention",
-                lambda q, k, v: tk.dot_product_attention(q, k, v, is_causal=True),
-                _sdpa,
-                device_type,
-                quick,
-            ),
-            reference=lambda q, k, v: attention.reference.dot_product_attention(q, k, v, is_causal=True),
-            flops=attn_flops,
-            tolerance_scale=lambda p: 4.0,
+    # name, shapes, inputs, Tokamax op (its implementation is the op's), torch baseline,
+    # float64 reference, roofline measure (flops= or bytes=), tolerance scale
+    cases = [
+        (
+            "attention",
+            attn,
+            attn_inputs,
+            ("dot_product_attention", lambda q, k, v: tk.dot_product_attention(q, k, v, is_causal=True)),
+            _sdpa,
+            lambda q, k, v: attention.reference.dot_product_attention(q, k, v, is_causal=True),
+            {"flops": attn_flops},
+            lambda p: 4.0,
         ),
-        bench.Benchmark(
-            name="tokamax_rms_norm",
-            points=bench.grid(shape=norm, dtype=dtypes),
-            inputs=norm_inputs,
-            candidates=_candidates(
-                "layer_norm",
-                lambda x, w: tk.rms_norm(x, w),
-                lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
-                device_type,
-                quick,
-            ),
-            reference=lambda x, w: normalization.reference.rms_norm(x, w),
-            bytes=norm_bytes,
-            tolerance_scale=lambda p: 3.0,
+        (
+            "rms_norm",
+            norm,
+            norm_inputs,
+            ("layer_norm", lambda x, w: tk.rms_norm(x, w)),
+            lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+            lambda x, w: normalization.reference.rms_norm(x, w),
+            {"bytes": norm_bytes},
+            lambda p: 3.0,
         ),
-        bench.Benchmark(
-            name="tokamax_layer_norm",
-            points=bench.grid(shape=norm, dtype=dtypes),
-            inputs=norm_inputs,
-            candidates=_candidates(
-                "layer_norm",
-                lambda x, w: tk.layer_norm(x, w),
-                lambda x, w: F.layer_norm(x, (x.shape[-1],), w, None, 1e-6),
-                device_type,
-                quick,
-            ),
-            reference=lambda x, w: normalization.reference.layer_norm(x, w),
-            bytes=norm_bytes,
-            tolerance_scale=lambda p: 3.0,
+        (
+            "layer_norm",
+            norm,
+            norm_inputs,
+            ("layer_norm", lambda x, w: tk.layer_norm(x, w)),
+            lambda x, w: F.layer_norm(x, (x.shape[-1],), w, None, 1e-6),
+            lambda x, w: normalization.reference.layer_norm(x, w),
+            {"bytes": norm_bytes},
+            lambda p: 3.0,
         ),
-        bench.Benchmark(
-            name="tokamax_glu",
-            points=bench.grid(shape=glu_shapes, dtype=dtypes),
-            inputs=glu_inputs,
-            candidates=_candidates(
-                "gated_linear_unit",
-                lambda x, w: tk.gated_linear_unit(x, w, activation="silu"),
-                lambda x, w: F.silu(x @ w[:, 0]) * (x @ w[:, 1]),
-                device_type,
-                quick,
-            ),
-            reference=lambda x, w: glu.reference.gated_linear_unit(x, w, activation="silu"),
-            flops=lambda p: 2 * 2 * p["shape"][0][0] * p["shape"][0][1] * p["shape"][1],
-            tolerance_scale=lambda p: 8.0,
+        (
+            "glu",
+            glu_shapes,
+            glu_inputs,
+            ("gated_linear_unit", lambda x, w: tk.gated_linear_unit(x, w, activation="silu")),
+            lambda x, w: F.silu(x @ w[:, 0]) * (x @ w[:, 1]),
+            lambda x, w: glu.reference.gated_linear_unit(x, w, activation="silu"),
+            {"flops": lambda p: 2 * 2 * p["shape"][0][0] * p["shape"][0][1] * p["shape"][1]},
+            lambda p: 8.0,
         ),
-        bench.Benchmark(
-            name="tokamax_loss",
-            points=bench.grid(shape=loss_shapes, dtype=dtypes),
-            inputs=loss_inputs,
-            candidates=_candidates(
+        (
+            "loss",
+            loss_shapes,
+            loss_inputs,
+            (
                 "linear_softmax_cross_entropy_loss",
                 lambda x, y, w: tk.linear_softmax_cross_entropy_loss(x, y, w),
-                lambda x, y, w: F.cross_entropy(x @ w, y, reduction="sum"),
-                device_type,
-                quick,
             ),
-            reference=lambda x, y, w: loss.reference.linear_softmax_cross_entropy_loss(x, y, w),
-            flops=lambda p: 2 * p["shape"][0] * p["shape"][1] * p["shape"][2],
+            lambda x, y, w: F.cross_entropy(x @ w, y, reduction="sum"),
+            lambda x, y, w: loss.reference.linear_softmax_cross_entropy_loss(x, y, w),
+            {"flops": lambda p: 2 * p["shape"][0] * p["shape"][1] * p["shape"][2]},
             # a sum of B per-row losses: the absolute tolerance grows with B
-            tolerance_scale=lambda p: float(p["shape"][0]),
+            lambda p: float(p["shape"][0]),
         ),
+    ]
+    return [
+        bench.Benchmark(
+            name=f"tokamax_{name}",
+            points=bench.grid(shape=shapes, dtype=dtypes),
+            inputs=inputs,
+            candidates=_candidates(impl_op, ours, torch_fn, device_type, quick),
+            reference=reference,
+            tolerance_scale=tolerance_scale,
+            **measure,
+        )
+        for name, shapes, inputs, (impl_op, ours), torch_fn, reference, measure, tolerance_scale in cases
     ] + _formula_benchmarks(quick, device_type)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _child import finish, run_child
 
 SEED = 0
 MODES = ("exact", "buckets")
@@ -111,21 +111,10 @@ def expected_buckets(lens: list[int]) -> int:
 
 
 def _run_child(mode: str, args: argparse.Namespace) -> dict:
-    env = {
-        **os.environ,
-        "TPU_KERNELS_CACHE_DIR": "off",  # every executable is built, none read from disk
-        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-        "TORCH_DEVICE_BACKEND_AUTOLOAD": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    cmd = [sys.executable, __file__, "--child", mode, "--lengths", str(args.lengths), "--max-len", str(args.max_len),
+    cmd = ["--child", mode, "--lengths", str(args.lengths), "--max-len", str(args.max_len),
            "--hidden", str(args.hidden)] + (["--backward"] if args.backward else [])  # fmt: skip
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        raise RuntimeError(f"varlen child ({mode}) failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # cache "off": every executable is built, none read from disk
+    return run_child(__file__, cmd, what=f"varlen child ({mode})", cache_dir="off", timeout=900)
 
 
 def report(runs: dict[str, list[dict]], lens: list[int], max_len: int) -> list[str]:
@@ -171,11 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             runs[mode].append(_run_child(mode, args))
             print(f"  {mode}: {runs[mode][-1]['seconds']:.2f} s", file=sys.stderr)
-    for line in report(runs, lens, args.max_len):
-        print(line)
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=2))
-    return 0
+    return finish(report(runs, lens, args.max_len), runs, args.json)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpu_kernels import tokamax as tk
+from tpu_kernels.checking import Reference
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 from tpu_kernels.kernels.elementwise import reference as scale_add_ref
 from tpu_kernels.kernels.matmul import reference as matmul_ref
@@ -81,9 +82,11 @@ def make(shape: tuple[int, ...], dtype: torch.dtype, layout: str, gen: torch.Gen
 
 
 def check(
-    op_fn, ref_fn, inputs: list, dtype: torch.dtype, scale: float, grad_scale: float, what: str
+    op_fn, ref_fn, inputs: list, dtype: torch.dtype, tolerance: Reference, args: dict, what: str
 ) -> None:
-    """op_fn(*inputs) against ref_fn(*inputs in float64), forward and gradient."""
+    """op_fn(*inputs) against ref_fn(*inputs in float64), forward and gradient, with the
+    tolerance scales checked mode gives `args` (`tolerance` is the op's check_reference)."""
+    scale, grad_scale = tolerance.atol_scale(args, grad=False), tolerance.atol_scale(args, grad=True)
     live = [t.detach().requires_grad_() if _diff(t) else t for t in inputs]
     wide = [t.detach().double().requires_grad_() if _diff(t) else t for t in inputs]
     out, want = op_fn(*live), ref_fn(*wide)
@@ -110,15 +113,24 @@ def _diff(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
-def _scales(op, args: dict) -> tuple[float, float]:
-    ref = op.check_reference
-    return ref.atol_scale(args, grad=False), ref.atol_scale(args, grad=True)
-
-
 # ---- shipped ops --------------------------------------------------------------------------------
 
+# "zero": the case drawn with a size-0 dimension, beside the one with sizes
+ZERO = pytest.mark.parametrize("zero", [False, True], ids=["sizes", "zero"])
 
-@pytest.mark.parametrize("zero", [False, True], ids=["sizes", "zero"])
+
+def _matrix(zero: bool, data: st.DataObject, seed: int) -> tuple[int, int, torch.Generator]:
+    """The [rows, cols] of a 2-D shipped op's case (rows 0 in the "zero" case) and its generator."""
+    return data.draw(_zero_or(zero, ROWS)), data.draw(COLS), torch.Generator().manual_seed(seed)
+
+
+# the row-wise kernels (softmax, rmsnorm): rows x cols, with one-block and multi-block grids
+ROWWISE = given(
+    data=st.data(), dtype=DTYPES, layout=LAYOUTS, block_rows=st.sampled_from([8, 256]), seed=SEEDS
+)
+
+
+@ZERO
 @given(
     data=st.data(),
     dtype=DTYPES,
@@ -128,59 +140,53 @@ def _scales(op, args: dict) -> tuple[float, float]:
     seed=SEEDS,
 )
 def test_scale_add(zero, data, dtype, layout, alpha, broadcast, seed):
-    rows, cols = data.draw(_zero_or(zero, ROWS)), data.draw(COLS)
-    gen = torch.Generator().manual_seed(seed)
+    rows, cols, gen = _matrix(zero, data, seed)
     x = make((rows, cols), dtype, layout, gen)
     y = make((cols,) if broadcast else (rows, cols), dtype, layout, gen)
-    scale, grad_scale = _scales(scale_add, {"x": x, "y": y, "alpha": alpha})
     check(
         lambda a, b: scale_add(a, b, alpha=alpha, block_rows=8),
         lambda a, b: scale_add_ref.scale_add(a, b, alpha=alpha),
         [x, y],
         dtype,
-        scale,
-        grad_scale,
+        scale_add.check_reference,
+        {"x": x, "y": y, "alpha": alpha},
         f"scale_add {tuple(x.shape)}+{tuple(y.shape)} {layout}",
     )
 
 
-@pytest.mark.parametrize("zero", [False, True], ids=["sizes", "zero"])
-@given(data=st.data(), dtype=DTYPES, layout=LAYOUTS, block_rows=st.sampled_from([8, 256]), seed=SEEDS)
+@ZERO
+@ROWWISE
 def test_softmax(zero, data, dtype, layout, block_rows, seed):
-    rows, cols = data.draw(_zero_or(zero, ROWS)), data.draw(COLS)
-    gen = torch.Generator().manual_seed(seed)
+    rows, cols, gen = _matrix(zero, data, seed)
     x = make((rows, cols), dtype, layout, gen, scale=3.0)
-    scale, grad_scale = _scales(softmax, {"x": x})
     check(
         lambda a: softmax(a, block_rows=block_rows),
         softmax_ref.softmax,
         [x],
         dtype,
-        scale,
-        grad_scale,
+        softmax.check_reference,
+        {"x": x},
         f"softmax {tuple(x.shape)} {layout}",
     )
 
 
-@pytest.mark.parametrize("zero", [False, True], ids=["sizes", "zero"])
-@given(data=st.data(), dtype=DTYPES, layout=LAYOUTS, block_rows=st.sampled_from([8, 256]), seed=SEEDS)
+@ZERO
+@ROWWISE
 def test_rmsnorm(zero, data, dtype, layout, block_rows, seed):
-    rows, cols = data.draw(_zero_or(zero, ROWS)), data.draw(COLS)
-    gen = torch.Generator().manual_seed(seed)
+    rows, cols, gen = _matrix(zero, data, seed)
     x, w = make((rows, cols), dtype, layout, gen), make((cols,), dtype, layout, gen)
-    scale, grad_scale = _scales(rmsnorm, {"x": x, "weight": w, "eps": 1e-5})
     check(
         lambda a, b: rmsnorm(a, b, eps=1e-5, block_rows=block_rows),
         lambda a, b: rmsnorm_ref.rmsnorm(a, b, eps=1e-5),
         [x, w],
         dtype,
-        scale,
-        grad_scale,
+        rmsnorm.check_reference,
+        {"x": x, "weight": w, "eps": 1e-5},
         f"rmsnorm {tuple(x.shape)} {layout}",
     )
 
 
-@pytest.mark.parametrize("zero", [False, True], ids=["sizes", "zero"])
+@ZERO
 @given(data=st.data(), dtype=DTYPES, layout=LAYOUTS, seed=SEEDS)
 def test_matmul(zero, data, dtype, layout, seed):
     # Dimensions up to the default blocks (256) take one block each; 24 rows with
@@ -192,14 +198,13 @@ def test_matmul(zero, data, dtype, layout, seed):
     block_m = 8 if m % 8 == 0 else 256
     gen = torch.Generator().manual_seed(seed)
     a, b = make((m, k), dtype, layout, gen), make((k, n), dtype, layout, gen)
-    scale, grad_scale = _scales(matmul, {"a": a, "b": b})
     check(
         lambda x, y: matmul(x, y, block_m=block_m),
         matmul_ref.matmul,
         [a, b],
         dtype,
-        scale,
-        grad_scale,
+        matmul.check_reference,
+        {"a": a, "b": b},
         f"matmul {tuple(a.shape)}@{tuple(b.shape)} {layout}",
     )
 
@@ -225,13 +230,12 @@ def test_tokamax_layer_and_rms_norm(rows, cols, dtype, layout, rms, seed):
     gen = torch.Generator().manual_seed(seed)
     x, w, b = (make(s, dtype, layout, gen) for s in ((rows, cols), (cols,), (cols,)))
     args = {"x": x, "weight": w, "bias": b, "dim": -1}
-    scale, grad_scale = REF["layer_norm"].atol_scale(args, False), REF["layer_norm"].atol_scale(args, True)
     if rms:
         op, ref, inputs = tk.rms_norm, norm_ref.rms_norm, [x, w]
     else:
         op, ref, inputs = tk.layer_norm, norm_ref.layer_norm, [x, w, b]
     name = "rms_norm" if rms else "layer_norm"
-    check(op, ref, inputs, dtype, scale, grad_scale, f"tokamax.{name} {tuple(x.shape)} {layout}")
+    check(op, ref, inputs, dtype, REF["layer_norm"], args, f"tokamax.{name} {tuple(x.shape)} {layout}")
 
 
 @FEW
@@ -248,14 +252,13 @@ def test_tokamax_gated_linear_unit(m, k, n, dtype, layout, activation, seed):
     gen = torch.Generator().manual_seed(seed)
     x, w = make((m, k), dtype, layout, gen), make((k, 2, n), dtype, layout, gen, scale=k**-0.5)
     args = {"x": x, "weight": w}
-    scale, grad_scale = (REF["gated_linear_unit"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b: tk.gated_linear_unit(a, b, activation=activation),
         lambda a, b: glu_ref.gated_linear_unit(a, b, activation=activation),
         [x, w],
         dtype,
-        scale,
-        grad_scale,
+        REF["gated_linear_unit"],
+        args,
         f"tokamax.gated_linear_unit {tuple(x.shape)} {layout} {activation}",
     )
 
@@ -278,14 +281,13 @@ def test_tokamax_dot_product_attention(t, s, heads, dtype, layout, causal, seed)
     q = make((1, t, n, 8), dtype, layout, gen)
     k, v = (make((1, s, kv, 8), dtype, layout, gen) for _ in range(2))
     args = {"query": q, "key": k, "value": v}
-    scale, grad_scale = (REF["dot_product_attention"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b, c: tk.dot_product_attention(a, b, c, is_causal=causal),
         lambda a, b, c: attention_ref.dot_product_attention(a, b, c, is_causal=causal),
         [q, k, v],
         dtype,
-        scale,
-        grad_scale,
+        REF["dot_product_attention"],
+        args,
         f"tokamax.dot_product_attention q{tuple(q.shape)} kv{tuple(k.shape)} {layout} causal={causal}",
     )
 
@@ -305,13 +307,12 @@ def test_tokamax_ragged_dot(sizes, k, n, dtype, layout, seed):
     lhs, rhs = make((m, k), dtype, layout, gen), make((len(sizes), k, n), dtype, layout, gen, scale=k**-0.5)
     gs = torch.tensor(sizes, dtype=torch.int32)
     args = {"lhs": lhs, "rhs": rhs}
-    scale, grad_scale = (REF["ragged_dot"].atol_scale(args, g) for g in (False, True))
     check(
         lambda a, b: tk.ragged_dot(a, b, gs),
         lambda a, b: ragged_ref.ragged_dot(a, b, gs),
         [lhs, rhs],
         dtype,
-        scale,
-        grad_scale,
+        REF["ragged_dot"],
+        args,
         f"tokamax.ragged_dot {tuple(lhs.shape)} groups {sizes} {layout}",
     )

@@ -30,11 +30,12 @@ def _free_port() -> int:
 
 
 def run_on_2_processes(fn, timeout_s: float = TIMEOUT_S) -> None:
-    """Run fn(rank, port) on 2 spawned processes; re-raise a worker's error; fail on a hang."""
+    """Run fn(rank, port) on 2 spawned processes; re-raise a worker's error; fail on a hang.
+    fn must be importable by name (a module-level function): spawn pickles it."""
     import torch.multiprocessing as mp
 
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # inherited: no torch_tpu probing in workers
-    ctx = mp.spawn(fn, args=(_free_port(),), nprocs=2, join=False)
+    ctx = mp.spawn(_ranked, args=(_free_port(), fn), nprocs=2, join=False)
     deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=1):
@@ -47,6 +48,15 @@ def run_on_2_processes(fn, timeout_s: float = TIMEOUT_S) -> None:
 
 
 # ---- the worker ---------------------------------------------------------------------------
+
+
+def _ranked(rank: int, port: int, fn) -> None:
+    try:
+        fn(rank, port)
+    except BaseException:
+        # spawn shows the child's traceback; prefix the rank so the two are told apart
+        sys.stderr.write(f"rank {rank}:\n{traceback.format_exc()}")
+        raise
 
 
 def _check_close(what: str, got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5) -> None:
@@ -137,15 +147,6 @@ def _recording_backend(graphs: list[str]):
         return make_boxed_func(gm.forward)
 
     return aot_autograd(fw_compiler=record, bw_compiler=record)
-
-
-def _worker(rank: int, port: int) -> None:
-    try:
-        _worker_cases(rank, port)
-    except BaseException:
-        # spawn shows the child's traceback; prefix the rank so the two are told apart
-        sys.stderr.write(f"rank {rank}:\n{traceback.format_exc()}")
-        raise
 
 
 def _worker_cases(rank: int, port: int) -> None:
@@ -258,7 +259,7 @@ def _worker_cases(rank: int, port: int) -> None:
 
 @pytest.mark.slow
 def test_dtensor_rules_on_2_processes():
-    run_on_2_processes(_worker)
+    run_on_2_processes(_worker_cases)
 
 
 # ---- here: the pure pieces ------------------------------------------------------------------

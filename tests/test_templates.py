@@ -49,17 +49,20 @@ def test_the_four_templates_are_listed_with_their_backends(capsys):
         assert re.search(rf"^{t} +\[{backends}\]  \S", out, re.M), out
 
 
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _written(kernel_file: str) -> list[str]:
+    """What `tpu-kernels new my_kernel` writes: the package with the backend's kernel file,
+    its test and its benchmark."""
+    package = ["__init__.py", kernel_file, "reference.py", "shapes.py"]
+    return sorted(["bench/my_kernel.py", *(f"my_kernel/{f}" for f in package), "tests/test_my_kernel.py"])
+
+
 def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
     assert main(["new", "my_kernel", "--template", "matmul", "--dir", str(tmp_path)]) == 0
-    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert files == [
-        "bench/my_kernel.py",
-        "my_kernel/__init__.py",
-        "my_kernel/pallas.py",
-        "my_kernel/reference.py",
-        "my_kernel/shapes.py",
-        "tests/test_my_kernel.py",
-    ]
+    assert _files(tmp_path) == _written("pallas.py")
     init = (tmp_path / "my_kernel" / "__init__.py").read_text()
     assert '"mylib::my_kernel",' in init and "my_kernel.def_backward(pallas.my_kernel_backward)" in init
     assert "python -m pytest tests/test_my_kernel.py" in capsys.readouterr().out
@@ -68,15 +71,7 @@ def test_rendering_writes_package_tests_and_bench(tmp_path, capsys):
 def test_rendering_a_helion_variant(tmp_path, capsys):
     args = ["new", "my_kernel", "-t", "row_reduction", "--backend", "helion", "--dir", str(tmp_path)]
     assert main(args) == 0
-    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert files == [
-        "bench/my_kernel.py",
-        "my_kernel/__init__.py",
-        "my_kernel/helion_kernel.py",
-        "my_kernel/reference.py",
-        "my_kernel/shapes.py",
-        "tests/test_my_kernel.py",
-    ]
+    assert _files(tmp_path) == _written("helion_kernel.py")
     init = (tmp_path / "my_kernel" / "__init__.py").read_text()
     assert "my_kernel.def_backward(\n    helion_kernel.my_kernel_backward," in init
     assert "@helion.kernel(" in (tmp_path / "my_kernel" / "helion_kernel.py").read_text()

@@ -432,6 +432,7 @@ def build(
     jitted: Callable,
     arrays: list[Any],
     *,
+    # entry_key's parameters, passed on: the entry's name is made here, only when the cache is on
     fn: Callable,
     op: str,
     device_type: str,

@@ -28,19 +28,15 @@ no global state and runs calls from many threads concurrently.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels._scoped import ScopedSetting
+
 type Mode = str | pltpu.InterpretParams
 
-_ENV = "TPU_KERNELS_INTERPRET"
-_current: contextvars.ContextVar[Any] = contextvars.ContextVar("tpu_kernels_interpret", default=None)
-_global: Any = None
 
 # Re-entrant: a kernel's build (under the lock) may run a nested call in the same thread.
 _TPU_INTERPRETER = threading.RLock()
@@ -63,30 +59,22 @@ def _resolve(mode: Mode) -> Any:
     )
 
 
+_MODE = ScopedSetting("tpu_kernels_interpret", env="TPU_KERNELS_INTERPRET", default="fast", resolve=_resolve)
+
+
 def set_interpret_mode(mode: Mode) -> None:
     """Set the process-wide interpreter used on CPU ('fast', 'tpu', 'tpu-races', InterpretParams)."""
-    global _global
-    _global = _resolve(mode)
+    _MODE.set(mode)
 
 
-@contextlib.contextmanager
-def interpret_mode(mode: Mode) -> Iterator[None]:
+def interpret_mode(mode: Mode) -> contextlib.AbstractContextManager[None]:
     """Use this interpreter for kernels called inside the block (thread- and task-local)."""
-    token = _current.set(_resolve(mode))
-    try:
-        yield
-    finally:
-        _current.reset(token)
+    return _MODE.scoped(mode)
 
 
 def current() -> Any:
     """The value for JAX's interpret-mode config: True or an InterpretParams."""
-    mode = _current.get()
-    if mode is not None:
-        return mode
-    if _global is None:
-        set_interpret_mode(os.environ.get(_ENV, "fast"))
-    return _global
+    return _MODE.get()
 
 
 def exclusive(mode: Any) -> contextlib.AbstractContextManager:

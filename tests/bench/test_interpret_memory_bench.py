@@ -3,23 +3,16 @@
 The figures are printed (`pytest -s`), not held to JAX's current value: only plain XLA's
 rise, the output itself, is checked, as a check of the measuring method (peak resets)."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def memory():
-    spec = importlib.util.spec_from_file_location(
-        "bench_interpret_memory", ROOT / "bench" / "interpret_memory.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("interpret_memory")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")

@@ -1,11 +1,11 @@
 """bench/startup.py: its child's phases add up, its table and goals read the figures right,
 and the command harness does not pick it up as a suite (it runs fresh processes for minutes)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_bench_script
 from tpu_kernels.bench import discover
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -13,10 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def startup():
-    spec = importlib.util.spec_from_file_location("bench_startup", ROOT / "bench" / "startup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("startup")
 
 
 def test_the_child_splits_a_first_call_into_phases(startup, tmp_path, monkeypatch):

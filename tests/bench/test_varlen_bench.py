@@ -1,10 +1,10 @@
 """bench/varlen.py in a quick mode: compile counts (not timings) with and without buckets."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_bench_script
 from tpu_kernels.bench import discover
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -12,10 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def varlen():
-    spec = importlib.util.spec_from_file_location("bench_varlen", ROOT / "bench" / "varlen.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("varlen")
 
 
 def test_lengths_are_fixed_by_the_seed(varlen):

@@ -3,7 +3,6 @@ and the command harness does not pick it up as a suite (it runs fresh processes)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 
+from tests.helpers import load_bench_script  # noqa: E402
 from tpu_kernels.bench import discover  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def generate():
-    spec = importlib.util.spec_from_file_location("bench_generate", ROOT / "bench" / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("generate")
 
 
 def test_child_counts_attention_compiles_per_bucket(generate):

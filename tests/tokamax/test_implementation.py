@@ -147,6 +147,24 @@ def test_the_families_register_every_op_and_its_implementation_table_once():
         tk.FAMILIES["attention"].op("softmax")
 
 
+def test_each_op_takes_its_tpu_examples_from_its_family_examples_py_by_name():
+    import dataclasses
+    import types
+
+    from tpu_kernels.tokamax import registry
+
+    for family in tk.FAMILIES.values():
+        for op in family.ops:
+            assert op.examples is getattr(family.examples, op.short_name), op.name
+    # an examples.py without the op's function: an error naming the module, the function and why
+    rope = tk.FAMILIES["rope"]
+    empty = types.ModuleType("tpu_kernels.tokamax.rope.examples")
+    with pytest.raises(
+        ValueError, match=r"'rope': tpu_kernels.tokamax.rope.examples has no function deepseek_rope\(\)"
+    ):
+        registry._examples(dataclasses.replace(rope, examples=empty), rope.ops[0])
+
+
 def test_registering_a_family_or_a_table_twice_is_an_error():
     from tpu_kernels.tokamax import implementation, registry
 

@@ -9,9 +9,6 @@ The harness is tests/test_sharding.py's.
 
 from __future__ import annotations
 
-import sys
-import traceback
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,14 +16,6 @@ import torch.nn.functional as F
 from tests.test_sharding import _case, run_on_2_processes
 
 I32 = torch.int32
-
-
-def _worker(rank: int, port: int) -> None:
-    try:
-        _cases(rank, port)
-    except BaseException:
-        sys.stderr.write(f"rank {rank}:\n{traceback.format_exc()}")
-        raise
 
 
 def _partial(t: torch.Tensor) -> bool:
@@ -216,4 +205,4 @@ def _cases(rank: int, port: int) -> None:
 
 @pytest.mark.slow
 def test_every_tokamax_op_on_2_processes():
-    run_on_2_processes(_worker)
+    run_on_2_processes(_cases)

@@ -12,7 +12,7 @@ parameters are `grad_<output>` per returned output, then the forward's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -99,19 +99,13 @@ def scale_down(calls: Sequence[Call]) -> list[Call]:
     sizes stay equal and aligned ones stay aligned."""
 
     def shrink(spec: Any) -> Any:
-        if isinstance(spec, (list, tuple)):
-            return type(spec)(shrink(s) for s in spec)
-        if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
-            return spec
         rank = len(spec.shape)
         shape = tuple(
             min(d, MAX_TRAILING if i >= rank - 2 else MAX_LEADING) for i, d in enumerate(spec.shape)
         )
         return jax.ShapeDtypeStruct(shape, _jax_dtype(spec.dtype))
 
-    return [
-        (tuple(shrink(a) for a in args), {k: shrink(v) for k, v in kwargs.items()}) for args, kwargs in calls
-    ]
+    return [_map_specs(shrink, call) for call in calls]
 
 
 def odd_tiles(calls: Sequence[Call]) -> list[Call]:
@@ -128,15 +122,22 @@ def odd_tiles(calls: Sequence[Call]) -> list[Call]:
         return d * 3 // 2 if d >= 16 and d % 2 == 0 else d
 
     def change(spec: Any) -> Any:
-        if isinstance(spec, (list, tuple)):
-            return type(spec)(change(s) for s in spec)
-        if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
-            return spec
         return jax.ShapeDtypeStruct(tuple(grow(d) for d in spec.shape), _jax_dtype(spec.dtype))
 
-    return [
-        (tuple(change(a) for a in args), {k: change(v) for k, v in kwargs.items()}) for args, kwargs in calls
-    ]
+    return [_map_specs(change, call) for call in calls]
+
+
+def _map_specs(fn: Callable[[Any], Any], call: Call) -> Call:
+    """`call` with `fn` applied to each tensor spec (anything with a shape and a dtype) among
+    its arguments, inside lists and tuples too; every other value is kept as it is."""
+
+    def each(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(each(v) for v in value)
+        return fn(value) if hasattr(value, "shape") and hasattr(value, "dtype") else value
+
+    args, kwargs = call
+    return tuple(each(a) for a in args), {k: each(v) for k, v in kwargs.items()}
 
 
 def _jax_dtype(dtype: Any) -> np.dtype:
@@ -153,15 +154,10 @@ def random_arrays(call: Call, seed: int = 0) -> Call:
     rng = np.random.default_rng(seed)
 
     def make(spec: Any) -> Any:
-        if isinstance(spec, (list, tuple)):
-            return type(spec)(make(s) for s in spec)
-        if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
-            return spec
         dt = _jax_dtype(spec.dtype)
         if jax.numpy.issubdtype(dt, jax.numpy.floating):
             data = rng.standard_normal(math.prod(spec.shape)).reshape(spec.shape)
             return jax.numpy.asarray(data, dtype=dt)
         return jax.numpy.zeros(spec.shape, dt)
 
-    args, kwargs = call
-    return tuple(make(a) for a in args), {k: make(v) for k, v in kwargs.items()}
+    return _map_specs(make, call)

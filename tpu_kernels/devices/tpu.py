@@ -165,10 +165,9 @@ class TpuKernel:
         with self._lock:
             op = self._inner.get(p)
             if op is None:
-                pallas = torch_tpu_pallas()
-                n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
-                fn = inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
-                op = self._inner[p] = pallas.jax_op(f"{self.qualname}__torch_tpu_{p}", fn)
+                op = self._inner[p] = torch_tpu_pallas().jax_op(
+                    f"{self.qualname}__torch_tpu_{p}", self._body(p)
+                )
             return op
 
     def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
@@ -180,19 +179,22 @@ class TpuKernel:
         with self._lock:
             op = self._mesh_ops.get(key)
             if op is None:
-                pallas = torch_tpu_pallas()
-                n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
-                fn = inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
                 name = f"{self.qualname}__torch_tpu_mesh{len(self._mesh_ops)}"
-                op = pallas.jax_op(
+                op = torch_tpu_pallas().jax_op(
                     name,
-                    fn,
+                    self._body(p),
                     mesh=mesh,
                     input_partition_specs=tuple(input_specs),
                     output_partition_specs=tuple(output_specs),
                 )
                 self._mesh_ops[key] = op
             return op
+
+    def _body(self, p: str) -> Callable:
+        """What torch_tpu's op runs: the kernel at JAX matmul precision `p`, with the
+        signature `jax_op` reads (`inner_function`: outputs, then mutated arguments)."""
+        n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
+        return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         p = precision.current()

@@ -26,16 +26,15 @@ Helion's default config, and one with several uses the first (with a warning).
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from tpu_kernels import _compat, devices
+from tpu_kernels._scoped import ScopedSetting
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.devices import cpu as cpu_device
 from tpu_kernels.devices import tpu as tpu_device
@@ -43,9 +42,6 @@ from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import BackendUnavailableError, KernelError, OpDefinitionError
 
 CPU_MODES = ("pallas", "eager")
-_ENV = "TPU_KERNELS_HELION_CPU"
-_mode: contextvars.ContextVar[str | None] = contextvars.ContextVar("tpu_kernels_helion_cpu", default=None)
-_global_mode: str | None = None
 
 
 def is_helion_kernel(fn: Any) -> bool:
@@ -66,29 +62,25 @@ def _check_mode(mode: str) -> str:
     return mode
 
 
+_MODE = ScopedSetting(
+    "tpu_kernels_helion_cpu", env="TPU_KERNELS_HELION_CPU", default="pallas", resolve=_check_mode
+)
+
+
+# Public functions over _MODE, like tpu_kernels.interpret's over its own: functions, not
+# aliases of the methods, for their names, docstrings and types in the API.
 def set_helion_cpu_mode(mode: str) -> None:
     """How Helion kernels run on CPU tensors, process-wide: "pallas" (default) or "eager"."""
-    global _global_mode
-    _global_mode = _check_mode(mode)
+    _MODE.set(mode)
 
 
-@contextlib.contextmanager
-def helion_cpu_mode(mode: str) -> Iterator[None]:
+def helion_cpu_mode(mode: str) -> contextlib.AbstractContextManager[None]:
     """Run Helion kernels on CPU in this mode inside the block (thread- and task-local)."""
-    token = _mode.set(_check_mode(mode))
-    try:
-        yield
-    finally:
-        _mode.reset(token)
+    return _MODE.scoped(mode)
 
 
 def current_cpu_mode() -> str:
-    mode = _mode.get()
-    if mode is not None:
-        return mode
-    if _global_mode is None:
-        set_helion_cpu_mode(os.environ.get(_ENV, "pallas"))
-    return _global_mode  # type: ignore[return-value]
+    return _MODE.get()
 
 
 def _require_source(name: str, fn: Callable) -> None:
@@ -190,7 +182,6 @@ class CpuKernel:
             # Helion's autotuner needs real tensors, which the JAX path does not have.
             self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
         return self.pallas(*args, **kwargs)
-
 
     def _zero_size(self, values: list[Any]) -> Any:
         """A call with a zero-size tensor. Helion cannot launch a zero-size grid ("All

@@ -7,8 +7,12 @@ A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
   functions that check arguments and choose the implementation, and the ops'
   implementation tables (which Tokamax implementation runs where);
 - `reference.py`: plain-torch references (the float64 test oracle and the
-  benchmarks' baseline);
-- `examples.py`: representative TPU calls, which `tpu-kernels check` lowers;
+  benchmarks' baseline), each named as an op's public function in `op.py` and taking
+  parameters of the same names (checked mode calls it with the op's arguments by name):
+  the parameter lists are written out again on purpose, so that a reference reads and
+  runs alone;
+- `examples.py`: representative TPU calls, which `tpu-kernels check` lowers: one function
+  per op, named as the op (`register` makes it the op's `examples`);
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
   (real workloads);
 - `__init__.py`: the family's public names and its `register(__name__, ...)`.
@@ -55,8 +59,9 @@ FAMILIES: dict[str, Family] = {}
 
 def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
     """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
-    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, and its `reference`, `examples`
-    and `shapes` modules are imported."""
+    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, its `reference`, `examples`
+    and `shapes` modules are imported, and each op's TPU example calls (what `tpu-kernels
+    check` lowers) are the function of the op's name in `examples.py`."""
     name = package.rpartition(".")[2]
     if name in FAMILIES:
         raise ValueError(f"tokamax: the family {name!r} is already registered.")
@@ -70,12 +75,24 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
         examples=module["examples"],
         shapes=module["shapes"],
     )
+    for kop in family.ops:
+        kop.examples = _examples(family, kop)
     implementation.register(*family.implementations)
     FAMILIES[name] = family
     return family
 
 
 _PARTS = ("op", "reference", "examples", "shapes")
+
+
+def _examples(family: Family, kop: KernelOp) -> Callable:
+    examples = getattr(family.examples, kop.short_name, None)
+    if not callable(examples):
+        raise ValueError(
+            f"tokamax family {family.name!r}: {family.examples.__name__} has no function "
+            f"{kop.short_name}() giving the TPU calls of {kop.name} that `tpu-kernels check` lowers."
+        )
+    return examples
 
 
 def all_ops() -> list[KernelOp]:

@@ -24,7 +24,7 @@ import torch
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.attention import examples, reference
+from tpu_kernels.tokamax.attention import reference
 from tpu_kernels.tokamax.placements import is_spec, mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
@@ -108,7 +108,6 @@ def _tolerance(a):
 @tokamax_op(
     "tokamax::dot_product_attention",
     calls=_call_tokamax,
-    examples=examples.dot_product_attention,
     symbolic_fake=_attention_outputs,
     sharding=_sharding,
     autocast="lower_precision_fp",  # two matmuls, cast like aten's scaled_dot_product_attention

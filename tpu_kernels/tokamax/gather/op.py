@@ -12,7 +12,7 @@ from tokamax import ops
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.gather import examples, reference
+from tpu_kernels.tokamax.gather import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
@@ -64,7 +64,6 @@ ragged_gather_op = tokamax_op(
     "tokamax::ragged_gather",
     calls=ops.ragged_gather,
     signature=ragged_gather,
-    examples=examples.ragged_gather,
     no_vjp=("mosaic",),
     sharding=_gather_sharding,
     check_reference=Reference(
@@ -136,7 +135,6 @@ ragged_gather_reduce_op = tokamax_op(
     "tokamax::ragged_gather_reduce",
     calls=ops.ragged_gather_reduce,
     signature=tensors_first(ragged_gather_reduce),  # reduce_group_size keyword-only
-    examples=examples.ragged_gather_reduce,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_gather_reduce_outputs,
     sharding=_gather_reduce_sharding,

@@ -1,5 +1,6 @@
 """Plain-torch references of ragged_gather and ragged_gather_reduce (indexing, and a weighted
-sum of routed rows), for tests (in float64) and benchmarks (as baselines)."""
+sum of routed rows), for tests (in float64) and benchmarks (as baselines).
+Their parameters are named as op.py's (see `tokamax/registry.py`)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import torch
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.glu import examples, reference
+from tpu_kernels.tokamax.glu import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
@@ -160,7 +160,6 @@ gated_linear_unit_op = tokamax_op(
     "tokamax::gated_linear_unit",
     calls=_gated_linear_unit,
     signature=gated_linear_unit,
-    examples=examples.gated_linear_unit,
     symbolic_fake=_glu_outputs,
     sharding=_sharding,
     autocast="lower_precision_fp",

@@ -13,7 +13,7 @@ from tokamax import ops
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.kda import examples, reference
+from tpu_kernels.tokamax.kda import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
@@ -122,7 +122,6 @@ kimi_delta_attention_op = tokamax_op(
     "tokamax::kimi_delta_attention",
     calls=functools.partial(ops.kimi_delta_attention, output_final_state=True),
     signature=tensors_first(kimi_delta_attention),
-    examples=examples.kimi_delta_attention,
     symbolic_fake=_kda_outputs,
     sharding=_sharding,
     check_reference=Reference(reference.kimi_delta_attention, scale=4, grad_scale=8, ignore=tolerance.IGNORE),

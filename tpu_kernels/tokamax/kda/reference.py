@@ -1,5 +1,6 @@
 """Plain-torch reference of kimi_delta_attention: the delta-rule recurrence token by token,
-for tests (in float64) and benchmarks (as baselines)."""
+for tests (in float64) and benchmarks (as baselines).
+Its parameters are named as op.py's (see `tokamax/registry.py`)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import torch
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.loss import examples, reference
+from tpu_kernels.tokamax.loss import reference
 from tpu_kernels.tokamax.placements import rule
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
@@ -134,7 +134,6 @@ def _tolerance(a):
 linear_softmax_cross_entropy_loss_op = tokamax_op(
     "tokamax::linear_softmax_cross_entropy_loss",
     signature=linear_softmax_cross_entropy_loss,
-    examples=examples.linear_softmax_cross_entropy_loss,
     symbolic_fake=_loss_outputs,
     sharding=_sharding,
     autocast="fp32",

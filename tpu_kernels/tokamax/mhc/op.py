@@ -14,7 +14,7 @@ from tokamax import ops
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.mhc import examples, reference
+from tpu_kernels.tokamax.mhc import reference
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
@@ -101,7 +101,6 @@ mhc_pre_op = tokamax_op(
     "tokamax::mhc_pre",
     calls=ops.mhc_pre,
     signature=tensors_first(mhc_pre),
-    examples=examples.mhc_pre,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_pre_outputs,
     sharding=_tokens(3),
@@ -139,7 +138,6 @@ mhc_post_op = tokamax_op(
     "tokamax::mhc_post",
     calls=ops.mhc_post,
     signature=mhc_post,
-    examples=examples.mhc_post,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_post_outputs,
     sharding=_tokens(1),
@@ -186,7 +184,6 @@ mhc_fused_post_pre_op = tokamax_op(
     "tokamax::mhc_fused_post_pre",
     calls=ops.mhc_fused_post_pre,
     signature=tensors_first(mhc_fused_post_pre),
-    examples=examples.mhc_fused_post_pre,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_mhc_fused_outputs,
     sharding=_tokens(4),

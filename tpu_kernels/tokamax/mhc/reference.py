@@ -1,5 +1,6 @@
 """Plain-torch references of DeepSeek-V4's hyper-connections (mhc_pre, mhc_post,
-mhc_fused_post_pre), for tests (in float64) and benchmarks (as baselines)."""
+mhc_fused_post_pre), for tests (in float64) and benchmarks (as baselines).
+Their parameters are named as op.py's (see `tokamax/registry.py`)."""
 
 from __future__ import annotations
 

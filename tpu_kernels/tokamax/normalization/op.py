@@ -15,7 +15,7 @@ import torch
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
-from tpu_kernels.tokamax.normalization import examples, reference
+from tpu_kernels.tokamax.normalization import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
@@ -95,7 +95,6 @@ layer_norm_op = tokamax_op(
     "tokamax::layer_norm",
     calls=_layer_norm,
     signature=layer_norm,
-    examples=examples.layer_norm,
     sharding=_sharding,
     autocast="fp32",
     check_reference=Reference(reference.layer_norm, scale=4, grad_scale=_grad_scale, ignore=tolerance.IGNORE),

@@ -1,5 +1,6 @@
 """Plain-torch references of layer_norm and rms_norm: F.layer_norm and F.rms_norm over `dim`,
-for tests (in float64) and benchmarks (as baselines)."""
+for tests (in float64) and benchmarks (as baselines).
+Their parameters are named as op.py's (see `tokamax/registry.py`)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule, shape
-from tpu_kernels.tokamax.ragged import examples, reference
+from tpu_kernels.tokamax.ragged import reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 # "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
@@ -159,7 +159,6 @@ ragged_dot_op = tokamax_op(
     "tokamax::ragged_dot",
     calls=tokamax.ragged_dot,
     signature=ragged_dot,
-    examples=examples.ragged_dot,
     symbolic_fake=_ragged_dot_outputs,
     sharding=_ragged_dot_sharding,
     autocast="lower_precision_fp",  # a matmul: cast like aten.mm
@@ -247,7 +246,6 @@ ragged_dot_general_op = tokamax_op(
     "tokamax::ragged_dot_general",
     calls=_ragged_dot_general,
     signature=ragged_dot_general,
-    examples=examples.ragged_dot_general,
     symbolic_fake=_general_outputs,
     sharding=_general_sharding,
     autocast="lower_precision_fp",

@@ -1,5 +1,6 @@
 """Plain-torch references of ragged_dot and ragged_dot_general: grouped matmuls by loops
-over the groups, for tests (in float64) and benchmarks (as baselines)."""
+over the groups, for tests (in float64) and benchmarks (as baselines).
+Their parameters are named as op.py's (see `tokamax/registry.py`)."""
 
 from __future__ import annotations
 

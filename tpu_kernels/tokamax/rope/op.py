@@ -12,7 +12,7 @@ from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule, shape
-from tpu_kernels.tokamax.rope import examples, reference
+from tpu_kernels.tokamax.rope import reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -83,7 +83,6 @@ deepseek_rope_op = tokamax_op(
     "tokamax::deepseek_rope",
     calls=ops.deepseek_rope,
     signature=deepseek_rope,
-    examples=examples.deepseek_rope,
     no_vjp=("mosaic_tpu",),
     symbolic_fake=_rope_outputs,
     sharding=_sharding,

@@ -14,7 +14,7 @@ from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import ByName
-from tpu_kernels.tokamax.topk import examples, reference
+from tpu_kernels.tokamax.topk import reference
 from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
 
 # Each op's parameters are its public function's (k keyword-only), and its body calls
@@ -81,7 +81,6 @@ top_k_op = tokamax_op(
     "tokamax::top_k",
     calls=_top_k,
     signature=tensors_first(top_k),  # k keyword-only
-    examples=examples.top_k,
     backward=None,
     symbolic_fake=_top_k_outputs,
     sharding=ByName(_rows, _ROWS),
@@ -116,7 +115,6 @@ router_topk_op = tokamax_op(
     "tokamax::router_topk",
     calls=ops.router_topk,
     signature=tensors_first(router_topk),  # k keyword-only
-    examples=examples.router_topk,
     backward=None,
     symbolic_fake=_router_topk_outputs,
     sharding=ByName(_rows, _ROWS),

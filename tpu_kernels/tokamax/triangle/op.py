@@ -22,7 +22,7 @@ from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule
-from tpu_kernels.tokamax.triangle import examples, reference
+from tpu_kernels.tokamax.triangle import reference
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 IMPLEMENTATIONS = (
@@ -108,7 +108,6 @@ triangle_multiplication_op = tokamax_op(
     "tokamax::triangle_multiplication",
     calls=_triangle_multiplication,
     signature=triangle_multiplication,
-    examples=examples.triangle_multiplication,
     symbolic_fake=_triangle_outputs,
     sharding=_sharding,
     check_reference=Reference(
