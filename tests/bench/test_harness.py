@@ -364,12 +364,11 @@ def test_each_candidate_agrees_with_an_independent_loop_or_the_report_says_why()
     """For the shipped softmax op and torch's softmax: the harness's median against a plain
     perf_counter loop over the same callable and the same rotating inputs (figures printed).
 
-    Not yet within the 10% issue 13 asks for: on this 2-core machine the tpu_kernels op
-    measured 1.2x to 2.8x the plain loop in the harness (torch's softmax 1.0x to 1.3x), with
-    the cause not pinned down (the rounds alternate between torch's OpenMP pool and XLA's
-    CPU threads); so the bound here is only a guard against gross errors (timing compiles,
-    or a fallback): within a factor of 3 either way. The harness also times one input set
-    alone; where that differs by more than 10% the report carries a note naming the effect."""
+    The cause of the old disagreement (1.2x to 2.8x for the tpu_kernels op) was the other
+    candidate's spinning thread pool, now absorbed by each sample's untimed lead-in; on a quiet
+    machine both candidates now agree within ~15% (bench/agreement.py, docs/benchmarking.md).
+    The bound here is generous, 2x either way, because CI machines are noisy; the figures are
+    printed. The harness also times one input set alone; where that differs by more than 10% the report carries a note naming the effect."""
     from tpu_kernels.kernels import softmax
 
     b = bench.Benchmark(
@@ -402,14 +401,14 @@ def test_each_candidate_agrees_with_an_independent_loop_or_the_report_says_why()
                 rounds.append((time.perf_counter() - t0) / c.calls_per_sample)
             independent = sorted(rounds)[2]
             figures[c.name] = (c.median, independent, c.single_input_s, c.notes)
-            ok &= 1 / 3 <= c.median / independent <= 3
+            ok &= 1 / 2 <= c.median / independent <= 2
             if abs(c.median / c.single_input_s - 1) > 0.10:
                 assert c.notes and "a plain loop over one set" in c.notes[0]
         if ok:
             break
     print("harness / independent loop / one input set:", figures)
     for name, (harness, independent, _, _) in figures.items():
-        assert 1 / 3 <= harness / independent <= 3, (name, figures)
+        assert 1 / 2 <= harness / independent <= 2, (name, figures)
 
 
 def test_each_sample_starts_after_an_untimed_lead_in_of_its_own_candidate():
@@ -427,7 +426,7 @@ def test_each_sample_starts_after_an_untimed_lead_in_of_its_own_candidate():
     def candidate(name):
         return lambda x: log.append(name)
 
-    settings = bench.Settings(rounds=4, min_sample_s=0.0, warmup_s=0.0, warmup_calls=2, lead_in=0.5)
+    settings = bench.Settings(rounds=4, min_sample_s=0.0, warmup_s=0.0, warmup_calls=2, lead_in_s=1.0)
     sets = [(1,), (2,)]
     timings = timing.measure(CPU, {"a": (candidate("a"), sets), "b": (candidate("b"), sets)}, settings, now=now)
     assert [len(t.samples) for t in timings.values()] == [4, 4]

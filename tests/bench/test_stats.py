@@ -73,7 +73,7 @@ def test_rounds_interleave_candidates_and_rotate_order():
 
         return fn
 
-    settings = timing.Settings(rounds=3, min_sample_s=0.001, warmup_s=0, warmup_calls=2, max_warmup_calls=2)
+    settings = timing.Settings(rounds=3, min_sample_s=0.001, warmup_s=0, warmup_calls=2, max_warmup_calls=2, lead_in_s=0.001)
     timing.measure(CPU, {"a": (make("a", 0.001), [()]), "b": (make("b", 0.001), [()])}, settings, now=clock)
     timed = order[4:]  # after 2 warm-up calls each; each sample: one lead-in call, one timed
     assert timed == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]

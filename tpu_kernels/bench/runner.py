@@ -144,7 +144,7 @@ def run_point(
         if len(prepared) > 1:
             # What a plain loop over one input set gives (a user's quick timing): inputs
             # that stay in the cache, and for tpu_kernels one tensor object (one view).
-            timing.run_calls(device, fn, prepared[:1], max(1, round(t.calls_per_sample * settings.lead_in)))
+            timing.run_calls(device, fn, prepared[:1], timing.lead_calls(summary.median, settings))
             res.single_input_s = statistics.median(
                 timing.time_calls(device, fn, prepared[:1], t.calls_per_sample, **now_kw) for _ in range(3)
             )

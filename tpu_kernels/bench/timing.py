@@ -6,13 +6,14 @@
 2. Calibrate: calls per sample so that one sample lasts at least `min_sample_s`.
 3. Rounds: `rounds` interleaved rounds; each round takes one sample of every
    candidate (in an order rotated every round), so drift hits all alike. Each
-   sample starts after an untimed lead-in of the same candidate (`lead_in` of its
-   calls), so what the previous candidate leaves behind is not timed as this one's:
-   on CPU, torch's OpenMP workers keep spinning for a few milliseconds after a torch
-   op and hold the cores that XLA's threads need (measured on 2 cores: the first
-   JAX-backed call after a torch sample took ~10x its steady time, the next ~20
-   calls ~20% more; without the lead-in the harness read a tpu_kernels op at
-   1.2-2.8x a plain loop of the same calls).
+   sample starts after an untimed lead-in of the same candidate (`lead_in_s` of its
+   calls, at least one), so what the previous candidate leaves behind is not timed as
+   this one's: on CPU, torch's OpenMP workers and XLA's thread pool each keep spinning
+   for milliseconds after their work and hold the cores the other needs. Measured on
+   2 cores: the first tpu_kernels call after a torch sample took ~10x its steady time
+   and the next ~20 calls (~4 ms) ~20% more; the first torch rmsnorm after our op 2.7x,
+   the next two ~1.3x (~12 ms). Without the lead-in the harness read a tpu_kernels op at
+   1.2-2.8x a plain loop of the same calls, and with a lead-in of one call torch at 2.2x.
 4. Rotating inputs: the calls cycle through several input sets whose total size
    exceeds the cache (`rotate_bytes`), so data left in a cache by the previous
    call does not flatter a kernel.
@@ -45,7 +46,7 @@ class Settings:
     max_warmup_calls: int = 200
     rotate_bytes: int | None = None  # None: twice the last-level cache on CPU, 256 MiB elsewhere
     max_input_sets: int = 16
-    lead_in: float = 0.25  # untimed calls before each sample, as a fraction of its calls
+    lead_in_s: float = 0.02  # untimed calls of the same candidate before each sample (at least one)
     device_time: bool = False  # also read device time from a jax.profiler trace (TPU)
 
     def to_dict(self) -> dict:
@@ -145,6 +146,13 @@ def calls_for(estimate_s: float, settings: Settings) -> int:
     return max(1, math.ceil(settings.min_sample_s / max(estimate_s, 1e-9)))
 
 
+def lead_calls(estimate_s: float, settings: Settings) -> int:
+    """Untimed calls before each sample: `lead_in_s` worth, at least one (0 with lead_in_s=0)."""
+    if settings.lead_in_s <= 0:
+        return 0
+    return max(1, math.ceil(settings.lead_in_s / max(estimate_s, 1e-9)))
+
+
 def measure(
     device: Device,
     candidates: dict[str, tuple[Callable, Sequence[tuple]]],
@@ -156,19 +164,18 @@ def measure(
 
     `candidates` maps a name to (fn, the argument sets to cycle through); `on_sample` is
     told the candidate's name after each sample (for progress reports)."""
-    plans: dict[str, tuple[Callable, Sequence[tuple], int]] = {}
+    plans: dict[str, tuple[Callable, Sequence[tuple], int, int]] = {}
     timings: dict[str, Timing] = {}
     for name, (fn, arg_sets) in candidates.items():
         estimate, n_warm, first = warm_up(device, fn, arg_sets, settings, now)
         calls = calls_for(estimate, settings)
-        plans[name] = (fn, arg_sets, calls)
+        plans[name] = (fn, arg_sets, calls, lead_calls(estimate, settings))
         timings[name] = Timing([], calls, n_warm, first)
     names = list(plans)
     for r in range(settings.rounds):
         for j in range(len(names)):
             name = names[(r + j) % len(names)]
-            fn, arg_sets, calls = plans[name]
-            lead = max(1, round(calls * settings.lead_in)) if settings.lead_in > 0 else 0
+            fn, arg_sets, calls, lead = plans[name]
             run_calls(device, fn, arg_sets, lead, offset=r * calls - lead)
             timings[name].samples.append(time_calls(device, fn, arg_sets, calls, offset=r * calls, now=now))
             if on_sample:
