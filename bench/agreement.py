@@ -7,7 +7,8 @@ is compiled and its views are cached), the same number of calls per sample, medi
 It prints harness / loop per candidate; issue 13 asks for agreement within 10%, or a note in
 the report naming the effect that differs (the report's `notes`, printed beside).
 
-    python bench/agreement.py [softmax rmsnorm ...]     (default: elementwise softmax rmsnorm matmul)
+    python bench/agreement.py [softmax rmsnorm path/to/suite.py ...]
+                              (default: elementwise softmax rmsnorm matmul)
 
 A plain script, not a suite: figures are printed, never asserted. Run it on a quiet machine:
 other processes on the cores are the largest disagreement of all.
@@ -42,16 +43,14 @@ def plain_loop(fn, arg_sets, calls: int, rounds: int = 5) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("suites", nargs="*", default=list(DEFAULT))
-    args = parser.parse_args()
-    device = resolve(None)
-    settings = timing.quick(timing.Settings())
+def agreement(suites: list[str], device, settings) -> list[tuple]:
+    """-> (benchmark, point, candidate, harness median, plain-loop median, report notes) rows,
+    printed as they come. A suite is a shipped suite's name or a suite file's path."""
     shipped = discover.shipped_dir() or Path("bench")
     rows = []
-    for name in args.suites:
-        for b in discover.load(shipped / f"{name}.py", quick=True, device_type=device.type):
+    for name in suites:
+        path = Path(name) if name.endswith(".py") else shipped / f"{name}.py"
+        for b in discover.load(path, quick=True, device_type=device.type):
             for point in b.sweep(True):
                 result = runner.run_point(b, point, device, settings, runner.Progress())
                 fresh = {c.name: c for c in b.candidates(point)}
@@ -69,6 +68,14 @@ def main() -> None:
                         + (f"  note: {res.notes[0][:90]}" if res.notes else ""),
                         flush=True,
                     )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("suites", nargs="*", default=list(DEFAULT))
+    args = parser.parse_args()
+    rows = agreement(args.suites, resolve(None), timing.quick(timing.Settings()))
     ratios = [h / loop for *_, h, loop, _ in rows]
     within = sum(abs(r - 1) <= runner.AGREEMENT for r in ratios)
     print(

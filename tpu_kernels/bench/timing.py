@@ -9,11 +9,8 @@
    sample starts after an untimed lead-in of the same candidate (`lead_in_s` of its
    calls, at least one), so what the previous candidate leaves behind is not timed as
    this one's: on CPU, torch's OpenMP workers and XLA's thread pool each keep spinning
-   for milliseconds after their work and hold the cores the other needs. Measured on
-   2 cores: the first tpu_kernels call after a torch sample took ~10x its steady time
-   and the next ~20 calls (~4 ms) ~20% more; the first torch rmsnorm after our op 2.7x,
-   the next two ~1.3x (~12 ms). Without the lead-in the harness read a tpu_kernels op at
-   1.2-2.8x a plain loop of the same calls, and with a lead-in of one call torch at 2.2x.
+   for milliseconds after their work and hold the cores the other needs (the figures,
+   with and without it: docs/benchmarking.md, "Agreement with a plain loop").
 4. Rotating inputs: the calls cycle through several input sets whose total size
    exceeds the cache (`rotate_bytes`), so data left in a cache by the previous
    call does not flatter a kernel.
