@@ -173,3 +173,17 @@ def test_registering_a_family_or_a_table_twice_is_an_error():
     with pytest.raises(ValueError, match="family 'rope' is already registered"):
         registry.register("tpu_kernels.tokamax.rope", functions=[], ops=[])
     assert len(OPS) == 15 and len(tk.FAMILIES) == 11
+
+
+def test_a_table_is_checked_when_declared():
+    from tpu_kernels.tokamax import implementation as impl
+
+    with pytest.raises(
+        ValueError, match=r"default order 'mosaic,xla' of 'made_up' on tpu names \['mosaic'\]"
+    ):
+        impl.table("made_up", {"mosaic": impl.GPU_ONLY}, tpu="mosaic,xla")
+    with pytest.raises(ValueError, match=r"no_vjp names \['mosaic_tpu'\], which are not implementations"):
+        impl.table("made_up", {"mosaic": impl.TPU_ONLY}, no_vjp=("mosaic_tpu",))
+    with pytest.raises(ValueError, match="'layer_norm' are already registered"):
+        impl.table("layer_norm", {}, api="normalization")
+    assert "made_up" not in OPS

@@ -65,9 +65,8 @@ def test_matches_the_formula(name, dtype, triangle_type):
 @pytest.mark.parametrize("triangle_type", ["outgoing", pytest.param("incoming", marks=SLOW)])
 def test_opcheck(triangle_type):
     args = [t.requires_grad_() if t.is_floating_point() else t for t in _inputs(6, 8, 4, 5, torch.float32)]
-    opcheck(
-        triangle.triangle_multiplication_op, (*args, triangle_type), {"eps": 1e-5, "implementation": "xla"}
-    )
+    kwargs = {"triangle_type": triangle_type, "eps": 1e-5, "implementation": "xla"}
+    opcheck(triangle.triangle_multiplication_op, tuple(args), kwargs)
 
 
 def test_compile_fullgraph_matches_eager_with_no_graph_breaks():

@@ -142,3 +142,43 @@ def test_call_op_also_calls_an_op_not_made_by_tokamax_op():
 
     x, y = rand(4), rand(4)
     assert torch.equal(call_op(shifted, dict(y=y, by=1.0, x=x)), x + y + 1.0)
+
+
+def test_public_op_names_the_op_after_its_public_function_and_resolves_the_implementation():
+    # `public_op(f)` is tokamax::<f's name>, tensors first, calling `calls` by name; its
+    # table ("layer_norm" here) gives call_op the implementation for the tensors' device.
+    from tpu_kernels.tokamax.implementation import ImplementationError
+    from tpu_kernels.tokamax.wrap import public_op
+
+    seen = []
+
+    def body(x, *, eps, implementation):
+        seen.append(implementation)
+        return x * eps
+
+    def rows(x: torch.Tensor, eps: float, *, implementation: str | None = None) -> torch.Tensor:
+        return call_op(op, locals())
+
+    rows.__name__ = f"test_public_rows_{next(_ids)}"
+    op = public_op(rows, calls=body, table="layer_norm", backward=None)
+    assert op.name == f"tokamax::{rows.__name__}"
+    assert op.schema == "(Tensor x, *, float eps, str? implementation=None) -> Tensor"
+    x = rand(3, 4)
+    assert torch.equal(rows(x, 2.0), x * 2.0)
+    assert seen == ["xla"]  # None on cpu -> the table's cpu order, as Tokamax takes it
+    with pytest.raises(
+        ImplementationError, match=r"tokamax.layer_norm: implementation='triton' cannot run on cpu"
+    ):
+        rows(x, 2.0, implementation="triton")
+    with pytest.raises(ValueError, match="no implementation table 'nonesuch'"):
+        public_op(rows, calls=body, table="nonesuch")
+
+
+def test_public_op_takes_no_vjp_from_the_table():
+    # mhc_pre's Mosaic kernel has no VJP: its table says so, and the op's backward
+    # differentiates the rest of the order.
+    from tpu_kernels.tokamax import implementation
+    from tpu_kernels.tokamax.wrap import differentiable_order
+
+    assert implementation.OPS["mhc_pre"].no_vjp == ("mosaic_tpu",)
+    assert differentiable_order("mosaic_tpu,xla", implementation.OPS["mhc_pre"].no_vjp) == "xla"

@@ -35,8 +35,9 @@ EVERYWHERE = frozenset({CPU, CUDA, TPU})
 GPU_ONLY = frozenset({CUDA})
 TPU_ONLY = frozenset({TPU})
 ACCELERATORS = frozenset({CUDA, TPU})
-# The default orders of the tokamax.ops kernels that run off-TPU through XLA.
-XLA_ELSEWHERE = {CPU: "xla", CUDA: "xla", TPU: "mosaic_tpu,xla"}
+# An op's Mosaic kernels for both chips, and "mosaic", Tokamax's alias for mosaic_gpu on
+# NVIDIA GPUs and mosaic_tpu elsewhere.
+MOSAIC_BOTH = {"mosaic": ACCELERATORS, "mosaic_tpu": TPU_ONLY, "mosaic_gpu": GPU_ONLY}
 SRC = _compat.TOKAMAX_OPS  # where Tokamax's api modules (and their registries) live
 
 
@@ -51,7 +52,7 @@ class OpImplementations:
 
     Each family declares its ops' tables in its `op.py` (sources: the op's `api.py`
     in Tokamax 0.0.17, its registry and `_DEFAULT_IMPLEMENTATIONS`, and the
-    `supported_on` checks of its kernels); `register` adds them here.
+    `supported_on` checks of its kernels) with `table`, which registers them here.
     """
 
     op: str  # Tokamax's name, e.g. "dot_product_attention"
@@ -59,9 +60,46 @@ class OpImplementations:
     defaults: dict[str, str]  # platform -> default order ("a,b")
     api_module: str  # Tokamax module whose IMPLEMENTATIONS registry tells what imported
     registry: str = "IMPLEMENTATIONS"
+    no_vjp: tuple[str, ...] = ()  # kernels without a VJP: the backward differentiates the rest
 
 
-# Filled by `register` as each family is imported (`tpu_kernels.tokamax` imports them all).
+def table(
+    op: str,
+    kernels: dict[str, frozenset[str]],
+    *,
+    cuda: str = "xla",
+    tpu: str = "xla",
+    api: str | None = None,
+    registry: str = "IMPLEMENTATIONS",
+    no_vjp: tuple[str, ...] = (),
+) -> OpImplementations:
+    """Register the table of the Tokamax op `op`, whose kernels are `kernels` (implementation
+    -> platforms) besides "xla", which every Tokamax op has and which runs everywhere.
+    `cuda` and `tpu` are the default orders there; on CPU only "xla" runs. `api`: the
+    Tokamax package under `tokamax._src.ops` whose `api` module holds the op's `registry`
+    (default: the op's name). `no_vjp`: kernels Tokamax gives no VJP (`tokamax_op`
+    differentiates the rest of the order).
+
+    An order naming a kernel the table does not run on that platform is an error here,
+    when the family is imported, rather than a wrong default at the first call.
+    """
+    runs_on = {"xla": EVERYWHERE, **kernels}
+    defaults = {CPU: "xla", CUDA: cuda, TPU: tpu}
+    for platform, order in defaults.items():
+        wrong = [n for n in order.split(",") if platform not in runs_on.get(n, ())]
+        if wrong:
+            raise ValueError(
+                f"tokamax: the default order {order!r} of {op!r} on {platform} names "
+                f"{wrong}, which the table does not run there."
+            )
+    unknown = [n for n in no_vjp if n not in runs_on]
+    if unknown:
+        raise ValueError(f"tokamax: no_vjp names {unknown}, which are not implementations of {op!r}.")
+    (spec,) = register(OpImplementations(op, runs_on, defaults, f"{SRC}{api or op}.api", registry, no_vjp))
+    return spec
+
+
+# Filled by `table` as each family's op.py is imported (`tpu_kernels.tokamax` imports them all).
 OPS: dict[str, OpImplementations] = {}
 # The implementation names Tokamax could import on this install, per op.
 REGISTERED: dict[str, frozenset[str]] = {}
@@ -189,5 +227,6 @@ __all__ = [
     "platform_of",
     "register",
     "resolve_implementation",
+    "table",
     "tokamax_implementation",
 ]

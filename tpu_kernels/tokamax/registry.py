@@ -3,14 +3,14 @@
 A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
 `_src/ops/<family>/` does:
 
-- `op.py`: the torch ops (`tokamax_op` around the Tokamax call), the public
-  functions that check arguments and choose the implementation, and the ops'
-  implementation tables (which Tokamax implementation runs where);
+- `op.py`: the ops' implementation tables (`implementation.table`: which Tokamax
+  implementation runs where, which has no VJP), the public functions that check and
+  convert arguments, and the torch ops behind them (`wrap.public_op`);
 - `reference.py`: plain-torch references (the float64 test oracle and the
   benchmarks' baseline), each named as an op's public function in `op.py` and taking
-  parameters of the same names (checked mode calls it with the op's arguments by name):
-  the parameter lists are written out again on purpose, so that a reference reads and
-  runs alone;
+  parameters of the same names, with their defaults (checked mode calls it with the op's
+  arguments by name), so that a reference reads and runs alone; their types and shapes
+  are written once, on the public function, and not again here;
 - `examples.py`: representative TPU calls, which `tpu-kernels check` lowers: one function
   per op, named as the op (`register` makes it the op's `examples`);
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
@@ -59,7 +59,7 @@ FAMILIES: dict[str, Family] = {}
 
 def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
     """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
-    its `op.IMPLEMENTATIONS` go to `implementation.OPS`, its `reference`, `examples`
+    its `op.IMPLEMENTATIONS` are checked to be in `implementation.OPS`, its `reference`, `examples`
     and `shapes` modules are imported, and each op's TPU example calls (what `tpu-kernels
     check` lowers) are the function of the op's name in `examples.py`."""
     name = package.rpartition(".")[2]
@@ -77,7 +77,12 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
     )
     for kop in family.ops:
         kop.examples = _examples(family, kop)
-    implementation.register(*family.implementations)
+    for table in family.implementations:  # `implementation.table` registered them as op.py ran
+        if implementation.OPS.get(table.op) is not table:
+            raise ValueError(
+                f"tokamax family {name!r}: {table.op!r} in op.IMPLEMENTATIONS was not made with "
+                "implementation.table()."
+            )
     FAMILIES[name] = family
     return family
 

@@ -27,6 +27,7 @@ Every op in `tpu_kernels.tokamax` is defined with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import typing
@@ -34,13 +35,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import torch
 
 from tpu_kernels import _compat
+from tpu_kernels.checking import Reference
 from tpu_kernels.fake import has_symbolic
 from tpu_kernels.op import KernelOp, tpu_kernel
 from tpu_kernels.signature import Kind, parse
+from tpu_kernels.tokamax import implementation
 from tpu_kernels.tokamax.implementation import tokamax_implementation
 from tpu_kernels.tokamax.placements import ByName
+from tpu_kernels.tokamax.tolerance import IGNORE
 
 
 def _symbolic(arrays: Any) -> bool:
@@ -159,7 +164,10 @@ def _with_signature(body: Callable, declared: Callable) -> Callable:
 def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     """Call `op` with the values its parameters name in `arguments` (a public function's
     `locals()`, after it has checked and converted them): positional parameters by position,
-    keyword-only ones by keyword, as the op's schema wants them."""
+    keyword-only ones by keyword, as the op's schema wants them. For an op with an
+    implementation table (`tokamax_op(table=)`), `implementation` is resolved by the first
+    tensor's device (`resolve_implementation`: None chooses by device; a name that cannot run
+    there is an error naming the op)."""
     positional, keyword = getattr(op, "call_names", None) or _call_names(op)
     try:
         args = [arguments[name] for name in positional]
@@ -167,6 +175,12 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     except KeyError:
         missing = [name for name in positional + keyword if name not in arguments]
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
+    table = getattr(op, "implementation_table", None)
+    if table is not None and "implementation" in kwargs:
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        kwargs["implementation"] = implementation.resolve_implementation(
+            table, device, kwargs["implementation"]
+        )
     return op(*args, **kwargs)
 
 
@@ -180,6 +194,35 @@ def _call_names(op: KernelOp) -> tuple[tuple[str, ...], tuple[str, ...]]:
     )
 
 
+def public_op(
+    public: Callable, *, calls: Callable | None = None, table: str | None = None, **options: Any
+) -> KernelOp:
+    """The torch op behind `public`, a public function of `tpu_kernels.tokamax` (it checks and
+    converts the arguments, then `call_op`s this op).
+
+    Everything that names the op comes from `public`: the op is `tokamax::<its name>`, its
+    parameters are `public`'s, tensors positional and the rest keyword-only (`tensors_first`:
+    autograd differentiates positional tensors),
+    and it calls `calls`, by default Tokamax's function of the same name in `tokamax.ops`,
+    with the arguments by name. Its implementations are the table (`implementation.table`)
+    of that name, or of `table`: `call_op` resolves `implementation=None` with it, and its
+    kernels without a VJP are `no_vjp`. Other options go to `tokamax_op`.
+    """
+    name = public.__name__
+    if calls is None:
+        from tokamax import ops
+
+        calls = getattr(ops, name)
+    table = table or name
+    spec = implementation.OPS.get(table)
+    if spec is None:
+        raise ValueError(f"tokamax::{name}: no implementation table {table!r}; declare it with impl.table().")
+    options.setdefault("no_vjp", spec.no_vjp)
+    return tokamax_op(
+        f"tokamax::{name}", calls=calls, signature=tensors_first(public), table=table, **options
+    )
+
+
 def tokamax_op(
     name: str,
     fn: Callable | None = None,
@@ -190,6 +233,7 @@ def tokamax_op(
     no_vjp: Sequence[str] = (),
     calls: Callable | None = None,
     signature: Callable | None = None,
+    table: str | None = None,
     **options: Any,
 ) -> Any:
     """Register `fn`, a JAX function that calls a Tokamax op, as the torch op `name`.
@@ -202,14 +246,16 @@ def tokamax_op(
     op without gradients (integer outputs). `symbolic_fake`: a torch function
     giving the outputs for symbolic sizes, for ops whose trace needs concrete
     sizes. `no_vjp`: implementations whose kernel has no VJP; the backward
-    differentiates the rest of the order. Other options go to `tpu_kernel`.
+    differentiates the rest of the order. A `check_reference` ignores `implementation`.
+    Other options go to `tpu_kernel`.
 
     To write an op's parameter list once: `signature=` takes it from another
     function (the public torch function that checks the arguments: annotate its
     tensors `torch.Tensor`), and `calls=` gives the Tokamax function to call with
     the arguments by name, so no body is needed: `tokamax_op(name, calls=ops.f,
     signature=f)` is the op. With `calls=` and a decorated function, that
-    function only declares the signature.
+    function only declares the signature. `table`: the name of the op's
+    implementation table, with which `call_op` resolves `implementation`.
     """
 
     def wrap(f: Callable) -> KernelOp:
@@ -219,6 +265,11 @@ def tokamax_op(
         elif signature is not None:
             f = _with_signature(f, signature)
         body = typecheck_concrete_only(f)
+        reference = options.get("check_reference")
+        if isinstance(reference, Reference):  # `implementation` chooses how, never what
+            options["check_reference"] = dataclasses.replace(
+                reference, ignore=tuple(dict.fromkeys(reference.ignore + IGNORE))
+            )
         if no_vjp and backward == "vjp":  # a given reference is stripped the same way
             options["reference"] = _differentiable(options.get("reference") or body, tuple(no_vjp))
         kop = tpu_kernel(name, backward=backward, **options)(body)
@@ -229,6 +280,7 @@ def tokamax_op(
         _register_fakes(kop, symbolic_fake)
         kop.symbolic_fake = symbolic_fake  # tests check it against the derived fake
         kop.call_names = _call_names(kop)  # for call_op
+        kop.implementation_table = table  # for call_op
         return kop
 
     if fn is not None or (calls is not None and signature is not None):
@@ -240,6 +292,7 @@ __all__ = [
     "call_op",
     "calling",
     "differentiable_order",
+    "public_op",
     "tensors_first",
     "tokamax_op",
     "typecheck_concrete_only",

@@ -30,21 +30,13 @@ from tpu_kernels.tokamax.wrap import call_op, tokamax_op
 
 LAYOUTS = ("BTNH", "BNTH")
 
-# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
+    impl.table(
         "dot_product_attention",
-        {
-            "xla": impl.EVERYWHERE,
-            "xla_chunked": impl.EVERYWHERE,
-            "mosaic": impl.ACCELERATORS,
-            "mosaic_tpu": impl.TPU_ONLY,
-            "mosaic_gpu": impl.GPU_ONLY,
-            "triton": impl.GPU_ONLY,
-            "cudnn": impl.GPU_ONLY,
-        },
-        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "mosaic,xla"},
-        impl.SRC + "attention.api",
+        {**impl.MOSAIC_BOTH, "xla_chunked": impl.EVERYWHERE, "triton": impl.GPU_ONLY, "cudnn": impl.GPU_ONLY},
+        cuda="mosaic,triton,xla",
+        tpu="mosaic,xla",
+        api="attention",
     ),
 )
 
@@ -108,6 +100,7 @@ def _tolerance(a):
 @tokamax_op(
     "tokamax::dot_product_attention",
     calls=_call_tokamax,
+    table="dot_product_attention",
     symbolic_fake=_attention_outputs,
     sharding=_sharding,
     autocast="lower_precision_fp",  # two matmuls, cast like aten's scaled_dot_product_attention
@@ -115,7 +108,6 @@ def _tolerance(a):
         reference.dot_product_attention,
         scale=_tolerance,
         grad_scale=lambda a: 4 * _tolerance(a),
-        ignore=tolerance.IGNORE,
     ),
 )
 def dot_product_attention_op(
@@ -216,7 +208,6 @@ def dot_product_attention(
         local_window_size = (local_window_size, local_window_size)
     query_seq_lengths, key_value_seq_lengths = _lengths(query_seq_lengths), _lengths(key_value_seq_lengths)
     local_window_size = list(local_window_size) if local_window_size is not None else None
-    implementation = impl.resolve_implementation("dot_product_attention", query.device, implementation)
     out = call_op(dot_product_attention_op, locals())
     return out.transpose(-3, -2) if layout == "BNTH" else out
 

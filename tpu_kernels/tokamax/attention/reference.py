@@ -47,18 +47,18 @@ def attention_mask(
 
 
 def dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
+    query,
+    key,
+    value,
+    bias=None,
+    mask=None,
     *,
-    scale: float | None = None,
-    is_causal: bool = False,
-    query_seq_lengths: torch.Tensor | None = None,
-    key_value_seq_lengths: torch.Tensor | None = None,
-    local_window_size: int | tuple[int, int] | None = None,
-    logits_soft_cap: float | None = None,
+    scale=None,
+    is_causal=False,
+    query_seq_lengths=None,
+    key_value_seq_lengths=None,
+    local_window_size=None,
+    logits_soft_cap=None,
 ) -> torch.Tensor:
     """Attention in Tokamax's [*batch, seq, heads, head_dim] layout, Tokamax's semantics.
 
@@ -93,12 +93,7 @@ def dot_product_attention(
 
 
 def scaled_dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
+    query, key, value, attn_mask=None, is_causal=False, scale=None
 ) -> torch.Tensor:
     """torch's own, [*batch, heads, seq, head_dim], with GQA."""
     return F.scaled_dot_product_attention(

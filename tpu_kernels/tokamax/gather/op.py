@@ -7,28 +7,17 @@ has a VJP: the backward differentiates XLA (`no_vjp`).
 from __future__ import annotations
 
 import torch
-from tokamax import ops
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.gather import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
-from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
-# Each op's parameters are its public function's, and its body calls Tokamax's with them by name.
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
-        "ragged_gather",
-        {"xla": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
-        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
-        impl.SRC + "ragged_gather.api",
-    ),
-    impl.OpImplementations(
-        "ragged_gather_reduce",
-        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
-        impl.XLA_ELSEWHERE,
-        impl.SRC + "ragged_gather_reduce.api",
+    impl.table("ragged_gather", {"mosaic": impl.TPU_ONLY}, tpu="mosaic,xla", no_vjp=("mosaic",)),
+    impl.table(
+        "ragged_gather_reduce", {"mosaic_tpu": impl.TPU_ONLY}, tpu="mosaic_tpu,xla", no_vjp=("mosaic_tpu",)
     ),
 )
 
@@ -47,7 +36,6 @@ def ragged_gather(
     implementation gathers every row. Gradient: with respect to x.
     """
     indices, start, end = (t.to(torch.int32) for t in (indices, start, end))
-    implementation = impl.resolve_implementation("ragged_gather", x.device, implementation)
     return call_op(ragged_gather_op, locals())
 
 
@@ -60,16 +48,12 @@ def _gather_sharding(a):
     return [([Shard(1)], {"x": Shard(1)})]
 
 
-ragged_gather_op = tokamax_op(
-    "tokamax::ragged_gather",
-    calls=ops.ragged_gather,
-    signature=ragged_gather,
-    no_vjp=("mosaic",),
+ragged_gather_op = public_op(
+    ragged_gather,
     sharding=_gather_sharding,
     check_reference=Reference(
         reference.ragged_gather,
         grad_scale=lambda a: 4 * max(1, a["indices"].numel()),
-        ignore=tolerance.IGNORE,
     ),
 )
 
@@ -102,7 +86,6 @@ def ragged_gather_reduce(
             f"reduce_group_size ({reduce_group_size})."
         )
     indices, valid_rows_mask = indices.to(torch.int32), valid_rows_mask.bool()
-    implementation = impl.resolve_implementation("ragged_gather_reduce", x.device, implementation)
     return call_op(ragged_gather_reduce_op, locals())
 
 
@@ -131,12 +114,9 @@ def _gather_reduce_sharding(a):
     return found
 
 
-ragged_gather_reduce_op = tokamax_op(
-    "tokamax::ragged_gather_reduce",
-    calls=ops.ragged_gather_reduce,
-    signature=tensors_first(ragged_gather_reduce),  # reduce_group_size keyword-only
-    no_vjp=("mosaic_tpu",),
+ragged_gather_reduce_op = public_op(
+    ragged_gather_reduce,
     symbolic_fake=_gather_reduce_outputs,
     sharding=_gather_reduce_sharding,
-    check_reference=Reference(reference.ragged_gather_reduce, scale=4, grad_scale=8, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.ragged_gather_reduce, scale=4, grad_scale=8),
 )

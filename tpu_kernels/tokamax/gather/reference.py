@@ -7,19 +7,11 @@ from __future__ import annotations
 import torch
 
 
-def ragged_gather(
-    x: torch.Tensor, indices: torch.Tensor, start: torch.Tensor, end: torch.Tensor
-) -> torch.Tensor:
+def ragged_gather(x, indices, start, end) -> torch.Tensor:
     return x[indices.long()]
 
 
-def ragged_gather_reduce(
-    x: torch.Tensor,
-    indices: torch.Tensor,
-    topk_weights: torch.Tensor,
-    valid_rows_mask: torch.Tensor,
-    reduce_group_size: int,
-) -> torch.Tensor:
+def ragged_gather_reduce(x, indices, topk_weights, valid_rows_mask, reduce_group_size) -> torch.Tensor:
     """out[t] = sum of topk_weights[r] * x[indices[r]] over the valid routes r of token t."""
     routed = x[indices.long()] * (topk_weights * valid_rows_mask.to(topk_weights.dtype))[:, None]
     return routed.reshape(-1, reduce_group_size, x.shape[1]).sum(1)

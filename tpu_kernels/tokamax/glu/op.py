@@ -27,15 +27,14 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.glu import reference
 from tpu_kernels.tokamax.placements import rule, shape
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 # "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
+    impl.table(
         "gated_linear_unit",
-        {"xla": impl.EVERYWHERE, "mosaic": impl.GPU_ONLY, "triton": impl.GPU_ONLY, "cutedsl": impl.GPU_ONLY},
-        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "xla"},
-        impl.SRC + "gated_linear_unit.api",
+        {"mosaic": impl.GPU_ONLY, "triton": impl.GPU_ONLY, "cutedsl": impl.GPU_ONLY},
+        cuda="mosaic,triton,xla",
     ),
 )
 
@@ -114,7 +113,6 @@ def gated_linear_unit(
     """
     _check(x, weight, weight_up)
     activation_fn(activation)
-    implementation = impl.resolve_implementation("gated_linear_unit", x.device, implementation)
     return call_op(gated_linear_unit_op, locals())
 
 
@@ -154,16 +152,12 @@ def _grad_tolerance(a):
     return 4 * tolerance.dot(k, x.dtype, tolerance.rms(x), tolerance.rms(w))
 
 
-# The op's parameters are gated_linear_unit's; its body calls Tokamax's with them by name.
 # autocast "lower_precision_fp": two matmuls, cast like aten.mm.
-gated_linear_unit_op = tokamax_op(
-    "tokamax::gated_linear_unit",
+gated_linear_unit_op = public_op(
+    gated_linear_unit,
     calls=_gated_linear_unit,
-    signature=gated_linear_unit,
     symbolic_fake=_glu_outputs,
     sharding=_sharding,
     autocast="lower_precision_fp",
-    check_reference=Reference(
-        reference.gated_linear_unit, scale=_tolerance, grad_scale=_grad_tolerance, ignore=tolerance.IGNORE
-    ),
+    check_reference=Reference(reference.gated_linear_unit, scale=_tolerance, grad_scale=_grad_tolerance),
 )

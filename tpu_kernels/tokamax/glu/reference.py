@@ -18,13 +18,7 @@ ACTIVATIONS = {
 }
 
 
-def gated_linear_unit(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    weight_up: torch.Tensor | None = None,
-    *,
-    activation: str | None = None,
-) -> torch.Tensor:
+def gated_linear_unit(x, weight, weight_up=None, *, activation=None) -> torch.Tensor:
     """SwiGLU/GEGLU/...: activation(x @ w_gate) * (x @ w_up)."""
     w_gate, w_up = (weight[:, 0], weight[:, 1]) if weight_up is None else (weight, weight_up)
     return ACTIVATIONS[activation](x @ w_gate) * (x @ w_up)

@@ -12,18 +12,17 @@ from tokamax import ops
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.kda import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
-from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 # "mosaic" here is a TPU kernel only.
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
+    impl.table(
         "kimi_delta_attention",
-        {"xla": impl.EVERYWHERE, "xla_chunked": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
-        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic,xla"},
-        impl.SRC + "kda.api",
+        {"xla_chunked": impl.EVERYWHERE, "mosaic": impl.TPU_ONLY},
+        tpu="mosaic,xla",
+        api="kda",
     ),
 )
 
@@ -54,6 +53,8 @@ def _kda_outputs(
     )
 
 
+# Named and ordered as dot_product_attention's parameters (query, key, value first; optional
+# tensors and scale after): alike on purpose.
 def kimi_delta_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -91,7 +92,6 @@ def kimi_delta_attention(
       Gradients: every floating input.
     """
     segment_ids = None if segment_ids is None else segment_ids.to(torch.int32)
-    implementation = impl.resolve_implementation("kimi_delta_attention", query.device, implementation)
     return call_op(kimi_delta_attention_op, locals())
 
 
@@ -116,13 +116,11 @@ def _sharding(a):
     return found
 
 
-# The op's parameters are kimi_delta_attention's (tensors positional, as autograd wants them),
-# and its body calls Tokamax's with them by name, asking for the final state too.
-kimi_delta_attention_op = tokamax_op(
-    "tokamax::kimi_delta_attention",
+# The op asks Tokamax for the final state too.
+kimi_delta_attention_op = public_op(
+    kimi_delta_attention,
     calls=functools.partial(ops.kimi_delta_attention, output_final_state=True),
-    signature=tensors_first(kimi_delta_attention),
     symbolic_fake=_kda_outputs,
     sharding=_sharding,
-    check_reference=Reference(reference.kimi_delta_attention, scale=4, grad_scale=8, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.kimi_delta_attention, scale=4, grad_scale=8),
 )

@@ -8,14 +8,7 @@ import torch
 
 
 def kimi_delta_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    gate: torch.Tensor,
-    beta: torch.Tensor,
-    *,
-    scale: float | None = None,
-    use_qk_l2norm: bool = False,
+    query, key, value, gate, beta, *, scale=None, use_qk_l2norm=False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The delta-rule recurrence token by token ([H, B, T, K] layout); -> (output, final state
     [B, 1, H, K, V]). Log-space gates, one segment, no initial state."""

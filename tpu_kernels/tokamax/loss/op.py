@@ -25,14 +25,13 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.loss import reference
 from tpu_kernels.tokamax.placements import rule
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
+    impl.table(
         "linear_softmax_cross_entropy_loss",
-        {"xla": impl.EVERYWHERE, "chunked_xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
-        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "mosaic_tpu,xla"},
-        impl.SRC + "linear_softmax_cross_entropy_loss.api",
+        {"chunked_xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
+        tpu="mosaic_tpu,xla",
     ),
 )
 
@@ -90,9 +89,9 @@ def linear_softmax_cross_entropy_loss(
 def _linear_softmax_cross_entropy_loss(x, labels, weight, *, reduction, implementation):
     if implementation is None:
         return tokamax.linear_softmax_cross_entropy_loss(x, labels, weight, reduction=reduction)
-    # Tokamax takes one name here, not a fallback order: walk the order ourselves.
+    # Tokamax takes one name here, not a fallback order (a tuple): walk the order ourselves.
     errors = []
-    for name in implementation.split(","):
+    for name in (implementation,) if isinstance(implementation, str) else implementation:
         try:
             return tokamax.linear_softmax_cross_entropy_loss(
                 x, labels, weight, reduction=reduction, implementation=name
@@ -128,12 +127,11 @@ def _tolerance(a):
     return 4 * per_row * (tolerance.rows(x) if a.get("reduction", "sum") == "sum" else 1)
 
 
-# The op's parameters are linear_softmax_cross_entropy_loss's (x [B, H], labels int32 [B],
-# weight [H, V]); its body walks the implementation order. autocast "fp32": a loss, as
-# torch's autocast runs cross_entropy.
-linear_softmax_cross_entropy_loss_op = tokamax_op(
-    "tokamax::linear_softmax_cross_entropy_loss",
-    signature=linear_softmax_cross_entropy_loss,
+# The op's body walks the implementation order. autocast "fp32": a loss, as torch's
+# autocast runs cross_entropy.
+linear_softmax_cross_entropy_loss_op = public_op(
+    linear_softmax_cross_entropy_loss,
+    calls=_linear_softmax_cross_entropy_loss,
     symbolic_fake=_loss_outputs,
     sharding=_sharding,
     autocast="fp32",
@@ -141,6 +139,5 @@ linear_softmax_cross_entropy_loss_op = tokamax_op(
         reference.linear_softmax_cross_entropy_loss,
         scale=_tolerance,
         grad_scale=lambda a: 2 * tolerance.rows(a["x"]),
-        ignore=tolerance.IGNORE,
     ),
-)(_linear_softmax_cross_entropy_loss)
+)

@@ -7,9 +7,7 @@ import torch
 import torch.nn.functional as F
 
 
-def linear_softmax_cross_entropy_loss(
-    x: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor, *, reduction: str = "sum"
-) -> torch.Tensor:
+def linear_softmax_cross_entropy_loss(x, labels, weight, *, reduction="sum") -> torch.Tensor:
     """F.cross_entropy of the linear layer x @ weight (weight [H, V])."""
     return F.cross_entropy(x @ weight, labels.long(), reduction=reduction)
 

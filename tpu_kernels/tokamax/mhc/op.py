@@ -7,22 +7,22 @@ with "xla" as fallback; elsewhere "xla".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
-from tokamax import ops
 
 from tpu_kernels.checking import Reference
+from tpu_kernels.op import KernelOp
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.mhc import reference
 from tpu_kernels.tokamax.placements import ByName
-from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 
 def _mhc_implementations(op: str, registry: str) -> impl.OpImplementations:
     """Tokamax keeps the three ops' implementations in three registries of one module."""
-    kernels = {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY}
-    return impl.OpImplementations(op, kernels, impl.XLA_ELSEWHERE, impl.SRC + "mhc.api", registry)
+    kernels = {"mosaic_tpu": impl.TPU_ONLY}
+    return impl.table(op, kernels, tpu="mosaic_tpu,xla", api="mhc", registry=registry, no_vjp=("mosaic_tpu",))
 
 
 IMPLEMENTATIONS = (
@@ -51,9 +51,13 @@ def _tokens(n_outputs: int) -> ByName:
     )
 
 
-# Each op's parameters are its public function's (tensors positional, the constants
-# keyword-only: `tensors_first`), and its body calls Tokamax's with them by name. None of
-# the Mosaic kernels has a VJP: the backward differentiates XLA.
+def _mhc_op(public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scale: float) -> KernelOp:
+    """The op behind one of the three public functions: they differ only in their outputs and
+    in their gradients' tolerance (checked mode compares with `reference`'s function of the
+    same name). None of the Mosaic kernels has a VJP (the tables say so): the backward
+    differentiates XLA."""
+    check = Reference(getattr(reference, public.__name__), scale=4, grad_scale=grad_scale)
+    return public_op(public, symbolic_fake=symbolic_fake, sharding=_tokens(n_outputs), check_reference=check)
 
 
 def mhc_pre(
@@ -79,7 +83,6 @@ def mhc_pre(
     Returns:
       (post_mix float32 [T, M], comb_mix float32 [T, M, M], layer_input bfloat16 [T, H]).
     """
-    implementation = impl.resolve_implementation("mhc_pre", residual.device, implementation)
     return call_op(mhc_pre_op, locals())
 
 
@@ -97,15 +100,7 @@ def _mhc_pre_outputs(residual, fn, hc_scale, hc_base, **kwargs):
     )
 
 
-mhc_pre_op = tokamax_op(
-    "tokamax::mhc_pre",
-    calls=ops.mhc_pre,
-    signature=tensors_first(mhc_pre),
-    no_vjp=("mosaic_tpu",),
-    symbolic_fake=_mhc_pre_outputs,
-    sharding=_tokens(3),
-    check_reference=Reference(reference.mhc_pre, scale=4, grad_scale=40, ignore=tolerance.IGNORE),
-)
+mhc_pre_op = _mhc_op(mhc_pre, _mhc_pre_outputs, n_outputs=3, grad_scale=40)
 
 
 def mhc_post(
@@ -126,7 +121,6 @@ def mhc_post(
     Returns:
       bfloat16 [T, M*H].
     """
-    implementation = impl.resolve_implementation("mhc_post", x.device, implementation)
     return call_op(mhc_post_op, locals())
 
 
@@ -134,17 +128,10 @@ def _mhc_post_outputs(x, residual, *args, **kwargs):
     return torch.empty_like(residual)
 
 
-mhc_post_op = tokamax_op(
-    "tokamax::mhc_post",
-    calls=ops.mhc_post,
-    signature=mhc_post,
-    no_vjp=("mosaic_tpu",),
-    symbolic_fake=_mhc_post_outputs,
-    sharding=_tokens(1),
-    check_reference=Reference(reference.mhc_post, scale=4, grad_scale=16, ignore=tolerance.IGNORE),
-)
+mhc_post_op = _mhc_op(mhc_post, _mhc_post_outputs, n_outputs=1, grad_scale=16)
 
 
+# mhc_post's parameters, then mhc_pre's, as Tokamax's fused op takes them (alike on purpose).
 def mhc_fused_post_pre(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -166,7 +153,6 @@ def mhc_fused_post_pre(
     Returns:
       (residual [T, M*H], post_mix [T, M], comb_mix [T, M, M], layer_input [T, H]).
     """
-    implementation = impl.resolve_implementation("mhc_fused_post_pre", x.device, implementation)
     return call_op(mhc_fused_post_pre_op, locals())
 
 
@@ -180,12 +166,4 @@ def _mhc_fused_outputs(x, residual, post_layer_mix, comb_res_mix, fn, *args, **k
     )
 
 
-mhc_fused_post_pre_op = tokamax_op(
-    "tokamax::mhc_fused_post_pre",
-    calls=ops.mhc_fused_post_pre,
-    signature=tensors_first(mhc_fused_post_pre),
-    no_vjp=("mosaic_tpu",),
-    symbolic_fake=_mhc_fused_outputs,
-    sharding=_tokens(4),
-    check_reference=Reference(reference.mhc_fused_post_pre, scale=4, grad_scale=40, ignore=tolerance.IGNORE),
-)
+mhc_fused_post_pre_op = _mhc_op(mhc_fused_post_pre, _mhc_fused_outputs, n_outputs=4, grad_scale=40)

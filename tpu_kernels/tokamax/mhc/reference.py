@@ -10,15 +10,7 @@ import torch
 
 
 def mhc_pre(
-    residual: torch.Tensor,
-    fn: torch.Tensor,
-    hc_scale: torch.Tensor,
-    hc_base: torch.Tensor,
-    rms_eps: float,
-    hc_pre_eps: float,
-    hc_sinkhorn_eps: float,
-    hc_post_mult_value: float,
-    sinkhorn_repeat: int,
+    residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhorn_eps, hc_post_mult_value, sinkhorn_repeat
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """DeepSeek-V4 mHC pre: RMS-scaled mix logits -> sigmoid pre/post gates and a Sinkhorn-
     normalised stream-mixing matrix; the streams collapsed by the pre gates."""
@@ -39,9 +31,7 @@ def mhc_pre(
     return post, comb, layer_input
 
 
-def mhc_post(
-    x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tensor, comb_res_mix: torch.Tensor
-) -> torch.Tensor:
+def mhc_post(x, residual, post_layer_mix, comb_res_mix) -> torch.Tensor:
     """new_residual[j] = post_layer_mix[j] * x + sum_i comb_res_mix[i, j] * residual[i]."""
     t, h = x.shape
     m = comb_res_mix.shape[-1]

@@ -17,15 +17,10 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.normalization import reference
 from tpu_kernels.tokamax.placements import rule, shape
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
-        "layer_norm",
-        {"xla": impl.EVERYWHERE, "triton": impl.GPU_ONLY},
-        {impl.CPU: "xla", impl.CUDA: "triton,xla", impl.TPU: "xla"},
-        impl.SRC + "normalization.api",
-    ),
+    impl.table("layer_norm", {"triton": impl.GPU_ONLY}, cuda="triton,xla", api="normalization"),
 )
 
 
@@ -66,7 +61,6 @@ def layer_norm(
       x's shape and dtype.
     """
     _check(x, dim, weight=weight, bias=bias)
-    implementation = impl.resolve_implementation("layer_norm", x.device, implementation)
     return call_op(layer_norm_op, locals())
 
 
@@ -89,15 +83,13 @@ def _grad_scale(a):
     return 4 + 2 * tolerance.rows(a["x"], a.get("dim", -1))  # weight, bias gradients sum over rows
 
 
-# The op's parameters are layer_norm's; its body calls Tokamax's with them by name.
 # autocast "fp32": statistics in float32, as torch's autocast runs layer_norm.
-layer_norm_op = tokamax_op(
-    "tokamax::layer_norm",
+layer_norm_op = public_op(
+    layer_norm,
     calls=_layer_norm,
-    signature=layer_norm,
     sharding=_sharding,
     autocast="fp32",
-    check_reference=Reference(reference.layer_norm, scale=4, grad_scale=_grad_scale, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.layer_norm, scale=4, grad_scale=_grad_scale),
 )
 
 

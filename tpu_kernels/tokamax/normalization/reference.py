@@ -9,14 +9,7 @@ import torch.nn.functional as F
 
 
 def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    *,
-    dim: int = -1,
-    eps: float = 1e-6,
-    scale_offset: float = 0.0,
-    subtract_mean: bool = True,
+    x, weight=None, bias=None, *, dim=-1, eps=1e-6, scale_offset=0.0, subtract_mean=True
 ) -> torch.Tensor:
     """F.layer_norm (or F.rms_norm for subtract_mean=False) over `dim`."""
     xt = x.movedim(dim, -1)
@@ -30,14 +23,7 @@ def layer_norm(
     return y.movedim(-1, dim)
 
 
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    *,
-    dim: int = -1,
-    eps: float = 1e-6,
-    scale_offset: float = 0.0,
-) -> torch.Tensor:
+def rms_norm(x, weight=None, *, dim=-1, eps=1e-6, scale_offset=0.0) -> torch.Tensor:
     return layer_norm(x, weight, None, dim=dim, eps=eps, scale_offset=scale_offset, subtract_mean=False)
 
 

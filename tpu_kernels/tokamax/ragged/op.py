@@ -26,23 +26,15 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.ragged import reference
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
-# "mosaic" is Tokamax's alias for mosaic_gpu on NVIDIA GPUs and mosaic_tpu elsewhere.
 # ragged_dot_general resolves with ragged_dot's table: Tokamax runs both through one registry.
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
+    impl.table(
         "ragged_dot",
-        {
-            "xla": impl.EVERYWHERE,
-            "mosaic": impl.ACCELERATORS,
-            "mosaic_tpu": impl.TPU_ONLY,
-            "mosaic_tpu_v2": impl.TPU_ONLY,
-            "mosaic_gpu": impl.GPU_ONLY,
-            "triton": impl.GPU_ONLY,
-        },
-        {impl.CPU: "xla", impl.CUDA: "mosaic,triton,xla", impl.TPU: "mosaic,xla"},
-        impl.SRC + "ragged_dot.api",
+        {**impl.MOSAIC_BOTH, "mosaic_tpu_v2": impl.TPU_ONLY, "triton": impl.GPU_ONLY},
+        cuda="mosaic,triton,xla",
+        tpu="mosaic,xla",
     ),
 )
 
@@ -56,6 +48,8 @@ def _ragged_dot_outputs(lhs, rhs, group_sizes, *, preferred_element_type=None, *
     return lhs.new_empty((lhs.shape[0], rhs.shape[-1]), dtype=dtype)
 
 
+# Takes ragged_dot_general's parameters by name, as its reference does (alike on purpose: a
+# shape rule and an oracle each read the dimension numbers they need).
 def _general_outputs(
     lhs,
     rhs,
@@ -94,7 +88,7 @@ def _grad_tolerance(a):
     return 4 * tolerance.dot(max(lhs.shape), lhs.dtype, tolerance.rms(lhs), tolerance.rms(a["rhs"]))
 
 
-_REFERENCE_OPTIONS = dict(scale=_tolerance, grad_scale=_grad_tolerance, ignore=tolerance.IGNORE)
+_REFERENCE_OPTIONS = dict(scale=_tolerance, grad_scale=_grad_tolerance)
 
 
 @rule(
@@ -150,15 +144,11 @@ def ragged_dot(
             f"{tuple(rhs.shape)}."
         )
     group_sizes = _check_group_sizes("ragged_dot", group_sizes, rhs.shape[0])
-    implementation = impl.resolve_implementation("ragged_dot", lhs.device, implementation)
     return call_op(ragged_dot_op, locals())
 
 
-# The op's parameters are ragged_dot's, and its body calls Tokamax's with them by name.
-ragged_dot_op = tokamax_op(
-    "tokamax::ragged_dot",
-    calls=tokamax.ragged_dot,
-    signature=ragged_dot,
+ragged_dot_op = public_op(
+    ragged_dot,
     symbolic_fake=_ragged_dot_outputs,
     sharding=_ragged_dot_sharding,
     autocast="lower_precision_fp",  # a matmul: cast like aten.mm
@@ -189,7 +179,6 @@ def ragged_dot_general(
     (no group dim) it gives out[g] = lhs[rows_g].T @ rhs[rows_g], [G, K, N].
     """
     group_sizes = _check_group_sizes("ragged_dot_general", group_sizes, group_sizes.shape[-1])
-    implementation = impl.resolve_implementation("ragged_dot", lhs.device, implementation)
     arguments = dict(locals())
     for name in _DIMENSIONS:  # any sequence of ints -> the list an int[] argument takes
         arguments[name] = list(arguments[name])
@@ -241,11 +230,10 @@ def _ragged_dot_general(lhs, rhs, group_sizes, **kwargs):
     return tokamax.ragged_dot_general(lhs, rhs, group_sizes, dims, **kwargs)
 
 
-# The op's parameters are ragged_dot_general's; its body calls Tokamax's with them by name.
-ragged_dot_general_op = tokamax_op(
-    "tokamax::ragged_dot_general",
+ragged_dot_general_op = public_op(
+    ragged_dot_general,
     calls=_ragged_dot_general,
-    signature=ragged_dot_general,
+    table="ragged_dot",  # Tokamax runs both through one registry
     symbolic_fake=_general_outputs,
     sharding=_general_sharding,
     autocast="lower_precision_fp",

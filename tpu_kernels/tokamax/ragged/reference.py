@@ -13,13 +13,7 @@ def _group_bounds(group_sizes: torch.Tensor, m: int) -> list[tuple[int, int]]:
     return list(zip(starts, ends))
 
 
-def ragged_dot(
-    lhs: torch.Tensor,
-    rhs: torch.Tensor,
-    group_sizes: torch.Tensor,
-    *,
-    preferred_element_type: torch.dtype | None = None,
-) -> torch.Tensor:
+def ragged_dot(lhs, rhs, group_sizes, *, preferred_element_type=None) -> torch.Tensor:
     """Grouped matmul by a loop over groups; rows past sum(group_sizes) are zero."""
     out = lhs.new_zeros((lhs.shape[0], rhs.shape[-1]), dtype=torch.promote_types(lhs.dtype, rhs.dtype))
     for g, (start, end) in enumerate(_group_bounds(group_sizes, lhs.shape[0])):
@@ -35,17 +29,17 @@ def ragged_dot_contracting(lhs: torch.Tensor, rhs: torch.Tensor, group_sizes: to
 
 
 def ragged_dot_general(
-    lhs: torch.Tensor,
-    rhs: torch.Tensor,
-    group_sizes: torch.Tensor,
+    lhs,
+    rhs,
+    group_sizes,
     *,
-    lhs_contracting_dims: list[int],
-    rhs_contracting_dims: list[int],
-    lhs_ragged_dims: list[int],
-    rhs_group_dims: list[int] = (),
-    lhs_batch_dims: list[int] = (),
-    rhs_batch_dims: list[int] = (),
-    preferred_element_type: torch.dtype | None = None,
+    lhs_contracting_dims,
+    rhs_contracting_dims,
+    lhs_ragged_dims,
+    rhs_group_dims=(),
+    lhs_batch_dims=(),
+    rhs_batch_dims=(),
+    preferred_element_type=None,
 ) -> torch.Tensor:
     """The two forms above (ragged_dot, and the ragged dimension contracted); others raise
     NotImplementedError (checked mode then leaves the call unchecked, with a warning)."""

@@ -6,22 +6,15 @@ differentiates XLA) with "xla" as fallback; elsewhere "xla".
 from __future__ import annotations
 
 import torch
-from tokamax import ops
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.rope import reference
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
-        "deepseek_rope",
-        {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY},
-        impl.XLA_ELSEWHERE,
-        impl.SRC + "deepseek_rope.api",
-    ),
+    impl.table("deepseek_rope", {"mosaic_tpu": impl.TPU_ONLY}, tpu="mosaic_tpu,xla", no_vjp=("mosaic_tpu",)),
 )
 
 ROPE_MODES = ("rope", "qnorm_rope")
@@ -55,7 +48,6 @@ def deepseek_rope(
     if mode not in ROPE_MODES:
         raise ValueError(f"tokamax.deepseek_rope: mode={mode!r}; use one of {ROPE_MODES}.")
     positions = positions.to(torch.int32)
-    implementation = impl.resolve_implementation("deepseek_rope", x.device, implementation)
     return call_op(deepseek_rope_op, locals())
 
 
@@ -78,13 +70,11 @@ def _sharding(a):
     return found
 
 
-# The op's parameters are deepseek_rope's, and its body calls Tokamax's with them by name.
-deepseek_rope_op = tokamax_op(
-    "tokamax::deepseek_rope",
-    calls=ops.deepseek_rope,
-    signature=deepseek_rope,
-    no_vjp=("mosaic_tpu",),
+# Declared as ragged_gather_reduce_op is, option for option (a fake for symbolic sizes, a
+# sharding rule, a reference): alike on purpose, each op's own facts.
+deepseek_rope_op = public_op(
+    deepseek_rope,
     symbolic_fake=_rope_outputs,
     sharding=_sharding,
-    check_reference=Reference(reference.deepseek_rope, scale=4, grad_scale=4, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.deepseek_rope, scale=4, grad_scale=4),
 )

@@ -6,15 +6,7 @@ from __future__ import annotations
 import torch
 
 
-def deepseek_rope(
-    x: torch.Tensor,
-    positions: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    *,
-    mode: str = "rope",
-    inverse: bool = False,
-    eps: float = 1e-6,
-) -> torch.Tensor:
+def deepseek_rope(x, positions, cos_sin_cache, *, mode="rope", inverse=False, eps=1e-6) -> torch.Tensor:
     """GPT-J (interleaved) rotation of the trailing rotary_dim channels; "qnorm_rope" RMS-normalises first."""
     if mode == "qnorm_rope":
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)

@@ -12,17 +12,14 @@ from tokamax import ops
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.topk import reference
-from tpu_kernels.tokamax.wrap import call_op, tensors_first, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
-# Each op's parameters are its public function's (k keyword-only), and its body calls
-# Tokamax's with them by name.
-_KERNEL = {"xla": impl.EVERYWHERE, "mosaic_tpu": impl.TPU_ONLY}
+_KERNEL = {"mosaic_tpu": impl.TPU_ONLY}
 IMPLEMENTATIONS = (
-    impl.OpImplementations("top_k", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "topk.api"),
-    impl.OpImplementations("router_topk", _KERNEL, impl.XLA_ELSEWHERE, impl.SRC + "router_topk.api"),
+    impl.table("top_k", _KERNEL, tpu="mosaic_tpu,xla", api="topk"),
+    impl.table("router_topk", _KERNEL, tpu="mosaic_tpu,xla"),
 )
 
 
@@ -68,7 +65,6 @@ def top_k(
             f"tokamax.top_k: scores must be float32 [b, n], got {scores.dtype} {tuple(scores.shape)}."
         )
     row_lengths = None if row_lengths is None else row_lengths.to(torch.int32)
-    implementation = impl.resolve_implementation("top_k", scores.device, implementation)
     return call_op(top_k_op, locals())
 
 
@@ -77,14 +73,13 @@ def _top_k(scores, row_lengths, *, k, implementation):
     return indices, jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
-top_k_op = tokamax_op(
-    "tokamax::top_k",
+top_k_op = public_op(
+    top_k,
     calls=_top_k,
-    signature=tensors_first(top_k),  # k keyword-only
     backward=None,
     symbolic_fake=_top_k_outputs,
     sharding=ByName(_rows, _ROWS),
-    check_reference=Reference(reference.top_k, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.top_k),
 )
 
 
@@ -107,16 +102,13 @@ def router_topk(
       softmax) and carry no gradient: for a differentiable gate use
       `scores.gather(1, indices.long())`.
     """
-    implementation = impl.resolve_implementation("router_topk", scores.device, implementation)
     return call_op(router_topk_op, locals())
 
 
-router_topk_op = tokamax_op(
-    "tokamax::router_topk",
-    calls=ops.router_topk,
-    signature=tensors_first(router_topk),  # k keyword-only
+router_topk_op = public_op(
+    router_topk,
     backward=None,
     symbolic_fake=_router_topk_outputs,
     sharding=ByName(_rows, _ROWS),
-    check_reference=Reference(reference.router_topk, ignore=tolerance.IGNORE),
+    check_reference=Reference(reference.router_topk),
 )

@@ -6,9 +6,7 @@ from __future__ import annotations
 import torch
 
 
-def top_k(
-    scores: torch.Tensor, k: int, row_lengths: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def top_k(scores, k, row_lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.topk over each row's first row_lengths[i] columns -> (indices, values), -1/-inf padded."""
     n = scores.shape[1]
     masked = scores
@@ -20,7 +18,7 @@ def top_k(
     return indices.masked_fill(values == float("-inf"), -1).to(torch.int32), values
 
 
-def router_topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def router_topk(scores, k) -> tuple[torch.Tensor, torch.Tensor]:
     """The top k of the float32 scores, ties to the lowest index -> (weights, indices)."""
     values, indices = _topk_lowest_index_first(scores.float(), k)
     return values, indices.to(torch.int32)

@@ -18,6 +18,5 @@ def triangle_multiplication() -> Calls:
         S((c,), F32),
         S((h,), F32),
         S((h,), F32),
-        "outgoing",
     )
-    return [(inputs, dict(implementation=on_tpu("triangle_multiplication")))]
+    return [(inputs, dict(triangle_type="outgoing", implementation=on_tpu("triangle_multiplication")))]

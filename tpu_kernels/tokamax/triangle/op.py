@@ -20,18 +20,12 @@ import torch
 
 from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule
 from tpu_kernels.tokamax.triangle import reference
-from tpu_kernels.tokamax.wrap import call_op, tokamax_op
+from tpu_kernels.tokamax.wrap import call_op, public_op
 
 IMPLEMENTATIONS = (
-    impl.OpImplementations(
-        "triangle_multiplication",
-        {"xla": impl.EVERYWHERE, "triton": impl.GPU_ONLY, "mosaic": impl.ACCELERATORS},
-        {impl.CPU: "xla", impl.CUDA: "xla", impl.TPU: "xla"},
-        impl.SRC + "triangle_multiplication.api",
-    ),
+    impl.table("triangle_multiplication", {"triton": impl.GPU_ONLY, "mosaic": impl.ACCELERATORS}),
 )
 
 TRIANGLE_TYPES = ("outgoing", "incoming")
@@ -83,7 +77,6 @@ def triangle_multiplication(
         )
     if mask.dtype != torch.bool:
         mask = mask != 0
-    implementation = impl.resolve_implementation("triangle_multiplication", x.device, implementation)
     return call_op(triangle_multiplication_op, locals())
 
 
@@ -103,14 +96,10 @@ def _sharding(a):
     return [([Shard(2)], {"projection_out_weights": Shard(1), "gate_out_weights": Shard(1)})]
 
 
-# The op's parameters are triangle_multiplication's; its body calls Tokamax's with them by name.
-triangle_multiplication_op = tokamax_op(
-    "tokamax::triangle_multiplication",
+triangle_multiplication_op = public_op(
+    triangle_multiplication,
     calls=_triangle_multiplication,
-    signature=triangle_multiplication,
     symbolic_fake=_triangle_outputs,
     sharding=_sharding,
-    check_reference=Reference(
-        reference.triangle_multiplication, scale=20, grad_scale=40, ignore=tolerance.IGNORE
-    ),
+    check_reference=Reference(reference.triangle_multiplication, scale=20, grad_scale=40),
 )

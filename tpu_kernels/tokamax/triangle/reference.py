@@ -8,19 +8,19 @@ import torch.nn.functional as F
 
 
 def triangle_multiplication(
-    x: torch.Tensor,
-    mask: torch.Tensor,
-    projection_in_weights: torch.Tensor,
-    gate_in_weights: torch.Tensor,
-    projection_out_weights: torch.Tensor,
-    gate_out_weights: torch.Tensor,
-    layernorm_in_scale: torch.Tensor,
-    layernorm_in_offset: torch.Tensor,
-    layernorm_out_scale: torch.Tensor,
-    layernorm_out_offset: torch.Tensor,
-    triangle_type: str,
+    x,
+    mask,
+    projection_in_weights,
+    gate_in_weights,
+    projection_out_weights,
+    gate_out_weights,
+    layernorm_in_scale,
+    layernorm_in_offset,
+    layernorm_out_scale,
+    layernorm_out_offset,
+    triangle_type,
     *,
-    eps: float = 1e-6,
+    eps=1e-6,
 ) -> torch.Tensor:
     """AlphaFold 2's triangle multiplicative update (Algorithm 11 outgoing, 12 incoming)."""
     n, _, c = x.shape
