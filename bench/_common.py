@@ -1,9 +1,10 @@
 """Shared by the suites: fresh random inputs (never zeros), the sweep axes, and the one
-benchmark each shipped kernel suite declares (the kernel, its Helion twin, torch)."""
+benchmark each shipped kernel family declares (the kernel, its Helion twin, torch)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -18,42 +19,58 @@ def randn(*shape: int, dtype: torch.dtype, device: torch.device, scale: float = 
     return (torch.randn(*shape, device=device) * scale).to(dtype)
 
 
-def helion_twin(name: str, **statics: Any) -> Callable[[dict], list[bench.Candidate]]:
-    """The candidate for `tpu_kernels.kernels.helion_ops.<name>`, the kernel's Helion twin
-    (CPU: Helion's Pallas backend in interpret mode), called with `statics` as keywords.
-    Imported at the first point: Helion's import is only paid by the runs that time it."""
+def _family(family: str, module: str = "") -> Any:
+    """`tpu_kernels.kernels.<family>` or one of its modules."""
+    return importlib.import_module(f"tpu_kernels.kernels.{family}{module and '.' + module}")
+
+
+def _helion_twin(
+    family: str, name: str, kwargs: Mapping[str, Any]
+) -> Callable[[dict], list[bench.Candidate]]:
+    """The candidate for the op `name` of `tpu_kernels.kernels.<family>.helion` (CPU: Helion's
+    Pallas backend in interpret mode), called with `kwargs`. Imported at the first point:
+    Helion's import is only paid by the runs that time it."""
 
     def extra(p: dict) -> list[bench.Candidate]:
-        from tpu_kernels.kernels import helion_ops
-
-        fn = getattr(helion_ops, name)
-        return [bench.Candidate("helion", lambda *xs: fn(*xs, **statics))]
+        fn = getattr(_family(family, "helion"), name)
+        return [bench.Candidate("helion", lambda *xs: fn(*xs, **kwargs))]
 
     return extra
 
 
 def kernel_suite(
-    name: str,
-    op: Any,
+    family: str,
     *,
-    axis: str,
-    sizes: Sequence[Any],
-    quick_size: Any,
-    helion: Callable[[dict], list[bench.Candidate]],
     quick: bool,
     device_type: str,
+    op: str | None = None,
+    helion: str | None = None,
+    axis: str = "shape",
+    point: Callable[[Any], Any] = lambda shape: shape,
+    kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> list[bench.Benchmark]:
-    """A shipped kernel's suite: `op` over `sizes` (the point key `axis`) x FLOATS (one
-    size, `quick_size`, with --quick), beside torch and `helion` (a `helion_twin`);
-    `options` (inputs, reference, tolerance_scale, ...) go to `bench.kernel_benchmark`."""
+    """The suite of the shipped family `tpu_kernels.kernels.<family>`, all but its inputs
+    derived from the family's folder: the benchmark `op` (default: the family's name), the
+    op `<family>.<op>` over `shapes.BENCH` (its values, through `point`, under the point key
+    `axis`) x FLOATS, or with --quick the one size `shapes.BENCH[shapes.QUICK]`; beside torch
+    (`reference`, default `<family>.reference.<op>`) and the Helion twin in `<family>/helion.py`
+    (`helion`, default `<op>_helion`). `kwargs` go to every call (the op, the reference, the
+    twin); `options` (inputs, tolerance_scale, flops, ...) to `bench.kernel_benchmark`."""
+    op = op or family
+    shapes = _family(family, "shapes")
+    kwargs = dict(kwargs or {})
+    if "reference" not in options:
+        options["reference"] = getattr(_family(family, "reference"), op)
     return [
         bench.kernel_benchmark(
-            name,
             op,
-            points=bench.grid(**{axis: list(sizes)}, dtype=FLOATS),
-            quick_points=bench.grid(**{axis: [quick_size]}, dtype=FLOATS),
-            extra=helion,
+            getattr(_family(family), op),
+            points=bench.grid(**{axis: [point(s) for s in shapes.BENCH.values()]}, dtype=FLOATS),
+            quick_points=bench.grid(**{axis: [point(shapes.BENCH[shapes.QUICK])]}, dtype=FLOATS),
+            statics=lambda p: kwargs,
+            reference_kwargs=lambda p: kwargs,
+            extra=_helion_twin(family, helion or f"{op}_helion", kwargs),
             quick=quick,
             device_type=device_type,
             **options,

@@ -2,28 +2,20 @@
 
 import math
 
-import torch
-from _common import helion_twin, kernel_suite, randn
+from _common import kernel_suite, randn
 
 from tpu_kernels import bench
-from tpu_kernels.kernels import matmul
-from tpu_kernels.kernels.matmul import shapes
 from tpu_kernels.testing import dot_scale
 
 
 def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
     return kernel_suite(
         "matmul",
-        matmul,
         axis="mkn",
-        sizes=shapes.BENCH.values(),
-        quick_size=shapes.BENCH["512"],
-        helion=helion_twin("matmul_helion"),
         inputs=lambda p, dev: (
             randn(p["mkn"][0], p["mkn"][1], dtype=p["dtype"], device=dev),
             randn(p["mkn"][1], p["mkn"][2], dtype=p["dtype"], device=dev),
         ),
-        reference=torch.matmul,
         tolerance_scale=lambda p: dot_scale(p["mkn"][1], p["dtype"]),
         flops=lambda p: 2 * math.prod(p["mkn"]),
         quick=quick,

@@ -17,9 +17,9 @@ Three tiers hold a kernel (docs/caching.md):
 3. a shared directory (a fleet): point `TPU_KERNELS_CACHE_DIR` at it; entries
    are written to a temporary file and renamed, so readers never see half a file.
 
-An entry's key (`entry_key`) is a SHA-256 over: this file format, the Python,
-jax, jaxlib and tpu_kernels versions, the code that wraps kernels (`_toolkit`),
-the kernel function's digest (`fingerprint.digest`: code, closure, defaults,
+An entry's key (`Kernel.name`: a `Kernel` is what one build compiles) is a SHA-256
+over: this file format, the Python, jax, jaxlib and tpu_kernels versions, the code
+that wraps kernels (`_toolkit`), the kernel function's digest (`fingerprint.digest`: code, closure, defaults,
 globals), the op's name, the device platform and its version, the interpreter
 mode, the matmul precision, statics, shapes and dtypes, 64-bit mode and JAX's
 trace-affecting settings (`jax._src.config.trace_context`). An op whose function
@@ -166,39 +166,49 @@ def _layout(layout: Any) -> tuple:
     return (params, sig.n_outputs, sig.returns_tuple, n_results)
 
 
-def entry_key(
-    fn: Callable,
-    op: str,
-    device_type: str,
-    key: tuple,
-    x64: bool,
-    single: bool,
-    layout: Any = None,
-) -> str | None:
-    """The entry's name for one build, or None when it must not be cached on disk."""
-    fn_digest = fingerprint.digest(fn)
-    if fn_digest is None:
-        return None
-    key_digest = fingerprint.digest(key)
-    settings = _trace_settings()
-    if key_digest is None or settings is None:
-        return None
-    device = jax.devices(device_type)[0]
-    material = (
-        FORMAT,
-        _versions(),
-        _toolkit(),
-        fn_digest,
-        op,
-        device.platform,
-        device.client.platform_version,
-        key_digest,
-        x64,
-        single,
-        settings,
-        _layout(layout),
-    )
-    return hashlib.sha256(repr(material).encode()).hexdigest()
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """What one build compiles, as the on-disk cache tells builds apart: every field is in
+    the entry's name (`name()`), and `single` also decides the stored results' structure."""
+
+    fn: Callable  # the kernel function: its code digest (fingerprint.digest)
+    op: str  # the op's name
+    device_type: str  # the torch device type; the entry holds the platform and its version
+    key: tuple  # the in-process cache key: (interpreter mode, matmul precision, statics, shapes...)
+    x64: bool  # traced in JAX's 64-bit mode
+    single: bool  # the jitted function returns the array itself, not a tuple
+    layout: Any = None  # (signature, results expected): how the op passes arguments and results
+
+    def name(self) -> str | None:
+        """The entry's name, or None when this kernel must not be cached on disk."""
+        fn_digest = fingerprint.digest(self.fn)
+        if fn_digest is None:
+            return None
+        key_digest = fingerprint.digest(self.key)
+        settings = _trace_settings()
+        if key_digest is None or settings is None:
+            return None
+        device = jax.devices(self.device_type)[0]
+        material = (
+            FORMAT,
+            _versions(),
+            _toolkit(),
+            fn_digest,
+            self.op,
+            device.platform,
+            device.client.platform_version,
+            key_digest,
+            self.x64,
+            self.single,
+            settings,
+            _layout(self.layout),
+        )
+        return hashlib.sha256(repr(material).encode()).hexdigest()
+
+
+def entry_key(*fields: Any, **named: Any) -> str | None:
+    """`Kernel(*fields, **named).name()`: the entry's name for one build, or None."""
+    return Kernel(*fields, **named).name()
 
 
 # ---- the file format -------------------------------------------------------------------
@@ -246,35 +256,26 @@ def decode(data: bytes, key: str, in_tree: Any, single: bool) -> jax.export.Expo
     out_tree = _out_tree(single, len(meta["out_avals"]))
     if meta["in_tree"] != str(in_tree) or meta["out_tree"] != str(out_tree):
         raise Rejected("argument or result structure differs")
-    avals = lambda rows: tuple(  # noqa: E731
-        jax.core.ShapedArray(tuple(s), jax.numpy.dtype(d), weak_type=w) for s, d, w in rows
-    )
-    in_avals, out_avals = avals(meta["in_avals"]), avals(meta["out_avals"])
-    nones_in, nones_out = (None,) * len(in_avals), (None,) * len(out_avals)
     try:
-        return _rebuild(meta, payload[4 + n :], in_tree, out_tree, in_avals, out_avals, nones_in, nones_out)
+        return _rebuild(meta, payload[4 + n :], in_tree, out_tree)
     except _compat.CompatError as e:  # pragma: no cover - a JAX that changed Exported: compile instead
         raise Rejected(str(e)) from e
 
 
-def _rebuild(
-    meta: dict,
-    module: bytes,
-    in_tree: Any,
-    out_tree: Any,
-    in_avals: tuple,
-    out_avals: tuple,
-    nones_in: tuple,
-    nones_out: tuple,
-) -> Any:
+def _avals(rows: list) -> tuple:
+    return tuple(jax.core.ShapedArray(tuple(s), jax.numpy.dtype(d), weak_type=w) for s, d, w in rows)
+
+
+def _rebuild(meta: dict, module: bytes, in_tree: Any, out_tree: Any) -> Any:
+    """The Exported that `encode` stored (what `storable` admits: one device, no shardings)."""
     return _compat.make_exported(
         fun_name=meta["fun_name"],
         in_tree=in_tree,
-        in_avals=in_avals,
+        in_avals=_avals(meta["in_avals"]),
         out_tree=out_tree,
-        out_avals=out_avals,
-        in_shardings_hlo=nones_in,
-        out_shardings_hlo=nones_out,
+        out_avals=_avals(meta["out_avals"]),
+        in_shardings_hlo=(None,) * len(meta["in_avals"]),
+        out_shardings_hlo=(None,) * len(meta["out_avals"]),
         nr_devices=1,
         platforms=tuple(meta["platforms"]),
         ordered_effects=(),
@@ -431,36 +432,29 @@ def _compiled(exp: jax.export.Exported, arrays: list[Any], in_shardings: Any = N
 def build(
     jitted: Callable,
     arrays: list[Any],
+    kernel: Kernel,
     *,
-    # entry_key's parameters, passed on: the entry's name is made here, only when the cache is on
-    fn: Callable,
-    op: str,
-    device_type: str,
-    key: tuple,
-    x64: bool,
-    single: bool,
-    layout: Any = None,
     in_shardings: Any = None,
     exportable: Callable | None = None,
 ) -> Callable:
-    """A compiled jitted callable for this build: loaded from disk, or built and stored.
+    """A compiled jitted callable for `kernel`: loaded from disk, or built and stored.
 
-    `jitted` is the kernel's jitted wrapper; `key` the in-process cache key, whose first
-    element is the interpreter mode; `layout` (signature, results expected) the op's
-    argument and result layout; `in_shardings` the argument shardings `jitted` pins,
-    which a module loaded from disk is jitted with too; `exportable` the same
-    function jitted without them (what is stored: a module without shardings).
-    Problems with the cache itself never surface: a kernel that fails to export or
-    to load is built as without the cache."""
+    `jitted` is the kernel's jitted wrapper, compiled for `arrays`; `in_shardings` the
+    argument shardings `jitted` pins, which a module loaded from disk is jitted with too;
+    `exportable` the same function jitted without them (what is stored: a module without
+    shardings). The entry's name is made only when the cache is on, and only for the CPU's
+    fast interpreter (`kernel.key[0] is True`). Problems with the cache itself never
+    surface: a kernel that fails to export or to load is built as without the cache."""
     root = directory()
     if root is None:
         jitted.lower(*arrays).compile()
         return jitted
+    op = kernel.op
     with xla_cache(root):
         name = None
-        if device_type == "cpu" and key[0] is True:
+        if kernel.device_type == "cpu" and kernel.key[0] is True:
             try:
-                name = entry_key(fn, op, device_type, key, x64, single, layout)
+                name = kernel.name()
             except Exception:  # noqa: BLE001 - a key we cannot make is an uncached build
                 name = None
         if name is None:
@@ -468,20 +462,18 @@ def build(
             jitted.lower(*arrays).compile()
             return jitted
         path = root / "exports" / (name + _SUFFIX)
-        in_tree = jax.tree_util.tree_structure((tuple(arrays), {}))
-        loaded = _load(root, path, name, op, in_tree, single, arrays, in_shardings)
+        loaded = _load(root, path, name, kernel, arrays, in_shardings)
         if loaded is not None:
             return loaded
         _count(root, "misses", op)
         specs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), arrays)
+        platform = jax.devices(kernel.device_type)[0].platform
         try:
-            exp = jax.export.export(exportable or jitted, platforms=[jax.devices(device_type)[0].platform])(
-                *specs
-            )
+            exp = jax.export.export(exportable or jitted, platforms=[platform])(*specs)
         except Exception:  # noqa: BLE001 - not exportable: the plain build raises real errors
             jitted.lower(*arrays).compile()
             return jitted
-        if not storable(exp) or exp.out_tree != _out_tree(single, len(exp.out_avals)):
+        if not storable(exp) or exp.out_tree != _out_tree(kernel.single, len(exp.out_avals)):
             jitted.lower(*arrays).compile()
             return jitted
         with contextlib.suppress(OSError):
@@ -495,26 +487,21 @@ def build(
 
 
 def _load(
-    root: Path,
-    path: Path,
-    name: str,
-    op: str,
-    in_tree: Any,
-    single: bool,
-    arrays: list[Any],
-    in_shardings: Any = None,
+    root: Path, path: Path, name: str, kernel: Kernel, arrays: list[Any], in_shardings: Any
 ) -> Callable | None:
+    """The entry at `path`, compiled for `arrays`, if it passes `decode`'s checks; else None."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
     try:
-        exp = decode(data, name, in_tree, single)
+        in_tree = jax.tree_util.tree_structure((tuple(arrays), {}))
+        exp = decode(data, name, in_tree, kernel.single)
         fn = _compiled(exp, arrays, in_shardings)
     except Exception:  # noqa: BLE001 - Rejected, or a module that no longer loads
-        _count(root, "rejected", op)
+        _count(root, "rejected", kernel.op)
         return None
-    _count(root, "hits", op)
+    _count(root, "hits", kernel.op)
     return fn
 
 
@@ -563,4 +550,4 @@ def clear(root: Path | None = None) -> int:
     return removed
 
 
-__all__ = ["ENV", "STATS", "build", "clear", "default_directory", "directory", "entry_key", "info"]
+__all__ = ["ENV", "STATS", "Kernel", "build", "clear", "default_directory", "directory", "entry_key", "info"]

@@ -1,11 +1,14 @@
 """`tpu-kernels bench --quick` on the shipped suites (bench/*.py), as README's main job runs it,
 and where the command finds suites."""
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from tpu_kernels import bench
 from tpu_kernels.bench import discover
 from tpu_kernels.cli import main
 
@@ -37,6 +40,48 @@ def test_no_such_suite_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert "no suite 'no_such_suite'" in err and "softmax" in err and len(err.splitlines()) == 1
     assert main(["bench", "--suites", str(tmp_path)]) == 2
     assert "no suites in" in capsys.readouterr().err
+
+
+# suite file -> (family folder, benchmark and op name, Helion twin, point key, BENCH value -> point)
+KERNEL_SUITES = {
+    "elementwise": ("elementwise", "scale_add", "add_helion", "shape", lambda xy: xy[0]),
+    "softmax": ("softmax", "softmax", "softmax_helion", "shape", lambda s: s),
+    "rmsnorm": ("rmsnorm", "rmsnorm", "rmsnorm_helion", "shape", lambda s: s),
+    "matmul": ("matmul", "matmul", "matmul_helion", "mkn", lambda s: s),
+}
+
+
+def _first(y):
+    return y[0] if isinstance(y, (tuple, list)) else y  # rmsnorm also returns inv_rms
+
+
+@pytest.mark.parametrize("suite", sorted(KERNEL_SUITES))
+def test_a_kernel_suite_takes_its_sizes_and_helion_twin_from_its_family(suite):
+    """kernel_suite derives the sweep from the family's shapes.py (BENCH, QUICK) and the
+    "helion" candidate from the twin registered in its helion.py: a new BENCH size or a
+    changed QUICK shows up in the suite without editing it."""
+    family, name, twin, axis, point = KERNEL_SUITES[suite]
+    shapes = importlib.import_module(f"tpu_kernels.kernels.{family}.shapes")
+    assert shapes.QUICK in shapes.BENCH
+    floats = [torch.float32, torch.bfloat16]
+    [full] = discover.load(ROOT / "bench" / f"{suite}.py", quick=False, device_type="cpu")
+    [quick] = discover.load(ROOT / "bench" / f"{suite}.py", quick=True, device_type="cpu")
+    assert full.name == quick.name == name
+    assert list(full.points) == bench.grid(**{axis: [point(s) for s in shapes.BENCH.values()]}, dtype=floats)
+    assert list(quick.sweep(True)) == bench.grid(**{axis: [point(shapes.BENCH[shapes.QUICK])]}, dtype=floats)
+    small = {axis: (8, 16, 8) if axis == "mkn" else (8, 128), "dtype": torch.float32}
+    torch.manual_seed(0)
+    xs = quick.inputs(small, torch.device("cpu"))
+    cands = {c.name: c for c in quick.candidates(small)}
+    assert {"tpu_kernels", "torch", "jax", "helion"} <= set(cands) and "torch.compile" not in cands
+    helion_op = getattr(importlib.import_module(f"tpu_kernels.kernels.{family}.helion"), twin)
+    kw = {"alpha": 0.5} if family == "elementwise" else {}
+    want = helion_op(*xs, **kw)
+    got = cands["helion"].fn(*xs)
+    torch.testing.assert_close(_first(got), _first(want), rtol=0, atol=0)
+    # the op, its reference and the twin get the same keywords (scale_add: alpha=0.5)
+    ref = quick.reference(*xs, **quick.reference_kwargs(small))
+    torch.testing.assert_close(_first(cands["tpu_kernels"].fn(*xs)), _first(ref), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

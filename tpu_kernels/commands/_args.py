@@ -1,10 +1,32 @@
-"""Checks of command-line arguments, done before any work: each returns the one-line message
-(naming the option and the fix) or None."""
+"""What the commands share about their arguments: the subcommand's parser (`subcommand`), and
+checks done before any work, each returning the one-line message (naming the option and the
+fix) or None."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
+
+
+def subcommand(sub: argparse._SubParsersAction, name: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of `tpu-kernels NAME`, described by its module's docstring `doc` alone: the
+    first line, "`tpu-kernels NAME`: what it does.", is its line in `tpu-kernels --help` (and
+    the CLI reference's summary); the whole docstring, as written (its tables and lists are
+    not re-wrapped), is its own --help."""
+    lead = f"`tpu-kernels {name}`: "
+    first = doc.strip().split("\n", 1)[0]
+    if not first.startswith(lead) or first == lead:
+        raise ValueError(
+            f"tpu-kernels {name}: the command module's docstring must start with "
+            f"{lead!r} and a one-line summary; it starts with {first!r}"
+        )
+    return sub.add_parser(
+        name,
+        help=first.removeprefix(lead).rstrip("."),
+        description=doc.strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def regex_problem(option: str, pattern: str | None) -> str | None:

@@ -1,4 +1,7 @@
-"""`tpu-kernels bench`: run benchmark suites, print the table, write the report."""
+"""`tpu-kernels bench`: run benchmark suites (bench/*.py), print the table, write a report.
+
+See docs/benchmarking.md for the method and the report format.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tpu_kernels.commands._args import folder_problem, regex_problem
+from tpu_kernels.commands._args import folder_problem, regex_problem, subcommand
 
 EXIT_WRONG = 1
 EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report
@@ -17,11 +20,7 @@ EXIT_REGRESSION = 3
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="run benchmark suites (bench/*.py) and write a report",
-        description=__doc__ + "\n\nSee docs/benchmarking.md for the method and the report format.",
-    )
+    p = subcommand(sub, "bench", __doc__)
     p.add_argument(
         "target",
         nargs="?",

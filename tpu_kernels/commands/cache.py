@@ -1,7 +1,9 @@
-"""`tpu-kernels cache`: the on-disk kernel cache (docs/caching.md).
+"""`tpu-kernels cache`: show or clear the on-disk kernel cache.
 
 tpu-kernels cache info     entries and bytes per tier, and the logged hits and misses
 tpu-kernels cache clear    delete every entry (both tiers) and the log
+
+See docs/caching.md.
 """
 
 from __future__ import annotations
@@ -11,16 +13,13 @@ import json
 import sys
 from pathlib import Path
 
+from tpu_kernels.commands._args import subcommand
+
 EXIT_USAGE = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "cache",
-        help="show or clear the on-disk kernel cache",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "cache", __doc__)
     p.add_argument("action", choices=("info", "clear"), help="info: what is cached; clear: delete it")
     p.add_argument(
         "--dir",

@@ -1,4 +1,4 @@
-"""`tpu-kernels check`: lower every registered op for the TPU, on any machine.
+"""`tpu-kernels check`: lower every op for the TPU (no TPU needed) and report errors and VMEM use.
 
 For each op defined by the given modules (default: tpu_kernels.kernels, the
 shipped kernels), every example call (`examples=` on @tpu_kernel; derived for
@@ -8,6 +8,8 @@ estimated VMEM per grid step of each Pallas kernel; a grid that leaves output
 elements unwritten, or a block entirely outside its array, fails. With --races, each call
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
 detector. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
+
+See docs/tpu-lowering-check.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from tpu_kernels.commands._args import file_problem, regex_problem
+from tpu_kernels.commands._args import file_problem, regex_problem, subcommand
 
 EXIT_FAILED = 1
 EXIT_NOTHING = 2
@@ -27,12 +29,7 @@ RAW_CHARS = 400  # of each raw error, without --verbose
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "check",
-        help="lower every op for the TPU (no TPU needed) and report errors and VMEM use",
-        description=__doc__ + "\nSee docs/tpu-lowering-check.md.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "check", __doc__)
     p.add_argument(
         "modules",
         nargs="*",

@@ -1,8 +1,10 @@
-"""`tpu-kernels new`: start a kernel from a template.
+"""`tpu-kernels new`: scaffold a kernel (package, tests, benchmark) from a template.
 
 Writes DIR/NAME/ (the kernel package: kernel, reference, shapes, registration),
 DIR/tests/test_NAME.py and DIR/bench/NAME.py, which pass and run as generated.
 Refuses to overwrite existing files.
+
+See docs/templates.md.
 """
 
 from __future__ import annotations
@@ -11,18 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from tpu_kernels.commands._args import folder_problem
+from tpu_kernels.commands._args import folder_problem, subcommand
 
 EXIT_USAGE = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "new",
-        help="scaffold a kernel (package, tests, benchmark) from a template",
-        description=__doc__ + "\nSee docs/templates.md.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subcommand(sub, "new", __doc__)
     p.add_argument("name", nargs="?", metavar="NAME", help="the op and package name, e.g. my_softmax")
     p.add_argument("-t", "--template", help="the template (see --list)")
     p.add_argument(

@@ -246,11 +246,13 @@ class JaxExecutor:
             try:
                 with jax.enable_x64(True) if x64 else contextlib.nullcontext():
                     # lower().compile(), or the same kernel from the on-disk cache (disk_cache.py)
-                    jitted = disk_cache.build(
-                        jitted, arrays, fn=fn, op=op, device_type=self.transfer.device_type,
-                        key=key, x64=x64, single=single, layout=(self.sig, n_results),
-                        in_shardings=sharding, exportable=exportable,
+                    kernel = disk_cache.Kernel(
+                        fn=fn, op=op, device_type=self.transfer.device_type, key=key,
+                        x64=x64, single=single, layout=(self.sig, n_results),
                     )  # fmt: skip
+                    jitted = disk_cache.build(
+                        jitted, arrays, kernel, in_shardings=sharding, exportable=exportable
+                    )
             except KernelError:
                 raise
             except Exception as e:

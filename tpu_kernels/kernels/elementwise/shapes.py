@@ -14,3 +14,6 @@ BENCH = {
     "4M": ((2048, 2048), (2048, 2048)),
     "16M": ((4096, 4096), (4096, 4096)),
 }
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "1M"

@@ -11,3 +11,6 @@ BENCH = {
     "1024": (1024, 1024, 1024),
     "2048": (2048, 2048, 2048),
 }
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "512"

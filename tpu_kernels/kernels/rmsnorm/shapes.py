@@ -11,3 +11,6 @@ BENCH = {
     "4kx1k": (4096, 1024),
     "8kx4k": (8192, 4096),
 }
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "4kx1k"

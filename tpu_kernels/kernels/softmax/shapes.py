@@ -13,3 +13,6 @@ BENCH = {
     "4kx1k": (4096, 1024),
     "4kx4k": (4096, 4096),
 }
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "1kx1k"
