@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tpu_kernels
-from tpu_kernels import bucket_size, buckets_of, multiple_of, tpu_kernel
+from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, tpu_kernel
 from tpu_kernels import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.kernels.elementwise import scale_add
@@ -57,7 +57,36 @@ def test_bad_bucketings_are_refused(make, match):
 
 def test_public_names():
     assert tpu_kernels.multiple_of is multiple_of and tpu_kernels.buckets_of is buckets_of
-    assert tpu_kernels.bucket_size is bucket_size
+    assert tpu_kernels.bucket_size is bucket_size and tpu_kernels.bucket_rows is bucket_rows
+
+
+def test_bucket_rows_gives_every_named_tensor_the_same_dim_and_bucketing():
+    rows = multiple_of(128)
+    assert bucket_rows("x", "y", "out") == {"x": {-2: rows}, "y": {-2: rows}, "out": {-2: rows}}
+    listed = buckets_of([4, 8], pad=-1)
+    assert bucket_rows("x", "r", bucketing=listed, dim=0) == {"x": {0: listed}, "r": {0: listed}}
+    # the shipped kernels declare theirs with it: rows (dim -2) of their row-wise tensors
+    assert softmax.bucket_plan.declared == bucket_rows("x", "out")
+    assert rmsnorm.bucket_plan.declared == bucket_rows("x", "y", "inv_rms")
+    assert scale_add.bucket_plan.declared == bucket_rows("x", "y", "out")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: bucket_rows(), r"bucket_rows: name one or more tensors \(strings\), got \(\)"),
+        (lambda: bucket_rows("x", 0), r"name one or more tensors \(strings\), got \('x', 0\)"),
+        (
+            lambda: bucket_rows("x", bucketing=128),
+            r"bucket_rows: bucketing must be multiple_of\(...\) or buckets_of",
+        ),
+        (lambda: bucket_rows("x", dim="-2"), r"bucket_rows: dim must be an int, got '-2'"),
+        (lambda: bucket_rows("x", dim=True), r"bucket_rows: dim must be an int, got True"),
+    ],
+)
+def test_bad_bucket_rows_arguments_are_refused(call, match):
+    with pytest.raises(OpDefinitionError, match=match):
+        call()
 
 
 # ---- bad declarations name the op, the argument and what was expected ----------------

@@ -84,6 +84,33 @@ def test_definition_errors_name_the_op_and_the_parameter(source, message):
     assert "mylib::f" in str(info.value)
 
 
+def _definition_error(source: str) -> str:
+    scope = {"Tensor": Tensor}
+    exec(source, scope)
+    with pytest.raises(OpDefinitionError) as info:
+        parse("mylib::f", scope["f"])
+    return str(info.value)
+
+
+def test_annotation_errors_list_every_choice_the_same_way():
+    # A missing and an unsupported annotation are one mistake: both messages end with the
+    # whole list of what may be written there, the same list (they once listed different subsets).
+    no_param, bad_param = (
+        _definition_error(s) for s in ("def f(x) -> Tensor: ...", "def f(x: dict) -> Tensor: ...")
+    )
+    no_return, bad_return = (
+        _definition_error(s) for s in ("def f(x: Tensor): ...", "def f(x: Tensor) -> int: ...")
+    )
+    param_choices = no_param.split("; ", 1)[1]
+    assert bad_param.split("; ", 1)[1] == param_choices
+    for choice in ("jax.Array", "Optional[torch.Tensor]", "list[torch.Tensor]", "torch.dtype", "list[bool]"):
+        assert choice in param_choices
+    return_choices = no_return.split("; ", 1)[1]
+    assert bad_return.split("; ", 1)[1] == return_choices
+    for choice in ("torch.Tensor", "jax.Array", "tuple[torch.Tensor, torch.Tensor]", "None"):
+        assert choice in return_choices
+
+
 def test_values_restores_defaults_the_dispatcher_dropped():
     def f(x: Tensor, a: int = 2, *, b: float = 0.5) -> Tensor: ...
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "bucket_rows": "tpu_kernels.buckets",
     "bucket_size": "tpu_kernels.buckets",
     "buckets_of": "tpu_kernels.buckets",
     "multiple_of": "tpu_kernels.buckets",
@@ -51,6 +52,7 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "NoBackwardError",
     "OpDefinitionError",
     "TpuKernelsError",
+    "bucket_rows",
     "bucket_size",
     "buckets_of",
     "checked",
@@ -80,7 +82,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from tpu_kernels.buckets import bucket_size, buckets_of, multiple_of
+    from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of
     from tpu_kernels.cache import CacheInfo
     from tpu_kernels.checking import CheckFailure, checked
     from tpu_kernels.errors import (

@@ -6,14 +6,15 @@ varies call to call compiles once per length (rmsnorm over 24 random lengths in 
 
     @tpu_kernel("mylib::norm", buckets={"x": {-2: multiple_of(128)}, "y": {-2: multiple_of(128)}})
 
-runs every length in a bucket with the bucket's one executable: its device kernels
-(CPU, CUDA, TPU) pad the declared dimensions up to the bucket's size (with the
-bucketing's pad value), call the kernel, and slice every output back to the shape the
-unpadded call has. Everything above the device kernel sees only true shapes: the fake
-function, autograd (the backward op is bucketed the same way, and its incoming
-gradients are padded with zeros: a padded position of an output does not exist, so
-its cotangent is zero), `torch.compile(dynamic=True)` (one graph whose op calls pad at
-run time), checked mode, DTensor.
+(or, the same, `buckets=bucket_rows("x", "y")`) runs every length in a bucket with
+the bucket's one executable: its device kernels (CPU, CUDA, TPU) pad the declared
+dimensions up to the bucket's size (with the bucketing's pad value), call the kernel,
+and slice every output back to the shape the unpadded call has. Everything above the
+device kernel sees only true shapes: the fake function, autograd (the backward op is
+bucketed the same way, and its incoming gradients are padded with zeros: a padded
+position of an output does not exist, so its cotangent is zero),
+`torch.compile(dynamic=True)` (one graph whose op calls pad at run time), checked
+mode, DTensor.
 
 One length per op. All declared dimensions of one call carry the same true length n
 (a sequence length, a row count): each is either n or 1 (a size-1 dimension
@@ -128,6 +129,24 @@ def buckets_of(sizes: Sequence[int], *, pad: float | int | bool = 0) -> BucketsO
         )
     _check_pad("buckets_of", pad)
     return BucketsOf(pad=pad, sizes=tuple(values))
+
+
+def bucket_rows(
+    *names: str, bucketing: Bucketing = multiple_of(128), dim: int = -2
+) -> dict[str, dict[int, Bucketing]]:
+    """`buckets=` for an op whose named tensors (parameters or outputs) share one padded
+    row dimension: `bucket_rows("x", "out")` is `{"x": {-2: multiple_of(128)}, "out": {-2:
+    multiple_of(128)}}`. The shipped row-wise kernels (softmax, rmsnorm, scale_add) declare
+    theirs this way; per-tensor pad values or dims need the dict spelled out."""
+    if not names or any(not isinstance(n, str) or not n for n in names):
+        raise OpDefinitionError(f"bucket_rows: name one or more tensors (strings), got {names!r}.")
+    if not isinstance(bucketing, Bucketing):
+        raise OpDefinitionError(
+            f"bucket_rows: bucketing must be multiple_of(...) or buckets_of(...), got {bucketing!r}."
+        )
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise OpDefinitionError(f"bucket_rows: dim must be an int, got {dim!r}.")
+    return {name: {dim: bucketing} for name in names}
 
 
 def bucket_size(n: int, spec: Bucketing) -> int:
@@ -411,6 +430,7 @@ __all__ = [
     "BucketOverflowError",
     "BucketsOf",
     "MultipleOf",
+    "bucket_rows",
     "bucket_size",
     "buckets_of",
     "multiple_of",

@@ -62,6 +62,9 @@ def _resolve(mode: Mode) -> Any:
 _MODE = ScopedSetting("tpu_kernels_interpret", env="TPU_KERNELS_INTERPRET", default="fast", resolve=_resolve)
 
 
+# Public functions over _MODE, as sources/helion.py writes its own over Helion's CPU mode:
+# functions, not aliases of the methods (or ones ScopedSetting builds), so that their
+# names, docstrings and `Mode` types are what help(), editors and type checkers see.
 def set_interpret_mode(mode: Mode) -> None:
     """Set the process-wide interpreter used on CPU ('fast', 'tpu', 'tpu-races', InterpretParams)."""
     _MODE.set(mode)

@@ -85,13 +85,26 @@ class Param:
         return self.kind is not Kind.STATIC
 
 
+# What an annotation may say, written once for the four errors about annotations (a
+# parameter's or the return's, missing or unsupported), so each lists every choice.
+_PARAMETER_TYPES = (
+    "annotate tensors as torch.Tensor (or jax.Array), Optional[torch.Tensor] or "
+    "list[torch.Tensor], and statics as int, float, bool, str, torch.dtype, list[int], "
+    "list[float] or list[bool], each optionally Optional[...]"
+)
+_RETURN_TYPES = (
+    "annotate the return as torch.Tensor (or jax.Array), a fixed-length tuple such as "
+    "tuple[torch.Tensor, torch.Tensor], or None for an op that only mutates its arguments"
+)
+
+
+def _annotation_error(op: str, problem: str, allowed: str) -> OpDefinitionError:
+    return OpDefinitionError(f"{op}: {problem}; {allowed}.")
+
+
 def _classify(op: str, name: str, annotation: Any) -> tuple[Kind, str]:
     if annotation is inspect.Parameter.empty:
-        raise OpDefinitionError(
-            f"{op}: parameter '{name}' has no type annotation. Annotate tensors as "
-            "torch.Tensor (or jax.Array) and statics as int, float, bool, str, "
-            "torch.dtype or list[int]/list[float]/list[bool]."
-        )
+        raise _annotation_error(op, f"parameter '{name}' has no type annotation", _PARAMETER_TYPES)
     inner, optional = _strip_optional(annotation)
     if _is_tensor_type(inner):
         return (Kind.OPTIONAL_TENSOR, "Tensor?") if optional else (Kind.TENSOR, "Tensor")
@@ -103,11 +116,8 @@ def _classify(op: str, name: str, annotation: Any) -> tuple[Kind, str]:
     elif element in _STATIC_LIST_ELEMENTS:
         base = _STATIC_LIST_ELEMENTS[element] + "[]"
     else:
-        raise OpDefinitionError(
-            f"{op}: parameter '{name}' has unsupported annotation {annotation!r}. "
-            "Tensors: torch.Tensor, Optional[torch.Tensor], list[torch.Tensor]. "
-            "Statics: int, float, bool, str, torch.dtype, list[int], list[float], "
-            "list[bool], each optionally Optional[...]."
+        raise _annotation_error(
+            op, f"parameter '{name}' has unsupported annotation {annotation!r}", _PARAMETER_TYPES
         )
     return Kind.STATIC, base + ("?" if optional else "")
 
@@ -304,11 +314,7 @@ def parse(op: str, fn: Callable, *, allow_no_outputs: bool = False) -> Signature
 
 def _parse_return(op: str, ann: Any, allow_none: bool) -> tuple[int, bool]:
     if ann is inspect.Signature.empty:
-        raise OpDefinitionError(
-            f"{op}: the kernel function needs a return annotation: torch.Tensor, "
-            "tuple[torch.Tensor, ...] of fixed length, or None for an op that only "
-            "mutates its arguments."
-        )
+        raise _annotation_error(op, "the kernel function needs a return annotation", _RETURN_TYPES)
     if ann is None or ann is types.NoneType:
         if not allow_none:
             raise OpDefinitionError(
@@ -321,7 +327,4 @@ def _parse_return(op: str, ann: Any, allow_none: bool) -> tuple[int, bool]:
         args = typing.get_args(ann)
         if args and Ellipsis not in args and all(_is_tensor_type(a) for a in args):
             return len(args), True
-    raise OpDefinitionError(
-        f"{op}: unsupported return annotation {ann!r}; use torch.Tensor or "
-        "tuple[torch.Tensor, torch.Tensor, ...] (fixed length)."
-    )
+    raise _annotation_error(op, f"unsupported return annotation {ann!r}", _RETURN_TYPES)

@@ -11,6 +11,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels import tpu_kernel
+from tpu_kernels.kernels.matmul.pallas import _kernel as _matmul_kernel
 
 
 def _spec(*shape: int, dtype: str = "float32") -> jax.ShapeDtypeStruct:
@@ -21,17 +22,24 @@ def _double(x_ref, o_ref):
     o_ref[...] = x_ref[...] * 2
 
 
+def blocked(body, x, grid, out_spec: pl.BlockSpec, *, in_spec=None, aliases=None) -> jax.Array:
+    """`body` over one input x on `grid`, into an output like x: the blocks of x are
+    `in_spec` (default: the output's). The one-in, one-out pallas_call of the demos here
+    and of the coverage tests, which differ only in the grid and the blocks."""
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=grid,
+        in_specs=[in_spec or out_spec],
+        out_specs=out_spec,
+        input_output_aliases=aliases or {},
+    )(x)
+
+
 @tpu_kernel("check_demo::misaligned", examples=lambda: [((_spec(63, 125),), {})])
 def misaligned(x: torch.Tensor) -> torch.Tensor:
     """Blocks of (3, 5): neither a multiple of (8, 128) nor the whole array."""
-    block = pl.BlockSpec((3, 5), lambda i, j: (i, j))
-    return pl.pallas_call(
-        _double,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        grid=(21, 25),
-        in_specs=[block],
-        out_specs=block,
-    )(x)
+    return blocked(_double, x, (21, 25), pl.BlockSpec((3, 5), lambda i, j: (i, j)))
 
 
 def _sort(x_ref, o_ref):
@@ -47,14 +55,7 @@ def sorts(x: torch.Tensor) -> torch.Tensor:
 @tpu_kernel("check_demo::huge_blocks", examples=lambda: [((_spec(8192, 8192),), {})])
 def huge_blocks(x: torch.Tensor) -> torch.Tensor:
     """One 256 MiB block, double-buffered in and out: no chip has that much VMEM."""
-    block = pl.BlockSpec((8192, 8192), lambda i: (i, 0))
-    return pl.pallas_call(
-        _double,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        grid=(1,),
-        in_specs=[block],
-        out_specs=block,
-    )(x)
+    return blocked(_double, x, (1,), pl.BlockSpec((8192, 8192), lambda i: (i, 0)))
 
 
 @tpu_kernel("check_demo::no_examples")
@@ -62,22 +63,10 @@ def no_examples(x: torch.Tensor) -> torch.Tensor:
     return x * 2
 
 
-# kernels/matmul/pallas.py's body, copied on purpose: these demos must keep their known
-# problems whatever becomes of the shipped kernel.
-def _matmul_kernel(a_ref, b_ref, o_ref, acc_ref, *, n_k: int):
-    k = pl.program_id(2)
-
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
-
-    acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
-
-    @pl.when(k == n_k - 1)
-    def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
-
-
+# The shipped matmul's kernel body (its k axis carries the accumulator) under dimension
+# semantics of the demo's choosing: the race is in racy_matmul's "parallel" k axis, not in
+# the body. Should the shipped body stop accumulating over k, racy_matmul would stop
+# failing the check, and tests/check/test_check.py and test_semantics_and_limits.py say so.
 def _matmul(a, b, semantics):
     (m, k), n = a.shape, b.shape[1]
     grid = (m // 128, n // 128, k // 128)
@@ -128,14 +117,7 @@ def scaled_backward(e: torch.Tensor, grad_y: torch.Tensor, *, scale: float) -> t
 
 
 def _rows_of_8(x: torch.Tensor, rows: int) -> torch.Tensor:
-    block = pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0))
-    return pl.pallas_call(
-        _double,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        grid=(rows,),
-        in_specs=[block],
-        out_specs=block,
-    )(x)
+    return blocked(_double, x, (rows,), pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0)))
 
 
 @tpu_kernel("check_demo::floor_grid", examples=lambda: [((_spec(12, 128),), {})])

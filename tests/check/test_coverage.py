@@ -21,14 +21,8 @@ def findings(grid, block, index_map, shape, *, in_map=None, aliases=None, in_blo
     """The coverage findings of a copy kernel over an f32 array of `shape`."""
 
     def f(x):
-        return pl.pallas_call(
-            _copy,
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            grid=grid,
-            in_specs=[pl.BlockSpec(in_block or block, in_map or index_map)],
-            out_specs=pl.BlockSpec(block, index_map),
-            input_output_aliases=aliases or {},
-        )(x)
+        in_spec = pl.BlockSpec(in_block or block, in_map or index_map)
+        return demo.blocked(_copy, x, grid, pl.BlockSpec(block, index_map), in_spec=in_spec, aliases=aliases)
 
     [eqn] = vmem.traced_pallas_calls(f, jax.ShapeDtypeStruct(shape, jnp.float32))
     found, warnings = coverage.check_kernel(eqn)
@@ -112,13 +106,7 @@ def test_large_grids_are_checked_per_axis():
 def test_large_grids_with_maps_the_model_does_not_fit_are_reported_as_unchecked():
     def f(x):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, (i * j) % 300))  # not a sum of per-axis terms
-        return pl.pallas_call(
-            _copy,
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            grid=(401, 300),
-            in_specs=[spec],
-            out_specs=spec,
-        )(x)
+        return demo.blocked(_copy, x, (401, 300), spec)
 
     [eqn] = vmem.traced_pallas_calls(f, jax.ShapeDtypeStruct((8 * 401, 128 * 300), jnp.float32))
     found, warnings = coverage.check_kernel(eqn)

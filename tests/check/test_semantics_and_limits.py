@@ -80,7 +80,7 @@ def test_an_index_map_computed_from_an_axis_counts_as_moving():
 def test_check_fails_a_parallel_accumulation_axis_without_running_anything(capsys):
     assert main(["check", "tests.check.demo_kernels", "--filter", "racy_matmul"]) == 1
     out = capsys.readouterr().out
-    assert "error (semantics): kernel _matmul_kernel: grid axis 2 is marked 'parallel'" in out
+    assert "error (semantics): kernel _kernel: grid axis 2 is marked 'parallel'" in out
 
 
 def test_odd_tiles_make_even_sizes_odd_multiples_consistently():

@@ -36,13 +36,16 @@ from tpu_kernels.bench.device import Device
 
 @dataclass(frozen=True)
 class Settings:
-    rounds: int = 10
-    min_sample_s: float = 0.02
-    warmup_s: float = 2.0
-    warmup_calls: int = 3
-    max_warmup_calls: int = 200
+    """How `measure` times candidates (the steps in this module's docstring); `tpu-kernels
+    bench --quick` takes QUICK's rounds, sample length and warm-up time."""
+
+    rounds: int = 10  # interleaved rounds; each takes one sample of every candidate
+    min_sample_s: float = 0.02  # a sample's shortest duration: calls per sample are calibrated to it
+    warmup_s: float = 2.0  # warm-up stops after this long even if the calls are not steady yet
+    warmup_calls: int = 3  # warm-up makes at least this many calls (and at least 2) ...
+    max_warmup_calls: int = 200  # ... and at most this many, even within warmup_s
     rotate_bytes: int | None = None  # None: twice the last-level cache on CPU, 256 MiB elsewhere
-    max_input_sets: int = 16
+    max_input_sets: int = 16  # at most this many rotating input sets, whatever rotate_bytes asks
     lead_in_s: float = 0.02  # untimed calls of the same candidate before each sample (at least one)
     device_time: bool = False  # also read device time from a jax.profiler trace (TPU)
 

@@ -4,7 +4,7 @@ The backward is derived with jax.vjp from the kernel body, which is a
 jax.custom_vjp whose backward runs the same Pallas kernel.
 """
 
-from tpu_kernels.buckets import multiple_of
+from tpu_kernels.buckets import bucket_rows
 from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.elementwise import pallas, reference, shapes
@@ -36,11 +36,10 @@ def _grad_scale(args) -> float:
 _CHECK = Reference(reference.scale_add, scale=_scale, grad_scale=_grad_scale, ignore=("block_rows",))
 
 # Elementwise, so any dim could be padded; the row dim (-2) is the one that varies in
-# (batch, seq, hidden) activations. A y that broadcasts along it (size 1, or no such
-# dim) is left as it is; y's gradient sums over the rows it was broadcast to, where
-# the padded rows' incoming gradient is zero.
-_ROWS = multiple_of(128)
-
+# (batch, seq, hidden) activations, padded to a multiple of 128 (bucket_rows' defaults)
+# and sliced back: one executable per bucket. A y that broadcasts along it (size 1, or
+# no such dim) is left as it is; y's gradient sums over the rows it was broadcast to,
+# where the padded rows' incoming gradient is zero.
 # Pointwise: under torch.autocast it runs in its inputs' dtypes and promotes mixed ones, like aten.add.
 scale_add = tpu_kernel(
     "tpu_kernels::scale_add",
@@ -49,7 +48,7 @@ scale_add = tpu_kernel(
     autocast="keep",
     sharding="pointwise",
     check_reference=_CHECK,
-    buckets={"x": {-2: _ROWS}, "y": {-2: _ROWS}, "out": {-2: _ROWS}},
+    buckets=bucket_rows("x", "y", "out"),
 )(pallas.scale_add)
 
 __all__ = ["scale_add"]

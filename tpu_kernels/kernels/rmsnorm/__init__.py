@@ -5,7 +5,7 @@ inv_rms is kept as a residual for the explicit backward kernel
 (torch.ops.tpu_kernels.rmsnorm_backward).
 """
 
-from tpu_kernels.buckets import multiple_of
+from tpu_kernels.buckets import bucket_rows
 from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
@@ -41,8 +41,6 @@ _CHECK = Reference(
 # (bench/varlen.py). Padded rows are zeros: their inv_rms is rsqrt(eps), finite, and
 # their incoming gradients are zero, so they add nothing to weight's gradient. The
 # hidden dim is reduced over and is never padded.
-_ROWS = multiple_of(128)
-
 # Under torch.autocast it runs in float32 (statistics and output), like CUDA autocast's norms.
 rmsnorm = tpu_kernel(
     "tpu_kernels::rmsnorm",
@@ -52,7 +50,7 @@ rmsnorm = tpu_kernel(
     autocast="fp32",
     sharding="rowwise",
     check_reference=_CHECK,
-    buckets={"x": {-2: _ROWS}, "y": {-2: _ROWS}, "inv_rms": {-2: _ROWS}},
+    buckets=bucket_rows("x", "y", "inv_rms"),
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 

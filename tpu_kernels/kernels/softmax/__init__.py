@@ -1,7 +1,7 @@
 """Row softmax: torch.ops.tpu_kernels.softmax(x, *, block_rows=256), with an explicit
 backward kernel registered as torch.ops.tpu_kernels.softmax_backward."""
 
-from tpu_kernels.buckets import multiple_of
+from tpu_kernels.buckets import bucket_rows
 from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
@@ -19,8 +19,6 @@ _CHECK = Reference(reference.softmax, ignore=("block_rows",))
 # Each row is its own softmax, so the row dim (-2) is padded to a multiple of 128 and
 # sliced back: one executable per bucket. A zero row's softmax is uniform (no NaN), and
 # the backward's padded rows get zero gradients. The softmax dim (-1) is never padded.
-_ROWS = multiple_of(128)
-
 # Under torch.autocast it runs in float32, like CUDA autocast's softmax.
 softmax = tpu_kernel(
     "tpu_kernels::softmax",
@@ -28,7 +26,7 @@ softmax = tpu_kernel(
     autocast="fp32",
     sharding="rowwise",
     check_reference=_CHECK,
-    buckets={"x": {-2: _ROWS}, "out": {-2: _ROWS}},
+    buckets=bucket_rows("x", "out"),
 )(pallas.softmax)
 softmax.def_backward(pallas.softmax_backward)
 
