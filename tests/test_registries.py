@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from tpu_kernels import devices, scaffold, sources, tpu_kernel
+from tpu_kernels.bench import roofline
 from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.tokamax.implementation import platform_of
 
@@ -96,3 +98,64 @@ def test_the_benchmark_resolves_devices_through_the_registry():
             RuntimeError, match=r"tpu-kernels bench: --device cuda, but torch sees no CUDA device"
         ):
             resolve("cuda")
+
+
+def _test_device(monkeypatch, **fields) -> devices.DeviceSpec:
+    """A device registered for one test (dispatch key XPU, tensors on the CPU)."""
+    cpu = devices.get("cpu")
+    spec = devices.DeviceSpec("npu_test", "XPU", cpu.jax_kernel, cpu.available, cpu.synchronize, **fields)
+    monkeypatch.setitem(devices._DEVICES, spec.name, spec)  # removed again after the test
+    return spec
+
+
+def test_a_registered_devices_peaks_reach_the_roofline_and_the_benchmark(monkeypatch):
+    from tpu_kernels.bench.device import resolve
+
+    toy = devices.Peaks(1e15, 2e12, "the Toy 9000 data sheet")
+    _test_device(
+        monkeypatch,
+        describe=lambda: ("Toy 9000 rev B", torch.device("cpu")),
+        peaks=lambda name: toy if "Toy 9000" in name else None,
+    )
+    assert roofline.peaks("npu_test", "Toy 9000 rev B") is toy
+    assert roofline.peaks("npu_test", "Toy 8000") is None  # a model the device has no figures for
+    bench_device = resolve("npu_test")
+    assert bench_device.peaks is toy and bench_device.to_dict()["peaks"] == {
+        "flops_per_s": 1e15,
+        "bytes_per_s": 2e12,
+        "source": "the Toy 9000 data sheet",
+    }
+    got = roofline.throughput(1e-3, flops=1e11, nbytes=1e9, peaks=bench_device.peaks)
+    assert got["pct_peak_flops"] == pytest.approx(10.0) and got["pct_peak_bw"] == pytest.approx(50.0)
+    # no figures by default, nor on the CPU (Pallas runs in an interpreter), nor for an unknown type
+    assert devices.DeviceSpec("x", "X", *[lambda: None] * 3).peaks("anything") is None
+    assert roofline.peaks("cpu", "any CPU") is None and roofline.peaks("xpu", "Toy 9000") is None
+
+
+def _documented_peaks(module) -> list[tuple[str, float, float]]:
+    """(name, bf16 TFLOP/s, HBM GB/s) of each row of the peak table in a device module's docstring."""
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| ([\d.]+) \| ([\d.]+) \|", module.__doc__, re.M)
+    assert rows, f"{module.__name__}: no peak table in the docstring"
+    return [(name, float(tf), float(gb)) for name, tf, gb in rows]
+
+
+@pytest.mark.parametrize("device", ["cuda", "tpu"])
+def test_the_built_in_peaks_are_the_documented_ones(device):
+    module = sys.modules[f"tpu_kernels.devices.{device}"]
+    spec = devices.get(device)
+    for name, tflops, gbps in _documented_peaks(module):
+        got = roofline.peaks(device, name)
+        assert got is not None, f"{device}: no peaks for {name!r}"
+        assert (round(got.flops_per_s / 1e12), round(got.bytes_per_s / 1e9)) == (tflops, gbps), name
+        assert spec.peaks(name) == got
+    assert spec.peaks("a model nobody has heard of") is None
+
+
+def test_the_built_in_peaks_read_the_names_torch_gives():
+    h100 = roofline.peaks("cuda", "NVIDIA H100 80GB HBM3")
+    assert (h100.flops_per_s, h100.bytes_per_s) == (989e12, 3.35e12)
+    assert roofline.peaks("cuda", "NVIDIA A100-SXM4-80GB") is None  # not in the table
+    v5p = roofline.peaks("tpu", "TPU v5p")  # megacore: both TensorCores of the chip
+    assert v5p.flops_per_s == 459e12 and "x 2 TensorCore(s)" in v5p.source
+    assert roofline.peaks("privateuseone", "TPU v6 lite") == roofline.peaks("tpu", "TPU v6e")
+
