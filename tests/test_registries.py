@@ -13,6 +13,7 @@ import torch
 from tpu_kernels import devices, scaffold, sources, tpu_kernel
 from tpu_kernels.bench import roofline
 from tpu_kernels.devices.jax_exec import JaxExecutor
+from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.tokamax.implementation import platform_of
 
 
@@ -159,3 +160,36 @@ def test_the_built_in_peaks_read_the_names_torch_gives():
     assert v5p.flops_per_s == 459e12 and "x 2 TensorCore(s)" in v5p.source
     assert roofline.peaks("privateuseone", "TPU v6 lite") == roofline.peaks("tpu", "TPU v6e")
 
+
+def test_the_helion_table_gives_each_device_in_it_a_kernel_on_its_backend(monkeypatch):
+    from tpu_kernels.kernels.helion_ops import softmax_helion
+    from tpu_kernels.kernels.softmax import helion_kernel
+    from tpu_kernels.sources import helion as helion_source
+
+    def backends(op) -> dict[str, str]:
+        return {key: k.backend for key, k in op._kernels.items() if key != "CPU"}
+
+    assert helion_source.HELION_BACKENDS == {"cuda": "triton", "tpu": "pallas"}
+    assert backends(softmax_helion) == {"CUDA": "triton", "PrivateUse1": "pallas"}
+    variants = softmax_helion.source.device_variants
+    assert {n: v.settings.backend for n, v in variants.items()} == {"cuda": "triton", "tpu": "pallas"}
+
+    _test_device(monkeypatch)
+    monkeypatch.setattr(helion_source, "HELION_BACKENDS", {"npu_test": "triton"})
+    op = tpu_kernel("registries::softmax_helion_npu")(helion_kernel.softmax)
+    assert backends(op) == {"XPU": "triton"}  # only the table's devices: no CUDA or TPU kernel now
+    assert op.source.device_variants["npu_test"].settings.backend == "triton"
+    assert op.source.tpu_variant.settings.backend == "pallas"  # the TPU lowering check's, still
+    assert softmax_helion.source.tpu_variant is variants["tpu"]
+    x = torch.ones(8, 128)
+    with pytest.raises(ValueError, match=r"autotune\(device='cuda'\): Helion kernels run on cpu, npu_test"):
+        op.autotune(x, device="cuda")
+    # the device's kernel checks its backend on the first call, then runs for that device only
+    monkeypatch.setitem(sys.modules, "triton", None)  # an import of triton fails
+    with pytest.raises(BackendUnavailableError, match=r"softmax_helion_npu: NPU_TEST tensors need Triton"):
+        op._kernels["XPU"](x)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    with pytest.raises(ValueError, match=r"argument 'x' is on cpu, but this call runs on npu_test"):
+        op._kernels["XPU"](x)
+    with helion_source.helion_cpu_mode("eager"):  # eager: no Pallas code generation (seconds)
+        torch.testing.assert_close(op(x), torch.softmax(x, -1))  # the CPU kernel is unaffected
