@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -10,7 +11,9 @@ import pytest
 import torch
 
 from tpu_kernels import devices, scaffold, sources, tpu_kernel
+from tpu_kernels.bench import roofline
 from tpu_kernels.devices.jax_exec import JaxExecutor
+from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.tokamax.implementation import platform_of
 
 
@@ -96,3 +99,97 @@ def test_the_benchmark_resolves_devices_through_the_registry():
             RuntimeError, match=r"tpu-kernels bench: --device cuda, but torch sees no CUDA device"
         ):
             resolve("cuda")
+
+
+def _test_device(monkeypatch, **fields) -> devices.DeviceSpec:
+    """A device registered for one test (dispatch key XPU, tensors on the CPU)."""
+    cpu = devices.get("cpu")
+    spec = devices.DeviceSpec("npu_test", "XPU", cpu.jax_kernel, cpu.available, cpu.synchronize, **fields)
+    monkeypatch.setitem(devices._DEVICES, spec.name, spec)  # removed again after the test
+    return spec
+
+
+def test_a_registered_devices_peaks_reach_the_roofline_and_the_benchmark(monkeypatch):
+    from tpu_kernels.bench.device import resolve
+
+    toy = devices.Peaks(1e15, 2e12, "the Toy 9000 data sheet")
+    _test_device(
+        monkeypatch,
+        describe=lambda: ("Toy 9000 rev B", torch.device("cpu")),
+        peaks=lambda name: toy if "Toy 9000" in name else None,
+    )
+    assert roofline.peaks("npu_test", "Toy 9000 rev B") is toy
+    assert roofline.peaks("npu_test", "Toy 8000") is None  # a model the device has no figures for
+    bench_device = resolve("npu_test")
+    assert bench_device.peaks is toy and bench_device.to_dict()["peaks"] == {
+        "flops_per_s": 1e15,
+        "bytes_per_s": 2e12,
+        "source": "the Toy 9000 data sheet",
+    }
+    got = roofline.throughput(1e-3, flops=1e11, nbytes=1e9, peaks=bench_device.peaks)
+    assert got["pct_peak_flops"] == pytest.approx(10.0) and got["pct_peak_bw"] == pytest.approx(50.0)
+    # no figures by default, nor on the CPU (Pallas runs in an interpreter), nor for an unknown type
+    assert devices.DeviceSpec("x", "X", *[lambda: None] * 3).peaks("anything") is None
+    assert roofline.peaks("cpu", "any CPU") is None and roofline.peaks("xpu", "Toy 9000") is None
+
+
+def _documented_peaks(module) -> list[tuple[str, float, float]]:
+    """(name, bf16 TFLOP/s, HBM GB/s) of each row of the peak table in a device module's docstring."""
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| ([\d.]+) \| ([\d.]+) \|", module.__doc__, re.M)
+    assert rows, f"{module.__name__}: no peak table in the docstring"
+    return [(name, float(tf), float(gb)) for name, tf, gb in rows]
+
+
+@pytest.mark.parametrize("device", ["cuda", "tpu"])
+def test_the_built_in_peaks_are_the_documented_ones(device):
+    module = sys.modules[f"tpu_kernels.devices.{device}"]
+    spec = devices.get(device)
+    for name, tflops, gbps in _documented_peaks(module):
+        got = roofline.peaks(device, name)
+        assert got is not None, f"{device}: no peaks for {name!r}"
+        assert (round(got.flops_per_s / 1e12), round(got.bytes_per_s / 1e9)) == (tflops, gbps), name
+        assert spec.peaks(name) == got
+    assert spec.peaks("a model nobody has heard of") is None
+
+
+def test_the_built_in_peaks_read_the_names_torch_gives():
+    h100 = roofline.peaks("cuda", "NVIDIA H100 80GB HBM3")
+    assert (h100.flops_per_s, h100.bytes_per_s) == (989e12, 3.35e12)
+    assert roofline.peaks("cuda", "NVIDIA A100-SXM4-80GB") is None  # not in the table
+    v5p = roofline.peaks("tpu", "TPU v5p")  # megacore: both TensorCores of the chip
+    assert v5p.flops_per_s == 459e12 and "x 2 TensorCore(s)" in v5p.source
+    assert roofline.peaks("privateuseone", "TPU v6 lite") == roofline.peaks("tpu", "TPU v6e")
+
+
+def test_the_helion_table_gives_each_device_in_it_a_kernel_on_its_backend(monkeypatch):
+    from tpu_kernels.kernels.helion_ops import softmax_helion
+    from tpu_kernels.kernels.softmax import helion_kernel
+    from tpu_kernels.sources import helion as helion_source
+
+    def backends(op) -> dict[str, str]:
+        return {key: k.backend for key, k in op._kernels.items() if key != "CPU"}
+
+    assert helion_source.HELION_BACKENDS == {"cuda": "triton", "tpu": "pallas"}
+    assert backends(softmax_helion) == {"CUDA": "triton", "PrivateUse1": "pallas"}
+    variants = softmax_helion.source.device_variants
+    assert {n: v.settings.backend for n, v in variants.items()} == {"cuda": "triton", "tpu": "pallas"}
+
+    _test_device(monkeypatch)
+    monkeypatch.setattr(helion_source, "HELION_BACKENDS", {"npu_test": "triton"})
+    op = tpu_kernel("registries::softmax_helion_npu")(helion_kernel.softmax)
+    assert backends(op) == {"XPU": "triton"}  # only the table's devices: no CUDA or TPU kernel now
+    assert op.source.device_variants["npu_test"].settings.backend == "triton"
+    assert op.source.tpu_variant.settings.backend == "pallas"  # the TPU lowering check's, still
+    assert softmax_helion.source.tpu_variant is variants["tpu"]
+    x = torch.ones(8, 128)
+    with pytest.raises(ValueError, match=r"autotune\(device='cuda'\): Helion kernels run on cpu, npu_test"):
+        op.autotune(x, device="cuda")
+    # the device's kernel checks its backend on the first call, then runs for that device only
+    monkeypatch.setitem(sys.modules, "triton", None)  # an import of triton fails
+    with pytest.raises(BackendUnavailableError, match=r"softmax_helion_npu: NPU_TEST tensors need Triton"):
+        op._kernels["XPU"](x)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    with pytest.raises(ValueError, match=r"argument 'x' is on cpu, but this call runs on npu_test"):
+        op._kernels["XPU"](x)
+    with helion_source.helion_cpu_mode("eager"):  # eager: no Pallas code generation (seconds)
+        torch.testing.assert_close(op(x), torch.softmax(x, -1))  # the CPU kernel is unaffected

@@ -125,7 +125,7 @@ _ENTRIES: dict[str, Private] = {
         "skipping LAPACK set-up for exported modules that call none (0.6-1.0 s a process)",
         None,
     ),
-    # ---- TPU generations: check/chips.py and bench/roofline.py (ChipVersion and
+    # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
         "jax._src.tpu_info:chip_version_from_device_kind", "a TPU generation from a device kind"

@@ -3,7 +3,7 @@
 Each device module (`cpu.py`, `cuda.py`, `tpu.py`) ends with `register(DeviceSpec(...))`:
 its torch device type, the dispatch key its kernels register on, how an op's JAX body
 becomes its kernel there, whether it is available, and the benchmark's policy (clock,
-synchronisation). The kernel sources (`sources/`), the Tokamax implementation choice and
+synchronisation, peaks for the roofline). The kernel sources (`sources/`), the Tokamax implementation choice and
 the benchmarks read this registry, so a new device is one module plus its registration
 (docs/adding-a-device.md).
 """
@@ -14,6 +14,23 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Peaks:
+    """A device's peak rates, which the benchmark's roofline compares achieved rates with."""
+
+    flops_per_s: float  # dense bf16
+    bytes_per_s: float  # HBM
+    source: str  # where the figures come from
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def no_peaks(name: str) -> Peaks | None:
+    """A device without peak figures: the benchmark reports achieved rates only."""
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +46,9 @@ class DeviceSpec:
     device_time: bool = False  # the benchmark can read device time from a profile
     # the benchmark's (display name, torch.device); RuntimeError saying why when unavailable
     describe: Callable[[], tuple[str, Any]] = lambda: ("", None)
+    # its peaks from its display name (describe()'s), for the benchmark's roofline; None where
+    # a roofline is not meaningful (the CPU runs Pallas in an interpreter) or the model is unknown
+    peaks: Callable[[str], Peaks | None] = no_peaks
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "cuda_events"):

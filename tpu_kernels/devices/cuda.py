@@ -4,6 +4,15 @@ Needs a CUDA build of jaxlib (`pip install "jax[cuda13]"`); without it the
 first call raises BackendUnavailableError. Pallas kernels written for TPU do
 not compile for GPUs: a kernel meant to run here is a JAX function or a Pallas
 GPU (Triton / Mosaic GPU) kernel.
+
+Peaks for the benchmark's roofline (`PEAKS`, matched in the name torch gives the GPU):
+dense (no sparsity) figures from NVIDIA's data sheets. Another GPU has no roofline
+until its row is added here.
+
+| name contains | bf16 TFLOP/s | HBM GB/s | source |
+|---|---|---|---|
+| `H100` | 989 | 3350 | NVIDIA H100 SXM data sheet |
+| `H200` | 989 | 4800 | NVIDIA H200 SXM data sheet |
 """
 
 from __future__ import annotations
@@ -59,6 +68,19 @@ class CudaTransfer:
 
 TRANSFER = CudaTransfer()
 
+PEAKS = {
+    "H100": devices.Peaks(989e12, 3.35e12, "NVIDIA H100 SXM data sheet (dense bf16)"),
+    "H200": devices.Peaks(989e12, 4.8e12, "NVIDIA H200 SXM data sheet (dense bf16)"),
+}
+
+
+def peaks(name: str) -> devices.Peaks | None:
+    """The peaks of the GPU torch names `name` ("NVIDIA H100 80GB HBM3"), if `PEAKS` has it."""
+    for key, value in PEAKS.items():
+        if key in name:
+            return value
+    return None
+
 
 def _describe() -> tuple[str, torch.device]:
     if not torch.cuda.is_available():
@@ -76,5 +98,6 @@ SPEC = devices.register(
         # CUDA events time the device; a JAX result (its own stream) falls back to wall time
         clock="cuda_events",
         describe=_describe,
+        peaks=peaks,
     )
 )

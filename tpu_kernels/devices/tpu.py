@@ -12,6 +12,19 @@ which reaches the per-shard inner op above. `jax_op` can also take the global
 view (`mesh=`, `input_partition_specs=`, `output_partition_specs=`; local
 tensors in, JAX partitions the global program); `TpuKernel.mesh_op` builds such
 an op and `partition_spec` translates DTensor placements into its specs.
+
+Peaks for the benchmark's roofline (`peaks`) come from JAX's own table
+(`jax.experimental.pallas.tpu.get_tpu_info_for_chip`, per TensorCore); a figure is
+compared with the peak of the cores one torch device drives (both cores of a v4/v5p
+chip in megacore mode, one core otherwise). Some of them:
+
+| device kind | bf16 TFLOP/s | HBM GB/s | source |
+|---|---|---|---|
+| `TPU v4` (megacore) | 275 | 1230 | 2 x get_tpu_info_for_chip(TPU_V4, 2) per core |
+| `TPU v5 lite` (v5e) | 197 | 820 | get_tpu_info_for_chip(TPU_V5E, 1) |
+| `TPU v5p` (megacore) | 459 | 2460 | 2 x get_tpu_info_for_chip(TPU_V5P, 2) per core |
+| `TPU v6 lite` (v6e) | 920 | 1640 | get_tpu_info_for_chip(TPU_V6E, 1) |
+| `TPU7x` (one TensorCore per torch device) | 1155 | 3700 | get_tpu_info_for_chip(TPU_7X, 1) |
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import devices, precision
+from tpu_kernels import _compat, devices, precision
 from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.signature import Signature
 
@@ -209,6 +222,31 @@ class TpuKernel:
         return self.sig.pack(results, self.returns_list)
 
 
+def peaks(device_kind: str) -> devices.Peaks | None:
+    """The peaks of one torch TPU device of this kind ("TPU v6 lite"), from JAX's
+    per-TensorCore table; None for a kind JAX does not know."""
+    try:
+        from jax.experimental.pallas import tpu as tpu_info
+
+        version_of = _compat.get("chip_version_from_device_kind")
+    except (ImportError, _compat.CompatError):  # pragma: no cover - depends on JAX's internals
+        return None
+    try:
+        version = version_of(device_kind)
+    except Exception:
+        return None
+    if version is None:
+        return None
+    megacore = version in (tpu_info.ChipVersion.TPU_V4, tpu_info.ChipVersion.TPU_V5P)
+    cores = 2 if megacore else 1
+    info = tpu_info.get_tpu_info_for_chip(version, cores)
+    return devices.Peaks(
+        info.bf16_ops_per_second * cores,
+        info.mem_bw_bytes_per_second * cores,
+        f"jax get_tpu_info_for_chip({version.name}, {cores}) x {cores} TensorCore(s)",
+    )
+
+
 def _available() -> bool:
     acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     return acc is not None and acc.type == "tpu"
@@ -238,5 +276,6 @@ SPEC = devices.register(
         jax_baseline=False,  # a jitted JAX function cannot take torch_tpu's tensors
         device_time=True,  # bench/profile.py reads device time from torch_tpu's profile
         describe=_describe,
+        peaks=peaks,
     )
 )

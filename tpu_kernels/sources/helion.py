@@ -7,6 +7,8 @@
 | TPU | Helion's Pallas backend, which launches through torch_tpu |
 | CUDA | Helion's Triton backend |
 
+The devices other than the CPU take their backend from `HELION_BACKENDS`.
+
 Why "pallas" is the CPU default: it runs the Pallas code Helion generates for
 the TPU (through the interpreter), so a test on the CPU exercises the TPU
 code generation, and once jitted it is fast (about 0.5 ms per call for a
@@ -232,6 +234,27 @@ def _shape_key(values: list[Any]) -> tuple:
     return tuple(key)
 
 
+# Helion's backend on each device that has one, by the device's name (tpu_kernels.devices):
+# every Helion op gets a kernel on the device's dispatch key, built on its first call. The
+# CPU is not here: it runs Helion's Pallas backend in interpret mode or its eager reference
+# mode (CpuKernel). A Helion backend for another device is one entry here.
+HELION_BACKENDS: dict[str, str] = {"cuda": "triton", "tpu": "pallas"}
+
+
+def _require_backend(backend: str, op: str, device: str) -> None:
+    """BackendUnavailableError naming what Helion's `backend` needs on `device` and is missing
+    in this process (without it Helion fails at the first call with its own error)."""
+    if backend == "pallas":
+        tpu_device.torch_tpu_pallas()  # Helion's Pallas backend launches through torch_tpu
+    elif backend == "triton" and sys.modules.get("triton") is None:  # None: import blocked
+        try:
+            import triton  # noqa: F401
+        except ImportError as e:
+            raise BackendUnavailableError(
+                f"{op}: {device.upper()} tensors need Triton for Helion ({e})"
+            ) from e
+
+
 class HelionSource:
     kind = "helion"
 
@@ -265,11 +288,15 @@ class HelionSource:
             kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF, **overrides
         )
         self.eager = variant(kernel, ref_mode=RefMode.EAGER, pallas_interpret=False, **overrides)
-        self.tpu = variant(
+        # device name -> the kernel on Helion's backend for it (HELION_BACKENDS)
+        self.device_variants = {
+            name: variant(kernel, backend=backend, pallas_interpret=False, ref_mode=RefMode.OFF, **overrides)
+            for name, backend in HELION_BACKENDS.items()
+        }
+        # The TPU lowering check (`tpu-kernels check`) lowers Helion's Pallas code for a TPU
+        # whichever devices the table lists: the TPU's variant, or the same settings.
+        self.tpu_variant = self.device_variants.get("tpu") or variant(
             kernel, backend="pallas", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
-        )
-        self.cuda = variant(
-            kernel, backend="triton", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
         )
         self._tuned: dict[tuple, Any] = {}  # shape key -> the interpret variant with its tuned config
         self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
@@ -318,7 +345,7 @@ class HelionSource:
 
     def _lowering_body(self) -> Callable:
         """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh)."""
-        return self._body(lambda args: self.tpu)
+        return self._body(lambda args: self.tpu_variant)
 
     def kernels(self, op: Any) -> dict[str, Callable]:
         if op.mutates_args:
@@ -334,18 +361,12 @@ class HelionSource:
         cpu = CpuKernel(
             self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self), op.reference
         )
-        # Helion has a backend for these three devices (the table above); a new device
-        # gets a Helion kernel here only once Helion has a backend for it
-        key = {name: devices.get(name).dispatch_key for name in ("cpu", "cuda", "tpu")}
-        return {
-            key["cpu"]: cpu,
-            key["cuda"]: _Lazy(
-                op.name, "cuda", lambda: TorchKernel(op.name, op.signature, self.cuda, "cuda", self)
-            ),
-            key["tpu"]: _Lazy(
-                op.name, "tpu", lambda: TorchKernel(op.name, op.signature, self.tpu, "tpu", self)
-            ),
-        }
+        out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
+        for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
+            spec = devices.get(name)
+            kernel = TorchKernel(op.name, op.signature, self.device_variants[name], spec.name, self)
+            out[spec.dispatch_key] = _BackendChecked(kernel, backend)
+        return out
 
     def fake(self, sig: Any, values: list[Any]) -> Any:
         """Output fakes from Helion's own shape inference (a private API, which Helion's
@@ -394,7 +415,10 @@ class HelionSource:
             values = self.interpret.normalize_args(*args, **kwargs)
             self.ensure_tuned(list(values))
             return self._tuned[_shape_key(list(values))].configs[0]
-        k = {"tpu": self.tpu, "cuda": self.cuda}[device]
+        k = self.device_variants.get(device)
+        if k is None:
+            known = ", ".join(["cpu", *self.device_variants])
+            raise ValueError(f"{self.name}: autotune(device={device!r}): Helion kernels run on {known}.")
         return k.autotune(k.normalize_args(*args, **kwargs), force=False)
 
     def cache_info(self, device: str) -> CacheInfo:
@@ -407,25 +431,18 @@ class HelionSource:
             self._pallas.cache.clear()
 
 
-class _Lazy:
-    """A device kernel built on first use (the device's backend may be absent here)."""
+class _BackendChecked:
+    """A device's kernel that checks on its first call that its Helion backend can run in
+    this process (the device's backend may be absent here)."""
 
-    def __init__(self, op: str, device: str, build: Callable[[], Callable]) -> None:
-        self.op, self.device, self.build = op, device, build
-        self.kernel: Callable | None = None
+    def __init__(self, kernel: TorchKernel, backend: str) -> None:
+        self.kernel, self.backend = kernel, backend
+        self.checked = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.kernel is None:
-            if self.device == "tpu":
-                tpu_device.torch_tpu_pallas()  # BackendUnavailableError when torch_tpu is missing
-            if self.device == "cuda" and "triton" not in sys.modules:
-                try:
-                    import triton  # noqa: F401
-                except ImportError as e:
-                    raise BackendUnavailableError(
-                        f"{self.op}: CUDA tensors need Triton for Helion ({e})"
-                    ) from e
-            self.kernel = self.build()
+        if not self.checked:
+            _require_backend(self.backend, self.kernel.op, self.kernel.device_type)
+            self.checked = True
         return self.kernel(*args, **kwargs)
 
 
