@@ -41,6 +41,8 @@ _CHECK = Reference(reference.scale_add, scale=_scale, grad_scale=_grad_scale, ig
 # no such dim) is left as it is; y's gradient sums over the rows it was broadcast to,
 # where the padded rows' incoming gradient is zero.
 # Pointwise: under torch.autocast it runs in its inputs' dtypes and promotes mixed ones, like aten.add.
+# The options are listed in the order every family's registration lists them (rmsnorm's and
+# softmax's look alike on purpose: each family's own values).
 scale_add = tpu_kernel(
     "tpu_kernels::scale_add",
     backward="vjp",
