@@ -19,8 +19,8 @@ Three tiers hold a kernel (docs/caching.md):
 
 An entry's key (`Kernel.name`: a `Kernel` is what one build compiles) is a SHA-256
 over: this file format, the Python, jax, jaxlib and tpu_kernels versions, the code
-that wraps kernels (`_toolkit`), the kernel function's digest (`fingerprint.digest`: code, closure, defaults,
-globals), the op's name, the device platform and its version, the interpreter
+that wraps kernels (`_toolkit`), the kernel function's digest (`fingerprint.digest`:
+code, closure, defaults, globals), the op's name, the device platform and its version, the interpreter
 mode, the matmul precision, statics, shapes and dtypes, 64-bit mode and JAX's
 trace-affecting settings (`jax._src.config.trace_context`). An op whose function
 cannot be digested is not cached on disk (counted as `uncacheable`).

@@ -174,11 +174,23 @@ def test_public_op_names_the_op_after_its_public_function_and_resolves_the_imple
         public_op(rows, calls=body, table="nonesuch")
 
 
-def test_public_op_takes_no_vjp_from_the_table():
-    # mhc_pre's Mosaic kernel has no VJP: its table says so, and the op's backward
-    # differentiates the rest of the order.
+def test_an_op_takes_no_vjp_from_its_table():
+    # mhc_pre's Mosaic kernel has no VJP, and its table says so: an op on that table runs
+    # the order it is given forward, and its backward differentiates the rest ("xla").
     from tpu_kernels.tokamax import implementation
-    from tpu_kernels.tokamax.wrap import differentiable_order
 
     assert implementation.OPS["mhc_pre"].no_vjp == ("mosaic_tpu",)
-    assert differentiable_order("mosaic_tpu,xla", implementation.OPS["mhc_pre"].no_vjp) == "xla"
+    seen = []
+
+    def body(x, *, implementation):
+        seen.append(implementation)
+        return x * 3.0
+
+    def tripled(x: torch.Tensor, *, implementation: str | None = None) -> torch.Tensor:
+        raise AssertionError("only the signature is used")
+
+    op = tokamax_op(uname("tripled"), calls=body, signature=tripled, table="mhc_pre")
+    x = rand(4, 3).requires_grad_()
+    op(x, implementation="mosaic_tpu,xla").sum().backward()
+    assert seen[0] == ("mosaic_tpu", "xla") and seen[-1] == "xla"
+    assert torch.equal(x.grad, torch.full_like(x, 3.0))

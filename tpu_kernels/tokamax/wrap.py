@@ -200,26 +200,20 @@ def public_op(
     """The torch op behind `public`, a public function of `tpu_kernels.tokamax` (it checks and
     converts the arguments, then `call_op`s this op).
 
-    Everything that names the op comes from `public`: the op is `tokamax::<its name>`, its
+    Everything that names the op comes from `public`: the op is `tokamax::<its name>`; its
     parameters are `public`'s, tensors positional and the rest keyword-only (`tensors_first`:
-    autograd differentiates positional tensors),
-    and it calls `calls`, by default Tokamax's function of the same name in `tokamax.ops`,
-    with the arguments by name. Its implementations are the table (`implementation.table`)
-    of that name, or of `table`: `call_op` resolves `implementation=None` with it, and its
-    kernels without a VJP are `no_vjp`. Other options go to `tokamax_op`.
+    autograd differentiates positional tensors); it calls `calls`, by default Tokamax's
+    function of the same name in `tokamax.ops`, with the arguments by name; and its
+    implementation table (`tokamax_op(table=)`) is the one of that name, or `table`.
+    Other options go to `tokamax_op`.
     """
     name = public.__name__
     if calls is None:
         from tokamax import ops
 
         calls = getattr(ops, name)
-    table = table or name
-    spec = implementation.OPS.get(table)
-    if spec is None:
-        raise ValueError(f"tokamax::{name}: no implementation table {table!r}; declare it with impl.table().")
-    options.setdefault("no_vjp", spec.no_vjp)
     return tokamax_op(
-        f"tokamax::{name}", calls=calls, signature=tensors_first(public), table=table, **options
+        f"tokamax::{name}", calls=calls, signature=tensors_first(public), table=table or name, **options
     )
 
 
@@ -255,8 +249,16 @@ def tokamax_op(
     the arguments by name, so no body is needed: `tokamax_op(name, calls=ops.f,
     signature=f)` is the op. With `calls=` and a decorated function, that
     function only declares the signature. `table`: the name of the op's
-    implementation table, with which `call_op` resolves `implementation`.
+    implementation table (`implementation.table`), with which `call_op` resolves
+    `implementation` and whose kernels without a VJP are added to `no_vjp`.
     """
+    if table is not None:
+        spec = implementation.OPS.get(table)
+        if spec is None:
+            raise ValueError(
+                f"{name}: no implementation table {table!r}; declare it with implementation.table()."
+            )
+        no_vjp = tuple(dict.fromkeys((*no_vjp, *spec.no_vjp)))
 
     def wrap(f: Callable) -> KernelOp:
         declared = signature or f
