@@ -114,16 +114,14 @@ _ENTRIES: dict[str, Private] = {
         "torch._dispatch.python:no_python_dispatcher", "leaving the Python dispatcher"
     ),
     # ---- JAX's configuration: the Pallas interpreter per call (devices/jax_exec.py) and
-    # the on-disk cache's key and settings (disk_cache.py).
+    # the on-disk cache's key (cache/build.py).
     "jax_config": Private("jax._src.config", "JAX's thread-local configuration states"),
     "AxisEnv": Private("jax._src.core:AxisEnv", "the trace context's axis environment (cache key)"),
-    "jax_compilation_cache": Private(
-        "jax._src.compilation_cache", "reopening JAX's compilation cache in a moved directory", None
-    ),
-    "jax_export_internals": Private(
-        "jax._src.export._export",
-        "skipping LAPACK set-up for exported modules that call none (0.6-1.0 s a process)",
-        None,
+    # An executable loaded from disk that calls LAPACK needs JAX's LAPACK bindings set up
+    # first, which lowering does as a side effect and loading does not. Without it such
+    # entries are not loaded (compiled instead: slower, same results).
+    "initialize_lapack": Private(
+        "jax._src.lax.linalg:initialize_lapack", "setting up LAPACK before a stored executable calls it", None
     ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
@@ -179,24 +177,6 @@ def symbolic_terms(d: Any) -> Any:
 def term_factors(term: Any) -> Any:
     """A term of a JAX symbolic dimension as ((factor, exponent), ...)."""
     return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
-
-
-def make_exported(**fields: Any) -> Any:
-    """A jax.export.Exported from its public fields (disk_cache.py rebuilds stored modules);
-    its private ones get what an unsharded export without a VJP holds."""
-    import jax
-
-    n_in, n_out = len(fields["in_avals"]), len(fields["out_avals"])
-    try:
-        return jax.export.Exported(
-            **fields, _in_named_shardings=(None,) * n_in, _out_named_shardings=(None,) * n_out, _get_vjp=None
-        )
-    except TypeError as e:
-        raise CompatError(
-            f"tpu_kernels needs jax.export.Exported's fields _in_named_shardings, _out_named_shardings "
-            f"and _get_vjp (rebuilding a stored kernel), which the installed jax changed ({e}). Install "
-            f"the versions tpu_kernels is tested with (pyproject.toml's pins)."
-        ) from e
 
 
 def _attribute(obj: Any, name: str, purpose: str) -> Any:
@@ -276,7 +256,6 @@ __all__ = [
     "entries",
     "get",
     "live",
-    "make_exported",
     "symbolic_terms",
     "term_factors",
 ]
