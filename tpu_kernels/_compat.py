@@ -125,6 +125,12 @@ _ENTRIES: dict[str, Private] = {
         "skipping LAPACK set-up for exported modules that call none (0.6-1.0 s a process)",
         None,
     ),
+    # ---- bounds.py: a scalar-prefetch index map reads its prefetched operands as Refs; its
+    # state discharged, it is a plain function of the grid indices and their values (no
+    # stand-in: without it the bounds check cannot evaluate such index maps).
+    "jax_discharge_state": Private(
+        "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
+    ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
