@@ -253,3 +253,9 @@ def gather_dma(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 def gather_shape_only(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """`gather` with an example that gives the indices' shape only: they run as zeros."""
     return _gather(idx, table, 0)
+
+
+@tpu_kernel("check_demo::gather_next_remat", examples=_gather_examples)
+def gather_next_remat(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """`gather_next` inside jax.checkpoint: the bounds check reaches the pallas_call there too."""
+    return jax.checkpoint(lambda i, t: _gather(i, t, 1))(idx, table)

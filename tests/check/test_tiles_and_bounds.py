@@ -167,6 +167,13 @@ def test_bounds_fails_an_index_map_that_reads_past_the_end(capsys):
     assert main(["check", DEMO, "--filter", "gather_next$"]) == 0
 
 
+def test_kernels_inside_checkpoint_are_reached():
+    [result] = check_op(demo.gather_next_remat, bounds=True).examples
+    [problem] = result.problems
+    assert problem.message.startswith("index map of input 0 reads block (8, 0, 0) outside [0, 8)")
+    assert problem.raw == ""  # found by evaluating the index map, before the TPU interpreter ran
+
+
 def test_negative_block_indices_are_found_too():
     # the TPU interpreter slices with NumPy and lets -1 on a squeezed dimension through
     [result] = check_op(demo.gather_previous, bounds=True).examples
@@ -217,3 +224,17 @@ def test_checked_mode_checks_bounds_when_asked(monkeypatch):
         "checked mode: check_demo::gather: index map of input 0 reads block (8, 0, 0) outside [0, 8)"
     )
     assert idx.tolist() == [0, 3, 8]  # the caller's tensor is untouched
+
+
+def test_a_bounds_run_that_fails_otherwise_warns_and_checks_nothing(monkeypatch):
+    def fails(op, call):
+        raise RuntimeError("the interpreter cannot run this\nmore")
+
+    monkeypatch.setattr(bounds, "call_problem", fails)
+    monkeypatch.setattr(checking, "BOUNDS", True)
+    with (
+        tpu_kernels.checked(),
+        pytest.warns(UserWarning, match="check_demo::gather: block indices not checked"),
+    ):
+        out = demo.gather(torch.tensor([0, 3, 7], dtype=torch.int32), TABLE)
+    assert [_slab(out, i) for i in range(3)] == [0, 3, 7]
