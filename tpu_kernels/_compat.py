@@ -169,7 +169,8 @@ _ENTRIES: dict[str, Private] = {
 # Private names read by name rather than imported: where Tokamax keeps its api modules
 # (tokamax/implementation.py reads their implementation registries), torch_tpu's
 # precision module (precision.py, read from sys.modules only when torch_tpu is loaded),
-# and JAX's callback logger (check/races.py quiets it). tests/test_compat.py imports each.
+# and JAX's callback logger (interpret.py quiets it in TPU-interpreter runs). tests/test_compat.py
+# imports each.
 TOKAMAX_OPS = "tokamax._src.ops."
 TORCH_TPU_PRECISION_MODULE = "torch_tpu._internal.precision.precision_impl"
 JAX_CALLBACK_LOGGER = "jax._src.callback"

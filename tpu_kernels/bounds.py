@@ -14,12 +14,12 @@ What the interpreters do with such an index (measured here, jax 0.12, an 8-block
   and one below -n reads block 0. A gather with a bad index returns a plausible row.
 - the TPU interpreter (`pltpu.InterpretParams`, `out_of_bounds_reads="raise"`) raises
   `IndexError: Out-of-bounds block index (8, 0, 0) for input "t_ref" ...` inside an
-  io_callback, which JAX re-raises as a 2 KB `JaxRuntimeError: INTERNAL: CpuCallback error`.
+  io_callback, which JAX re-raises as a 1.9 KB `JaxRuntimeError: INTERNAL: CpuCallback error`.
   It slices with NumPy, so most negative indices pass silently (-2 read block 6); only -1 on
   a blocked (not squeezed) dimension raised.
 
-Hence two steps. `index_map_problem` evaluates each scalar-prefetch kernel's index maps
-itself, at every grid point, on the prefetched values the call computes (the op's jaxpr is
+Hence two steps. First each scalar-prefetch kernel's index maps are evaluated
+here, at every grid point, on the prefetched values the call computes (the op's jaxpr is
 evaluated equation by equation to reach them): exact, negative indices included, and fast.
 Then the call runs in the TPU interpreter, which also sees the kernel body's own accesses
 (`x_ref[pl.ds(i, 8)]` past the block, a DMA from an HBM ref). `call_problem` does both for one
@@ -159,8 +159,9 @@ def explain_interpreter_error(text: str, names: dict[str, str] | None = None) ->
         where = re.sub(r"slice\((-?\d+), (-?\d+), 1\)", r"\1:\2", m["range"]).strip("()")
         return (
             f"the kernel body {'reads' if m['kind'] == 'read' else 'writes'} [{where}] of the "
-            f"{m['space'].upper()} buffer of shape ({m['shape']}), outside it; on a TPU that access is undefined. Check the "
-            "indices of the body's ref accesses and copies (.at[...], pl.ds) against the buffer."
+            f"{m['space'].upper()} buffer of shape ({m['shape']}), outside it; on a TPU that access "
+            "is undefined. Check the indices of the body's ref accesses and copies (.at[...], "
+            "pl.ds) against the buffer."
         )
     return None
 
