@@ -123,6 +123,12 @@ _ENTRIES: dict[str, Private] = {
     "initialize_lapack": Private(
         "jax._src.lax.linalg:initialize_lapack", "setting up LAPACK before a stored executable calls it", None
     ),
+    # ---- bounds.py: a scalar-prefetch index map reads its prefetched operands as Refs; its
+    # state discharged, it is a plain function of the grid indices and their values (no
+    # stand-in: without it the bounds check cannot evaluate such index maps).
+    "jax_discharge_state": Private(
+        "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
+    ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
@@ -161,7 +167,8 @@ _ENTRIES: dict[str, Private] = {
 # Private names read by name rather than imported: where Tokamax keeps its api modules
 # (tokamax/implementation.py reads their implementation registries), torch_tpu's
 # precision module (precision.py, read from sys.modules only when torch_tpu is loaded),
-# and JAX's callback logger (check/races.py quiets it). tests/test_compat.py imports each.
+# and JAX's callback logger (interpret.py quiets it in TPU-interpreter runs). tests/test_compat.py
+# imports each.
 TOKAMAX_OPS = "tokamax._src.ops."
 TORCH_TPU_PRECISION_MODULE = "torch_tpu._internal.precision.precision_impl"
 JAX_CALLBACK_LOGGER = "jax._src.callback"

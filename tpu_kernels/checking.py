@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
 
 ENV = "TPU_KERNELS_CHECK"
+BOUNDS_ENV = "TPU_KERNELS_CHECK_BOUNDS"
 
 
 def _env_on(value: str | None) -> bool:
@@ -66,6 +67,11 @@ _OPEN = 0  # checked() blocks open in any thread
 
 ARMED: bool = _ENV_DEFAULT
 """False when no thread can be in checked mode: then `KernelOp.__call__` reads only this."""
+
+BOUNDS: bool = _env_on(os.environ.get(BOUNDS_ENV))
+"""Checked mode also runs each call of an op whose kernels read scalar prefetch through
+`tpu_kernels.bounds` (its block indices against the arrays, then the TPU interpreter): set by
+TPU_KERNELS_CHECK_BOUNDS=1, or assign it. Slow: for debugging index maps."""
 
 
 class CheckFailure(TpuKernelsError, AssertionError):
@@ -396,6 +402,8 @@ def _fail(op: KernelOp, what: str, values: list[Any], why: str, extra: str = "")
 
 def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
     """`KernelOp.__call__` in checked mode: the dispatcher's result, checked."""
+    if BOUNDS:
+        _check_bounds(op, args, kwargs)
     out = op.overload(*args, **kwargs)
     ref = op.check_reference
     if ref is None:
@@ -405,6 +413,18 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
         return out
     check_forward(op, ref, values, out)
     return out
+
+
+def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
+    from tpu_kernels import bounds
+
+    found = bounds.torch_call_problem(op, args, kwargs)
+    if found is not None:
+        raise CheckFailure(
+            f"checked mode: {op.name}: {found.message}\n"
+            f"  inputs: {_describe(op, op.signature.bind(args, kwargs))}\n"
+            "  (docs/troubleshooting.md#index-maps-that-read-scalar-prefetch)"
+        )
 
 
 def check_forward(op: KernelOp, ref: Reference, values: list[Any], out: Any) -> None:

@@ -7,7 +7,9 @@ op: lowered or not, the Mosaic/Pallas error in plain words when not, and the
 estimated VMEM per grid step of each Pallas kernel; a grid that leaves output
 elements unwritten, or a block entirely outside its array, fails. With --races, each call
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
-detector. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
+detector. With --bounds, each call of a kernel whose index maps read scalar
+prefetch runs at its own shapes: its block indices are checked against the
+arrays, then the TPU interpreter checks every access. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
 
 See docs/tpu-lowering-check.md.
 """
@@ -41,6 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--races",
         action="store_true",
         help="also run each example, scaled down, in the TPU interpreter with race detection (slow)",
+    )
+    p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="also run each example whose kernels read scalar prefetch and fail a block index "
+        "outside its array (index values from the example; slow)",
     )
     p.add_argument(
         "--chip",
@@ -93,13 +101,15 @@ def run(args: argparse.Namespace) -> int:
 
     print(
         f"TPU lowering check of {len(ops)} ops from {', '.join(modules)}; VMEM compared with a TPU "
-        f"{target.name} core ({fmt_bytes(target.vmem_bytes)})" + (", races checked" if args.races else ""),
+        f"{target.name} core ({fmt_bytes(target.vmem_bytes)})"
+        + (", races checked" if args.races else "")
+        + (", bounds checked" if args.bounds else ""),
         file=out,
     )
     reports = []
     width = max(len(op.name) for op in ops)
     for op in ops:
-        report = check_op(op, chip_name=target.name, races=args.races)
+        report = check_op(op, chip_name=target.name, races=args.races, bounds=args.bounds)
         reports.append(report)
         _print_report(report, width, args.verbose, out)
         out.flush()
@@ -115,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             "modules": modules,
             "chip": {"name": target.name, "vmem_bytes": target.vmem_bytes},
             "races": args.races,
+            "bounds": args.bounds,
             "ops": [r.to_json() for r in reports],
         }
         args.json.write_text(json.dumps(payload, indent=2, default=str))
@@ -144,6 +155,8 @@ def _summary(report) -> str:
         text += ", no Pallas kernel (plain XLA)"
     if any(e.race_call for e in report.examples) and not report.failed:
         text += ", no races"
+    if any(e.bounds_call for e in report.examples) and not report.failed:
+        text += ", block indices in bounds"
     return text
 
 
