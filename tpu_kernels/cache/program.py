@@ -32,10 +32,10 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 # Parameters of these primitives that lowering does not read: the JVP/VJP rules, which
 # only differentiation uses (jax/_src/custom_derivatives.py lowers `call_jaxpr`), and the
-# batching rule of a custom_vmap (jax/_src/custom_batching.py: `custom_vmap_impl` drops it),
+# batching rule of a custom_vmap and its trees (jax/_src/custom_batching.py: `custom_vmap_impl` drops them),
 # and remat_opt's thunk of the undifferentiated function (`_remat_opt_impl` lowers `fwd_jaxpr`).
 _NOT_LOWERED: dict[str, frozenset[str]] = {
-    "custom_vmap_call": frozenset({"rule"}),
+    "custom_vmap_call": frozenset({"rule", "in_tree", "out_tree"}),
     "remat_opt": frozenset({"fun_jaxpr_thunk"}),
     "custom_jvp_call": frozenset({"jvp_jaxpr_fun", "jvp_jaxpr_thunk"}),
     "custom_vjp_call": frozenset({"fwd_jaxpr_thunk", "bwd", "out_trees"}),
