@@ -572,3 +572,20 @@ def test_the_entry_format_checks_its_key_and_checksum():
         entry.decode(data + b"X", "k1")
     with pytest.raises(entry.Rejected, match="header"):
         entry.decode(textwrap.dedent("not an entry").encode(), "k1")
+
+
+def test_shipped_and_tokamax_ops_forward_and_backward_are_stored(cache_dir):
+    """Their programs hold custom_vjp/custom_vmap/remat_opt rules, which lowering never
+    calls: each is skipped by name (cache.program._NOT_LOWERED), not refused."""
+    import tpu_kernels.tokamax as tk
+    from tpu_kernels import kernels
+
+    x = torch.randn(16, 128, requires_grad=True)
+    w = torch.randn(128, requires_grad=True)
+    q = torch.randn(1, 8, 2, 16, requires_grad=True)
+    before = cache.STATS.uncacheable
+    writes = cache.STATS.writes
+    for out in (kernels.softmax(x), kernels.rmsnorm(x, w), tk.rms_norm(x, w), tk.dot_product_attention(q, q, q)):
+        out.sum().backward()
+    assert cache.STATS.uncacheable == before
+    assert cache.STATS.writes >= writes + 8  # each forward and backward op stored
