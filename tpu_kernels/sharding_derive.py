@@ -713,6 +713,9 @@ def derive(op: KernelOp, args: tuple, kwargs: dict) -> Derivation:
             if dead is None and hit and len(v.dims[hit[0]].factors) != 1:
                 dead = (DEPENDENT, f"output {j} dim {hit[0]} merges it with other dims")
             out_placements.append(Shard(hit[0]) if hit else Partial() if partial else Replicate())
+        if dead is None and all(isinstance(p, Replicate) for p in out_placements):
+            # its values reach no output (unused, or only its shape is): sharding it shards nothing
+            dead = (DEPENDENT, "it reaches no output")
         if dead is not None:
             notes += [Note(*labels.where[x], *dead) for x in sorted(members)]
             continue
