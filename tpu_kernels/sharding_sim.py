@@ -26,7 +26,7 @@ The all-Replicate strategy runs the unsharded call on every rank, so it is not
 simulated. Inputs come from the caller, or from the op's examples
 (`example_calls`): `sharding_examples=` if the op declares them (concrete calls with
 valid values, as Tokamax's ops do), else its `examples=`, shrunk (the last two dims
-to at most 256, the others to at most 5: equal sizes stay equal) and filled with
+to at most 128, the others to at most 5: equal sizes stay equal) and filled with
 random values, bfloat16 and float16 ones in float32: a rule does not depend on the
 dtype, the CPU runs 16-bit floats slowly and lacks some of their kernels (XLA's CPU
 DotThunk has no bf16 x bf16 -> f32 dot, which the matmul template's backward kernel
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 SHARDS = (2, 3)  # mesh sizes simulated: even and uneven splits of most dims
 SEED = 0  # the same random inputs on every rank (a derived rule is verified on each)
-MAX_TRAILING, MAX_LEADING = 256, 5  # example sizes shrunk to at most these
+MAX_TRAILING, MAX_LEADING = 128, 5  # example sizes shrunk to at most these
 
 
 @dataclasses.dataclass(frozen=True)

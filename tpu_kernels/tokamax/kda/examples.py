@@ -17,7 +17,7 @@ def kimi_delta_attention_small() -> Calls:
     import torch.nn.functional as F
 
     rn = randn()
-    h, b, t, k = 6, 5, 4, 8  # 6 heads: even on 2 and 3 shards (the rule's condition)
+    h, b, t, k = 6, 4, 4, 8  # 6 heads: even on 2 and 3 shards (the rule's condition)
     qkv = [rn(h, b, t, k) for _ in range(3)]
     gate, beta = -F.softplus(rn(h, b, t, k)), torch.sigmoid(rn(h, b, t))
     return [((*qkv, gate, beta), dict(use_qk_l2norm=True))]
