@@ -273,6 +273,7 @@ class Derived:
             f"{self.op.name}: the derived strategy {strategy_text(list(ins), list(ins.values()), outs)} "
             "was not verified at any example call (no example of these ranks and placements), so it is "
             "not offered and DTensor redistributes instead; add such a call to examples=.",
+            UserWarning,
             stacklevel=2,
         )
 
