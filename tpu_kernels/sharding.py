@@ -27,7 +27,8 @@ gradient); a Partial output's incoming gradient is Replicate. A pointwise or
 rowwise rule is applied to the backward op's own tensors with those gradient
 outputs; a callable rule is evaluated on the forward's arguments, which the
 backward op must take by name (derived backwards do; an explicit one needs
-`def_backward(..., sharding=)` otherwise).
+`def_backward(..., sharding=)` otherwise, or, under "derived", derives its own from
+its kernel).
 
 An op without a rule raises `NotImplementedError` naming the op and `sharding=`
 instead of DTensor's generic message; a rule that raises, or returns no strategy or

@@ -405,21 +405,19 @@ def simulate(
     report = simulate_call(op, args, kwargs, shards=shards)
     bwd = op.backward_op
     if backward and isinstance(bwd, KernelOp):
-        bargs, bkwargs = backward_call(
-            op, bwd, args, kwargs, _call(op, args, kwargs), _grads(op, args, kwargs)
-        )
+        [(bargs, bkwargs)] = backward_calls(op, bwd, [(args, kwargs)])
         report.extend(simulate_call(bwd, bargs, bkwargs, shards=shards, fwd=op))
     return report
 
 
-def _grads(op: KernelOp, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+def _grads(op: KernelOp, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Seeded random incoming gradients for the op's returned outputs (zeros for integer ones)."""
     gen = torch.Generator().manual_seed(SEED + 1)
-    outs = _call(op, args, kwargs)[: op.n_visible]
     return [
         torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)
         if o.is_floating_point()
         else torch.zeros_like(o)
-        for o in outs
+        for o in outputs[: op.n_visible]
     ]
 
 
@@ -516,9 +514,8 @@ def backward_calls(
     """The concrete backward calls the forward's concrete calls lead to."""
     calls = []
     for args, kwargs in forward_calls:
-        calls.append(
-            backward_call(fwd, bwd, args, kwargs, _call(fwd, args, kwargs), _grads(fwd, args, kwargs))
-        )
+        outputs = _call(fwd, args, kwargs)
+        calls.append(backward_call(fwd, bwd, args, kwargs, outputs, _grads(fwd, outputs)))
     return calls
 
 
