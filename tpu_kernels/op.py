@@ -328,17 +328,17 @@ class KernelOp:
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # is_compiling() first: under torch.compile dynamo reads it as True and never
-        # traces the checks behind it.
+        # The shortcut takes only statics of their schema types; every other path checks
+        # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
+        # reads is_compiling() as True and traces only the dispatcher's path.
         shortcut = self._eager_cpu
-        if checking.ARMED and checking.active():  # checked mode: the dispatcher, then the reference
-            out = checking.call(self, args, kwargs)
-        elif shortcut is not None and not kwargs and not _is_compiling():
+        checked = checking.ARMED and checking.active()  # checked mode: the dispatcher, then the reference
+        out = eager.DECLINED
+        if shortcut is not None and not kwargs and not checked and not _is_compiling():
             out = shortcut.try_call(args)
-            if out is eager.DECLINED:
-                out = self.overload(*args)
-        else:
-            out = self.overload(*args, **kwargs)
+        if out is eager.DECLINED:
+            self.signature.check_statics(args, kwargs)
+            out = checking.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         if self._all_visible:
             return out
         return out[0] if self.n_visible == 1 else out[: self.n_visible]

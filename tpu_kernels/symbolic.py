@@ -116,11 +116,12 @@ class Plan:
     def apply(self, sizes: Sizes) -> tuple:
         """Guard the equalities the trace assumed; the output shapes as torch sizes."""
         env: dict[str, Any] = {}
+        check = _compat.get("torch_check")
         for i, cls in enumerate(self.partition):
             if cls == i:
                 env[f"d{i}"] = sizes.symbols[i]
             else:
-                torch._check(sizes.symbols[cls] == sizes.symbols[i])
+                check(sizes.symbols[cls] == sizes.symbols[i])
         return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in self.outs)
 
 
