@@ -245,7 +245,9 @@ def test_a_tensor_for_a_static_is_one_error_on_every_path(value):
         return x * alpha
 
     x, t = rand(4), _STATIC_TENSORS[value]()
-    message = r"tensor_static_\d+: argument 'alpha' is a static \(float.*takes a float \(or an int\), but got a"
+    message = (
+        r"tensor_static_\d+: argument 'alpha' is a static \(float.*takes a float \(or an int\), but got a"
+    )
     assert f._eager_cpu.accepts((x, 0.5))  # the eager shortcut's call: plain tensors, positional
     with pytest.raises(TypeError, match=message):
         f(x, t)  # the shortcut declines, the check refuses
@@ -265,7 +267,9 @@ def test_a_tensor_in_a_list_static_is_refused():
     def f(x: Tensor, *, sizes: list[int] = (1,)) -> Tensor:
         return x * len(sizes)
 
-    with pytest.raises(TypeError, match=r"argument 'sizes' is a static \(int\[\]: .*a list of ints.*list of Tensors"):
+    with pytest.raises(
+        TypeError, match=r"argument 'sizes' is a static \(int\[\]: .*a list of ints.*list of Tensors"
+    ):
         f(rand(4), sizes=[torch.tensor(2)])
 
 

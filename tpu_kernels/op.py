@@ -440,16 +440,28 @@ class KernelOp:
         self._user_fake = fn
         return fn
 
-    def cache_info(self, device: str = "cpu") -> CacheInfo:
-        """Hits and misses of the compiled-callable cache of one device ("cpu" or "cuda")."""
-        device = getattr(device, "type", device)  # a torch.device too
-        if device not in ("cpu", "cuda"):
-            hint = " (GPUs are 'cuda')" if device == "gpu" else ""
+    def cache_info(self, device: str | torch.device = "cpu") -> CacheInfo:
+        """Hits and misses of the compiled-callable cache of one registered device type (or
+        alias, or torch.device): each device whose calls tpu_kernels' own executor runs
+        ("cpu", "cuda"); a TPU's calls are cached by torch_tpu."""
+        from tpu_kernels import devices
+
+        kind = getattr(device, "type", device)
+        try:
+            name = devices.get(kind).name
+        except (KeyError, AttributeError):
+            name = None
+        cached = self.source.cached_devices()
+        if name not in cached:
+            hint = " (GPUs are 'cuda')" if kind == "gpu" else ""
+            own = " or ".join(repr(c) for c in cached) or "none of this op's devices"
+            others = ", ".join(d.name for d in devices.all_devices() if d.name not in cached)
             raise ValueError(
-                f"{self.name}: cache_info(device={device!r}): tpu_kernels keeps a compiled-callable "
-                f"cache per device type, 'cpu' or 'cuda'{hint}; TPU calls are cached by torch_tpu."
+                f"{self.name}: cache_info(device={kind!r}): tpu_kernels keeps a compiled-callable "
+                f"cache per device type, for {own}{hint}; calls on {others} are cached elsewhere "
+                "(TPU calls are cached by torch_tpu)."
             )
-        return self.source.cache_info(device)
+        return self.source.cache_info(name)
 
     def cache_clear(self) -> None:
         self.source.cache_clear()

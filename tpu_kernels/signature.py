@@ -163,6 +163,8 @@ _EXPECTED = {
     "float[]": "a list of floats",
     "bool[]": "a list of bools",
 }
+
+
 def _expected(schema_type: str) -> str:
     base = schema_type.removesuffix("?")
     return _EXPECTED.get(base, base) + (" or None" if schema_type.endswith("?") else "")
@@ -328,7 +330,9 @@ class Signature:
 
     def _static_error(self, p: Param, value: Any) -> TypeError:
         got = (
-            f"a {value.dim()}-d Tensor" if isinstance(value, torch.Tensor) else f"a {type(value).__name__} of Tensors"
+            f"a {value.dim()}-d Tensor"
+            if isinstance(value, torch.Tensor)
+            else f"a {type(value).__name__} of Tensors"
         )
         return TypeError(
             f"{self.op}: argument '{p.name}' is a static ({p.schema_type}: a compile-time constant "
