@@ -51,8 +51,12 @@ class Sizes:
         self._index: dict[str, int] = {}
         self._from_right: list[int] = []  # the axis (from the right) of each first appearance
         self._from_left: list[int] = []
-        pattern = [self._pattern(v) for v in tensors]
-        self.key = (tuple(pattern), self._hint_classes())
+        pattern = tuple(self._pattern(v) for v in tensors)
+        first: dict[int, int] = {}  # the sizes whose hints are equal, one class each
+        self.equal_hints: Partition = tuple(
+            i if h is None else first.setdefault(h, i) for i, h in enumerate(self.hints)
+        )
+        self.key = (pattern, self.equal_hints)  # what a plan depends on
 
     def _pattern(self, v: Any) -> Any:
         if isinstance(v, (list, tuple)):
@@ -61,9 +65,9 @@ class Sizes:
             return None
         dims = []
         for axis, d in enumerate(v.shape):
-            value = d.node.maybe_as_int() if isinstance(d, torch.SymInt) else int(d)
+            value = _concrete(d)
             if value is not None:
-                dims.append(int(value))
+                dims.append(value)
                 continue
             expr = str(d.node.expr)
             if expr not in self._index:
@@ -74,10 +78,6 @@ class Sizes:
                 self._from_left.append(axis)
             dims.append(("s", self._index[expr]))
         return (v.dtype, tuple(dims))
-
-    def _hint_classes(self) -> Partition:
-        first: dict[int, int] = {}
-        return tuple(i if h is None else first.setdefault(h, i) for i, h in enumerate(self.hints))
 
     def distinct(self) -> Partition:
         return tuple(range(len(self.symbols)))
@@ -91,9 +91,9 @@ class Sizes:
         def dims(shape: Any) -> Any:
             parts = []
             for d in shape:
-                value = d.node.maybe_as_int() if isinstance(d, torch.SymInt) else int(d)
+                value = _concrete(d)
                 if value is not None:
-                    parts.append(str(int(value)))
+                    parts.append(str(value))
                 else:
                     parts.append(f"d{partition[self._index[str(d.node.expr)]]}")
             return export.symbolic_shape(",".join(parts), scope=scope) if parts else ()
@@ -126,13 +126,13 @@ class Plan:
 
 
 def plan(sizes: Sizes, trace: Trace) -> Plan:
-    """The coarsest-needed sharing of JAX symbols under which `trace` succeeds (module
-    docstring); the error of the trace with every equal-hint merge when none does."""
+    """The finest sharing of JAX symbols found under which `trace` succeeds (the module
+    docstring's steps); the error of the trace with every equal-hint merge when none does."""
     distinct = sizes.distinct()
     try:
         return Plan(distinct, trace(sizes.dims(distinct)))
     except Exception:
-        merged = sizes.key[1]
+        merged = sizes.equal_hints
         if merged == distinct:
             raise  # no two sizes could be equal: the kernel's own error
     outs = trace(sizes.dims(merged))  # raises: no sound merge makes the kernel traceable
@@ -146,7 +146,7 @@ def plan(sizes: Sizes, trace: Trace) -> Plan:
         tried.add(partition)
         try:
             best = Plan(partition, trace(sizes.dims(partition)))
-        except Exception:
+        except Exception:  # the trace needs an equality this split undid: keep the coarser plan
             pass
 
     for axes in sizes.axes():  # split each class by where its sizes sit, one class at a time
@@ -170,6 +170,12 @@ def _split(partition: Partition, by: Callable[[int], Any]) -> Partition:
 def _alone(partition: Partition, i: int) -> Partition:
     """`partition` with expression `i` in a class of its own."""
     return _split(partition, lambda j: (partition[j], j == i))
+
+
+def _concrete(d: Any) -> int | None:
+    """A size's value when it is not symbolic (an int, or a SymInt torch knows the value of)."""
+    value = d.node.maybe_as_int() if isinstance(d, torch.SymInt) else d
+    return None if value is None else int(value)
 
 
 def _hint(d: torch.SymInt) -> int | None:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tests.helpers import rand
+from tests.tokamax import test_kda, test_mhc, test_triangle
 from tpu_kernels import tokamax as tk
 from tpu_kernels.testing import MARK_DYNAMIC, compile_dynamic_matches_eager
 from tpu_kernels.tokamax.registry import all_ops
@@ -24,46 +24,29 @@ def _g(*shape, dtype=torch.float32, scale=1.0):
     return rand(*shape, dtype=dtype, scale=scale, requires_grad=True)
 
 
-def _first(outs):
-    return outs[0] if isinstance(outs, (tuple, list)) else outs
-
-
 def _attention(t):
     return [_g(2, t, 4, 16), _g(2, t, 2, 16), _g(2, t, 2, 8)]
 
 
+def _grad(inputs):
+    """The floating inputs requiring grad (the families' own test inputs do not)."""
+    return [t.requires_grad_() if t.is_floating_point() else t for t in inputs]
+
+
 def _kda(t):
-    return [
-        _g(2, 1, t, 8),
-        _g(2, 1, t, 8),
-        _g(2, 1, t, 4),
-        (-F.softplus(rand(2, 1, t, 8))).requires_grad_(),
-        torch.sigmoid(rand(2, 1, t)).requires_grad_(),
-    ]
+    return _grad(test_kda._inputs(2, 1, t, 8, 4))
 
 
-def _mhc_post(t, m=4, h=32):
-    return [_g(t, h, dtype=torch.bfloat16), _g(t, m * h, dtype=torch.bfloat16), _g(t, m), _g(t, m, m)]
+def _mhc_post(t):
+    return _grad(test_mhc._mhc_post_inputs(t, 4, 32))
 
 
-def _mhc_pre(t, m=4, h=32):
-    fn = _g(m * (m + 2), m * h, scale=(m * h) ** -0.5)
-    return [_g(t, m * h, dtype=torch.bfloat16), fn, (torch.rand(3) + 0.5).requires_grad_(), _g(m * (m + 2))]
+def _mhc_pre(t):
+    return _grad(test_mhc._mhc_pre_inputs(t, 4, 32))
 
 
-def _triangle(t, c=8, h=4, d=5):
-    return [
-        _g(t, t, c),
-        torch.rand(t, t) > 0.2,
-        _g(c, 2, h, scale=c**-0.5),
-        _g(c, 2, h, scale=c**-0.5),
-        _g(h, d, scale=h**-0.5),
-        _g(c, d, scale=c**-0.5),
-        _g(c),
-        _g(c),
-        _g(h),
-        _g(h),
-    ]
+def _triangle(t):
+    return _grad(test_triangle._inputs(t, 8, 4, 5, torch.float32))
 
 
 def _groups(t):
