@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections.abc
 import enum
-import functools
 import inspect
 import math
 import types
@@ -199,6 +198,14 @@ class Signature:
     n_outputs: int  # 0 when the op only mutates its arguments
     returns_tuple: bool
 
+    def __post_init__(self) -> None:
+        # Computed here, not lazily: an attribute first set while torch.compile traces a call
+        # is a guard (`'_statics_by_position' in __dict__`) that fails at the next call.
+        object.__setattr__(
+            self, "_statics_by_position", tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only)
+        )
+        object.__setattr__(self, "_statics_by_name", {p.name: p for p in self.params if not p.is_tensor})
+
     @property
     def tensor_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.is_tensor)
@@ -320,13 +327,6 @@ class Signature:
             if p is not None and _has_tensor(v):
                 raise self._static_error(p, v)
 
-    @functools.cached_property
-    def _statics_by_position(self) -> tuple[Param | None, ...]:
-        return tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only)
-
-    @functools.cached_property
-    def _statics_by_name(self) -> dict[str, Param]:
-        return {p.name: p for p in self.params if not p.is_tensor}
 
     def _static_error(self, p: Param, value: Any) -> TypeError:
         got = (
