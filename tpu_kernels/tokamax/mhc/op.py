@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.op import KernelOp
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.mhc import reference
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference
 
 
 def _mhc_implementations(op: str, registry: str) -> impl.OpImplementations:
@@ -56,7 +56,13 @@ def _mhc_op(public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scal
     in their gradients' tolerance (checked mode compares with `reference`'s function of the
     same name). None of the Mosaic kernels has a VJP (the tables say so): the backward
     differentiates XLA."""
-    check = Reference(getattr(reference, public.__name__), scale=4, grad_scale=grad_scale)
+    check = Reference(
+        getattr(reference, public.__name__),
+        reduces=lambda residual: residual.shape[-1],  # the mix logits sum M * H products
+        grad_reduces=lambda residual: max(residual.shape),  # fn's gradient sums over tokens
+        scale=4,
+        grad_scale=grad_scale,
+    )
     return public_op(public, symbolic_fake=symbolic_fake, sharding=_tokens(n_outputs), check_reference=check)
 
 
