@@ -200,8 +200,8 @@ def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[s
     if ref.jax:
         return {p.name: v for p, v in zip(params, values)}
     accepted = inspect.signature(ref.fn).parameters
-    if any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):
-        return {p.name: v for p, v in zip(params, values)}
+    if any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):  # all but the ignored
+        return {p.name: v for p, v in zip(params, values) if p.name not in ref.ignore}
     kwargs = {}
     for p, v in zip(params, values):
         if p.name in accepted:
@@ -319,9 +319,11 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
-def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | None:
+def compare(
+    got: torch.Tensor, want: torch.Tensor, scale: float = 1.0, dtype: torch.dtype | None = None
+) -> str | None:
     """Why `got` (a kernel's result) is not `want` (a float64 reference) within the
-    tolerance of got's dtype (its atol times `scale`), or None when it is."""
+    tolerance of `dtype` (default: got's), its atol times `scale`, or None when it is."""
     got = got.detach().cpu()
     want = want.detach().cpu()
     if tuple(got.shape) != tuple(want.shape):
@@ -336,7 +338,8 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
                 + _first(bad, got, want)
             )
         return None
-    t = tol(got.dtype)
+    dtype = dtype or got.dtype
+    t = tol(dtype)
     g, w = got.to(torch.float64), want.to(torch.float64)
     # The common case in few passes over the data (NaN/inf anywhere fail it: NaN compares
     # False, inf - inf is NaN); a failure is then diagnosed below.
@@ -369,7 +372,7 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
     return (
         f"max abs error {err.flatten()[i].item():.6g} at index {_index(i, got.shape)}: kernel "
         f"{g.flatten()[i].item():.8g}, reference {w.flatten()[i].item():.8g}; "
-        f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(got.dtype).removeprefix('torch.')} "
+        f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(dtype).removeprefix('torch.')} "
         f"tolerance (rtol {t.rtol:g}, atol {t.atol:g} x {scale:g})"
     )
 
@@ -446,7 +449,9 @@ def check_forward(
     if not callable(ref.reduces) and ref.reduces == 1:
         extra += _NO_REDUCTION
     for k, (o, e) in enumerate(zip(outs, expected)):
-        why = compare(o, e, ref.atol_scale(args, o.dtype, name=op.output_names[k]))
+        why = compare(
+            o, e, ref.atol_scale(args, o.dtype, name=op.output_names[k]), ref.tolerance_dtype(o.dtype, args)
+        )
         if why:
             _fail(op, op.output_names[k] if len(outs) > 1 else "output", values, why, extra)
     if spot is None:
@@ -483,7 +488,8 @@ def check_backward(op: KernelOp, values: list[Any], grads_out: list[Any], grads_
     for p, got in zip(op.signature.params, grads_in):
         if p.kind not in (Kind.TENSOR, Kind.OPTIONAL_TENSOR) or got is None or p.name not in want_by_name:
             continue
-        why = compare(got, want_by_name[p.name], ref.atol_scale(args, got.dtype, grad=True, name=p.name))
+        scale = ref.atol_scale(args, got.dtype, grad=True, name=p.name)
+        why = compare(got, want_by_name[p.name], scale, ref.tolerance_dtype(got.dtype, args))
         if why:
             _fail(op, f"gradient for '{p.name}'", values, why, extra)
 

@@ -118,6 +118,11 @@ class Reference:
       (block sizes, implementation choice). Any other parameter `fn` does not take
       must be at its default for the call to be checked; otherwise checked mode
       warns once and leaves that call unchecked.
+    computes_in: the widest dtype the op computes in, when it is narrower than some
+      results (Tokamax's rope computes in float32 even for float64 inputs; its loss
+      returns float32 from logits it rounds to bf16 for bf16 inputs): a wider result
+      is held to this dtype's tolerance. A dtype, or a function of the call's
+      arguments by keyword returning one.
     spot_check: whether checked mode also runs each new shape once with the first
       floating-point input scaled down to where an `eps` is not negligible (mean
       square about eps): an eps added in the wrong place is invisible at unit scale.
@@ -131,14 +136,27 @@ class Reference:
     grad_reduces: Scale | None = None
     ignore: tuple[str, ...] = ()
     jax: bool = False
+    computes_in: torch.dtype | Callable[..., torch.dtype] | None = None
     spot_check: bool | None = None
+
+    def tolerance_dtype(self, dtype: torch.dtype, args: dict[str, Any] | None = None) -> torch.dtype:
+        """The dtype whose tolerance a result of `dtype` is held to (`args`: the call's
+        arguments, for a `computes_in` function)."""
+        c = self.computes_in
+        if callable(c):
+            args = args or {}
+            names = _keywords(c)
+            c = c(**(args if names is None else {k: v for k, v in args.items() if k in names}))
+        if c is not None and dtype.is_floating_point and dtype.itemsize > c.itemsize:
+            return c
+        return dtype
 
     def atol_scale(
         self, args: dict[str, Any], dtype: torch.dtype, *, grad: bool = False, name: str | None = None
     ) -> float:
-        """The multiple of `dtype`'s atol the call's output `name` (with `grad`: the gradient
-        for the parameter `name`) is allowed: scale * reduction_scale(reduces, dtype), each
-        evaluated on `args` (the call's arguments by parameter name)."""
+        """The multiple of the atol of a `dtype` result the call's output `name` (with `grad`:
+        the gradient for the parameter `name`) is allowed: scale * reduction_scale(reduces,
+        dtype), each evaluated on `args` (the call's arguments by parameter name)."""
         s = self.grad_scale if grad and self.grad_scale is not None else self.scale
         n = self.grad_reduces if grad and self.grad_reduces is not None else self.reduces
         return _number(s, args, "scale", name) * reduction_scale(
@@ -147,7 +165,7 @@ class Reference:
 
     def functions(self) -> dict[str, Callable]:
         """The declared functions of the call's arguments, by field name."""
-        fields = ("scale", "grad_scale", "reduces", "grad_reduces")
+        fields = ("scale", "grad_scale", "reduces", "grad_reduces", "computes_in")
         return {f: getattr(self, f) for f in fields if callable(getattr(self, f))}
 
 
@@ -188,22 +206,26 @@ def _check_keywords(op: str, field: str, fn: Callable, params: Sequence[str]) ->
             f"of the op's parameters by keyword, e.g. `lambda {params[0]}: ...`."
         ) from e
     known = set(params)
-    bad = [
+    kinds = inspect.Parameter
+    positional = [p.name for p in sig.parameters.values() if p.kind is kinds.POSITIONAL_ONLY]
+    unknown = [
         p.name
         for p in sig.parameters.values()
-        if p.kind is inspect.Parameter.POSITIONAL_ONLY
-        or (
-            p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-            and p.name not in known
-            and p.default is inspect.Parameter.empty
-        )
+        if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+        and p.name not in known
+        and p.default is kinds.empty
     ]
-    if bad:
+    if positional or unknown:
+        why = (
+            f"takes {', '.join(repr(b) for b in positional)} positionally only"
+            if positional
+            else f"takes {', '.join(repr(b) for b in unknown)}, which "
+            f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of the op"
+        )
         raise OpDefinitionError(
-            f"{op}: Reference {field}={_name(fn)}{sig} takes {', '.join(repr(b) for b in bad)}, which "
-            f"{'is not a parameter' if len(bad) == 1 else 'are not parameters'} of the op (its "
-            f"parameters: {', '.join(params)}). It is called with the call's arguments by keyword: "
-            f"write it as `lambda {', '.join(params[:2])}: ...` (or with **kwargs)."
+            f"{op}: Reference {field}={_name(fn)}{sig} {why} (its parameters: {', '.join(params)}). "
+            f"It is called with the call's arguments by keyword: write it as "
+            f"`lambda {', '.join(params[:2])}: ...` (or with **kwargs)."
         )
 
 

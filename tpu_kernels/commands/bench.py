@@ -60,7 +60,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("current", type=Path)
     c.add_argument("--threshold", type=float, default=0.10)
     c.add_argument(
-        "--markdown", type=Path, metavar="FILE", help="also write the comparison as a Markdown table (for a PR)"
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the comparison as a Markdown table (for a PR)",
     )
     c.set_defaults(run=run_compare)
 

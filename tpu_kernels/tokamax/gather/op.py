@@ -127,5 +127,6 @@ ragged_gather_reduce_op = public_op(
         grad_reduces=lambda x, indices: {"topk_weights": x.shape[1], "x": indices.shape[0]},
         scale=4,
         grad_scale=8,
+        computes_in=torch.float32,  # Tokamax casts the weights to float32, float64 inputs too
     ),
 )
