@@ -184,23 +184,41 @@ def test_per_thread():
     assert len(caught) == 1
 
 
-def test_environment_variable_turns_it_on():
+def _run_with_check_env(value: str, decorator: str, error: str) -> list[str]:
+    """A fresh process under TPU_KERNELS_CHECK=value calls an op that adds 1 (declared by
+    `decorator`); it prints the mode, then whether the call raised `error` naming the op."""
     code = (
-        "import torch, jax.numpy as jnp\n"
-        "from tpu_kernels import tpu_kernel, CheckFailure\n"
-        "@tpu_kernel('env_checked::bad', check_reference=lambda x: x)\n"
+        "import torch\n"
+        "from tpu_kernels import tpu_kernel, checking\n"
+        f"@tpu_kernel('env_checked::bad'{decorator})\n"
         "def bad(x: torch.Tensor) -> torch.Tensor:\n"
         "    return x + 1\n"
+        "print(checking.is_checked(), checking.is_strict())\n"
         "try:\n"
         "    bad(torch.zeros(3))\n"
-        "except CheckFailure as e:\n"
+        f"except checking.{error} as e:\n"
         "    print('CAUGHT', 'env_checked::bad' in str(e))\n"
         "else:\n"
         "    print('MISSED')\n"
     )
-    env = {**os.environ, "TPU_KERNELS_CHECK": "1", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "TPU_KERNELS_CHECK": value, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "CAUGHT True", out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def test_environment_variable_turns_it_on():
+    assert _run_with_check_env("1", ", check_reference=lambda x: x", "CheckFailure") == [
+        "True",
+        "False",
+        "CAUGHT",
+        "True",
+    ]
+
+
+def test_environment_variable_strict():
+    """TPU_KERNELS_CHECK=strict: an op without a reference raises UncheckedCallError."""
+    assert _run_with_check_env("strict", "", "UncheckedCallError") == ["True", "True", "CAUGHT", "True"]
 
 
 def test_shipped_ops_pass_forward_and_backward():
@@ -385,26 +403,6 @@ def right_with_backward(x: torch.Tensor) -> torch.Tensor:
 @right_with_backward.def_backward
 def _right_bwd(grad_out: torch.Tensor) -> torch.Tensor:
     return 2 * grad_out
-
-
-def test_environment_variable_strict():
-    code = (
-        "import torch\n"
-        "from tpu_kernels import tpu_kernel, checking\n"
-        "@tpu_kernel('env_strict::bare')\n"
-        "def bare(x: torch.Tensor) -> torch.Tensor:\n"
-        "    return x + 1\n"
-        "print(checking.is_checked(), checking.is_strict())\n"
-        "try:\n"
-        "    bare(torch.zeros(3))\n"
-        "except checking.UncheckedCallError as e:\n"
-        "    print('RAISED', 'env_strict::bare' in str(e))\n"
-        "else:\n"
-        "    print('MISSED')\n"
-    )
-    env = {**os.environ, "TPU_KERNELS_CHECK": "strict", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["True", "True", "RAISED", "True"], out.stderr[-2000:]
 
 
 # ---- Reference(scale=...) is called with the call's arguments by keyword ----------------------

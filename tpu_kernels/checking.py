@@ -60,7 +60,7 @@ import torch
 from tpu_kernels import _compat
 from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.signature import Kind
-from tpu_kernels.tolerance import Reference, tol
+from tpu_kernels.tolerance import Reference, rms, tol
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -212,7 +212,7 @@ def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[s
     return kwargs
 
 
-_PACKAGE = str(Path(__file__).resolve().parent)  # warnings point at the first frame outside it
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # warnings point at the first frame outside it
 
 
 def _unchecked(op: KernelOp, why: str, fix: str = "") -> None:
@@ -548,7 +548,7 @@ def _spot_check(op: KernelOp, ref: Reference, values: list[Any]) -> None:
     _SPOT_SEEN.add(key)
     i, name = found[0]
     x = values[i].detach()
-    size = x.double().square().mean().sqrt().item()
+    size = rms(x)
     if not math.isfinite(size) or size == 0:
         return
     power = round(math.log2(math.sqrt(eps) / size))

@@ -79,7 +79,13 @@ def rms(t: torch.Tensor | None) -> float:
     a reduction's terms, for `Reference(scale=...)`."""
     if t is None or not isinstance(t, torch.Tensor) or t.numel() == 0 or not t.is_floating_point():
         return 1.0
-    return t.detach().double().square().mean().sqrt().item()
+    return _size(t)
+
+
+def _size(t: torch.Tensor) -> float:
+    # float64 on the CPU; on a device (where float64 may not exist) float32, ample for a size
+    wide = torch.float64 if t.device.type == "cpu" else torch.float32
+    return t.detach().to(wide).square().mean().sqrt().item()
 
 
 def rows(x: torch.Tensor, dim: int = -1) -> int:

@@ -51,14 +51,24 @@ def _tokens(n_outputs: int) -> ByName:
     )
 
 
-def _mhc_op(public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scale: float) -> KernelOp:
+def _mix_sums(residual):
+    return residual.shape[-1]  # the pre step's mix logits each sum M * H products
+
+
+def _stream_sums(comb_res_mix):
+    return comb_res_mix.shape[-1]  # the post step's new streams each sum M weighted streams
+
+
+def _mhc_op(
+    public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scale: float, sums: Callable = _mix_sums
+) -> KernelOp:
     """The op behind one of the three public functions: they differ only in their outputs and
-    in their gradients' tolerance (checked mode compares with `reference`'s function of the
+    in their tolerances (what each output sums, the gradients' scale; checked mode compares with `reference`'s function of the
     same name). None of the Mosaic kernels has a VJP (the tables say so): the backward
     differentiates XLA."""
     check = Reference(
         getattr(reference, public.__name__),
-        reduces=lambda residual: residual.shape[-1],  # the mix logits sum M * H products
+        reduces=sums,
         grad_reduces=lambda residual: max(residual.shape),  # fn's gradient sums over tokens
         scale=4,
         grad_scale=grad_scale,
@@ -138,7 +148,7 @@ def _mhc_post_outputs(x, residual, *args, **kwargs):
     return torch.empty_like(residual)
 
 
-mhc_post_op = _mhc_op(mhc_post, _mhc_post_outputs, n_outputs=1, grad_scale=16)
+mhc_post_op = _mhc_op(mhc_post, _mhc_post_outputs, n_outputs=1, grad_scale=16, sums=_stream_sums)
 
 
 # mhc_post's parameters, then mhc_pre's, as Tokamax's fused op takes them (alike on purpose).
