@@ -94,6 +94,10 @@ def test_computes_in_holds_a_wider_result_to_the_narrower_tolerance():
     assert ref.tolerance_dtype(torch.float64) == torch.float32
     assert ref.tolerance_dtype(torch.bfloat16) == torch.bfloat16
     assert ref.atol_scale({}, torch.float64) == 100
+    narrow = Reference(_ref, reduces=100, computes_in=lambda x: x.dtype)
+    args = {"x": torch.ones(2, dtype=torch.bfloat16)}
+    assert narrow.tolerance_dtype(torch.float32, args) == torch.bfloat16
+    assert narrow.atol_scale(args, torch.float32) == 10  # sqrt(100): bf16's growth
 
 
 @pytest.mark.parametrize(

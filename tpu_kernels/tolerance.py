@@ -138,10 +138,11 @@ class Reference:
     fn: Callable
     scale: Scale = 1.0
     grad_scale: Scale | None = None
-    reduces: Scale = 1
-    grad_reduces: Scale | None = None
     ignore: tuple[str, ...] = ()
     jax: bool = False
+    # after the fields of the first Reference, so positional construction keeps its meaning
+    reduces: Scale = 1
+    grad_reduces: Scale | None = None
     computes_in: torch.dtype | Callable[..., torch.dtype] | None = None
     spot_check: bool | None = None
 
@@ -162,12 +163,12 @@ class Reference:
     ) -> float:
         """The multiple of the atol of a `dtype` result the call's output `name` (with `grad`:
         the gradient for the parameter `name`) is allowed: scale * reduction_scale(reduces,
-        dtype), each evaluated on `args` (the call's arguments by parameter name)."""
+        dtype), each evaluated on `args` (the call's arguments by parameter name); the
+        dtype is `computes_in` where that is narrower."""
         s = self.grad_scale if grad and self.grad_scale is not None else self.scale
         n = self.grad_reduces if grad and self.grad_reduces is not None else self.reduces
-        return _number(s, args, "scale", name) * reduction_scale(
-            int(_number(n, args, "reduces", name)), dtype
-        )
+        growth = reduction_scale(int(_number(n, args, "reduces", name)), self.tolerance_dtype(dtype, args))
+        return _number(s, args, "scale", name) * growth
 
     def functions(self) -> dict[str, Callable]:
         """The declared functions of the call's arguments, by field name."""
