@@ -11,8 +11,10 @@ jaxpr_to_mlir_module_duration, backend_compile_duration), the rest of the first 
 ("other": tpu_kernels' keying and conversions, reading the cache, running) and the
 imports: `import torch, jax`, then `from tpu_kernels.kernels import ...` on top.
 
-Goals (issue 12): the warm first call at most 20% of the cold one; tpu_kernels' own
-import at most 0.3 s over `import torch, jax`. Figures are printed, not asserted.
+Goals: the warm first call at most 30% of the cold one (issue 22: a warm process traces the
+kernel, since the cache keys by the traced program, and skips lowering and compiling);
+tpu_kernels' own import at most 0.3 s over `import torch, jax` (issue 12). Figures are
+printed, not asserted.
 
     python bench/startup.py [--kernels softmax,matmul] [--repeat N] [--json PATH]
 
@@ -39,6 +41,7 @@ EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
     "/jax/core/compile/backend_compile_duration": "compile",
 }
+WARM_GOAL = 0.30  # the warm first call over the cold one
 PHASES = ("imports", "tk_import", "trace", "lower", "compile", "other", "first_call")
 
 
@@ -71,7 +74,7 @@ def child(kernel: str) -> dict:
     out = call()
     first = time.perf_counter() - t3
     assert torch.isfinite(out if isinstance(out, torch.Tensor) else out[0]).all()
-    from tpu_kernels import disk_cache
+    from tpu_kernels import cache
 
     result = {
         "imports": t1 - t0,
@@ -79,7 +82,7 @@ def child(kernel: str) -> dict:
         "first_call": first,
         **phases,
         "other": first - sum(phases.values()),
-        "disk": {"hits": disk_cache.STATS.hits, "misses": disk_cache.STATS.misses},
+        "disk": {"hits": cache.STATS.hits, "misses": cache.STATS.misses},
     }
     return result
 
@@ -126,7 +129,8 @@ def goals(results: dict[str, dict[str, list[dict]]]) -> list[str]:
     for kernel, runs in results.items():
         ratio = _median(runs["warm"], "first_call") / _median(runs["cold"], "first_call")
         out.append(
-            f"{kernel}: warm first call {ratio:.1%} of cold (goal <= 20%): {'met' if ratio <= 0.2 else 'MISSED'}"
+            f"{kernel}: warm first call {ratio:.1%} of cold (goal <= {WARM_GOAL:.0%}): "
+            + ("met" if ratio <= WARM_GOAL else "MISSED")
         )
     tk = statistics.median(r["tk_import"] for runs in results.values() for s in runs.values() for r in s)
     out.append(

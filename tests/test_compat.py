@@ -153,8 +153,3 @@ def test_symbolic_dimension_internals_are_live():
 def test_a_moved_attribute_raises_naming_it():
     with pytest.raises(_compat.CompatError, match=r"builtins\.int\._sorted_terms \(the terms"):
         _compat.symbolic_terms(3)
-
-
-def test_an_exported_with_changed_fields_raises_naming_them():
-    with pytest.raises(_compat.CompatError, match=r"Exported's fields _in_named_shardings"):
-        _compat.make_exported(in_avals=(), out_avals=(), no_such_field=1)

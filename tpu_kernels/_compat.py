@@ -114,16 +114,20 @@ _ENTRIES: dict[str, Private] = {
         "torch._dispatch.python:no_python_dispatcher", "leaving the Python dispatcher"
     ),
     # ---- JAX's configuration: the Pallas interpreter per call (devices/jax_exec.py) and
-    # the on-disk cache's key and settings (disk_cache.py).
+    # the on-disk cache's key (cache/build.py).
     "jax_config": Private("jax._src.config", "JAX's thread-local configuration states"),
     "AxisEnv": Private("jax._src.core:AxisEnv", "the trace context's axis environment (cache key)"),
-    "jax_compilation_cache": Private(
-        "jax._src.compilation_cache", "reopening JAX's compilation cache in a moved directory", None
+    # An executable loaded from disk that calls LAPACK needs JAX's LAPACK bindings set up
+    # first, which lowering does as a side effect and loading does not. Without it such
+    # entries are not loaded (compiled instead: slower, same results).
+    "initialize_lapack": Private(
+        "jax._src.lax.linalg:initialize_lapack", "setting up LAPACK before a stored executable calls it", None
     ),
-    "jax_export_internals": Private(
-        "jax._src.export._export",
-        "skipping LAPACK set-up for exported modules that call none (0.6-1.0 s a process)",
-        None,
+    # ---- bounds.py: a scalar-prefetch index map reads its prefetched operands as Refs; its
+    # state discharged, it is a plain function of the grid indices and their values (no
+    # stand-in: without it the bounds check cannot evaluate such index maps).
+    "jax_discharge_state": Private(
+        "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
     ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
@@ -158,12 +162,17 @@ _ENTRIES: dict[str, Private] = {
     "dtensor_sharding_propagator": Private(
         "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
     ),
+    # ---- sharding_sim.py: a rule called in one process, as DTensor calls it
+    "TensorMeta": Private(
+        "torch.distributed.tensor._dtensor_spec:TensorMeta", "the global shape and dtype in a simulated spec"
+    ),
 }
 
 # Private names read by name rather than imported: where Tokamax keeps its api modules
 # (tokamax/implementation.py reads their implementation registries), torch_tpu's
 # precision module (precision.py, read from sys.modules only when torch_tpu is loaded),
-# and JAX's callback logger (check/races.py quiets it). tests/test_compat.py imports each.
+# and JAX's callback logger (interpret.py quiets it in TPU-interpreter runs). tests/test_compat.py
+# imports each.
 TOKAMAX_OPS = "tokamax._src.ops."
 TORCH_TPU_PRECISION_MODULE = "torch_tpu._internal.precision.precision_impl"
 JAX_CALLBACK_LOGGER = "jax._src.callback"
@@ -181,21 +190,21 @@ def term_factors(term: Any) -> Any:
     return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
 
 
-def make_exported(**fields: Any) -> Any:
-    """A jax.export.Exported from its public fields (disk_cache.py rebuilds stored modules);
-    its private ones get what an unsharded export without a VJP holds."""
-    import jax
+def local_mesh(size: int) -> Any:
+    """A 1-D CPU DeviceMesh of `size` devices with no process group behind it: what the
+    sharding simulation gives a rule (rules read the mesh's size, never its ranks). Built
+    with DeviceMesh's private `_init_backend=False` and `_rank=0`: the public constructor
+    needs an initialised process group of that size."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
 
-    n_in, n_out = len(fields["in_avals"]), len(fields["out_avals"])
     try:
-        return jax.export.Exported(
-            **fields, _in_named_shardings=(None,) * n_in, _out_named_shardings=(None,) * n_out, _get_vjp=None
-        )
+        return DeviceMesh("cpu", torch.arange(size), _init_backend=False, _rank=0)
     except TypeError as e:
         raise CompatError(
-            f"tpu_kernels needs jax.export.Exported's fields _in_named_shardings, _out_named_shardings "
-            f"and _get_vjp (rebuilding a stored kernel), which the installed jax changed ({e}). Install "
-            f"the versions tpu_kernels is tested with (pyproject.toml's pins)."
+            f"tpu_kernels needs DeviceMesh(..., _init_backend=False, _rank=0) (a mesh without a process "
+            f"group, for the sharding simulation), which the installed torch changed ({e}). Install the "
+            "versions tpu_kernels is tested with (pyproject.toml's pins)."
         ) from e
 
 
@@ -276,7 +285,7 @@ __all__ = [
     "entries",
     "get",
     "live",
-    "make_exported",
+    "local_mesh",
     "symbolic_terms",
     "term_factors",
 ]

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
 ENV = "TPU_KERNELS_CHECK"
 STRICT = "strict"  # TPU_KERNELS_CHECK=strict: checked mode, strict
+BOUNDS_ENV = "TPU_KERNELS_CHECK_BOUNDS"
 
 
 def _env_mode(value: str | None) -> tuple[bool, bool]:
@@ -83,6 +84,11 @@ _OPEN = 0  # checked() blocks open in any thread
 
 ARMED: bool = _ENV_DEFAULT
 """False when no thread can be in checked mode: then `KernelOp.__call__` reads only this."""
+
+BOUNDS: bool = _env_mode(os.environ.get(BOUNDS_ENV))[0]
+"""Checked mode also runs each call of an op whose kernels read scalar prefetch through
+`tpu_kernels.bounds` (its block indices against the arrays, then the TPU interpreter): set by
+TPU_KERNELS_CHECK_BOUNDS=1, or assign it. Slow: for debugging index maps."""
 
 
 class CheckFailure(TpuKernelsError, AssertionError):
@@ -409,6 +415,8 @@ _NO_REDUCTION = (
 
 def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
     """`KernelOp.__call__` in checked mode: the dispatcher's result, checked."""
+    if BOUNDS:
+        _check_bounds(op, args, kwargs)
     out = op.overload(*args, **kwargs)
     ref = op.check_reference
     values = op.signature.bind(args, kwargs)
@@ -420,6 +428,18 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
         return out
     check_forward(op, ref, values, out)
     return out
+
+
+def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
+    from tpu_kernels import bounds
+
+    found = bounds.torch_call_problem(op, args, kwargs)
+    if found is not None:
+        raise CheckFailure(
+            f"checked mode: {op.name}: {found.message}\n"
+            f"  inputs: {_describe(op, op.signature.bind(args, kwargs))}\n"
+            "  (docs/troubleshooting.md#index-maps-that-read-scalar-prefetch)"
+        )
 
 
 def check_forward(

@@ -111,7 +111,7 @@ EXIT_MEANINGS: dict[str, dict[int | str, str]] = {
     },
     "cache": {
         0: "done (`info` also when the cache is off)",
-        "EXIT_USAGE": "`clear` while the on-disk cache is off",
+        "EXIT_USAGE": "`clear` while the on-disk cache is off, or a `--dir` that is not a readable directory",
     },
 }
 

@@ -28,11 +28,14 @@ no global state and runs calls from many threads concurrently.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels import _compat
 from tpu_kernels._scoped import ScopedSetting
 
 type Mode = str | pltpu.InterpretParams
@@ -96,3 +99,30 @@ def reset_tpu_interpreter() -> None:
     otherwise), never while another call is using it."""
     with _TPU_INTERPRETER:
         pltpu.reset_tpu_interpret_mode_state()
+
+
+@contextlib.contextmanager
+def _quiet_callbacks() -> Iterator[None]:
+    """The TPU interpreter raises from inside io_callbacks, and JAX logs each one with its full
+    traceback before re-raising; the exception itself carries the message."""
+    log = logging.getLogger(_compat.JAX_CALLBACK_LOGGER)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def run_in_tpu_interpreter(params: pltpu.InterpretParams, run: Callable[[], Any]) -> Any:
+    """`run()` (a kernel traced, compiled and run under `params`, blocking until its results
+    are ready) holding the TPU interpreter, as every use of it must (`exclusive`); after an
+    exception, JAX's interpreter state is reset (it cannot run again otherwise) and the
+    exception re-raised. JAX's log of the failing io_callback is silenced."""
+    with exclusive(params):
+        try:
+            with _quiet_callbacks():
+                return run()
+        except Exception:
+            reset_tpu_interpreter()
+            raise

@@ -150,6 +150,7 @@ class KernelOp:
         )
         self.backward_of = backward_of
         self.examples = o.examples
+        self.sharding_examples = o.sharding_examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
         # which dims the device kernels pad to buckets (tpu_kernels.buckets); a backward
         # op built here gets its forward's Plan
@@ -553,7 +554,7 @@ def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
 
     The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
     `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `autotune`,
-    `autocast`, `sharding`, `buckets`, `length`) are documented once, in
+    `autocast`, `sharding`, `sharding_examples`, `buckets`, `length`) are documented once, in
     tpu_kernels.options.OpOptions.
     """
     OpOptions.of(name, options)  # an unknown option fails here, before the decorated function

@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -136,3 +137,125 @@ def cdiv_grid(x: torch.Tensor) -> torch.Tensor:
 def past_the_end(x: torch.Tensor) -> torch.Tensor:
     """Four steps of 8 rows on 12 rows: blocks 2 and 3 lie entirely past the array."""
     return _rows_of_8(x, 4)
+
+
+# ---- packed dtypes: Mosaic's native tile is (8 * packing, 128) -------------------------------
+
+
+def _copy(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def _rows(x, rows: int) -> jax.Array:
+    block = pl.BlockSpec((rows, 128), lambda i: (i, 0))
+    return pl.pallas_call(
+        _copy,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(pl.cdiv(x.shape[0], rows),),
+        in_specs=[block],
+        out_specs=block,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x)
+
+
+@tpu_kernel("check_demo::int8_rows_of_8", examples=lambda: [((_spec(64, 128, dtype="int8"),), {})])
+def int8_rows_of_8(x: torch.Tensor) -> torch.Tensor:
+    """int8 blocks of (8, 128): Mosaic accepts them, in (8, 128) tiles, not int8's native (32, 128)."""
+    return _rows(x, 8)
+
+
+@tpu_kernel("check_demo::bf16_rows_of_8", examples=lambda: [((_spec(64, 128, dtype="bfloat16"),), {})])
+def bf16_rows_of_8(x: torch.Tensor) -> torch.Tensor:
+    """bfloat16 blocks of (8, 128): (8, 128) tiles, not bfloat16's native (16, 128)."""
+    return _rows(x, 8)
+
+
+@tpu_kernel("check_demo::int8_rows_of_32", examples=lambda: [((_spec(64, 128, dtype="int8"),), {})])
+def int8_rows_of_32(x: torch.Tensor) -> torch.Tensor:
+    """int8 blocks of (32, 128): int8's native tile."""
+    return _rows(x, 32)
+
+
+# ---- scalar prefetch: block indices read from an index array at run time ---------------------
+
+TABLE = (8, 8, 128)  # 8 slabs of (8, 128); a gather picks whole slabs
+
+
+def _prefetch_gather(body, idx, table, in_spec: pl.BlockSpec, out_block: tuple) -> jax.Array:
+    """One slab of `table` per grid step i into out[i], `idx` prefetched to SMEM for the
+    index maps and the body."""
+    n = idx.shape[0]
+    spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1,
+        grid=(n,),
+        in_specs=[in_spec],
+        out_specs=pl.BlockSpec(out_block, lambda i, idx: (i, 0, 0)),
+    )
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct((n, *table.shape[1:]), table.dtype),
+        grid_spec=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(idx, table)
+
+
+def _gather(idx, table, shift: int) -> jax.Array:
+    """out[i] = table[idx[i] + shift], the slab chosen by the index map."""
+
+    def body(idx_ref, t_ref, o_ref):
+        o_ref[...] = t_ref[...]
+
+    block = (None, *table.shape[1:])
+    in_spec = pl.BlockSpec(block, lambda i, idx: (idx[i] + shift, 0, 0))
+    return _prefetch_gather(body, idx, table, in_spec, block)
+
+
+def _gather_examples():
+    # Concrete index values: the bounds check runs the kernel on them (a ShapeDtypeStruct
+    # of int32 would run as zeros, in range whatever the kernel does with them).
+    return [((np.array([0, 3, 7], np.int32), _spec(*TABLE)), {})]
+
+
+@tpu_kernel("check_demo::gather", examples=_gather_examples)
+def gather(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """table[idx]: in range for indices in [0, 8)."""
+    return _gather(idx, table, 0)
+
+
+@tpu_kernel("check_demo::gather_next", examples=_gather_examples)
+def gather_next(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """An off-by-one index map (idx + 1): index 7 reads slab 8 of 8."""
+    return _gather(idx, table, 1)
+
+
+@tpu_kernel("check_demo::gather_previous", examples=_gather_examples)
+def gather_previous(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """An off-by-one index map (idx - 1): index 0 reads slab -1."""
+    return _gather(idx, table, -1)
+
+
+@tpu_kernel("check_demo::gather_dma", examples=_gather_examples)
+def gather_dma(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The table stays in HBM and the body copies slab idx[i] + 1 itself (off by one): no index
+    map sees the index, only the TPU interpreter's bounds check on the copy does."""
+
+    def body(idx_ref, t_hbm, o_ref):
+        pltpu.sync_copy(t_hbm.at[pl.ds(idx_ref[pl.program_id(0)] + 1, 1)], o_ref)
+
+    in_spec = pl.BlockSpec(memory_space=pl.ANY)
+    return _prefetch_gather(body, idx, table, in_spec, (1, *table.shape[1:]))
+
+
+@tpu_kernel(
+    "check_demo::gather_shape_only",
+    examples=lambda: [((_spec(3, dtype="int32"), _spec(*TABLE)), {})],
+)
+def gather_shape_only(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """`gather` with an example that gives the indices' shape only: they run as zeros."""
+    return _gather(idx, table, 0)
+
+
+@tpu_kernel("check_demo::gather_next_remat", examples=_gather_examples)
+def gather_next_remat(idx: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """`gather_next` inside jax.checkpoint: the bounds check reaches the pallas_call there too."""
+    return jax.checkpoint(lambda i, t: _gather(i, t, 1))(idx, table)

@@ -96,7 +96,8 @@ MAX_LEADING = 2  # every other dimension, at most
 def scale_down(calls: Sequence[Call]) -> list[Call]:
     """The calls with every tensor shrunk, consistently across arguments: each size above
     the cap becomes the cap (512 for the last two dimensions, 2 for the others), so equal
-    sizes stay equal and aligned ones stay aligned."""
+    sizes stay equal and aligned ones stay aligned. A call that gives concrete arrays
+    (index values) is kept as it is: their values refer to its shapes."""
 
     def shrink(spec: Any) -> Any:
         rank = len(spec.shape)
@@ -105,7 +106,7 @@ def scale_down(calls: Sequence[Call]) -> list[Call]:
         )
         return jax.ShapeDtypeStruct(shape, _jax_dtype(spec.dtype))
 
-    return [_map_specs(shrink, call) for call in calls]
+    return [call if _has_concrete(call) else _map_specs(shrink, call) for call in calls]
 
 
 def odd_tiles(calls: Sequence[Call]) -> list[Call]:
@@ -116,7 +117,8 @@ def odd_tiles(calls: Sequence[Call]) -> list[Call]:
     Why: the race detector splits a "parallel" grid axis between two simulated cores, and
     with an even tile count each core's half of an accumulation axis can line up with the
     other's so that no two cores touch one block at once: matmul with its k axis marked
-    "parallel" raced on a 3x3x3 grid but not on 2x2x2. Odd counts break that symmetry."""
+    "parallel" raced on a 3x3x3 grid but not on 2x2x2. Odd counts break that symmetry.
+    A call that gives concrete arrays is kept as it is (see `scale_down`)."""
 
     def grow(d: int) -> int:
         return d * 3 // 2 if d >= 16 and d % 2 == 0 else d
@@ -124,7 +126,15 @@ def odd_tiles(calls: Sequence[Call]) -> list[Call]:
     def change(spec: Any) -> Any:
         return jax.ShapeDtypeStruct(tuple(grow(d) for d in spec.shape), _jax_dtype(spec.dtype))
 
-    return [_map_specs(change, call) for call in calls]
+    return [call if _has_concrete(call) else _map_specs(change, call) for call in calls]
+
+
+def _has_concrete(call: Call) -> bool:
+    """Does the call give values (index arrays)? Their values refer to the call's shapes, so
+    such a call is never rescaled."""
+    args, kwargs = call
+    leaves = jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_concrete)
+    return any(is_concrete(v) for v in leaves)
 
 
 def _map_specs(fn: Callable[[Any], Any], call: Call) -> Call:
@@ -148,12 +158,35 @@ def _jax_dtype(dtype: Any) -> np.dtype:
     return np.dtype(dtype)
 
 
+def is_concrete(value: Any) -> bool:
+    """An argument with values (a NumPy or JAX array), not only a shape (a ShapeDtypeStruct)."""
+    return isinstance(value, (np.ndarray, jax.Array))
+
+
+def integer_specs(op: KernelOp, args: tuple, kwargs: dict) -> list[str]:
+    """The names of the integer tensor arguments of a call given as shapes only (the
+    interpreter runs fill them with zeros)."""
+    values = op.signature.bind(args, kwargs)
+    names = []
+    for p, v in zip(op.signature.params, values):
+        leaves = v if isinstance(v, (list, tuple)) else [v]
+        if p.is_tensor and any(
+            hasattr(t, "dtype") and not is_concrete(t) and np.issubdtype(_jax_dtype(t.dtype), np.integer)
+            for t in leaves
+        ):
+            names.append(p.name)
+    return names
+
+
 def random_arrays(call: Call, seed: int = 0) -> Call:
     """Concrete JAX arrays for the specs of one call: standard normal for floating
-    types (never zeros), zeros for integers and booleans."""
+    types (never zeros), zeros for integers and booleans. Arrays the call gives
+    (index values, say) are kept."""
     rng = np.random.default_rng(seed)
 
     def make(spec: Any) -> Any:
+        if is_concrete(spec):
+            return jax.numpy.asarray(spec)
         dt = _jax_dtype(spec.dtype)
         if jax.numpy.issubdtype(dt, jax.numpy.floating):
             data = rng.standard_normal(math.prod(spec.shape)).reshape(spec.shape)

@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels.check import coverage, semantics, vmem
+from tpu_kernels import bounds
+from tpu_kernels.check import coverage, semantics, tiling, vmem
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check.explain import (
     COVERAGE,
@@ -36,6 +37,7 @@ class ExampleResult:
     problems: list[Explanation] = field(default_factory=list)  # each one fails the op
     warnings: list[str] = field(default_factory=list)
     race_call: str | None = None  # the scaled-down call the race check ran, if it ran
+    bounds_call: str | None = None  # the call the bounds check ran (--bounds), if it ran
 
     @property
     def ok(self) -> bool:
@@ -130,7 +132,28 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     for eqn in eqns:
         _check_coverage(result, eqn)
         _check_semantics(result, eqn)
+        _check_tiles(result, eqn)
     return result
+
+
+def _check_tiles(result: ExampleResult, eqn: Any) -> None:
+    """Packed-dtype blocks (bfloat16, int8, ...) whose rows miss the dtype's native tile: a
+    performance warning (Mosaic accepts them; see check/tiling.py for its rule and source)."""
+    gm = eqn.params["grid_mapping"]
+    found: dict[tuple, list[str]] = {}
+    for i, bm in enumerate(gm.block_mappings):
+        if not vmem._in_vmem(bm.block_aval):
+            continue
+        block = vmem.memref_shape(bm)
+        array = tuple(int(s) for s in bm.array_aval.shape)
+        if tiling.off_native_tile(block, array, bm.array_aval.dtype) is None:
+            continue
+        what = f"input {i}" if i < gm.num_inputs else f"output {i - gm.num_inputs}"
+        found.setdefault((block, array, str(bm.array_aval.dtype)), []).append(what)
+    name = vmem._kernel_name(eqn)
+    for (block, array, dtype), whats in found.items():
+        message = tiling.off_native_message(" and ".join(whats), block, array, dtype)
+        result.warnings.append(f"kernel {name}: {message}")
 
 
 def _check_semantics(result: ExampleResult, eqn: Any) -> None:
@@ -162,8 +185,11 @@ def _check_coverage(result: ExampleResult, eqn: Any) -> None:
     result.warnings += [f"kernel {name}: {w}" for w in warnings]
 
 
-def check_op(op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False) -> OpReport:
-    """Lower `op` for the TPU at each of its example calls (and optionally look for races).
+def check_op(
+    op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False, bounds: bool = False
+) -> OpReport:
+    """Lower `op` for the TPU at each of its example calls (and optionally look for races, and
+    for block indices outside their arrays in the calls of kernels that read scalar prefetch).
 
     An op without examples (and not the backward of one with examples) is skipped.
     """
@@ -178,6 +204,8 @@ def check_op(op: KernelOp, *, chip_name: str = DEFAULT_CHIP, races: bool = False
     results = [check_call(op, args, kwargs, target) for args, kwargs in calls]
     if races:
         _check_races(op, calls, results)
+    if bounds:
+        _check_bounds(op, calls, results)
     status = "ok" if all(r.ok for r in results) else "failed"
     return OpReport(op.name, status, examples=results)
 
@@ -221,3 +249,35 @@ def _shapes_accepted(op: KernelOp, args: tuple, kwargs: dict) -> bool:
     except Exception:
         return False
     return True
+
+
+def _check_bounds(op: KernelOp, calls: list[ex.Call], results: list[ExampleResult]) -> None:
+    """Each example whose kernels read scalar prefetch, at its own shapes (index values refer
+    to them), its concrete arrays as given and the rest random (`examples.random_arrays`:
+    integers zero), through `bounds.call_problem`: the scalar-prefetch index maps evaluated on
+    the call's values, then the call in the TPU interpreter. Other kernels' index maps depend on
+    the grid alone, and the static coverage pass has bounded them."""
+    for (args, kwargs), result in zip(calls, results):
+        if not result.mosaic:
+            continue
+        call = ex.random_arrays((args, kwargs))
+        if not bounds.reads_scalar_prefetch_in(op, call):
+            continue
+        result.bounds_call = result.call
+        try:
+            problem = bounds.call_problem(op, call)
+        except Exception as e:  # the interpreter failed otherwise: say why, as --races does
+            found = explain(e)
+            result.problems.append(
+                dataclasses.replace(found, message=f"in the TPU interpreter: {found.message}")
+            )
+            continue
+        if problem is not None:
+            result.problems.append(Explanation(OUT_OF_BOUNDS, problem.message, problem.raw))
+        zeros = ex.integer_specs(op, args, kwargs)
+        if zeros:
+            result.warnings.append(
+                f"bounds checked with zeros for {', '.join(zeros)}: the example gives only the shape "
+                "(a ShapeDtypeStruct); give concrete index values (np.array([...], np.int32)) to check "
+                "the indices a real call uses."
+            )

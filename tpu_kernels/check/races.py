@@ -9,18 +9,14 @@ shows a race: two cores touching the same buffer with no ordering between them.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import jax
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import _compat, dtypes, interpret
+from tpu_kernels import bounds
 from tpu_kernels.check.examples import Call
-from tpu_kernels.check.explain import RACE, Explanation, explain
+from tpu_kernels.check.explain import OUT_OF_BOUNDS, RACE, Explanation, explain
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -55,44 +51,22 @@ def explain_race(text: str) -> str:
     )
 
 
-@contextlib.contextmanager
-def _quiet_callbacks() -> Iterator[None]:
-    """The interpreter raises from inside io_callbacks, and JAX logs each one with its full
-    traceback before re-raising; the exception itself carries the report."""
-    log = logging.getLogger(_compat.JAX_CALLBACK_LOGGER)
-    level = log.level
-    log.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
 def run_with_race_detection(op: KernelOp, call: Call) -> Explanation | None:
     """Run one call of `op` (concrete JAX arrays) in the race-detecting interpreter.
 
     Returns None when it ran cleanly; a RACE explanation when the detector fired; the
-    explained error when the op failed otherwise."""
-    args, kwargs = call
-    sig = op.signature
-    values = sig.bind(args, kwargs)
-    tensors = [v for p, v in zip(sig.params, values) if p.is_tensor]
-    statics = {p.name: v for p, v in zip(sig.params, values) if not p.is_tensor}
-    x64 = dtypes.needs_x64(tensors, statics)
+    explained error when the op failed otherwise (an out-of-bounds block in plain words)."""
     params = race_params()
-    # The interpreter's state is process-global: one user of it at a time, the reset included.
-    with interpret.exclusive(params):
-        try:
-            with jax.enable_x64(True) if x64 else contextlib.nullcontext(), _quiet_callbacks():
-                fn = op.jax_function(interpret=params, **statics)
-                jax.block_until_ready(fn(*tensors))
-        except Exception as e:
-            # After an exception the interpreter's shared state must be reset before it runs again.
-            interpret.reset_tpu_interpreter()
-            text = str(e)
-            if "RACE DETECTED" in text:
-                report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
-                raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
-                return Explanation(RACE, explain_race(text), raw)
-            return explain(e)
+    try:
+        bounds.run_call(op, call, params)
+    except Exception as e:
+        text = str(e)
+        if "RACE DETECTED" in text:
+            report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
+            raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
+            return Explanation(RACE, explain_race(text), raw)
+        found = bounds.explain_interpreter_error(text)
+        if found is not None:
+            return Explanation(OUT_OF_BOUNDS, found, bounds.interpreter_line(text))
+        return explain(e)
     return None

@@ -9,9 +9,13 @@ For each `pallas_call` in the traced function, the estimate adds up:
   single-buffers those), or the `pipeline_mode=pl.Buffered(n)` given;
 - every VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), once.
 
-Each buffer is rounded up to whole TPU tiles: the last dimension to a multiple
-of 128 lanes, the second-to-last to 8 sublanes times the dtype's packing
-(16 rows for 16-bit types, 32 for 8-bit). Not counted: operands in HBM
+Each buffer is rounded up to whole tiles as Mosaic lays it out (`tiling.py`, from
+Mosaic's memref layout inference): the last dimension to a multiple of 128 lanes,
+the second-to-last to a multiple of 8 rows (fewer rows: a power of two of at least
+the dtype's packing). The dtype's larger native tile (16 rows for 16-bit types, 32
+for 8-bit) is used only when the rows divide by it, so it never adds padding; a
+packed block off its native tile is a performance warning of the check instead
+(lowering.py). Not counted: operands in HBM
 (`memory_space=pl.ANY`), SMEM (scalar prefetch, `pltpu.SMEM`), semaphores,
 and the temporaries Mosaic allocates for intermediate values inside the body,
 so a kernel with large intermediates needs more than the estimate.
@@ -20,16 +24,15 @@ so a kernel with large intermediates needs more than the estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
-from jax.extend import core as jex_core
 
-LANES = 128
-SUBLANES = 8
+from tpu_kernels import jaxprs
+from tpu_kernels.check import tiling
 
 # Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
 # is the smallest, kept for callers that have no target chip.
@@ -61,18 +64,20 @@ class KernelFootprint:
 
 
 def tile_bytes(shape: tuple[int, ...], dtype: Any) -> int:
-    """Bytes of one buffer of `shape` in VMEM, rounded up to whole (8 * packing, 128) tiles."""
-    dt = np.dtype(dtype)
-    itemsize = dt.itemsize
+    """Bytes of one buffer of `shape` in VMEM, rounded up to whole tiles (`tiling.padded_shape`)."""
     if not shape:
-        return itemsize
-    packing = max(1, 4 // itemsize)
-    dims = list(shape)
-    dims[-1] = -(-dims[-1] // LANES) * LANES
-    if len(dims) >= 2:
-        rows = SUBLANES * packing
-        dims[-2] = -(-dims[-2] // rows) * rows
-    return math.prod(dims) * itemsize
+        return np.dtype(dtype).itemsize
+    return -(-math.prod(tiling.padded_shape(shape, dtype)) * tiling.bitwidth(dtype) // 8)
+
+
+def memref_shape(bm: Any) -> tuple[int, ...]:
+    """A block as the Mosaic kernel sees it: squeezed (None) dimensions kept, as size 1
+    (lowering.py `_get_block_shape`), which decides which dimension is tiled by rows."""
+    dims = []
+    for d in bm.block_shape:
+        size = getattr(d, "block_size", d)
+        dims.append(1 if d is None or type(d).__name__ == "Squeezed" else int(size))
+    return tuple(dims)
 
 
 def _memory_space(aval: Any) -> str:
@@ -90,10 +95,7 @@ def _vmem_limit(compiler_params: Any) -> int | None:
     return getattr(params, "vmem_limit_bytes", None)
 
 
-def _kernel_name(eqn: Any) -> str:
-    debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)
-    name = getattr(debug, "func_name", None) or eqn.params.get("name") or "kernel"
-    return str(name)
+_kernel_name = jaxprs.kernel_name
 
 
 def footprint(eqn: Any) -> KernelFootprint:
@@ -111,11 +113,12 @@ def footprint(eqn: Any) -> KernelFootprint:
         if not _in_vmem(aval):
             continue
         shape = tuple(int(d) for d in aval.shape)
+        size = tile_bytes(memref_shape(bm), dtype)
         if bm.pipeline_mode is not None and isinstance(bm.pipeline_mode.buffer_count, int):
             copies = bm.pipeline_mode.buffer_count
         else:
             copies = 1 if bm.has_trivial_window() else 2
-        buffers.append(Buffer(what, shape, str(dtype), copies, copies * tile_bytes(shape, dtype)))
+        buffers.append(Buffer(what, shape, str(dtype), copies, copies * size))
     for j, aval in enumerate(gm.scratch_avals):
         if _memory_space(aval) != "vmem":
             continue  # SMEM scratch, semaphores
@@ -134,33 +137,12 @@ def footprint(eqn: Any) -> KernelFootprint:
     )
 
 
-# One class in newer JAX (a Jaxpr holds its constants), two in older ones.
-_JAXPR_TYPES = tuple({jex_core.Jaxpr, jex_core.ClosedJaxpr})
-
-
-def _sub_jaxprs(value: Any) -> Iterator[Any]:
-    if isinstance(value, _JAXPR_TYPES):
-        yield value if hasattr(value, "eqns") else value.jaxpr
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _sub_jaxprs(v)
-
-
-def pallas_calls(jaxpr: Any) -> Iterator[Any]:
-    """Every pallas_call equation in `jaxpr`, nested calls (jit, custom_vjp, cond, scan) included."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            yield eqn
-            continue
-        for value in eqn.params.values():
-            for sub in _sub_jaxprs(value):
-                yield from pallas_calls(sub)
+pallas_calls = jaxprs.pallas_calls
 
 
 def traced_pallas_calls(fn: Callable, *specs: Any) -> list[Any]:
     """Trace `fn` at `specs` (ShapeDtypeStructs): its pallas_call equations."""
-    traced = jax.make_jaxpr(fn)(*specs)
-    return list(pallas_calls(next(_sub_jaxprs(traced))))
+    return list(pallas_calls(jax.make_jaxpr(fn)(*specs)))
 
 
 def kernel_footprints(fn: Callable, *specs: Any) -> list[KernelFootprint]:

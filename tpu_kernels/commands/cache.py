@@ -1,7 +1,7 @@
 """`tpu-kernels cache`: show or clear the on-disk kernel cache.
 
-tpu-kernels cache info     entries and bytes per tier, and the logged hits and misses
-tpu-kernels cache clear    delete every entry (both tiers) and the log
+tpu-kernels cache info     entries and bytes (this host's, every host's), logged hits and misses
+tpu-kernels cache clear    delete every entry and the log
 
 See docs/caching.md.
 """
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -40,26 +40,40 @@ def _size(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpu_kernels import disk_cache
+    from tpu_kernels import cache
 
-    root = args.dir if args.dir is not None else disk_cache.directory()
+    root = args.dir if args.dir is not None else cache.directory()
     if root is None:
-        print(f"the on-disk kernel cache is off ({disk_cache.ENV}=off)", file=sys.stderr)
+        print(f"the on-disk kernel cache is off ({cache.ENV}=off)", file=sys.stderr)
         return EXIT_USAGE if args.action == "clear" else 0
-    if args.action == "clear":
-        n = disk_cache.clear(root)
-        print(f"removed {n} files from {root}")
-        return 0
-    info = disk_cache.info(root)
+    try:
+        if args.action == "clear":
+            n = cache.clear(root)
+            print(f"removed {n} files from {root}")
+            return 0
+        info = cache.info(root)
+    except cache.CacheDirError as e:
+        print(f"tpu-kernels cache: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
     print(f"directory  {root}")
-    for tier, what in (("exports", "lowered kernels"), ("xla", "XLA executables")):
-        t = info[tier]
-        print(f"{tier:<10} {t['entries']:>6} entries  {_size(t['bytes']):>10}  ({what})")
+    here, every, legacy = info["this_host"], info["all_hosts"], info["legacy"]
+    print(
+        f"this host  {here['entries']:>6} entries  {_size(here['bytes']):>10}  (executables for {here['host']})"
+    )
+    print(
+        f"all hosts  {every['entries']:>6} entries  {_size(every['bytes']):>10}  ({every['hosts']} host kinds)"
+    )
+    if legacy["entries"]:
+        print(
+            f"old format {legacy['entries']:>6} entries  {_size(legacy['bytes']):>10}  (never read; `cache clear` removes them)"
+        )
+    if info["untrusted"]:
+        print(f"NOT USED   {info['untrusted']} (docs/caching.md)")
     logged = info["logged"]
-    events = ("hits", "misses", "writes", "rejected", "uncacheable")
+    events = ("hits", "misses", "writes", "rejected", "evicted", "uncacheable")
     print("logged     " + "  ".join(f"{e} {logged.get(e, 0)}" for e in events) + "  (all processes)")
     for op, counts in sorted(info["ops"].items()):
         print(f"  {op:<40} " + "  ".join(f"{e} {counts[e]}" for e in events if counts.get(e)))

@@ -7,7 +7,11 @@ op: lowered or not, the Mosaic/Pallas error in plain words when not, and the
 estimated VMEM per grid step of each Pallas kernel; a grid that leaves output
 elements unwritten, or a block entirely outside its array, fails. With --races, each call
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
-detector. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
+detector. With --bounds, each call of a kernel whose index maps read scalar
+prefetch runs at its own shapes: its block indices are checked against the
+arrays, then the TPU interpreter checks every access. With --sharding, each op's
+DTensor rule is also derived from its kernel and simulated on 2 and 3 shards
+(docs/distributed.md). Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
 
 See docs/tpu-lowering-check.md.
 """
@@ -43,9 +47,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also run each example, scaled down, in the TPU interpreter with race detection (slow)",
     )
     p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="also run each example whose kernels read scalar prefetch and fail a block index "
+        "outside its array (index values from the example; slow)",
+    )
+    p.add_argument(
         "--chip",
         default=None,
         help="TPU generation to lower for and compare VMEM with: v5e, v5p, v6e, 7x, ... (default v6e)",
+    )
+    p.add_argument(
+        "--sharding",
+        action="store_true",
+        help="also derive each op's DTensor sharding rule from its kernel and simulate its rule on 2 and 3 shards",
     )
     p.add_argument("--filter", help="only ops whose name matches this regular expression")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
@@ -93,13 +108,15 @@ def run(args: argparse.Namespace) -> int:
 
     print(
         f"TPU lowering check of {len(ops)} ops from {', '.join(modules)}; VMEM compared with a TPU "
-        f"{target.name} core ({fmt_bytes(target.vmem_bytes)})" + (", races checked" if args.races else ""),
+        f"{target.name} core ({fmt_bytes(target.vmem_bytes)})"
+        + (", races checked" if args.races else "")
+        + (", bounds checked" if args.bounds else ""),
         file=out,
     )
     reports = []
     width = max(len(op.name) for op in ops)
     for op in ops:
-        report = check_op(op, chip_name=target.name, races=args.races)
+        report = check_op(op, chip_name=target.name, races=args.races, bounds=args.bounds)
         reports.append(report)
         _print_report(report, width, args.verbose, out)
         out.flush()
@@ -108,6 +125,15 @@ def run(args: argparse.Namespace) -> int:
         f"{len(reports)} ops: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped",
         file=out,
     )
+    sharded = []
+    if args.sharding:
+        from tpu_kernels.check.sharding import run_all
+
+        sharded = run_all(ops, out)
+        wrong = sum(r.status == "failed" for r in sharded)
+        print(
+            f"sharding rules: {len(sharded) - wrong} of {len(sharded)} ops without a wrong strategy", file=out
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -115,10 +141,13 @@ def run(args: argparse.Namespace) -> int:
             "modules": modules,
             "chip": {"name": target.name, "vmem_bytes": target.vmem_bytes},
             "races": args.races,
+            "bounds": args.bounds,
             "ops": [r.to_json() for r in reports],
         }
+        if args.sharding:
+            payload["sharding"] = [r.to_json() for r in sharded]
         args.json.write_text(json.dumps(payload, indent=2, default=str))
-    return EXIT_FAILED if counts["failed"] else 0
+    return EXIT_FAILED if counts["failed"] or any(r.status == "failed" for r in sharded) else 0
 
 
 def _summary(report) -> str:
@@ -144,6 +173,8 @@ def _summary(report) -> str:
         text += ", no Pallas kernel (plain XLA)"
     if any(e.race_call for e in report.examples) and not report.failed:
         text += ", no races"
+    if any(e.bounds_call for e in report.examples) and not report.failed:
+        text += ", block indices in bounds"
     return text
 
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels import _compat, disk_cache, dtypes, interpret, precision
+from tpu_kernels import _compat, dtypes, interpret, precision
 from tpu_kernels.bridge import describe
-from tpu_kernels.cache import CompileCache
+from tpu_kernels.cache import CompileCache, build, store
 from tpu_kernels.errors import KernelError
 from tpu_kernels.signature import Kind, Signature
 
@@ -61,10 +63,12 @@ class Transfer(Protocol):
 
 @dataclass(frozen=True)
 class Entry:
-    fn: Callable  # jitted; takes the tensor arguments' arrays in param order
+    fn: Callable  # compiled; takes the tensor arguments' arrays in param order
     x64: bool  # the call needs JAX's 64-bit mode
     n_results: int | None  # None: a list of any length
     single: bool = False  # fn returns the op's one output as an array, not a tuple (and needs no x64)
+    key: tuple = ()  # the in-process cache key it is stored under
+    path: Path | None = None  # the on-disk entry it was loaded from (None: compiled here)
 
 
 def for_op(op: Any, body: Callable, transfer: Transfer) -> JaxExecutor:
@@ -152,10 +156,29 @@ class JaxExecutor:
             outs = [to_torch(r) for r in results]
         except Exception as e:
             self.transfer.recover(mode)
+            if entry.path is not None:  # loaded from disk: the entry is bad, not the kernel
+                return self._run(self._replace_bad_entry(entry, arrays, e), arrays, values, mode, block)
             raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
         for j, i in enumerate(self.mutated):
             values[i].copy_(outs[self.n_outputs + j])
         return self.sig.pack(outs, self.returns_list)
+
+    def _replace_bad_entry(self, bad: Entry, arrays: list[Any], error: Exception) -> Entry:
+        """An executable loaded from disk failed at run time (another shape's, a damaged one
+        that passed the checks): evict it, compile the kernel from its source, once."""
+        warnings.warn(
+            f"{self.op}: the executable loaded from the on-disk kernel cache ({bad.path}) failed "
+            f"at run time ({type(error).__name__}: {str(error)[:200]}); evicted it and compiled "
+            "the kernel again (docs/caching.md).",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+        store.evict(bad.path)
+        root = store.directory()
+        if root is not None:
+            store.count(root, "evicted", self.op)
+        self.cache.discard(bad.key, bad)
+        return self.cache.get_or_build(bad.key, lambda: self._build(arrays, bad.key, load=False))
 
     def _arrays_and_key(self, values: Any) -> tuple[list[Any], tuple]:
         """The JAX arrays for the kernel, and the cache key: (mode, matmul precision,
@@ -213,7 +236,7 @@ class JaxExecutor:
             raise
 
     # ---- the cold path: trace and compile once per key -----------------------------
-    def _build(self, arrays: list[Any], key: tuple) -> Entry:
+    def _build(self, arrays: list[Any], key: tuple, load: bool = True) -> Entry:
         mode, matmul_precision = key[0], key[1]
         statics = self.sig.static_kwargs(tuple(key[2 : 2 + len(self._static_idx)]))
         names = [name for _, _, name in self._tensor_params]
@@ -240,19 +263,13 @@ class JaxExecutor:
         single = self._single and not self.mutated and not x64
         sharding = self.transfer.sharding()
         body = (lambda *a: flat(*a)[0]) if single else flat
-        exportable = jax.jit(body)  # stored on disk without shardings (disk_cache.storable)
-        jitted = exportable if sharding is None else jax.jit(body, in_shardings=sharding)
+        jitted = jax.jit(body) if sharding is None else jax.jit(body, in_shardings=sharding)
+        kernel = build.Kernel(op, self.transfer.device_type, mode, matmul_precision, x64, sharding)
         with interpret.exclusive(mode):  # the recovery too: it resets the interpreter's state
             try:
                 with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-                    # lower().compile(), or the same kernel from the on-disk cache (disk_cache.py)
-                    kernel = disk_cache.Kernel(
-                        fn=fn, op=op, device_type=self.transfer.device_type, key=key,
-                        x64=x64, single=single, layout=(self.sig, n_results),
-                    )  # fmt: skip
-                    jitted = disk_cache.build(
-                        jitted, arrays, kernel, in_shardings=sharding, exportable=exportable
-                    )
+                    # trace, then load the executable from disk or lower and compile it (cache/build.py)
+                    built = build.build(jitted, arrays, kernel, load=load)
             except KernelError:
                 raise
             except Exception as e:
@@ -261,7 +278,7 @@ class JaxExecutor:
                     f"{self.op}: tracing or compiling the kernel failed for "
                     f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
                 ) from e
-        return Entry(jitted, x64, n_results, single)
+        return Entry(built.fn, x64, n_results, single, key, built.path)
 
     def _describe(self, values: list[Any]) -> str:
         return ", ".join(f"{p.name}={describe(v)}" for p, v in zip(self.sig.params, values))

@@ -1,4 +1,4 @@
-"""Compiled callables, one per (shapes, dtypes, statics, device, mode): bounded, thread-safe."""
+"""The in-process tier: compiled callables, one per key, bounded, thread-safe."""
 
 from __future__ import annotations
 
@@ -75,6 +75,13 @@ class CompileCache[V]:
                 return None
             self._hits += 1  # not under the lock: counts from racing threads may be lost
         return value
+
+    def discard(self, key: Any, value: V) -> None:
+        """Forget `key` if it still maps to `value` (an entry found bad at run time; a
+        thread that already rebuilt it keeps its new value)."""
+        with self._lock:
+            if self._entries.get(key) is value:
+                del self._entries[key]
 
     def info(self) -> CacheInfo:
         with self._lock:
