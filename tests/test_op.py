@@ -12,7 +12,7 @@ from jax.experimental import pallas as pl
 from torch import Tensor
 
 from tests.helpers import rand
-from tpu_kernels import KernelError, OpDefinitionError, tpu_kernel
+from tpu_kernels import KernelError, OpDefinitionError, checked, tpu_kernel
 from tpu_kernels.dtypes import TORCH_TO_JAX
 
 _ids = itertools.count()
@@ -211,18 +211,66 @@ def test_call_errors_name_the_op_and_argument():
     def f(x: Tensor, n: int) -> Tensor:
         return x * n
 
-    # torch's dispatcher checks the call against the schema, and its messages name both.
+    # a tensor for a static: tests/test_op.py::test_a_tensor_for_a_static_is_one_error_on_every_path;
+    # torch's dispatcher checks the rest of the call against the schema, and its messages name both.
+    with pytest.raises(TypeError, match=r"statics_\d+: argument 'n' is a static \(int.*takes an int"):
+        f(rand(2), rand(2))
     with pytest.raises(
         RuntimeError,
-        match=r"statics_\d+\(\) Expected a value of type 'int' for argument 'n' but instead found type 'Tensor'",
+        match=r"statics_\d+\(\) Expected a value of type 'int' for argument 'n' but instead found type 'str'",
     ):
-        f(rand(2), rand(2))
+        f(rand(2), "2")
     with pytest.raises(RuntimeError, match=r"statics_\d+\(\) is missing value for argument 'n'"):
         f(rand(2))
     with pytest.raises(
         RuntimeError, match=r"statics_\d+\(\) expected at most 2 argument\(s\) but received 3"
     ):
         f(rand(2), 1, 2)
+
+
+_STATIC_TENSORS = {
+    "0-d": lambda: torch.tensor(0.5),
+    "one element": lambda: torch.tensor([0.5]),
+    "0-d requiring grad": lambda: torch.tensor(0.5, requires_grad=True),
+    "int tensor": lambda: torch.tensor(2),
+}
+
+
+@pytest.mark.parametrize("value", list(_STATIC_TENSORS))
+def test_a_tensor_for_a_static_is_one_error_on_every_path(value):
+    # torch's dispatcher would read a one-element tensor as the number in eager and refuse it
+    # under torch.compile; a static is a compile-time constant, so every path refuses it.
+    @tpu_kernel(uname("tensor_static"))
+    def f(x: Tensor, alpha: float) -> Tensor:
+        return x * alpha
+
+    x, t = rand(4), _STATIC_TENSORS[value]()
+    message = (
+        r"tensor_static_\d+: argument 'alpha' is a static \(float.*takes a float \(or an int\), but got a"
+    )
+    assert f._eager_cpu.accepts((x, 0.5))  # the eager shortcut's call: plain tensors, positional
+    with pytest.raises(TypeError, match=message):
+        f(x, t)  # the shortcut declines, the check refuses
+    with pytest.raises(TypeError, match=message):
+        f(x.requires_grad_(), alpha=t)  # autograd, keywords: the dispatcher's path
+    with pytest.raises(TypeError, match=message):
+        torch.compile(lambda x, a: f(x, a) * 2, backend="aot_eager")(x, t)
+    with pytest.raises(Exception, match=message):  # fullgraph: dynamo's Unsupported, quoting it
+        torch.compile(lambda x, a: f(x, a) * 2, backend="aot_eager", fullgraph=True)(x, t)
+    with pytest.raises(TypeError, match=message), checked():
+        f(x, t)
+    assert f(x, 0.5).shape == (4,)
+
+
+def test_a_tensor_in_a_list_static_is_refused():
+    @tpu_kernel(uname("list_static"))
+    def f(x: Tensor, *, sizes: list[int] = (1,)) -> Tensor:
+        return x * len(sizes)
+
+    with pytest.raises(
+        TypeError, match=r"argument 'sizes' is a static \(int\[\]: .*a list of ints.*list of Tensors"
+    ):
+        f(rand(4), sizes=[torch.tensor(2)])
 
 
 def test_definition_errors():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import types
+from pathlib import Path
 
 import jax.numpy as jnp
 import pytest
@@ -15,6 +17,8 @@ from tpu_kernels.bench import roofline
 from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.tokamax.implementation import platform_of
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_built_in_devices_and_their_policies():
@@ -81,6 +85,64 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
     assert sources.make_source("t::toy", Toy()).jax_body(jnp.ones(2)).tolist() == [2.0, 2.0]
     with pytest.raises(ValueError, match="'toy' is already registered"):
         sources.register(sources.Language("toy", "toy_language", "toy"))
+
+
+OUTSIDE_DEVICE_FIRST = """
+import torch
+from tpu_kernels import devices
+
+cpu_kernel = lambda op, body: (lambda *args, **kwargs: None)
+devices.register(devices.DeviceSpec("npu_test", "XPU", cpu_kernel, lambda: False, lambda: None))
+
+from tpu_kernels import tpu_kernel
+
+@tpu_kernel("registries::first", autocast="fp32")
+def first(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+print(sorted(first._kernels))
+print([d.name for d in devices.all_devices()])
+for key in ("AutocastCPU", "AutocastCUDA", "AutocastPrivateUse1", "AutocastXPU"):
+    print(key, torch._C._dispatch_has_kernel_for_dispatch_key("registries::first", key))
+"""
+
+
+def test_an_outside_device_registered_before_the_first_op_leaves_every_built_in_its_kernel(tmp_path):
+    # a fresh process: the built-in devices are imported on the registry's first read, here
+    # after the outside device registered (docs/adding-a-device.md's order)
+    import subprocess
+
+    script = tmp_path / "first.py"
+    script.write_text(OUTSIDE_DEVICE_FIRST)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    kernels, names, *autocast = run.stdout.strip().splitlines()
+    assert kernels == "['CPU', 'CUDA', 'PrivateUse1', 'XPU']"
+    assert names == "['cpu', 'cuda', 'tpu', 'npu_test']"
+    assert autocast == [
+        f"{key} True" for key in ("AutocastCPU", "AutocastCUDA", "AutocastPrivateUse1", "AutocastXPU")
+    ]
+
+
+def test_cache_info_and_the_bench_command_read_the_registry(monkeypatch, tmp_path, capsys):
+    from tpu_kernels.cli import main
+
+    _test_device(monkeypatch)  # its kernel is tpu_kernels' CPU executor: it keeps a cache
+
+    @tpu_kernel("registries::cached")
+    def cached(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert cached.cache_info("npu_test").misses == 0
+    with pytest.raises(ValueError, match=r"cache per device type, for 'cpu' or 'cuda' or 'npu_test'"):
+        cached.cache_info("tpu")
+    # --device takes any registered device: this one resolves, then the suite has nothing to run
+    (tmp_path / "empty.py").write_text("def benchmarks(quick, device_type):\n    return []\n")
+    assert main(["bench", str(tmp_path / "empty.py"), "--device", "npu_test"]) == 2
+    assert "no benchmarks in" in capsys.readouterr().err
+    assert main(["bench", str(tmp_path / "empty.py"), "--device", "xpu"]) == 2
+    assert "unknown device 'xpu'; use cpu, cuda, tpu, npu_test." in capsys.readouterr().err
 
 
 def test_scaffold_backends_come_from_the_languages():

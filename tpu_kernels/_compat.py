@@ -134,9 +134,18 @@ _ENTRIES: dict[str, Private] = {
     "chip_version_from_device_kind": Private(
         "jax._src.tpu_info:chip_version_from_device_kind", "a TPU generation from a device kind"
     ),
+    # ---- symbolic.py: the size equalities a trace needs, as torch guards (no stand-in: a
+    # fake cannot assume an equality torch does not check).
+    "torch_check": Private("torch:_check", "establishing that two symbolic sizes are equal"),
     # ---- testing.py
     "CompileCounterWithBackend": Private(
         "torch._dynamo.testing:CompileCounterWithBackend", "counting the graphs torch.compile made"
+    ),
+    "dynamo_reset": Private("torch._dynamo:reset", "forgetting earlier compiles before counting graphs"),
+    "mark_dynamic": Private("torch._dynamo:mark_dynamic", "marking the sizes a test varies dynamic"),
+    "dynamo_counters": Private(
+        "torch._dynamo.utils:counters",
+        "the graphs torch.compile kept (a restarted analysis is one graph, not two)",
     ),
     # ---- sources/helion.py
     "helion_ref_mode_tls": Private(

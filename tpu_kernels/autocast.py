@@ -15,9 +15,9 @@ As in torch's own casts, float64 inputs, non-floating inputs and tensors on
 another device type are left alone, and the casts are recorded by autograd, so
 gradients come back to float32 parameters in float32.
 
-The rule is registered as a kernel on the Autocast dispatch keys of the CPU,
-CUDA and PrivateUse1 (torch_tpu's "tpu") devices, and as the same keys'
-Python kernel, which torch.compile's tracing uses (this is what
+The rule is registered as a kernel on the Autocast dispatch key of each
+registered device (tpu_kernels.devices) that has one: CPU, CUDA and PrivateUse1
+(torch_tpu's "tpu"), and as the same keys' Python kernel, which torch.compile's tracing uses (this is what
 `torch.library.register_autocast` does, which only offers a fixed dtype:
 "lower_precision_fp" needs the autocast dtype of the moment). The kernel casts,
 then calls the op again with that autocast key excluded. Backward ops get no
@@ -39,12 +39,20 @@ if TYPE_CHECKING:
 
 POLICIES = ("keep", "lower_precision_fp", "fp32", "promote")
 
-# (Autocast dispatch key, device type it casts; None: PrivateUse1's name, read when called)
-_KEYS: tuple[tuple[str, str | None], ...] = (
-    ("AutocastCPU", "cpu"),
-    ("AutocastCUDA", "cuda"),
-    ("AutocastPrivateUse1", None),
-)
+
+def _keys() -> list[tuple[str, str | None]]:
+    """(Autocast dispatch key, device type it casts) for each registered device whose dispatch
+    key has an Autocast twin in torch (tpu_kernels.devices: AutocastCPU, AutocastCUDA,
+    AutocastPrivateUse1, ...); PrivateUse1's device type is None: its name is read when
+    called (torch_tpu renames it "tpu")."""
+    from tpu_kernels import devices
+
+    keys = _compat.get("DispatchKey").__members__
+    return [
+        (f"Autocast{d.dispatch_key}", None if d.dispatch_key == "PrivateUse1" else d.name)
+        for d in devices.all_devices()
+        if f"Autocast{d.dispatch_key}" in keys
+    ]
 
 
 def check_policy(op: str, policy: Any) -> str:
@@ -124,7 +132,7 @@ def register(op: KernelOp, lib: torch.library.Library, policy: str) -> None:
     """Register `policy` for `op` on every autocast key ("keep" registers nothing)."""
     if policy == "keep":
         return
-    for key_name, device_type in _KEYS:
+    for key_name, device_type in _keys():
         kernel = _kernel(op, policy, key_name, device_type)
         lib.impl(op.short_name, kernel, key_name)
         # the Python dispatcher (torch.compile's tracing) looks here first

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, dtypes
+from tpu_kernels import _compat, dtypes, symbolic
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
 from tpu_kernels.errors import KernelError
@@ -114,29 +114,18 @@ class DerivedFake:
         return self._eval(specs, statics, tensors, symbolic=False)
 
     def _symbolic(self, tensors: list[Any], statics: dict) -> tuple:
-        from jax import export
+        """Output sizes for symbolic inputs; the equalities the trace needs become torch
+        guards (tpu_kernels.symbolic)."""
+        sizes = symbolic.Sizes(tensors)
+        key = ("symbolic", _hashable(statics), sizes.key)
 
-        scope = export.SymbolicScope()
-        symbols: dict[str, str] = {}  # str(torch sym expr) -> jax symbol name
-        env: dict[str, Any] = {}  # jax symbol name -> torch SymInt
+        def trace(dims: Callable[[Any], Any]) -> tuple:
+            specs = [dtypes.spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
+            with _pallas_dynamic_blocks():
+                return self._eval(specs, statics, tensors, symbolic=True)
 
-        def dims(shape: Any) -> Any:
-            parts = []
-            for d in shape:
-                if isinstance(d, torch.SymInt):
-                    expr = str(d.node.expr)
-                    if expr not in symbols:
-                        symbols[expr] = f"d{len(symbols)}"
-                        env[symbols[expr]] = d
-                    parts.append(symbols[expr])
-                else:
-                    parts.append(str(int(d)))
-            return export.symbolic_shape(",".join(parts) if parts else "", scope=scope) if parts else ()
-
-        specs = [dtypes.spec(self.op, p.name, v, dims) for p, v in zip(self.sig.tensor_params, tensors)]
-        with _pallas_dynamic_blocks():
-            outs = self._eval(specs, statics, tensors, symbolic=True)
-        return tuple((tuple(_to_torch_dim(d, env) for d in shape), dt) for shape, dt in outs)
+        plan = self.cache.get_or_build(key, lambda: symbolic.plan(sizes, trace))
+        return plan.apply(sizes)
 
     def _eval(self, specs: list[Any], statics: dict, tensors: list[Any], *, symbolic: bool) -> tuple:
         x64 = dtypes.needs_x64(specs, statics)
@@ -163,7 +152,7 @@ class DerivedFake:
             )
             raise KernelError(
                 f"{self.op}: deriving output shapes with jax.eval_shape failed for "
-                f"{describe(tensors)}, statics {statics}: {type(e).__name__}: {e}.{hint}"
+                f"{describe(tensors)}, statics {statics}: {type(e).__name__}: {str(e).rstrip('.')}.{hint}"
             ) from e
         leaves = list(result) if isinstance(result, (tuple, list)) else [result]
         if not self.returns_list and len(leaves) != self.n_results:
@@ -182,40 +171,6 @@ def _pallas_dynamic_blocks() -> contextlib.AbstractContextManager:
     except ImportError:  # pragma: no cover - an experimental API, may move
         return contextlib.nullcontext()
     return pallas_export_experimental(dynamic_shapes=True)
-
-
-def _to_torch_dim(d: Any, env: dict[str, Any]) -> Any:
-    """A JAX symbolic dimension (a polynomial of the input symbols) -> a torch SymInt.
-
-    JAX's own `_evaluate` calls operator.index on its operands, which would make
-    torch specialise every symbol to its current value; this walks the
-    polynomial with plain arithmetic instead.
-    """
-    if isinstance(d, int):
-        return d
-    total: Any = 0
-    for term, coeff in _compat.symbolic_terms(d):
-        value: Any = coeff
-        for factor, exponent in _compat.term_factors(term):
-            value = value * _factor_value(factor, env) ** exponent
-        total = total + value
-    return total
-
-
-def _factor_value(f: Any, env: dict[str, Any]) -> Any:
-    if f.var is not None:
-        return env[f.var]
-    a, b = (_to_torch_dim(o, env) for o in f.operands)
-    op = f.operation
-    if op == "floordiv":
-        return a // b
-    if op == "mod":
-        return a % b
-    if op == "max":
-        return torch.sym_max(a, b)
-    if op == "min":
-        return torch.sym_min(a, b)
-    raise NotImplementedError(f"symbolic dimension operation {op!r}")
 
 
 def _first_device(op: str, sig: Signature, tensors: list[Any]) -> torch.device:

@@ -340,17 +340,17 @@ class KernelOp:
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # is_compiling() first: under torch.compile dynamo reads it as True and never
-        # traces the checks behind it.
+        # The shortcut takes only statics of their schema types; every other path checks
+        # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
+        # reads is_compiling() as True and traces only the dispatcher's path.
         shortcut = self._eager_cpu
-        if checking.ARMED and checking.active():  # checked mode: the dispatcher, then the reference
-            out = checking.call(self, args, kwargs)
-        elif shortcut is not None and not kwargs and not _is_compiling():
+        checked = checking.ARMED and checking.active()  # checked mode: the dispatcher, then the reference
+        out = eager.DECLINED
+        if shortcut is not None and not kwargs and not checked and not _is_compiling():
             out = shortcut.try_call(args)
-            if out is eager.DECLINED:
-                out = self.overload(*args)
-        else:
-            out = self.overload(*args, **kwargs)
+        if out is eager.DECLINED:
+            self.signature.check_statics(args, kwargs)
+            out = checking.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         if self._all_visible:
             return out
         return out[0] if self.n_visible == 1 else out[: self.n_visible]
@@ -452,16 +452,28 @@ class KernelOp:
         self._user_fake = fn
         return fn
 
-    def cache_info(self, device: str = "cpu") -> CacheInfo:
-        """Hits and misses of the compiled-callable cache of one device ("cpu" or "cuda")."""
-        device = getattr(device, "type", device)  # a torch.device too
-        if device not in ("cpu", "cuda"):
-            hint = " (GPUs are 'cuda')" if device == "gpu" else ""
+    def cache_info(self, device: str | torch.device = "cpu") -> CacheInfo:
+        """Hits and misses of the compiled-callable cache of one registered device type (or
+        alias, or torch.device): each device whose calls tpu_kernels' own executor runs
+        ("cpu", "cuda"); a TPU's calls are cached by torch_tpu."""
+        from tpu_kernels import devices
+
+        kind = getattr(device, "type", device)
+        try:
+            name = devices.get(kind).name
+        except (KeyError, AttributeError):
+            name = None
+        cached = self.source.cached_devices()
+        if name not in cached:
+            hint = " (GPUs are 'cuda')" if kind == "gpu" else ""
+            own = " or ".join(repr(c) for c in cached) or "none of this op's devices"
+            others = ", ".join(d.name for d in devices.all_devices() if d.name not in cached)
             raise ValueError(
-                f"{self.name}: cache_info(device={device!r}): tpu_kernels keeps a compiled-callable "
-                f"cache per device type, 'cpu' or 'cuda'{hint}; TPU calls are cached by torch_tpu."
+                f"{self.name}: cache_info(device={kind!r}): tpu_kernels keeps a compiled-callable "
+                f"cache per device type, for {own}{hint}; calls on {others} are cached elsewhere "
+                "(TPU calls are cached by torch_tpu)."
             )
-        return self.source.cache_info(device)
+        return self.source.cache_info(name)
 
     def cache_clear(self) -> None:
         self.source.cache_clear()

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tpu_kernels.errors import ShardingRuleError
 from tpu_kernels import tolerance
+from tpu_kernels.errors import ShardingRuleError
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections.abc
 import enum
+import functools
 import inspect
 import math
 import types
@@ -151,6 +152,30 @@ def _default_literal(op: str, p: Param) -> str:
     )
 
 
+# What a static of each schema type takes, as the error for a wrong value says it.
+_EXPECTED = {
+    "int": "an int",
+    "float": "a float (or an int)",
+    "bool": "a bool",
+    "str": "a str",
+    "ScalarType": "a torch.dtype",
+    "int[]": "a list of ints",
+    "float[]": "a list of floats",
+    "bool[]": "a list of bools",
+}
+
+
+def _expected(schema_type: str) -> str:
+    base = schema_type.removesuffix("?")
+    return _EXPECTED.get(base, base) + (" or None" if schema_type.endswith("?") else "")
+
+
+def _has_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
+
+
 def _kernel_static(value: Any) -> Any:
     if isinstance(value, torch.dtype):
         from tpu_kernels.dtypes import TORCH_TO_JAX
@@ -279,6 +304,42 @@ class Signature:
                 raise TypeError(f"{self.op}: argument '{p.name}' must be a Tensor, got {type(v).__name__}.")
             if p.kind is Kind.TENSOR_LIST and not all(isinstance(t, torch.Tensor) for t in v or ()):
                 raise TypeError(f"{self.op}: argument '{p.name}' must be a list of Tensors, got {v!r}.")
+
+    def check_statics(self, args: tuple, kwargs: dict) -> None:
+        """A user's call (as `KernelOp.__call__` gets it), checked: a TypeError naming the op,
+        the parameter and what it takes when a static gets a tensor. torch's dispatcher
+        would turn a one-element tensor into a number in eager and refuse it under
+        torch.compile; a static is a compile-time constant, so it is an error on every path."""
+        statics = self._statics_by_position
+        for i in range(min(len(args), len(statics))):
+            p = statics[i]
+            if p is not None and _has_tensor(args[i]):
+                raise self._static_error(p, args[i])
+        for name, v in kwargs.items():
+            p = self._statics_by_name.get(name)
+            if p is not None and _has_tensor(v):
+                raise self._static_error(p, v)
+
+    @functools.cached_property
+    def _statics_by_position(self) -> tuple[Param | None, ...]:
+        return tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only)
+
+    @functools.cached_property
+    def _statics_by_name(self) -> dict[str, Param]:
+        return {p.name: p for p in self.params if not p.is_tensor}
+
+    def _static_error(self, p: Param, value: Any) -> TypeError:
+        got = (
+            f"a {value.dim()}-d Tensor"
+            if isinstance(value, torch.Tensor)
+            else f"a {type(value).__name__} of Tensors"
+        )
+        return TypeError(
+            f"{self.op}: argument '{p.name}' is a static ({p.schema_type}: a compile-time constant "
+            f"of the kernel) and takes {_expected(p.schema_type)}, but got {got}. Pass a Python "
+            "value (e.g. t.item(), which reads the tensor once), or declare the parameter a "
+            "Tensor to pass it as data."
+        )
 
     def static_kwargs(self, statics: tuple) -> dict[str, Any]:
         """Statics (as `split` returns them) -> the kernel's keyword arguments.

@@ -9,13 +9,14 @@ tpu_kernels is installed:
     testing.assert_close(my_op(x), reference(x.double()))     # tolerance of x's dtype
     testing.opcheck(my_op, (x,))                               # torch.library.opcheck, all tests
     testing.compile_matches_eager(model, [x])                  # one graph, same values and grads
+    testing.compile_dynamic_matches_eager(model, [[x], [x2], [x3]])  # at three sizes: 2 graphs
     testing.assert_lowers_for_tpu(my_op)                       # every example call lowers for TPU
     testing.assert_sharding_rule(my_op)                        # its DTensor rule, simulated
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -150,6 +151,101 @@ def compile_matches_eager(
             torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
     if counter.frame_count != 1:
         raise AssertionError(f"graph breaks: torch.compile produced {counter.frame_count} graphs")
+
+
+MARK_DYNAMIC = "mark_dynamic"
+"""`compile_dynamic_matches_eager(dynamic=MARK_DYNAMIC)`: the sizes that change marked with
+torch._dynamo.mark_dynamic."""
+
+
+def compile_dynamic_matches_eager(
+    model: Callable[..., Any],
+    calls: Sequence[Sequence[Any]],
+    *,
+    dynamic: bool | None | str = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    backend: str = "aot_eager",
+) -> None:
+    """torch.compile(fullgraph=True) of `model`, called with each of `calls` (its inputs at
+    several sizes, at least three) in turn, gives eager's outputs and gradients (of every
+    floating output, with respect to every input that requires grad), and compiles as
+    many graphs as dynamic shapes promise:
+
+    - `dynamic=None`, torch.compile's default: the first call's sizes are static, the
+      second recompiles with the sizes that changed symbolic, and that graph serves every
+      later call (2 graphs). The second call must change every size that changes later.
+    - `dynamic=True`: every size symbolic from the first call (1 graph). Dynamo gives
+      sizes that are equal in the first call one symbol, and recompiles when they later
+      differ: give the first call no two sizes equal by chance.
+    - `dynamic=MARK_DYNAMIC`: the sizes that differ between calls marked with
+      `torch._dynamo.mark_dynamic` before each call (1 graph).
+
+    Graphs are counted as Dynamo keeps them (a restarted analysis, as Dynamo restarts
+    to specialise a float under dynamic=True, is one graph). Resets Dynamo first
+    (`torch._dynamo.reset()`): what it remembers of earlier compiles of `model` (which
+    sizes it saw change) would change the count.
+    """
+    from tpu_kernels import _compat
+
+    if len(calls) < 3:
+        raise ValueError(f"compile_dynamic_matches_eager: give at least three calls, got {len(calls)}")
+    marked = _changing_dims(calls) if dynamic == MARK_DYNAMIC else {}
+    _compat.get("dynamo_reset")()
+    stats = _compat.get("dynamo_counters")["stats"]
+    before = stats["unique_graphs"]
+    compiled = torch.compile(
+        model, backend=backend, fullgraph=True, dynamic=None if dynamic == MARK_DYNAMIC else dynamic
+    )
+    for n, inputs in enumerate(calls):
+        eager_in, comp_in = _clones(inputs), _clones(inputs)
+        for i, dims in marked.items():
+            _compat.get("mark_dynamic")(comp_in[i], dims)
+        want, got = _grads(model, eager_in), _grads(compiled, comp_in)
+        sizes = [tuple(t.shape) for t in inputs if isinstance(t, torch.Tensor)]
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"call {n} at {sizes}: {m}")  # noqa: B023
+    graphs, made = 2 if dynamic is None else 1, stats["unique_graphs"] - before
+    if made != graphs:
+        raise AssertionError(
+            f"torch.compile(dynamic={dynamic!r}) compiled {made} graphs for {len(calls)} sizes; "
+            f"dynamic shapes promise {graphs}"
+        )
+
+
+def _clones(inputs: Sequence[Any]) -> list[Any]:
+    return [
+        t.detach().clone().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+        for t in inputs
+    ]
+
+
+def _grads(fn: Callable[..., Any], inputs: list[Any]) -> list[torch.Tensor]:
+    """fn's outputs, then the gradient of sum(out * g) over its floating outputs (g fixed
+    per shape: a seeded generator) with respect to each input that requires grad."""
+    outs = fn(*inputs)
+    outs = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    floating = [o for o in outs if o.is_floating_point() and o.requires_grad]
+    if not wrt or not floating:
+        return [o.detach() for o in outs]
+    gen = torch.Generator().manual_seed(0)
+    loss = sum(
+        (o * torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)).sum() for o in floating
+    )
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    return [o.detach() for o in outs] + [g if g is not None else torch.zeros(()) for g in grads]
+
+
+def _changing_dims(calls: Sequence[Sequence[Any]]) -> dict[int, list[int]]:
+    """Per tensor input, the dims whose size is not the same in every call."""
+    out: dict[int, list[int]] = {}
+    for i, t in enumerate(calls[0]):
+        if isinstance(t, torch.Tensor):
+            dims = [d for d in range(t.dim()) if len({c[i].shape[d] for c in calls}) > 1]
+            if dims:
+                out[i] = dims
+    return out
 
 
 def assert_lowers_for_tpu(

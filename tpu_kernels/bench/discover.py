@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from tpu_kernels.bench.spec import Benchmark
 
@@ -83,6 +84,14 @@ def _suites_in(directory: Path) -> list[Path]:
 
 
 def load(path: Path, *, quick: bool, device_type: str) -> list[Benchmark]:
+    """The benchmarks of the suite at `path` (imported first: `import_suite`)."""
+    return suite_benchmarks(import_suite(path), quick=quick, device_type=device_type)
+
+
+def import_suite(path: Path) -> ModuleType:
+    """The suite module at `path`, imported (once per process: its module name is fixed). A
+    suite that imports a device's module registers that device (tpu_kernels.devices), so the
+    command imports every suite before it resolves --device."""
     name = f"tpu_kernels_bench_suite_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -96,4 +105,9 @@ def load(path: Path, *, quick: bool, device_type: str) -> list[Benchmark]:
         raise AttributeError(
             f"{path}: a suite defines benchmarks(quick: bool, device_type: str) -> list[Benchmark]"
         )
+    return module
+
+
+def suite_benchmarks(module: ModuleType, *, quick: bool, device_type: str) -> list[Benchmark]:
+    """What an imported suite's `benchmarks(quick, device_type)` returns, as a list."""
     return list(module.benchmarks(quick=quick, device_type=device_type))

@@ -15,7 +15,7 @@ from pathlib import Path
 from tpu_kernels.commands._args import folder_problem, regex_problem, subcommand
 
 EXIT_WRONG = 1
-EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report
+EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report, an unknown device
 EXIT_REGRESSION = 3
 
 
@@ -34,7 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="fewer points and rounds, no torch.compile baseline (< 2 min on CPU)",
     )
     p.add_argument(
-        "--device", choices=["cpu", "cuda", "tpu"], help="default: the available accelerator, else cpu"
+        "--device",
+        metavar="TYPE",
+        help="a registered device type (tpu_kernels.devices: cpu, cuda, tpu and any a suite's imports "
+        "register); default: the available accelerator, else cpu",
     )
     p.add_argument("--out", type=Path, help="report folder (default: bench-results/<UTC time>)")
     p.add_argument("--filter", help="only benchmarks whose name matches this regular expression")
@@ -76,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     from tpu_kernels.bench.device import resolve
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    device = resolve(args.device)
     settings = timing.quick(timing.Settings()) if args.quick else timing.Settings()
     if args.rounds:
         settings = replace(settings, rounds=args.rounds)
@@ -104,9 +106,15 @@ def run(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return EXIT_USAGE
     console.print(f"suites: {', '.join(str(f) for f in paths)}", highlight=False)
+    suites = [discover.import_suite(path) for path in paths]  # a suite may register a device
+    try:
+        device = resolve(args.device)
+    except (ValueError, RuntimeError) as e:  # unregistered (the message names those that are), or absent here
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
     benchmarks = []
-    for path in paths:
-        benchmarks += discover.load(path, quick=args.quick, device_type=device.type)
+    for suite in suites:
+        benchmarks += discover.suite_benchmarks(suite, quick=args.quick, device_type=device.type)
     if args.filter:
         benchmarks = [b for b in benchmarks if re.search(args.filter, b.name)]
     if not benchmarks:

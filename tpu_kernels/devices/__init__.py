@@ -59,6 +59,7 @@ class DeviceSpec:
 
 _DEVICES: dict[str, DeviceSpec] = {}
 _BUILT_IN = ("cpu", "cuda", "tpu")  # modules of this package, imported on first use
+_loaded = False  # the built-ins imported (whatever else was registered before)
 
 
 def register(spec: DeviceSpec) -> DeviceSpec:
@@ -76,9 +77,14 @@ def register(spec: DeviceSpec) -> DeviceSpec:
 
 
 def _load() -> dict[str, DeviceSpec]:
-    if len(_DEVICES) < len(_BUILT_IN):
+    """The registry with the built-in devices imported: on the first read, whatever was
+    registered before it (a device outside this package registers before the first op).
+    No lock: threads that race here import the same modules, which Python imports once."""
+    global _loaded
+    if not _loaded:
         for name in _BUILT_IN:
             importlib.import_module(f"tpu_kernels.devices.{name}")
+        _loaded = True
     return _DEVICES
 
 

@@ -421,6 +421,9 @@ class HelionSource:
             raise ValueError(f"{self.name}: autotune(device={device!r}): Helion kernels run on {known}.")
         return k.autotune(k.normalize_args(*args, **kwargs), force=False)
 
+    def cached_devices(self) -> tuple[str, ...]:
+        return () if self._pallas is None else ("cpu",)  # Helion caches its other backends itself
+
     def cache_info(self, device: str) -> CacheInfo:
         if device != "cpu" or self._pallas is None:
             raise ValueError(f"{self.name}: only the CPU Pallas path keeps a tpu_kernels cache")

@@ -27,6 +27,9 @@ class JaxSource:
         self._executors = {spec.name: k for spec, k in made.items() if isinstance(k, JaxExecutor)}
         return {spec.dispatch_key: k for spec, k in made.items()}
 
+    def cached_devices(self) -> tuple[str, ...]:
+        return tuple(self._executors)
+
     def cache_info(self, device: str) -> CacheInfo:
         return self._executors[device].cache.info()
 
