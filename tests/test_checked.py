@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from tpu_kernels import CheckFailure, OpDefinitionError, checked, checking, tpu_kernel
-from tpu_kernels.checking import Reference
+from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checking, tpu_kernel
+from tpu_kernels import kernels as shipped
+from tpu_kernels.checking import UncheckedCallError, UncheckedWarning
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,23 +184,41 @@ def test_per_thread():
     assert len(caught) == 1
 
 
-def test_environment_variable_turns_it_on():
+def _run_with_check_env(value: str, decorator: str, error: str) -> list[str]:
+    """A fresh process under TPU_KERNELS_CHECK=value calls an op that adds 1 (declared by
+    `decorator`); it prints the mode, then whether the call raised `error` naming the op."""
     code = (
-        "import torch, jax.numpy as jnp\n"
-        "from tpu_kernels import tpu_kernel, CheckFailure\n"
-        "@tpu_kernel('env_checked::bad', check_reference=lambda x: x)\n"
+        "import torch\n"
+        "from tpu_kernels import tpu_kernel, checking\n"
+        f"@tpu_kernel('env_checked::bad'{decorator})\n"
         "def bad(x: torch.Tensor) -> torch.Tensor:\n"
         "    return x + 1\n"
+        "print(checking.is_checked(), checking.is_strict())\n"
         "try:\n"
         "    bad(torch.zeros(3))\n"
-        "except CheckFailure as e:\n"
+        f"except checking.{error} as e:\n"
         "    print('CAUGHT', 'env_checked::bad' in str(e))\n"
         "else:\n"
         "    print('MISSED')\n"
     )
-    env = {**os.environ, "TPU_KERNELS_CHECK": "1", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "TPU_KERNELS_CHECK": value, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "CAUGHT True", out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
+def test_environment_variable_turns_it_on():
+    assert _run_with_check_env("1", ", check_reference=lambda x: x", "CheckFailure") == [
+        "True",
+        "False",
+        "CAUGHT",
+        "True",
+    ]
+
+
+def test_environment_variable_strict():
+    """TPU_KERNELS_CHECK=strict: an op without a reference raises UncheckedCallError."""
+    assert _run_with_check_env("strict", "", "UncheckedCallError") == ["True", "True", "CAUGHT", "True"]
 
 
 def test_shipped_ops_pass_forward_and_backward():
@@ -217,8 +236,24 @@ def test_shipped_ops_pass_forward_and_backward():
 
 
 def test_shipped_ops_declare_their_references():
-    for op in (softmax, rmsnorm, matmul, scale_add):
+    """Every op in tpu_kernels.kernels and its Helion twins (helion_ops) declares a torch
+    reference; the twins share their Pallas op's family declaration (reference.CHECK)."""
+    from tpu_kernels.kernels import helion_ops
+
+    ops = [getattr(shipped, n) for n in shipped.__all__] + [
+        getattr(helion_ops, n) for n in helion_ops.__all__
+    ]
+    assert len(ops) == 10
+    for op in ops:
         assert isinstance(op.check_reference, Reference) and not op.check_reference.jax, op.name
+    for pallas_op, twin in [
+        (matmul, helion_ops.matmul_helion),
+        (rmsnorm, helion_ops.rmsnorm_helion),
+        (softmax, helion_ops.softmax_helion),
+        (scale_add, helion_ops.add_helion),
+    ]:
+        assert pallas_op.check_reference.fn is twin.check_reference.fn, twin.name
+        assert pallas_op.check_reference.reduces is twin.check_reference.reduces, twin.name
 
 
 def test_tokamax_ops_pass():
@@ -261,8 +296,13 @@ def test_a_reference_that_cannot_take_an_argument_warns_and_skips():
 
     with checked():
         extra_arg(torch.ones(2))  # at its default: checked, and right
-        with pytest.warns(UserWarning, match="does not take 'shift'"):
+        with pytest.warns(UncheckedWarning, match="does not take 'shift'"):
             extra_arg(torch.ones(2), shift=1.0)
+    with (
+        checked(strict=True),
+        pytest.raises(UncheckedCallError, match="extra_arg: its reference does not take"),
+    ):
+        extra_arg(torch.ones(2), shift=2.0)
 
 
 def test_a_builtin_reference_is_refused_at_definition_with_the_fix():
@@ -297,3 +337,219 @@ def test_compare_names_the_first_differing_element_in_each_kind_of_mismatch():
     ) == (
         "1 finite values where the reference has NaN or inf (of 2); first at index (1,): kernel 2.0, reference nan"
     )
+
+
+# ---- ops without a reference: said once, or refused in strict mode ----------------------------
+
+
+def _no_reference_op(name: str):
+    @tpu_kernel(f"test_checked::{name}")
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    return op
+
+
+def test_an_op_without_a_reference_warns_once_naming_it_and_how_to_declare_one(recwarn):
+    op = _no_reference_op("no_reference")
+    with checked():
+        op(torch.ones(3))
+        op(torch.ones(3))
+        op(torch.ones(4, 2))
+    unchecked = [w for w in recwarn.list if issubclass(w.category, UncheckedWarning)]
+    assert len(unchecked) == 1, [str(w.message) for w in unchecked]
+    msg = str(unchecked[0].message)
+    assert msg.startswith("checked mode: test_checked::no_reference: it declares no reference")
+    assert "such calls run unchecked" in msg and "check_reference=fn" in msg and "reference=" in msg
+    assert "docs/autograd.md#checked-mode" in msg
+    assert unchecked[0].filename == __file__  # it points at the caller's line
+    op(torch.ones(3))  # outside checked mode: nothing to say
+
+
+def test_strict_mode_raises_for_an_op_without_a_reference():
+    op = _no_reference_op("no_reference_strict")
+    with checked(strict=True):
+        with pytest.raises(
+            UncheckedCallError,
+            match=r"^checked mode \(strict\): test_checked::no_reference_strict: it declares no reference.*check_reference=fn",
+        ):
+            op(torch.ones(3))
+        with checked():  # strict=None keeps the enclosing block's
+            with pytest.raises(UncheckedCallError):
+                op(torch.ones(3))
+        with checked(strict=False), pytest.warns(UncheckedWarning):
+            op(torch.ones(3))
+    assert issubclass(UncheckedCallError, RuntimeError) and not issubclass(UncheckedCallError, CheckFailure)
+    assert not checking.is_strict()
+
+
+def test_backward_ops_are_not_reported_unchecked(recwarn):
+    """Backward ops (derived or explicit) declare no reference of their own: their results
+    are checked by the forward's backward check, so checked mode says nothing about them."""
+    x = torch.randn(5, 3, requires_grad=True)
+    with checked(strict=True):
+        jax_square(x).sum().backward()  # derived backward op
+        right_with_backward(x).sum().backward()  # explicit backward op
+        rmsnorm(torch.randn(8, 16, requires_grad=True), torch.randn(16)).sum().backward()
+    assert not [w for w in recwarn.list if issubclass(w.category, UncheckedWarning)]
+    assert jax_square.backward_op.backward_of is jax_square and jax_square.backward_of is None
+
+
+@tpu_kernel("test_checked::right_with_backward", check_reference=_double)
+def right_with_backward(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+@right_with_backward.def_backward
+def _right_bwd(grad_out: torch.Tensor) -> torch.Tensor:
+    return 2 * grad_out
+
+
+# ---- Reference(scale=...) is called with the call's arguments by keyword ----------------------
+
+
+def test_scale_and_reduces_functions_get_the_arguments_by_keyword():
+    seen = []
+
+    def scale(x, factor):
+        seen.append((tuple(x.shape), factor))
+        return 1.0
+
+    @tpu_kernel(
+        "test_checked::keyword_scale",
+        check_reference=Reference(lambda x, factor=2.0: factor * x, scale=scale, reduces=lambda **a: 1),
+    )
+    def keyword_scale(x: torch.Tensor, *, factor: float = 2.0) -> torch.Tensor:
+        return factor * x
+
+    with checked():
+        keyword_scale(torch.ones(3, 2), factor=3.0)
+    assert seen == [((3, 2), 3.0)]
+
+
+# ---- the reduction rule: sums of many terms are not false alarms, wrong kernels are caught -----
+
+
+def _bf16_inputs_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # a real precision bug: the float32 inputs rounded to bfloat16 before the product
+    return jnp.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+
+
+def _drops_the_last_term(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return jnp.matmul(a[:, :-1], b[:-1])
+
+
+@pytest.mark.parametrize("k", [384, 768])
+def test_the_helion_matmul_passes_at_large_k_and_wrong_kernels_with_its_declaration_fail(k):
+    """Issue 23: matmul_helion failed checked mode on ordinary float32 inputs at K=384/768
+    (errors 2.6e-5 to 5.4e-5) under the plain float32 tolerance. With the family's declared
+    reduction (K terms per output) four seeds pass, forward and backward, while the same
+    declaration catches a kernel that rounds its inputs to bf16 and one that drops a term."""
+    from tpu_kernels.kernels.helion_ops import matmul_helion
+
+    ref = matmul_helion.check_reference
+    plain_failures = 0
+    for seed in range(4):
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randn(128, k, generator=gen, dtype=torch.float64).float().requires_grad_()
+        b = torch.randn(k, 128, generator=gen, dtype=torch.float64).float().requires_grad_()
+        with checked(strict=True):
+            out = matmul_helion(a, b)
+            out.backward(torch.randn(out.shape, generator=gen))
+        plain_failures += checking.compare(out, a.double() @ b.double()) is not None
+    assert plain_failures >= 3  # what the plain float32 tolerance said of these correct results
+
+    a, b = torch.randn(128, k), torch.randn(k, 128)
+    for name, fn in [("bf16_inputs", _bf16_inputs_matmul), ("drops_a_term", _drops_the_last_term)]:
+        wrong = tpu_kernel(f"test_checked::mm_{name}_{k}", check_reference=ref)(fn)
+        with checked(), pytest.raises(CheckFailure, match=f"mm_{name}_{k} output differs"):
+            wrong(a, b)
+
+
+def test_a_failure_without_a_declared_reduction_says_how_to_declare_one():
+    with checked(), pytest.raises(CheckFailure, match=r"declares no reduction: if each output sums n terms"):
+        off_by_a_little(torch.ones(2, 2))
+
+
+# ---- checked mode's own spot check at small magnitudes: eps placement ----------------------------
+
+
+def _eps_outside_sqrt_rmsnorm():
+    """The shipped Pallas rmsnorm with eps moved outside the sqrt (issue 23: it passed checked
+    mode on unit-scale inputs), as a module of its own."""
+    import importlib
+    import types
+
+    original = importlib.import_module("tpu_kernels.kernels.rmsnorm.pallas")
+
+    right = "r = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)"
+    wrong = "r = 1 / (jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True)) + eps)"
+    source = Path(original.__file__).read_text()
+    assert source.count(right) == 1
+    module = types.ModuleType("rmsnorm_eps_outside_sqrt")
+    module.__file__ = str(Path(original.__file__).with_name("rmsnorm_eps_outside_sqrt.py"))
+    exec(compile(source.replace(right, wrong), module.__file__, "exec"), module.__dict__)
+    return module.rmsnorm
+
+
+def _rmsnorm_mutant(name: str, ref: Reference):
+    return tpu_kernel(
+        f"test_checked::{name}", outputs=("y", "inv_rms"), residuals=("inv_rms",), check_reference=ref
+    )(_eps_outside_sqrt_rmsnorm())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_eps_outside_sqrt_mutant_fails_checked_mode_by_its_spot_check(dtype):
+    mutant = _rmsnorm_mutant(f"eps_outside_{str(dtype)[6:]}", rmsnorm.check_reference)
+    x, w = torch.randn(16, 256).to(dtype), torch.randn(256).to(dtype)
+    with checked(), pytest.raises(CheckFailure) as e:
+        mutant(x, w)
+    msg = str(e.value)
+    assert "checked mode's own spot check: the call as given passed" in msg
+    assert "'x' scaled by 2^-10, to a mean square near 1e-06" in msg
+
+
+def test_without_the_spot_check_the_mutant_passes_on_unit_scale_inputs():
+    """Why the spot check exists: at unit scale an eps of 1e-6 moved outside the sqrt
+    changes y by about 5e-7 relative, far inside every tolerance."""
+    import dataclasses
+
+    mutant = _rmsnorm_mutant(
+        "eps_outside_no_spot", dataclasses.replace(rmsnorm.check_reference, spot_check=False)
+    )
+    with checked():
+        mutant(torch.randn(16, 256), torch.randn(256))
+
+
+def test_the_spot_check_runs_once_per_op_and_shapes(monkeypatch):
+    calls = []
+    real = rmsnorm.overload
+
+    def counting(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rmsnorm, "overload", counting)
+    x, w = torch.randn(24, 72), torch.randn(72)
+    with checked():
+        rmsnorm(x, w)
+        rmsnorm(x, w)
+        rmsnorm(torch.randn(8, 72), w)
+    assert calls == [(24, 72), (24, 72), (24, 72), (8, 72), (8, 72)]  # the first call of each shape twice
+    assert torch.equal(x, x.clone())  # the caller's tensors are untouched
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_correct_eps_ops_pass_their_spot_checks(dtype):
+    """No false verdicts: the shipped rmsnorm, its Helion twin (no float16 in Helion's Pallas
+    backend) and Tokamax's layer_norm and rms_norm are right at small magnitudes too."""
+    from tpu_kernels import tokamax as tk
+    from tpu_kernels.kernels.helion_ops import rmsnorm_helion
+
+    x, w, bias = torch.randn(16, 128).to(dtype), torch.randn(128).to(dtype), torch.randn(128).to(dtype)
+    ops = [lambda: rmsnorm(x, w, eps=1e-5), lambda: tk.layer_norm(x, w, bias), lambda: tk.rms_norm(x, w)]
+    if dtype != torch.float16:
+        ops.append(lambda: rmsnorm_helion(x, w))
+    with checked(strict=True):
+        for op in ops:
+            op()

@@ -1,5 +1,7 @@
-"""The package's import direction: the TPU lowering check (`tpu_kernels/check/`) builds on
-the core, and the core never imports the check, not even inside a function.
+"""The package's import direction: the TPU lowering check (`tpu_kernels/check/`), the test
+helpers (`testing.py`), the commands, the benchmarks and the other layers above the core build
+on it, and the core never imports any of them, not even inside a function (the tolerance
+table and `Reference`, which tests and checked mode share, live in the core's `tolerance.py`).
 
 Imports are read with ast, so function-level imports count as much as module-level ones.
 """
@@ -12,8 +14,19 @@ from pathlib import Path
 import tpu_kernels
 
 PACKAGE = Path(tpu_kernels.__file__).resolve().parent
-# The layers above the core: they may import the check (and the core); the core may import neither.
-ABOVE_CORE = ("check", "commands", "bench", "integrations", "cli.py", "testing.py", "scaffold.py")
+# The layers above the core: they may import the check (and the core); the core may import none
+# of them. `__main__.py` and `docs_tables.py` are entry points (`python -m ...`), never imported.
+ABOVE_CORE = (
+    "check",
+    "commands",
+    "bench",
+    "integrations",
+    "cli.py",
+    "testing.py",
+    "scaffold.py",
+    "__main__.py",
+    "docs_tables.py",
+)
 
 
 def _module(path: Path) -> str:
@@ -65,6 +78,45 @@ def test_the_core_never_imports_the_check():
         if _imports_check(module, names)
     ]
     assert not found, "the core imports the check:\n" + "\n".join(found)
+
+
+def _imports_above_core(module: str, names: list[str]) -> str | None:
+    """The layer above the core that this import reaches, or None."""
+    for layer in ABOVE_CORE:
+        name = "tpu_kernels." + layer.removesuffix(".py")
+        if (
+            module == name
+            or module.startswith(name + ".")
+            or (module == "tpu_kernels" and layer.removesuffix(".py") in names)
+        ):
+            return layer
+    return None
+
+
+def test_the_core_imports_no_layer_above_it():
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line} imports {module} ({layer})"
+        for p in _core_files()
+        for line, module, names in _imports(p)
+        if (layer := _imports_above_core(module, names))
+    ]
+    assert not found, "the core imports a layer above it:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_the_core_reaching_for_testing(tmp_path):
+    """What the core once did for the tolerance table: caught, at module and function level."""
+    pkg = tmp_path / "tpu_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    core = pkg / "checking.py"
+    core.write_text("from tpu_kernels.testing import TOL\ndef f():\n    from . import testing\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        assert [_imports_above_core(m, n) for _, m, n in _imports(core)] == ["testing.py", "testing.py"]
+        assert [p.name for p in _core_files()] == ["__init__.py", "checking.py"]
+    finally:
+        PACKAGE = saved
 
 
 def test_the_check_uses_the_cores_public_names_only():

@@ -4,7 +4,7 @@ Hypothesis draws shapes (0, 1, odd and non-block-multiple sizes), dtypes (float3
 bfloat16, float16), layouts (contiguous, transposed, sliced) and the values' seed;
 each case checks the forward and the gradient (for a random incoming gradient)
 against the float64 torch reference with the tolerance table of
-`tpu_kernels.testing`, scaled as checked mode scales it (`op.check_reference`),
+`tpu_kernels.testing`, scaled as checked mode scales it (`op.check_reference`'s reductions and scales),
 so these tests also hold checked mode's tolerances to account.
 
 Example counts are small (each new shape compiles a kernel: about 0.3-1 s here)
@@ -30,12 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpu_kernels import tokamax as tk
-from tpu_kernels.checking import Reference
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 from tpu_kernels.kernels.elementwise import reference as scale_add_ref
 from tpu_kernels.kernels.matmul import reference as matmul_ref
 from tpu_kernels.kernels.rmsnorm import reference as rmsnorm_ref
 from tpu_kernels.kernels.softmax import reference as softmax_ref
+from tpu_kernels.op import KernelOp
 from tpu_kernels.testing import assert_close
 from tpu_kernels.tokamax.attention import reference as attention_ref
 from tpu_kernels.tokamax.glu import reference as glu_ref
@@ -81,20 +81,24 @@ def make(shape: tuple[int, ...], dtype: torch.dtype, layout: str, gen: torch.Gen
     return t
 
 
-def check(
-    op_fn, ref_fn, inputs: list, dtype: torch.dtype, tolerance: Reference, args: dict, what: str
-) -> None:
+def check(op_fn, ref_fn, inputs: list, dtype: torch.dtype, op: KernelOp, args: dict, what: str) -> None:
     """op_fn(*inputs) against ref_fn(*inputs in float64), forward and gradient, with the
-    tolerance scales checked mode gives `args` (`tolerance` is the op's check_reference)."""
-    scale, grad_scale = tolerance.atol_scale(args, grad=False), tolerance.atol_scale(args, grad=True)
+    tolerance checked mode gives `args` (`op.check_reference`: its reductions and scales;
+    `inputs` are the op's first parameters, in order)."""
+    tolerance, names = op.check_reference, [p.name for p in op.signature.params]
     live = [t.detach().requires_grad_() if _diff(t) else t for t in inputs]
     wide = [t.detach().double().requires_grad_() if _diff(t) else t for t in inputs]
     out, want = op_fn(*live), ref_fn(*wide)
     assert out.dtype == dtype and out.shape == want.shape, (what, out.dtype, out.shape, want.shape)
+    scale = tolerance.atol_scale(args, out.dtype, name=op.output_names[0])
     assert_close(out, want, dtype, scale=scale, what=f"{what} forward")
     g = torch.randn(out.shape, dtype=torch.float64).to(dtype)
-    diff = [t for t in live if _diff(t)]
-    got = torch.autograd.grad(out, diff, g, allow_unused=True) if out.requires_grad else [None] * len(diff)
+    diff = [(n, t) for n, t in zip(names, live) if _diff(t)]
+    got = (
+        torch.autograd.grad(out, [t for _, t in diff], g, allow_unused=True)
+        if out.requires_grad
+        else [None] * len(diff)
+    )
     wide_diff = [t for t in wide if _diff(t)]
     # An output that depends on no input (ragged_dot with empty groups) has zero gradients.
     exp = (
@@ -102,10 +106,11 @@ def check(
         if want.requires_grad
         else [None] * len(diff)
     )
-    for i, (a, b, t) in enumerate(zip(got, exp, diff)):
+    for i, (a, b, (name, t)) in enumerate(zip(got, exp, diff)):
         b = torch.zeros(t.shape, dtype=torch.float64) if b is None else b
         a = torch.zeros_like(t) if a is None and not out.requires_grad else a
         assert a is not None and a.dtype == t.dtype and a.shape == t.shape, (what, i)
+        grad_scale = tolerance.atol_scale(args, t.dtype, grad=True, name=name)
         assert_close(a, b, t.dtype, scale=grad_scale, what=f"{what} gradient of input {i}")
 
 
@@ -148,7 +153,7 @@ def test_scale_add(zero, data, dtype, layout, alpha, broadcast, seed):
         lambda a, b: scale_add_ref.scale_add(a, b, alpha=alpha),
         [x, y],
         dtype,
-        scale_add.check_reference,
+        scale_add,
         {"x": x, "y": y, "alpha": alpha},
         f"scale_add {tuple(x.shape)}+{tuple(y.shape)} {layout}",
     )
@@ -164,7 +169,7 @@ def test_softmax(zero, data, dtype, layout, block_rows, seed):
         softmax_ref.softmax,
         [x],
         dtype,
-        softmax.check_reference,
+        softmax,
         {"x": x},
         f"softmax {tuple(x.shape)} {layout}",
     )
@@ -180,7 +185,7 @@ def test_rmsnorm(zero, data, dtype, layout, block_rows, seed):
         lambda a, b: rmsnorm_ref.rmsnorm(a, b, eps=1e-5),
         [x, w],
         dtype,
-        rmsnorm.check_reference,
+        rmsnorm,
         {"x": x, "weight": w, "eps": 1e-5},
         f"rmsnorm {tuple(x.shape)} {layout}",
     )
@@ -203,7 +208,7 @@ def test_matmul(zero, data, dtype, layout, seed):
         matmul_ref.matmul,
         [a, b],
         dtype,
-        matmul.check_reference,
+        matmul,
         {"a": a, "b": b},
         f"matmul {tuple(a.shape)}@{tuple(b.shape)} {layout}",
     )
@@ -211,8 +216,8 @@ def test_matmul(zero, data, dtype, layout, seed):
 
 # ---- Tokamax ops ------------------------------------------------------------------------------
 
-# each op's checked-mode reference (check_reference= in its family's op.py): its tolerances
-REF = {op.short_name: op.check_reference for f in tk.FAMILIES.values() for op in f.ops}
+# each op, for its checked-mode reference (check_reference= in its family's op.py): its tolerances
+REF = {op.short_name: op for f in tk.FAMILIES.values() for op in f.ops}
 # Tokamax's XLA path compiles slower than the shipped kernels: 5 cases where the profile has 8
 FEW = settings(max_examples=max(1, settings.default.max_examples * 5 // 8))
 

@@ -39,6 +39,7 @@ _EXPORTS = {
     "tpu_kernel": "tpu_kernels.op",
     "pointwise": "tpu_kernels.sharding",
     "rowwise": "tpu_kernels.sharding",
+    "Reference": "tpu_kernels.tolerance",
     "helion_cpu_mode": "tpu_kernels.sources.helion",
     "set_helion_cpu_mode": "tpu_kernels.sources.helion",
 }
@@ -47,11 +48,11 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "BackendUnavailableError",
     "CacheInfo",
     "CheckFailure",
-    "CheckFailure",
     "KernelError",
     "KernelOp",
     "NoBackwardError",
     "OpDefinitionError",
+    "Reference",
     "ShardingRuleError",
     "TpuKernelsError",
     "bucket_rows",
@@ -98,3 +99,4 @@ if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
     from tpu_kernels.sharding import pointwise, rowwise
     from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
+    from tpu_kernels.tolerance import Reference

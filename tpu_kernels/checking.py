@@ -6,13 +6,21 @@
 
 While it is on, each call of a kernel op that has a reference goes through the
 dispatcher (never the eager shortcut), then its reference runs on float64 CPU
-copies of the same inputs, and each output is compared with the tolerance table
-of `tpu_kernels.testing` for the output's dtype. The backward (run by autograd
+copies of the same inputs, and each output is compared with the tolerance of
+`tpu_kernels.tolerance` for the output's dtype: the table's atol times the op's
+declared `scale` and the growth its declared reduction length gives
+(`Reference(reduces=...)`, one rule for every op). The backward (run by autograd
 inside checked mode) is compared with the reference's gradient (torch autograd
 of a torch reference, `jax.vjp` of a JAX one) for the same incoming gradients.
 A mismatch raises `CheckFailure` naming the op, its inputs' shapes and dtypes,
 the largest error and its index, or the NaNs/infs the kernel produced where the
 reference (rounded to the output's dtype) has none.
+
+Checked mode checks the caller's own calls, plus one spot check of its own per op and
+input shapes for ops with an `eps` (`Reference(spot_check=...)`): the call rerun with
+its first floating-point input scaled by a power of two to a mean square of about
+eps, where an eps added in the wrong place shows (at unit scale it changes results by
+about eps, far inside the tolerance).
 
 The switch is per thread (a ContextVar; new threads start from the environment
 default, read at import). When it is off, an op call pays one read of the
@@ -20,55 +28,64 @@ module global `ARMED` (False unless the environment turned checking on or some
 thread is inside `checked()`): about 12 ns (timeit) against a call's 60 us
 (bench/overhead.py), too little for the per-call benchmark to resolve.
 
-An op's reference for checking is `op.check_reference` (a `Reference`): given
-with `check_reference=` (a torch function, or a `Reference` with tolerance
-scales), else built from `reference=` (the differentiable JAX function that
-also gives the backward, run in float64 with `jax.enable_x64`). The shipped
-ops name their torch references, and so does each Tokamax op (`check_reference=` in its
-family's `op.py`, tolerances from `tpu_kernels/tokamax/tolerance.py`). Ops without one
-run unchecked.
-Calls through `torch.ops.<ns>.<name>` directly and compiled graphs are not
-checked: checking happens in `KernelOp.__call__` and the op's autograd backward.
+An op's reference for checking is `op.check_reference` (a `tpu_kernels.Reference`):
+given with `check_reference=` (a torch function, or a `Reference` with its
+reduction lengths and scales), else built from `reference=` (the differentiable
+JAX function that also gives the backward, run in float64 with `jax.enable_x64`).
+Every shipped op and every Tokamax op declares one. A call that cannot be checked
+(an op without a reference, a reference that does not take an argument given)
+warns once per op and reason (`UncheckedWarning`) and runs unchecked; in strict
+mode (`checked(strict=True)`, `TPU_KERNELS_CHECK=strict`) it raises
+`UncheckedCallError` instead. Backward ops are checked through their forward's
+backward check. Calls through `torch.ops.<ns>.<name>` directly and compiled graphs
+are not checked: checking happens in `KernelOp.__call__` and the op's autograd backward.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
+import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.errors import OpDefinitionError, TpuKernelsError
+from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.signature import Kind
+from tpu_kernels.tolerance import Reference, rms, tol
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
 
 ENV = "TPU_KERNELS_CHECK"
+STRICT = "strict"  # TPU_KERNELS_CHECK=strict: checked mode, strict
 BOUNDS_ENV = "TPU_KERNELS_CHECK_BOUNDS"
 
 
-def _env_on(value: str | None) -> bool:
-    return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+def _env_mode(value: str | None) -> tuple[bool, bool]:
+    """(on, strict) from the environment variable's value."""
+    v = (value or "").strip().lower()
+    return v not in ("", "0", "false", "no", "off"), v == STRICT
 
 
-_ENV_DEFAULT = _env_on(os.environ.get(ENV))
+_ENV_DEFAULT, _ENV_STRICT = _env_mode(os.environ.get(ENV))
 _STATE: ContextVar[bool | None] = ContextVar("tpu_kernels_checked", default=None)
+_STRICT: ContextVar[bool | None] = ContextVar("tpu_kernels_checked_strict", default=None)
 _LOCK = threading.Lock()
 _OPEN = 0  # checked() blocks open in any thread
 
 ARMED: bool = _ENV_DEFAULT
 """False when no thread can be in checked mode: then `KernelOp.__call__` reads only this."""
 
-BOUNDS: bool = _env_on(os.environ.get(BOUNDS_ENV))
+BOUNDS: bool = _env_mode(os.environ.get(BOUNDS_ENV))[0]
 """Checked mode also runs each call of an op whose kernels read scalar prefetch through
 `tpu_kernels.bounds` (its block indices against the arrays, then the TPU interpreter): set by
 TPU_KERNELS_CHECK_BOUNDS=1, or assign it. Slow: for debugging index maps."""
@@ -78,10 +95,25 @@ class CheckFailure(TpuKernelsError, AssertionError):
     """Checked mode: a kernel's output or gradient differs from its reference."""
 
 
+class UncheckedCallError(TpuKernelsError, RuntimeError):
+    """Strict checked mode: a call checked mode cannot check (the op declares no reference,
+    or its reference does not take an argument the call gives or does not cover the call)."""
+
+
+class UncheckedWarning(UserWarning):
+    """Checked mode: calls of this op run unchecked (said once per op and reason)."""
+
+
 def is_checked() -> bool:
     """Whether this thread (context) is in checked mode now."""
     v = _STATE.get()
     return _ENV_DEFAULT if v is None else v
+
+
+def is_strict() -> bool:
+    """Whether checked mode here raises, instead of warning, for a call it cannot check."""
+    v = _STRICT.get()
+    return _ENV_STRICT if v is None else v
 
 
 def active() -> bool:
@@ -90,79 +122,31 @@ def active() -> bool:
 
 
 @contextlib.contextmanager
-def checked(enabled: bool = True) -> Iterator[None]:
+def checked(enabled: bool = True, *, strict: bool | None = None) -> Iterator[None]:
     """Run every kernel op call in this block beside its float64 reference (see module doc).
 
     `checked(False)` turns it off inside a checked block (or under TPU_KERNELS_CHECK=1).
+    `strict=True`: a call that cannot be checked (its op declares no reference, ...)
+    raises `UncheckedCallError` instead of warning once; None keeps the enclosing
+    setting (the environment's: TPU_KERNELS_CHECK=strict).
     Applies to the current thread only; threads started inside start from the
     environment default.
     """
     global ARMED, _OPEN
     token = _STATE.set(bool(enabled))
+    strict_token = _STRICT.set(bool(strict)) if strict is not None else None
     with _LOCK:
         _OPEN += 1
         ARMED = True
     try:
         yield
     finally:
+        if strict_token is not None:
+            _STRICT.reset(strict_token)
         _STATE.reset(token)
         with _LOCK:
             _OPEN -= 1
             ARMED = _ENV_DEFAULT or _OPEN > 0
-
-
-# ---- references ------------------------------------------------------------------------
-
-Scale = float | Callable[[dict[str, Any]], float]
-
-
-@dataclasses.dataclass(frozen=True)
-class Reference:
-    """What checked mode compares an op with.
-
-    fn: a function of the op's parameters, by name, returning the op's visible
-      outputs (residuals excluded); a torch function (differentiable by torch
-      autograd) unless `jax=True` (then a JAX function with the op's signature).
-    scale, grad_scale: multiply the tolerance table's atol, for the outputs and
-      for the gradients (default: scale); a number or a function of the call's
-      arguments by name (e.g. sqrt(K) for a K-long dot product).
-    ignore: op parameters `fn` does not take because they cannot change the result
-      (block sizes, implementation choice). Any other parameter `fn` does not take
-      must be at its default for the call to be checked; otherwise checked mode
-      warns once and leaves that call unchecked.
-    """
-
-    fn: Callable
-    scale: Scale = 1.0
-    grad_scale: Scale | None = None
-    ignore: tuple[str, ...] = ()
-    jax: bool = False
-
-    def atol_scale(self, args: dict[str, Any], grad: bool) -> float:
-        s = self.grad_scale if grad and self.grad_scale is not None else self.scale
-        return float(s(args) if callable(s) else s)
-
-
-def resolve(
-    op: str, check_reference: Reference | Callable | None, reference: Callable | None
-) -> Reference | None:
-    """An op's reference for checking, from its `check_reference=` and `reference=` options."""
-    if check_reference is not None:
-        ref = check_reference if isinstance(check_reference, Reference) else Reference(check_reference)
-        if not callable(ref.fn):
-            raise OpDefinitionError(f"{op}: check_reference must be a function, got {ref.fn!r}.")
-        if not ref.jax:
-            try:
-                inspect.signature(ref.fn)
-            except (TypeError, ValueError) as e:
-                raise OpDefinitionError(
-                    f"{op}: check_reference {ref.fn!r} has no readable signature (checked mode passes "
-                    "the op's arguments by name); wrap it, as in `lambda x: torch.exp(x)`."
-                ) from e
-        return ref
-    if reference is not None:
-        return Reference(reference, jax=True)
-    return None
 
 
 # ---- inputs ---------------------------------------------------------------------------
@@ -222,8 +206,8 @@ def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[s
     if ref.jax:
         return {p.name: v for p, v in zip(params, values)}
     accepted = inspect.signature(ref.fn).parameters
-    if any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):
-        return {p.name: v for p, v in zip(params, values)}
+    if any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):  # all but the ignored
+        return {p.name: v for p, v in zip(params, values) if p.name not in ref.ignore}
     kwargs = {}
     for p, v in zip(params, values):
         if p.name in accepted:
@@ -234,11 +218,29 @@ def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[s
     return kwargs
 
 
-def _unchecked(op: KernelOp, why: str) -> None:
-    """Warn, once per op and reason, that checked mode left calls unchecked."""
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # warnings point at the first frame outside it
+
+
+def _unchecked(op: KernelOp, why: str, fix: str = "") -> None:
+    """A call checked mode cannot check: in strict mode an error, else a warning, once per
+    op and reason, that such calls run unchecked."""
+    if is_strict():
+        raise UncheckedCallError(f"checked mode (strict): {op.name}: {why}.{fix}")
     if (op.name, why) not in _WARNED:
         _WARNED.add((op.name, why))
-        warnings.warn(f"checked mode: {op.name}: {why}; such calls run unchecked.", stacklevel=5)
+        warnings.warn(
+            f"checked mode: {op.name}: {why}; such calls run unchecked.{fix}",
+            UncheckedWarning,
+            skip_file_prefixes=(_PACKAGE,),
+        )
+
+
+_DECLARE = (
+    " Declare what to compare it with: tpu_kernel(..., check_reference=fn), fn a torch function "
+    "of the op's parameters by name returning its outputs (or tpu_kernels.Reference(fn, "
+    "reduces=...) for an op whose outputs sum many terms), or reference= a JAX function "
+    "(docs/autograd.md#checked-mode)."
+)
 
 
 def _is_default(v: Any, default: Any) -> bool:
@@ -323,11 +325,11 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
-def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | None:
+def compare(
+    got: torch.Tensor, want: torch.Tensor, scale: float = 1.0, dtype: torch.dtype | None = None
+) -> str | None:
     """Why `got` (a kernel's result) is not `want` (a float64 reference) within the
-    tolerance of got's dtype, or None when it is."""
-    from tpu_kernels.testing import TOL
-
+    tolerance of `dtype` (default: got's), its atol times `scale`, or None when it is."""
     got = got.detach().cpu()
     want = want.detach().cpu()
     if tuple(got.shape) != tuple(want.shape):
@@ -342,11 +344,12 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
                 + _first(bad, got, want)
             )
         return None
-    tol = TOL.get(got.dtype, TOL[torch.float32])
+    dtype = dtype or got.dtype
+    t = tol(dtype)
     g, w = got.to(torch.float64), want.to(torch.float64)
     # The common case in few passes over the data (NaN/inf anywhere fail it: NaN compares
     # False, inf - inf is NaN); a failure is then diagnosed below.
-    if ((g - w).abs() <= tol.atol * scale + tol.rtol * w.abs()).all():
+    if ((g - w).abs() <= t.atol * scale + t.rtol * w.abs()).all():
         return None
     w_rounded = want.to(got.dtype).to(torch.float64)  # what the output dtype can represent
     g_bad = ~torch.isfinite(g)
@@ -361,7 +364,7 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
         )
     finite = torch.isfinite(g) & torch.isfinite(w)
     err = torch.where(finite, (g - w).abs(), torch.zeros_like(g))
-    allowed = tol.atol * scale + tol.rtol * w.abs()
+    allowed = t.atol * scale + t.rtol * w.abs()
     lost = ~g_bad & ~torch.isfinite(w)  # finite where the reference is NaN or inf
     if lost.any():
         return (
@@ -375,8 +378,8 @@ def compare(got: torch.Tensor, want: torch.Tensor, scale: float = 1.0) -> str | 
     return (
         f"max abs error {err.flatten()[i].item():.6g} at index {_index(i, got.shape)}: kernel "
         f"{g.flatten()[i].item():.8g}, reference {w.flatten()[i].item():.8g}; "
-        f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(got.dtype).removeprefix('torch.')} "
-        f"tolerance (rtol {tol.rtol:g}, atol {tol.atol:g} x {scale:g})"
+        f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(dtype).removeprefix('torch.')} "
+        f"tolerance (rtol {t.rtol:g}, atol {t.atol:g} x {scale:g})"
     )
 
 
@@ -397,6 +400,16 @@ def _fail(op: KernelOp, what: str, values: list[Any], why: str, extra: str = "")
     )
 
 
+def _args(op: KernelOp, values: list[Any]) -> dict[str, Any]:
+    return {p.name: v for p, v in zip(op.signature.params, values)}
+
+
+_NO_REDUCTION = (
+    "\n  (its Reference declares no reduction: if each output sums n terms, declare "
+    "Reference(..., reduces=n) and the tolerance grows with n, docs/dtypes.md#tolerances-the-tests-use)"
+)
+
+
 # ---- the hooks ------------------------------------------------------------------------------
 
 
@@ -406,10 +419,12 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
         _check_bounds(op, args, kwargs)
     out = op.overload(*args, **kwargs)
     ref = op.check_reference
-    if ref is None:
-        return out
     values = op.signature.bind(args, kwargs)
     if not _can_check(values):
+        return out
+    if ref is None:
+        if op.backward_of is None:  # a backward op is checked by its forward's backward check
+            _unchecked(op, "it declares no reference (check_reference= or reference=)", _DECLARE)
         return out
     check_forward(op, ref, values, out)
     return out
@@ -427,7 +442,11 @@ def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
         )
 
 
-def check_forward(op: KernelOp, ref: Reference, values: list[Any], out: Any) -> None:
+def check_forward(
+    op: KernelOp, ref: Reference, values: list[Any], out: Any, spot: tuple[str, int, float] | None = None
+) -> None:
+    """The call's outputs against the reference's; then, for a call that is not itself a
+    spot check (`spot`: the scaled input, its power of two and the eps), the op's spot check."""
     wide = [_wide(v) for v in values]
     kwargs = _reference_kwargs(op, ref, wide)
     if kwargs is None:
@@ -445,12 +464,18 @@ def check_forward(op: KernelOp, ref: Reference, values: list[Any], out: Any) -> 
     expected = expected[: op.n_visible]
     if len(expected) != len(outs):
         _fail(op, "output", values, f"the reference returned {len(expected)} outputs, the op {len(outs)}")
-    scale = ref.atol_scale(dict(zip((p.name for p in op.signature.params), values)), grad=False)
+    args = _args(op, values)
+    extra = "" if spot is None else _spot_note(*spot)
+    if not callable(ref.reduces) and ref.reduces == 1:
+        extra += _NO_REDUCTION
     for k, (o, e) in enumerate(zip(outs, expected)):
-        why = compare(o, e, scale)
+        why = compare(
+            o, e, ref.atol_scale(args, o.dtype, name=op.output_names[k]), ref.tolerance_dtype(o.dtype, args)
+        )
         if why:
-            name = op.output_names[k] if len(outs) > 1 else "output"
-            _fail(op, name, values, why)
+            _fail(op, op.output_names[k] if len(outs) > 1 else "output", values, why, extra)
+    if spot is None:
+        _spot_check(op, ref, values)
 
 
 def check_backward(op: KernelOp, values: list[Any], grads_out: list[Any], grads_in: list[Any]) -> None:
@@ -473,16 +498,109 @@ def check_backward(op: KernelOp, values: list[Any], grads_out: list[Any], grads_
         _unchecked(op, f"its reference does not cover this call ({e})")
         return
     want_by_name = dict(want)
-    scale = ref.atol_scale(dict(zip((p.name for p in op.signature.params), values)), grad=True)
+    args = _args(op, values)
     extra = "; incoming gradients: " + ", ".join(
         f"{str(g.dtype).removeprefix('torch.')}{list(g.shape)}" for g in grads_out if g is not None
     )
+    reduces = ref.grad_reduces if ref.grad_reduces is not None else ref.reduces
+    if not callable(reduces) and reduces == 1:
+        extra += _NO_REDUCTION
     for p, got in zip(op.signature.params, grads_in):
         if p.kind not in (Kind.TENSOR, Kind.OPTIONAL_TENSOR) or got is None or p.name not in want_by_name:
             continue
-        why = compare(got, want_by_name[p.name], scale)
+        scale = ref.atol_scale(args, got.dtype, grad=True, name=p.name)
+        why = compare(got, want_by_name[p.name], scale, ref.tolerance_dtype(got.dtype, args))
         if why:
             _fail(op, f"gradient for '{p.name}'", values, why, extra)
 
 
-__all__ = ["ENV", "CheckFailure", "Reference", "checked", "compare", "is_checked"]
+# ---- checked mode's own spot check: small magnitudes, where an eps matters ----------------------
+
+_EPS_NAMES = re.compile(r"eps|epsilon")
+_SMALL = 2.0**-20  # the mean square a spot check aims at without an eps: rms 2^-10, about 1e-3
+_SPOT_SEEN: set[tuple] = set()  # (op, argument shapes, dtypes and statics) already spot-checked
+_SPOT_LIMIT = 4096  # then no more spot checks: a process with endlessly new shapes pays nothing
+
+
+def _spot_eps(op: KernelOp, ref: Reference, values: list[Any]) -> float | None:
+    """The mean square the op's spot check scales an input to (the op's eps), or None when
+    the op gets no spot check."""
+    if ref.spot_check is False or op.mutates_args:
+        return None
+    for p, v in zip(op.signature.params, values):
+        if (
+            not p.is_tensor
+            and _EPS_NAMES.fullmatch(p.name)
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and v > 0
+        ):
+            return float(v)
+    return _SMALL if ref.spot_check else None
+
+
+def _key(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, tuple(v.shape), v.device.type)
+    if isinstance(v, (list, tuple)):
+        return tuple(_key(x) for x in v)
+    return repr(v)
+
+
+def _spot_check(op: KernelOp, ref: Reference, values: list[Any]) -> None:
+    """Once per op and input shapes: the call rerun with its first floating-point tensor
+    scaled by a power of two (exact) to a mean square of about the op's eps, and checked.
+    At unit scale an eps moved outside a sqrt changes results by about eps, which no
+    tolerance sees; at this scale it changes them by tens of percent."""
+    eps = _spot_eps(op, ref, values)
+    if eps is None:
+        return
+    found = [
+        (i, p.name)
+        for i, (p, v) in enumerate(zip(op.signature.params, values))
+        if p.kind is Kind.TENSOR and isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()
+    ]
+    if not found:
+        return
+    key = (op.name, _key(values))
+    if key in _SPOT_SEEN or len(_SPOT_SEEN) >= _SPOT_LIMIT:
+        return
+    _SPOT_SEEN.add(key)
+    i, name = found[0]
+    x = values[i].detach()
+    size = rms(x)
+    if not math.isfinite(size) or size == 0:
+        return
+    power = round(math.log2(math.sqrt(eps) / size))
+    if power >= 0:  # the call's own values are already that small
+        return
+    scaled = list(values)
+    scaled[i] = x * 2.0**power
+    n_pos = sum(not p.keyword_only for p in op.signature.params)
+    kw = {p.name: v for p, v in zip(op.signature.params[n_pos:], scaled[n_pos:])}
+    with torch.no_grad():
+        out = op.overload(*scaled[:n_pos], **kw)
+    check_forward(op, ref, scaled, out, spot=(name, power, eps))
+
+
+def _spot_note(name: str, power: int, eps: float) -> str:
+    return (
+        f"\n  (checked mode's own spot check: the call as given passed; this is it again with "
+        f"'{name}' scaled by 2^{power}, to a mean square near {eps:g}, where an eps added in the "
+        "wrong place shows; Reference(spot_check=False) turns it off for an op whose inputs must "
+        "keep their scale)"
+    )
+
+
+__all__ = [
+    "ENV",
+    "STRICT",
+    "CheckFailure",
+    "Reference",
+    "UncheckedCallError",
+    "UncheckedWarning",
+    "checked",
+    "compare",
+    "is_checked",
+    "is_strict",
+]

@@ -235,8 +235,8 @@ def shipped_ops() -> str:
 
 
 def tolerances() -> str:
-    """`tpu_kernels.testing.TOL`, the tolerance table of the tests and the benchmarks."""
-    from tpu_kernels.testing import TOL
+    """`tpu_kernels.tolerance.TOL`, the tolerance table of checked mode, the tests and the benchmarks."""
+    from tpu_kernels.tolerance import TOL
 
     lines = ["| dtype | rtol | atol |", "|---|---|---|"]
     lines += [

@@ -28,7 +28,7 @@ import jax
 import torch
 
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checking, dtypes, eager, fake
+from tpu_kernels import autograd, checking, dtypes, eager, fake, tolerance
 from tpu_kernels import buckets as bucketing
 from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
@@ -113,10 +113,12 @@ class KernelOp:
         *,
         signature: Signature | None = None,
         returns_list: bool = False,
+        backward_of: KernelOp | None = None,
         **options: Any,
     ) -> None:
-        """`options`: tpu_kernels.options.OpOptions; `signature` and `returns_list` are for
-        the ops the toolkit builds itself (backward ops, batched twins)."""
+        """`options`: tpu_kernels.options.OpOptions; `signature`, `returns_list` and
+        `backward_of` (the forward op of a backward op) are for the ops the toolkit builds
+        itself (backward ops, batched twins)."""
         o = self.options = OpOptions.of(name, options)
         self.ns, self.short_name = _split_name(name)
         self.name = name
@@ -141,8 +143,12 @@ class KernelOp:
         self.n_visible = n - len(tuple(o.residuals))
         self._all_visible = self.n_visible == n
         self.reference = o.reference
-        # what checked mode compares calls with (tpu_kernels.checking); None: unchecked
-        self.check_reference = checking.resolve(name, o.check_reference, o.reference)
+        # what checked mode compares calls with (tpu_kernels.checking); None: unchecked, which
+        # checked mode says, except for a backward op: its forward's backward check covers it
+        self.check_reference = tolerance.resolve(
+            name, [p.name for p in sig.params], o.check_reference, o.reference
+        )
+        self.backward_of = backward_of
         self.examples = o.examples
         self.sharding_examples = o.sharding_examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
@@ -317,7 +323,12 @@ class KernelOp:
         wrt = [p.name for p in self.signature.tensor_params]
         plan = self.bucket_plan and bucketing.backward_plan(self.bucket_plan, sig, self.output_names, wrt)
         self.backward_op = KernelOp(
-            qualname, kernel, signature=sig, returns_list=autograd.returns_list(self.signature), buckets=plan
+            qualname,
+            kernel,
+            signature=sig,
+            returns_list=autograd.returns_list(self.signature),
+            backward_of=self,
+            buckets=plan,
         )
         self.backward_op.register_fake(autograd.vjp_fake(self.signature, sig, len(grad_names)))
         self._backward = autograd.DerivedBackward(self, self.backward_op)
@@ -394,7 +405,7 @@ class KernelOp:
             bwd = (
                 autograd.Composite(qualname, bwd_fn, bwd_sig)
                 if composite  # the ops it calls pad as they declare
-                else KernelOp(qualname, bwd_fn, signature=bwd_sig, buckets=plan)
+                else KernelOp(qualname, bwd_fn, signature=bwd_sig, backward_of=self, buckets=plan)
             )
             self._backward = autograd.ExplicitBackward(self, bwd, names)
             self.backward_op = bwd

@@ -25,8 +25,8 @@ class OpOptions:
         checked mode's reference when `check_reference` is not given.
       check_reference: what checked mode (`tpu_kernels.checked()`) compares each
         call with: a torch function taking the op's parameters by name and returning
-        its visible outputs, or a `tpu_kernels.checking.Reference` (tolerance scales,
-        parameters it ignores).
+        its visible outputs, or a `tpu_kernels.Reference` (its reduction lengths and
+        tolerance scales, parameters it ignores; see tpu_kernels.tolerance).
       cache_size: compiled callables kept per device (LRU).
       noncontiguous: "copy" (default: such inputs are copied to contiguous
         memory first) or "error".
@@ -66,7 +66,7 @@ class OpOptions:
     mutates_args: Sequence[str] = ()
     backward: str | None = None
     reference: Callable | None = None
-    check_reference: Any = None  # checking.Reference | Callable | None
+    check_reference: Any = None  # tolerance.Reference | Callable | None
     cache_size: int = 256
     noncontiguous: str = "copy"
     tags: Sequence[torch.Tag] = ()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tpu_kernels import tolerance
 from tpu_kernels.errors import ShardingRuleError
 
 if TYPE_CHECKING:
@@ -173,11 +174,6 @@ def _split(t: torch.Tensor, p: Any, n: int, gen: torch.Generator) -> list[torch.
     raise NotImplementedError(f"the placement {placement_text(p)} of a {t.dtype} input")
 
 
-def _tolerance(dtype: torch.dtype) -> Any:
-    # the tolerance table, read in this one place (tpu_kernels.testing's TOL)
-    from tpu_kernels.testing import TOL
-
-    return TOL.get(dtype, TOL[torch.float32])
 
 
 def _index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
@@ -207,7 +203,7 @@ def mismatch(
     if not want.is_floating_point():
         bad = got.to(want.dtype) != want
     else:
-        tol = _tolerance(want.dtype)
+        tol = tolerance.tol(want.dtype)
         g, w = got.to(torch.float64), want.to(torch.float64)
         finite = w[torch.isfinite(w)]
         size = torch.maximum(w.abs(), finite.abs().max() if finite.numel() else torch.zeros(()))

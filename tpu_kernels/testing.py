@@ -16,37 +16,20 @@ tpu_kernels is installed:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+# The tolerance table and its rule live in the core (checked mode reads them too); the
+# tests use the same objects, re-exported here.
+from tpu_kernels.tolerance import TOL as TOL
+from tpu_kernels.tolerance import Tol as Tol
+from tpu_kernels.tolerance import reduction_scale as reduction_scale
+
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
 
-
-@dataclass(frozen=True)
-class Tol:
-    rtol: float
-    atol: float
-
-
-# Kernel output vs a float64 reference of the same inputs. The low-precision rows
-# are about 2 ulps of the output format at magnitude 1 (bf16 ulp 2^-8, fp16 2^-11):
-# kernels accumulate in float32, so the final rounding dominates.
-# atol is absolute, sized for outputs of magnitude about 1: it checks nothing on outputs
-# far smaller than that (bf16's 8e-3 is twice a softmax probability at 256 columns,
-# 1/256 = 0.004), so such tests pass `scale` (softmax: 1/cols), and tests of a low-precision
-# kernel's promise (float32 inside, one rounding at the end) use `assert_ulps` instead,
-# which is relative to each element: a kernel that does one more rounding fails it.
-TOL: dict[torch.dtype, Tol] = {
-    torch.float64: Tol(1e-10, 1e-12),
-    torch.float32: Tol(2e-5, 2e-6),
-    torch.float16: Tol(2e-3, 1e-3),
-    torch.bfloat16: Tol(1.6e-2, 8e-3),
-}
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
@@ -124,15 +107,10 @@ def assert_ulps(
 
 
 def dot_scale(k: int, dtype: torch.dtype) -> float:
-    """The `scale` for a K-term dot product of unit-sized inputs, checked against float64.
-
-    The results grow like sqrt(K): in 16-bit and float8 results the final rounding
-    dominates, relative to the result (rtol covers it), so the scale is sqrt(K). In
-    float32 (and float64) the accumulation's rounding dominates: each of K additions
-    rounds a partial sum of size up to sqrt(K), an absolute error that grows like K
-    and is largest relative to results near zero: scale K.
-    """
-    return float(k) if dtype in (torch.float32, torch.float64) else math.sqrt(k)
+    """The `scale` for a K-term dot product of unit-sized inputs, checked against float64:
+    `tpu_kernels.tolerance.reduction_scale(K, dtype)`, the rule checked mode applies to every
+    op's declared reduction (K for float32 and float64, sqrt(K) for 16-bit types)."""
+    return reduction_scale(max(k, 1), dtype)
 
 
 def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> None:

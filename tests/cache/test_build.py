@@ -579,7 +579,6 @@ def test_shipped_and_tokamax_ops_forward_and_backward_are_stored(cache_dir):
     calls: each is skipped by name (cache.program._NOT_LOWERED), not refused."""
     import tpu_kernels.tokamax as tk
     from tpu_kernels import kernels
-
     from tpu_kernels.tokamax.attention.op import dot_product_attention_op
     from tpu_kernels.tokamax.normalization.op import layer_norm_op
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from tests.helpers import assert_close
+from tpu_kernels import checked
 
 # (op, case, dtype, what) -> max abs error; printed by conftest's summary with -v.
 MEASURED: dict[tuple[str, str, str, str], float] = {}
@@ -36,6 +37,9 @@ def check_against_reference(
 ) -> None:
     """fn(*inputs) against ref(*inputs in float64): each output, then the gradient of
     sum(out * g) (g random, one per floating output) with respect to every floating input.
+    fn runs in strict checked mode (`tpu_kernels.checked(strict=True)`), forward and
+    backward, so each case also holds the op's checked-mode declaration to account: its
+    reference, its tolerance (reductions and scales) and its eps spot check.
 
     inputs: tensors already in their dtypes (ints and bools as they are) and other values.
     out_scale / grad_scale: the typical magnitude of each output / each gradient, which
@@ -47,7 +51,9 @@ def check_against_reference(
     name = str(dtype).removeprefix("torch.")
     live = [t.detach().requires_grad_(grads) if _floating(t) else t for t in inputs]
     wide = [t.detach().double().requires_grad_(grads) if _floating(t) else t for t in inputs]
-    outs, expected = fn(*live), ref(*wide)
+    with checked(strict=True):
+        outs = fn(*live)
+    expected = ref(*wide)
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
     for i, (o, e, s) in enumerate(zip(outs, expected, _per(out_scale, len(outs)))):
@@ -60,7 +66,8 @@ def check_against_reference(
     gs = [torch.randn(o.shape, dtype=torch.float64).to(o.dtype) for o, _ in pairs]  # fresh, never zeros
     diff = [t for t in live if _floating(t)]
     diff64 = [t for t in wide if _floating(t)]
-    got = torch.autograd.grad(sum((o * g).sum() for (o, _), g in zip(pairs, gs)), diff)
+    with checked(strict=True):
+        got = torch.autograd.grad(sum((o * g).sum() for (o, _), g in zip(pairs, gs)), diff)
     want = torch.autograd.grad(sum((e * g.double()).sum() for (_, e), g in zip(pairs, gs)), diff64)
     for i, (a, b, s) in enumerate(zip(got, want, _per(grad_scale, len(got)))):
         assert a.dtype == diff[i].dtype and a.shape == diff[i].shape

@@ -27,7 +27,6 @@ Every op in `tpu_kernels.tokamax` is defined with it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import typing
@@ -38,14 +37,13 @@ import jax
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.checking import Reference
 from tpu_kernels.fake import has_symbolic
 from tpu_kernels.op import KernelOp, tpu_kernel
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax import implementation
 from tpu_kernels.tokamax.implementation import tokamax_implementation
 from tpu_kernels.tokamax.placements import ByName
-from tpu_kernels.tokamax.tolerance import IGNORE
+from tpu_kernels.tolerance import Reference, with_ignored
 
 
 def _symbolic(arrays: Any) -> bool:
@@ -269,9 +267,7 @@ def tokamax_op(
         body = typecheck_concrete_only(f)
         reference = options.get("check_reference")
         if isinstance(reference, Reference):  # `implementation` chooses how, never what
-            options["check_reference"] = dataclasses.replace(
-                reference, ignore=tuple(dict.fromkeys(reference.ignore + IGNORE))
-            )
+            options["check_reference"] = with_ignored(reference, "implementation")
         if no_vjp and backward == "vjp":  # a given reference is stripped the same way
             options["reference"] = _differentiable(options.get("reference") or body, tuple(no_vjp))
         kop = tpu_kernel(name, backward=backward, **options)(body)

@@ -5,35 +5,15 @@ jax.custom_vjp whose backward runs the same Pallas kernel.
 """
 
 from tpu_kernels.buckets import bucket_rows
-from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.elementwise import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
+from tpu_kernels.tolerance import with_ignored
 
 
 def _examples():
     return [((_bf16(x), _bf16(y)), {"alpha": 0.5}) for x, y in shapes.BENCH.values()]
 
-
-def _amax(t) -> float:
-    return t.detach().abs().amax().item() if t.numel() else 0.0
-
-
-def _scale(args) -> float:
-    # x + alpha * y in float32 rounds alpha * y and the sum: an absolute error of about
-    # one ulp of the larger term, which can be far above the result's (cancellation).
-    return 2 * max(1.0, _amax(args["x"]), abs(args["alpha"]) * _amax(args["y"]))
-
-
-def _grad_scale(args) -> float:
-    # y's gradient is alpha * grad, summed over the dimensions y was broadcast along.
-    x, y = args["x"], args["y"]
-    out = max(x.numel(), y.numel(), 1)
-    return 2 * max(1.0, abs(args["alpha"])) * max(1, out // max(min(x.numel(), y.numel()), 1))
-
-
-# Checked mode's reference (tpu_kernels.checked()).
-_CHECK = Reference(reference.scale_add, scale=_scale, grad_scale=_grad_scale, ignore=("block_rows",))
 
 # Elementwise, so any dim could be padded; the row dim (-2) is the one that varies in
 # (batch, seq, hidden) activations, padded to a multiple of 128 (bucket_rows' defaults)
@@ -49,7 +29,7 @@ scale_add = tpu_kernel(
     examples=_examples,
     autocast="keep",
     sharding="pointwise",
-    check_reference=_CHECK,
+    check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "out"),
 )(pallas.scale_add)
 

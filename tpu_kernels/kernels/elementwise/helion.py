@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from tpu_kernels.kernels._blocks import bf16 as _bf16
-from tpu_kernels.kernels.elementwise import helion_kernel
+from tpu_kernels.kernels.elementwise import helion_kernel, reference
 from tpu_kernels.op import tpu_kernel
 
 
@@ -22,6 +22,7 @@ _X = _bf16((1024, 1024))
 add_helion = tpu_kernel(
     "tpu_kernels::add_helion",
     reference=_add_reference,
+    check_reference=reference.CHECK,  # scale_add's: x + alpha * y
     sharding="pointwise",
     examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
     autocast="keep",

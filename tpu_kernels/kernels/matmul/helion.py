@@ -12,6 +12,7 @@ _X = _bf16((1024, 1024))
 matmul_helion = tpu_kernel(
     "tpu_kernels::matmul_helion",
     reference=reference.matmul_jax,
+    check_reference=reference.CHECK,  # the Pallas matmul's: K-long sums, gradients over M and N
     examples=lambda: [((_X, _X), {})],
     autocast="lower_precision_fp",
     sharding=matmul_sharding,

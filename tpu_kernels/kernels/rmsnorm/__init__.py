@@ -6,34 +6,14 @@ inv_rms is kept as a residual for the explicit backward kernel
 """
 
 from tpu_kernels.buckets import bucket_rows
-from tpu_kernels.checking import Reference
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
-from tpu_kernels.testing import dot_scale
+from tpu_kernels.tolerance import with_ignored
 
 
 def _examples():
     return [((_bf16(shape), _bf16(shape[-1:])), {}) for shape in shapes.BENCH.values()]
-
-
-def _grad_scale(args) -> float:
-    # weight's gradient sums over every row (tests/kernels/test_rmsnorm.py needed 40 for
-    # 300 rows); x's gradient is one row's few float32 reductions.
-    x = args["x"]
-    rows = x.numel() // max(x.shape[-1], 1) if x.ndim else 1
-    return 3 * max(1.0, dot_scale(max(rows, 1), x.dtype) / 8)
-
-
-# Checked mode's reference (tpu_kernels.checked()); y = x / rms(x) * w, so |y| ~ |w|.
-_CHECK = Reference(
-    reference.rmsnorm,
-    scale=lambda args: (
-        3 * max(1.0, args["weight"].detach().abs().amax().item() if args["weight"].numel() else 1.0)
-    ),
-    grad_scale=_grad_scale,
-    ignore=("block_rows",),
-)
 
 
 # Rows are normalized independently, so the row dim (-2: the sequence of a (batch, seq,
@@ -49,7 +29,7 @@ rmsnorm = tpu_kernel(
     examples=_examples,
     autocast="fp32",
     sharding="rowwise",
-    check_reference=_CHECK,
+    check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "inv_rms"),
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)

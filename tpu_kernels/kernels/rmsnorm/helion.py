@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import torch
 
 from tpu_kernels.kernels._blocks import bf16 as _bf16
-from tpu_kernels.kernels.rmsnorm import helion_kernel
+from tpu_kernels.kernels.rmsnorm import helion_kernel, reference
 from tpu_kernels.kernels.rmsnorm import sharding as rms_sharding
 from tpu_kernels.op import tpu_kernel
 
@@ -22,16 +22,19 @@ rmsnorm_helion = tpu_kernel(
     examples=lambda: [((_X, _W), {})],
     autocast="fp32",
     sharding=rms_sharding.rmsnorm_sharding,
+    check_reference=reference.CHECK,
 )(helion_kernel.rmsnorm)
 rmsnorm_helion_dx = tpu_kernel(
     "tpu_kernels::rmsnorm_helion_dx",
     examples=lambda: [((_X, _W, _R, _X), {})],
     sharding=rms_sharding.dx_sharding,
+    check_reference=reference.CHECK_DX,
 )(helion_kernel.rmsnorm_dx)
 rmsnorm_helion_dweight = tpu_kernel(
     "tpu_kernels::rmsnorm_helion_dweight",
     examples=lambda: [((_X, _R, _X), {})],
     sharding=rms_sharding.dweight_sharding,
+    check_reference=reference.CHECK_DWEIGHT,
 )(helion_kernel.rmsnorm_dweight)
 
 

@@ -11,6 +11,7 @@ _X = _bf16((1024, 1024))
 softmax_helion = tpu_kernel(
     "tpu_kernels::softmax_helion",
     reference=reference.softmax_jax,
+    check_reference=reference.CHECK,
     examples=lambda: [((_X,), {})],
     autocast="fp32",
     sharding="rowwise",

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.gather import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference
 
 IMPLEMENTATIONS = (
     impl.table("ragged_gather", {"mosaic": impl.TPU_ONLY}, tpu="mosaic,xla", no_vjp=("mosaic",)),
@@ -53,7 +53,9 @@ ragged_gather_op = public_op(
     sharding=_gather_sharding,
     check_reference=Reference(
         reference.ragged_gather,
-        grad_scale=lambda a: 4 * max(1, a["indices"].numel()),
+        # x's gradient scatter-adds the rows that gathered each row, in x's dtype (XLA's
+        # scatter-add: a bf16 x accumulates in bf16), so linear in the count for every dtype
+        grad_scale=lambda indices: 4 * max(1, indices.numel()),
     ),
 )
 
@@ -118,5 +120,13 @@ ragged_gather_reduce_op = public_op(
     ragged_gather_reduce,
     symbolic_fake=_gather_reduce_outputs,
     sharding=_gather_reduce_sharding,
-    check_reference=Reference(reference.ragged_gather_reduce, scale=4, grad_scale=8),
+    check_reference=Reference(
+        reference.ragged_gather_reduce,
+        reduces=lambda reduce_group_size: reduce_group_size,  # each token sums its routes
+        # topk_weights' gradient is a dot over hidden; x's sums the routes that read a row
+        grad_reduces=lambda x, indices: {"topk_weights": x.shape[1], "x": indices.shape[0]},
+        scale=4,
+        grad_scale=8,
+        computes_in=torch.float32,  # Tokamax casts the weights to float32, float64 inputs too
+    ),
 )

@@ -22,12 +22,11 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.glu import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference, rms, rows
 
 # "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
 IMPLEMENTATIONS = (
@@ -141,15 +140,8 @@ def _sharding(a):
     return [*tokens, columns]
 
 
-def _tolerance(a):
-    x, w = a["x"], a["weight"]
-    return 4 * tolerance.dot(x.shape[-1], x.dtype, tolerance.rms(x), tolerance.rms(w))
-
-
-def _grad_tolerance(a):
-    x, w = a["x"], a["weight"]
-    k = max(tolerance.rows(x), w.shape[-1])  # the weight gradient sums over the rows
-    return 4 * tolerance.dot(k, x.dtype, tolerance.rms(x), tolerance.rms(w))
+def _terms(x, weight):
+    return 4 * max(1.0, rms(x) * rms(weight))
 
 
 # autocast "lower_precision_fp": two matmuls, cast like aten.mm.
@@ -159,5 +151,10 @@ gated_linear_unit_op = public_op(
     symbolic_fake=_glu_outputs,
     sharding=_sharding,
     autocast="lower_precision_fp",
-    check_reference=Reference(reference.gated_linear_unit, scale=_tolerance, grad_scale=_grad_tolerance),
+    check_reference=Reference(
+        reference.gated_linear_unit,
+        reduces=lambda x: x.shape[-1],  # each projection sums hidden products
+        grad_reduces=lambda x, weight: max(rows(x), weight.shape[-1]),  # the weights' sum over rows
+        scale=_terms,
+    ),
 )

@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.op import KernelOp
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.mhc import reference
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference
 
 
 def _mhc_implementations(op: str, registry: str) -> impl.OpImplementations:
@@ -51,12 +51,32 @@ def _tokens(n_outputs: int) -> ByName:
     )
 
 
-def _mhc_op(public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scale: float) -> KernelOp:
+def _mix_sums(residual):
+    return residual.shape[-1]  # the pre step's mix logits each sum M * H products
+
+
+def _stream_sums(comb_res_mix):
+    return comb_res_mix.shape[-1]  # the post step's new streams each sum M weighted streams
+
+
+def _mhc_op(
+    public: Callable, symbolic_fake: Callable, n_outputs: int, grad_scale: float, sums: Callable = _mix_sums
+) -> KernelOp:
     """The op behind one of the three public functions: they differ only in their outputs and
-    in their gradients' tolerance (checked mode compares with `reference`'s function of the
+    in their tolerances (what each output sums, the gradients' scale; checked mode compares with `reference`'s function of the
     same name). None of the Mosaic kernels has a VJP (the tables say so): the backward
     differentiates XLA."""
-    check = Reference(getattr(reference, public.__name__), scale=4, grad_scale=grad_scale)
+    check = Reference(
+        getattr(reference, public.__name__),
+        reduces=sums,
+        grad_reduces=lambda residual: max(residual.shape),  # fn's gradient sums over tokens
+        scale=4,
+        grad_scale=grad_scale,
+        # Tokamax rounds the streams to their dtype (mhc_fused_post_pre: the new residual,
+        # before the pre step; float32 outputs 1.4e-3 off for bf16 streams): results are
+        # held to the residual's dtype's tolerance
+        computes_in=lambda residual: residual.dtype if residual.dtype.itemsize < 4 else torch.float32,
+    )
     return public_op(public, symbolic_fake=symbolic_fake, sharding=_tokens(n_outputs), check_reference=check)
 
 
@@ -128,7 +148,7 @@ def _mhc_post_outputs(x, residual, *args, **kwargs):
     return torch.empty_like(residual)
 
 
-mhc_post_op = _mhc_op(mhc_post, _mhc_post_outputs, n_outputs=1, grad_scale=16)
+mhc_post_op = _mhc_op(mhc_post, _mhc_post_outputs, n_outputs=1, grad_scale=16, sums=_stream_sums)
 
 
 # mhc_post's parameters, then mhc_pre's, as Tokamax's fused op takes them (alike on purpose).

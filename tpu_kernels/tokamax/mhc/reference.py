@@ -41,8 +41,8 @@ def mhc_post(x, residual, post_layer_mix, comb_res_mix) -> torch.Tensor:
 
 def mhc_fused_post_pre(x, residual, post_layer_mix, comb_res_mix, fn, hc_scale, hc_base, **constants):
     """mhc_post, then mhc_pre on the new residual. Tokamax rounds the new residual to x's
-    dtype before the pre step; in float64 there is no such rounding, so checked mode's
-    tolerance for this op (scale) covers it."""
+    dtype before the pre step; in float64 there is no such rounding, so checked mode holds
+    this op to the streams' dtype's tolerance (`computes_in` in op.py)."""
     new_residual = mhc_post(x, residual, post_layer_mix, comb_res_mix)
     return (new_residual, *mhc_pre(new_residual, fn, hc_scale, hc_base, **constants))
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import tokamax
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.normalization import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference, rows
 
 IMPLEMENTATIONS = (
     impl.table("layer_norm", {"triton": impl.GPU_ONLY}, cuda="triton,xla", api="normalization"),
@@ -79,8 +78,9 @@ def _sharding(a):
     return [([Shard(d)], {"x": Shard(d)}) for d in range(ndim) if d != normalised]
 
 
-def _grad_scale(a):
-    return 4 + 2 * tolerance.rows(a["x"], a.get("dim", -1))  # weight, bias gradients sum over rows
+def _weight_sums(x, dim=-1):
+    n = rows(x, dim)  # the weight and bias gradients sum over the rows
+    return {"weight": n, "bias": n}
 
 
 # autocast "fp32": statistics in float32, as torch's autocast runs layer_norm.
@@ -89,7 +89,7 @@ layer_norm_op = public_op(
     calls=_layer_norm,
     sharding=_sharding,
     autocast="fp32",
-    check_reference=Reference(reference.layer_norm, scale=4, grad_scale=_grad_scale),
+    check_reference=Reference(reference.layer_norm, scale=4, grad_reduces=_weight_sums),
 )
 
 

@@ -21,12 +21,11 @@ import jax
 import tokamax
 import torch
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
-from tpu_kernels.tokamax import tolerance
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.ragged import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference, rms
 
 # ragged_dot_general resolves with ragged_dot's table: Tokamax runs both through one registry.
 IMPLEMENTATIONS = (
@@ -78,17 +77,12 @@ def _general_outputs(
     return lhs.new_empty(shape, dtype=_out_dtype(lhs, rhs, preferred_element_type))
 
 
-def _tolerance(a):
-    lhs = a["lhs"]
-    return 4 * tolerance.dot(lhs.shape[-1], lhs.dtype, tolerance.rms(lhs), tolerance.rms(a["rhs"]))
-
-
-def _grad_tolerance(a):
-    lhs = a["lhs"]
-    return 4 * tolerance.dot(max(lhs.shape), lhs.dtype, tolerance.rms(lhs), tolerance.rms(a["rhs"]))
-
-
-_REFERENCE_OPTIONS = dict(scale=_tolerance, grad_scale=_grad_tolerance)
+# Each output sums K products of lhs and rhs; the gradients sum over the rows (rhs's) and N.
+_REFERENCE_OPTIONS = dict(
+    reduces=lambda lhs: lhs.shape[-1],
+    grad_reduces=lambda lhs: max(lhs.shape),
+    scale=lambda lhs, rhs: 4 * max(1.0, rms(lhs) * rms(rhs)),
+)
 
 
 @rule(

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import torch
 from tokamax import ops
 
-from tpu_kernels.checking import Reference
 from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.topk import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
+from tpu_kernels.tolerance import Reference
 
 _KERNEL = {"mosaic_tpu": impl.TPU_ONLY}
 IMPLEMENTATIONS = (
