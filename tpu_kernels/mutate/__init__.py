@@ -18,5 +18,6 @@ axis marked "parallel", a floor instead of `pl.cdiv` grid, an off-by-one index m
 from tpu_kernels.mutate.catalogue import SHIPPED, Mutation
 from tpu_kernels.mutate.operators import generate
 from tpu_kernels.mutate.runner import Outcome, run_mutant, run_mutants
+from tpu_kernels.mutate.templates import TEMPLATES
 
-__all__ = ["SHIPPED", "Mutation", "Outcome", "generate", "run_mutant", "run_mutants"]
+__all__ = ["SHIPPED", "TEMPLATES", "Mutation", "Outcome", "generate", "run_mutant", "run_mutants"]
