@@ -122,3 +122,23 @@ def test_backward_gradients_are_exact_in_float64():
     (scale_add(x, y, alpha=-1.5) * g).sum().backward()
     torch.testing.assert_close(y.grad, -1.5 * g, rtol=1e-12, atol=0)
     torch.testing.assert_close(x.grad, g, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize(
+    "x_dtype, y_dtype",
+    [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16), (torch.float16, torch.bfloat16)],
+    ids=str,
+)
+def test_mixed_dtypes_promote_as_torch_does(x_dtype, y_dtype):
+    """bf16 x + f32 y is f32 in torch (bf16 + f16 too): the result has torch's promoted dtype
+    and the promoted dtype's accuracy; each gradient has its input's dtype."""
+    x, y = rand(64, 256, dtype=x_dtype, requires_grad=True), rand(256, dtype=y_dtype, requires_grad=True)
+    out = scale_add(x, y, alpha=0.75)
+    promoted = reference.scale_add(x.detach(), y.detach(), alpha=0.75).dtype  # torch's own promotion
+    assert out.dtype == promoted == torch.promote_types(x_dtype, y_dtype)
+    assert_close(out, reference.scale_add(x.double(), y.double(), alpha=0.75), promoted, scale=2)
+    g = rand(64, 256, dtype=promoted)
+    out.backward(g)
+    assert x.grad.dtype == x_dtype and y.grad.dtype == y_dtype
+    assert_close(x.grad, g.double(), x_dtype)
+    assert_close(y.grad, 0.75 * g.double().sum(0), y_dtype, scale=16)  # a sum over 64 rows

@@ -1,4 +1,5 @@
-"""python -m tpu_kernels.mutate [FILE ...] [--tests PATH ...]: mutation score of kernels' tests + check."""
+"""python -m tpu_kernels.mutate [FILE ...] [--tests PATH ...] [--templates]: mutation score of
+kernels' tests + check."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import argparse
 import fnmatch
 import os
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+from tpu_kernels.mutate import templates
 from tpu_kernels.mutate.catalogue import SHIPPED
 from tpu_kernels.mutate.operators import generate
-from tpu_kernels.mutate.runner import Outcome, repo_root, run_mutants
+from tpu_kernels.mutate.runner import Baseline, Limits, Outcome, repo_root, run_mutants
 
 TARGET = 0.95
 
@@ -38,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tpu_kernels.mutate",
         description="Apply each mutant in a scratch copy of the repository, run the tests and "
         "`tpu-kernels check` on it, and report the score (mutants caught / total) and the survivors. "
-        "Without FILE: the shipped kernels' catalogue. Exit status 0 when the score is at least "
-        "--target, 1 below it, 2 on a usage error.",
+        "Without FILE: the shipped kernels' catalogue (--templates: the templates' catalogue). A "
+        "mutant whose run says nothing (a timeout, a collection error, a crash) is undetermined "
+        "and left out of the score. Exit status 0 when the score is at least --target, 1 below it "
+        "(or when no mutant was determined), 2 on a usage error.",
     )
     p.add_argument(
         "files",
@@ -66,11 +72,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--only", action="append", metavar="GLOB", help="only mutants whose id matches (repeatable)"
     )
+    p.add_argument(
+        "--templates",
+        action="store_true",
+        help="the templates' catalogue: every template rendered with each of its backends, as "
+        "`tpu-kernels new` writes it, mutated and run against its generated tests and check",
+    )
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--target", type=float, default=TARGET, help="the score to reach (default 0.95)")
+    p.add_argument(
+        "--timeout-factor",
+        type=float,
+        default=Limits.factor,
+        metavar="K",
+        help="a mutant's tests (and check) may take K times the unmutated run's time plus the "
+        f"margin (default {Limits.factor:g})",
+    )
+    p.add_argument(
+        "--timeout-margin",
+        type=float,
+        default=Limits.margin_s,
+        metavar="SECONDS",
+        help=f"added to each time limit (default {Limits.margin_s:g})",
+    )
     args = p.parse_args(argv)
+    if args.templates and args.files:
+        print("mutate: give FILE or --templates, not both", file=sys.stderr)
+        return 2
 
-    if args.files:
+    with ExitStack() as stack:  # the templates' rendered folder lives as long as the campaign
+        return _campaign(args, stack)
+
+
+def _campaign(args: argparse.Namespace, stack: ExitStack) -> int:
+    if args.templates:
+        mutants = [m for m in templates.TEMPLATES if _selected(m.id, args.only)]
+        mutations = [templates.mutation(m) for m in mutants]
+        root = None  # rendered below, once the selection is known
+    elif args.files:
         missing = [str(f) for f in args.files if not f.is_file()]
         if missing:
             print(f"mutate: no such file: {', '.join(missing)}", file=sys.stderr)
@@ -90,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         root = repo_root(Path(__file__))
         mutations = list(SHIPPED)
-    if args.only:
-        mutations = [m for m in mutations if any(fnmatch.fnmatch(m.id, g) for g in args.only)]
+    mutations = [m for m in mutations if _selected(m.id, args.only)]
     if not mutations:
         print("mutate: no mutants", file=sys.stderr)
         return 2
@@ -99,26 +137,56 @@ def main(argv: list[str] | None = None) -> int:
         for m in mutations:
             print(f"{m.id:<45} {m.file}: {m.why}")
         return 0
+    if args.templates:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tpu-kernels-templates-")))
+        root = templates.render(folder, templates.variants(tuple(mutants)))
 
+    limits = Limits(args.timeout_factor, args.timeout_margin)
     print(
-        f"{len(mutations)} mutants of {root}, each in a scratch copy; check for TPU {args.chip}", flush=True
+        f"{len(mutations)} mutants of {root}, each in a scratch copy; check for TPU {args.chip}; "
+        f"each run may take {limits.factor:g} x its unmutated run + {limits.margin_s:g} s",
+        flush=True,
     )
     start = time.perf_counter()
+    outcomes = run_mutants(
+        mutations, root, chip=args.chip, echo=_echo, limits=limits, echo_baseline=_echo_baseline
+    )
+    return _summary(outcomes, time.perf_counter() - start, args.target)
 
-    def echo(o: Outcome) -> None:
-        status = f"caught by {o.caught_by}" if o.caught else "SURVIVED"
-        print(f"  {o.mutation.id:<45} {status:<17} {o.seconds:6.1f} s  {o.detail[:120]}", flush=True)
 
-    outcomes = run_mutants(mutations, root, chip=args.chip, echo=echo)
-    caught = sum(o.caught for o in outcomes)
-    score = caught / len(outcomes)
-    print(f"score: {caught} of {len(outcomes)} caught ({score:.0%}) in {time.perf_counter() - start:.0f} s")
-    survivors = [o for o in outcomes if not o.caught]
+def _selected(id: str, globs: list[str] | None) -> bool:
+    return not globs or any(fnmatch.fnmatch(id, g) for g in globs)
+
+
+def _echo_baseline(b: Baseline) -> None:
+    status = "passed" if b.passed else f"DID NOT PASS ({b.step.detail[:100]})"
+    print(f"  baseline: {b.describe()}: {status} in {b.step.seconds:.1f} s", flush=True)
+
+
+def _echo(o: Outcome) -> None:
+    status = {"caught": f"caught by {o.caught_by}", "survived": "SURVIVED"}.get(o.verdict, "undetermined")
+    print(f"  {o.mutation.id:<45} {status:<17} {o.seconds:6.1f} s  {o.detail[:120]}", flush=True)
+
+
+def _summary(outcomes: list[Outcome], seconds: float, target: float) -> int:
+    undetermined = [o for o in outcomes if o.undetermined]
+    determined = [o for o in outcomes if not o.undetermined]
+    caught = sum(o.caught for o in determined)
+    score = caught / len(determined) if determined else 0.0
+    print(
+        f"score: {caught} of {len(determined)} caught ({score:.0%}); {len(undetermined)} undetermined, "
+        f"left out of the score; {len(outcomes)} mutants in {seconds:.0f} s"
+    )
+    if undetermined:
+        print("undetermined (the run said nothing about the mutant):")
+        for o in undetermined:
+            print(f"  {o.mutation.id}: {o.detail[:200]}")
+    survivors = [o for o in determined if not o.caught]
     if survivors:
         print("survivors (tests and check missed these bugs):")
         for o in survivors:
             print(f"  {o.mutation.id}: {o.mutation.why} ({o.mutation.file})")
-    return 0 if score >= args.target else 1
+    return 0 if determined and score >= target else 1
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ the chips the check targets, v5e's 16 MiB). Kinds follow issue #16's list: arith
 accumulation in the input's low precision, softmax without max-subtraction, a residual in
 the input's dtype, an oversized default block, a parallel accumulation axis, the shared
 row-block helper's rounding, a dropped eps, a dot without preferred_element_type, off-by-one
-index maps and grids, wrong scales and signs, dropped semantics.
+index maps and grids, wrong scales and signs, dropped semantics; and (issue #23) a result that
+takes one input's dtype where torch promotes.
 """
 
 from __future__ import annotations
@@ -203,6 +204,12 @@ SHIPPED: tuple[Mutation, ...] = (
         "acc = jnp.promote_types(o_ref.dtype, jnp.float32)",
         "acc = o_ref.dtype",
         "x + alpha * y in the input's bf16/f16: alpha * y rounded before the add",
+    ),
+    _elementwise(
+        "scale_add-result-dtype-from-x",
+        "dtype = jnp.result_type(x, y)",
+        "dtype = x.dtype",
+        "the result takes x's dtype: bf16 x + f32 y returns bf16 (torch: f32)",
     ),
     _elementwise(
         "scale_add-backward-wrong-scale",
