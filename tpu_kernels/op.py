@@ -196,6 +196,11 @@ class KernelOp:
         self._backward = impl
 
     @property
+    def cpu_kernel(self) -> Any:
+        """The kernel registered for the CPU dispatch key (what the eager shortcut calls), or None."""
+        return self._kernels.get("CPU")
+
+    @property
     def derived_fake(self) -> fake.DerivedFake:
         """The fake function derived with jax.eval_shape (what runs without register_fake)."""
         return self._derived_fake
@@ -333,10 +338,10 @@ class KernelOp:
         shortcut = self._eager_cpu
         if checking.ARMED and checking.active():  # checked mode: the dispatcher, then the reference
             out = checking.call(self, args, kwargs)
-        elif shortcut is not None and not kwargs and not _is_compiling():
-            out = shortcut.try_call(args)
+        elif shortcut is not None and not _is_compiling():
+            out = shortcut.try_call(args, kwargs)
             if out is eager.DECLINED:
-                out = self.overload(*args)
+                out = self.overload(*args, **kwargs)
         else:
             out = self.overload(*args, **kwargs)
         if self._all_visible:
