@@ -262,6 +262,126 @@ def test_dtensor_rules_on_2_processes():
     run_on_2_processes(_worker_cases)
 
 
+def _derived_twin(name, kernel, backward_kernel=None, **options):
+    """The shipped kernel again as `test_sharding_derived::<name>`, sharding="derived"."""
+    op = tpu_kernel(f"test_sharding_derived::{name}", sharding="derived", **options)(kernel)
+    if backward_kernel is not None:
+        op.def_backward(backward_kernel)
+    return op
+
+
+def _specs(*shapes):
+    return lambda: [(tuple(jax.ShapeDtypeStruct(s, jax.numpy.float32) for s in call), {}) for call in shapes]
+
+
+def _worker_derived(rank: int, port: int) -> None:
+    """sharding="derived" on DTensors: the derived rules of softmax, rmsnorm, scale_add and
+    matmul give the declared rules' placements, locally, where they agree, and DTensor
+    redistributes where the derived rule offers less (matmul's contraction)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    from tpu_kernels import ShardingRuleError
+    from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
+    from tpu_kernels.kernels.elementwise import pallas as add_pallas
+    from tpu_kernels.kernels.matmul import pallas as mm_pallas
+    from tpu_kernels.kernels.matmul import reference as mm_reference
+    from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
+    from tpu_kernels.kernels.softmax import pallas as sm_pallas
+
+    rows = ((7, 16),), ((4, 6, 16),)
+    d_softmax = _derived_twin(
+        "softmax", sm_pallas.softmax, sm_pallas.softmax_backward, examples=_specs(*rows)
+    )
+    d_softmax_c = _derived_twin(
+        "softmax_c", sm_pallas.softmax, sm_pallas.softmax_backward, examples=_specs(*rows)
+    )
+    d_rmsnorm = _derived_twin(
+        "rmsnorm",
+        rms_pallas.rmsnorm,
+        rms_pallas.rmsnorm_backward,
+        outputs=("y", "inv_rms"),
+        residuals=("inv_rms",),
+        examples=_specs(((7, 16), (16,))),
+    )
+    d_scale_add = _derived_twin(
+        "scale_add",
+        add_pallas.scale_add,
+        backward="vjp",
+        examples=_specs(((7, 16), (1, 16)), ((8, 16), (8, 16))),
+    )
+    d_matmul = _derived_twin(
+        "matmul", mm_pallas.matmul, reference=mm_reference.matmul_jax, examples=_specs(((8, 6), (6, 4)))
+    )
+
+    def bad_dim_rule(x):
+        return [([Replicate()], [Replicate()]), ([Shard(2)], [Shard(2)])]
+
+    @tpu_kernel("test_sharding_derived::bad_dim", sharding=bad_dim_rule)
+    def bad_dim(x: jax.Array) -> jax.Array:
+        return x * 2
+
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        torch.manual_seed(0)  # the same full tensors on both ranks
+        x, x7, x3, w = torch.randn(8, 16), torch.randn(7, 16), torch.randn(4, 6, 16), torch.randn(16)
+        a, b = torch.randn(8, 6), torch.randn(6, 4)
+        S0, S1, R = Shard(0), Shard(1), Replicate()
+
+        def same(name, derived, declared, args, placements, local=True):
+            got, d_args = _case(mesh, f"derived {name}", derived, args, placements, local=local)
+            want, w_args = _case(mesh, f"declared {name}", declared, args, placements, local=True)
+            for g, wt in zip(
+                got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]
+            ):
+                assert g.placements == wt.placements, (name, g.placements, wt.placements)
+            for da, wa in zip(d_args, w_args):
+                if isinstance(da, torch.Tensor) and da.grad is not None:
+                    assert da.grad.placements == wa.grad.placements, (
+                        name,
+                        da.grad.placements,
+                        wa.grad.placements,
+                    )
+
+        same("softmax S(0) uneven", d_softmax, softmax, [x7], [S0])
+        same("softmax 3-D S(1)", d_softmax, softmax, [x3], [S1])
+        same("rmsnorm S(0)", d_rmsnorm, rmsnorm, [x7, w], [S0, R])  # weight's gradient Partial
+        same("scale_add broadcast y", d_scale_add, scale_add, [x7, w[None]], [S0, R])  # y's gradient Partial
+        same("scale_add S(0)", d_scale_add, scale_add, [x, x.flip(0)], [S0, S0])
+        same("matmul S(0) x R", d_matmul, matmul, [a, b], [S0, R])
+        same("matmul R x S(1)", d_matmul, matmul, [a, b], [R, S1])
+        # the contraction: the declared rule's Partial; the derived one has none, so DTensor
+        # gathers (collectives) and the result is still right
+        out, _ = _case(mesh, "derived matmul contraction", d_matmul, [a, b], [S1, S0], local=False)
+        assert not isinstance(out.placements[0], Partial), out.placements
+        # first used under torch.compile: verified in a thread of its own, clear of the trace
+        _case(mesh, "derived softmax compiled", d_softmax_c, [x7], [S0], local=True, compiled=True)
+
+        # a rule that gives DTensor no usable strategy says which op, placements and rule
+        # (DTensor re-raises it as a RuntimeError that starts with its message)
+        try:
+            bad_dim(distribute_tensor(x, mesh, [S0]))
+        except RuntimeError as e:
+            assert isinstance(e.__cause__, ShardingRuleError), repr(e)
+            msg = str(e)
+            assert msg.startswith(
+                "test_sharding_derived::bad_dim: its sharding rule gives DTensor no usable"
+            ), msg
+            assert "given: x: Shard(0)" in msg and "x has 2 dims, so no dim 2 to shard" in msg, msg
+        else:
+            raise AssertionError("bad_dim ran with a rule that shards a dim its tensor lacks")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_derived_rules_on_2_processes():
+    # each rank derives and simulates the derived rules at their examples on first use
+    run_on_2_processes(_worker_derived, timeout_s=420)
+
+
 # ---- here: the pure pieces ------------------------------------------------------------------
 
 

@@ -162,6 +162,10 @@ _ENTRIES: dict[str, Private] = {
     "dtensor_sharding_propagator": Private(
         "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
     ),
+    # ---- sharding_sim.py: a rule called in one process, as DTensor calls it
+    "TensorMeta": Private(
+        "torch.distributed.tensor._dtensor_spec:TensorMeta", "the global shape and dtype in a simulated spec"
+    ),
 }
 
 # Private names read by name rather than imported: where Tokamax keeps its api modules
@@ -184,6 +188,24 @@ def symbolic_terms(d: Any) -> Any:
 def term_factors(term: Any) -> Any:
     """A term of a JAX symbolic dimension as ((factor, exponent), ...)."""
     return _attribute(term, "_factors", "the factors of a symbolic dimension's term")
+
+
+def local_mesh(size: int) -> Any:
+    """A 1-D CPU DeviceMesh of `size` devices with no process group behind it: what the
+    sharding simulation gives a rule (rules read the mesh's size, never its ranks). Built
+    with DeviceMesh's private `_init_backend=False` and `_rank=0`: the public constructor
+    needs an initialised process group of that size."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+
+    try:
+        return DeviceMesh("cpu", torch.arange(size), _init_backend=False, _rank=0)
+    except TypeError as e:
+        raise CompatError(
+            f"tpu_kernels needs DeviceMesh(..., _init_backend=False, _rank=0) (a mesh without a process "
+            f"group, for the sharding simulation), which the installed torch changed ({e}). Install the "
+            "versions tpu_kernels is tested with (pyproject.toml's pins)."
+        ) from e
 
 
 def _attribute(obj: Any, name: str, purpose: str) -> Any:
@@ -263,6 +285,7 @@ __all__ = [
     "entries",
     "get",
     "live",
+    "local_mesh",
     "symbolic_terms",
     "term_factors",
 ]

@@ -22,3 +22,8 @@ class BackendUnavailableError(TpuKernelsError, RuntimeError):
 
 class NoBackwardError(TpuKernelsError, RuntimeError):
     """Backward was requested through an op that defines no backward."""
+
+
+class ShardingRuleError(TpuKernelsError, ValueError):
+    """A sharding rule disagrees with its kernel (the local simulation found a wrong strategy),
+    gives DTensor no usable strategy, or cannot be derived (`sharding="derived"`)."""

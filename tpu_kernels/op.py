@@ -144,6 +144,7 @@ class KernelOp:
         # what checked mode compares calls with (tpu_kernels.checking); None: unchecked
         self.check_reference = checking.resolve(name, o.check_reference, o.reference)
         self.examples = o.examples
+        self.sharding_examples = o.sharding_examples
         self.mutated = tuple(sig.index(a) for a in self.mutates_args)
         # which dims the device kernels pad to buckets (tpu_kernels.buckets); a backward
         # op built here gets its forward's Plan
@@ -547,7 +548,7 @@ def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
 
     The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
     `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `autotune`,
-    `autocast`, `sharding`, `buckets`, `length`) are documented once, in
+    `autocast`, `sharding`, `sharding_examples`, `buckets`, `length`) are documented once, in
     tpu_kernels.options.OpOptions.
     """
     OpOptions.of(name, options)  # an unknown option fails here, before the decorated function

@@ -42,10 +42,16 @@ class OpOptions:
         to float32, like CUDA's softmax and norms) or "promote" (to the widest
         floating input dtype). See tpu_kernels.autocast.
       sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
-        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, or a function giving
+        "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, a function giving
         strategies as `torch.distributed.tensor.experimental.register_sharding`
-        takes; registered for the op and its backward op. Without one, DTensor
+        takes, or "derived" (read off a Pallas kernel, verified at `examples`
+        first); registered for the op and its backward op. Without one, DTensor
         arguments raise an error saying how to declare it.
+      sharding_examples: a function returning concrete calls [(args, kwargs), ...]
+        (torch tensors with valid values) for the sharding simulation
+        (`tpu_kernels.testing.assert_sharding_rule`, `tpu-kernels check --sharding`)
+        when random values at the examples' shapes would not do (indices, group
+        sizes); by default the examples, shrunk, with random values.
       buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
         tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
         kernels pad those dims up to the bucket (one executable per bucket) and slice
@@ -68,6 +74,7 @@ class OpOptions:
     autotune: bool = False
     autocast: str = "keep"
     sharding: Any = None
+    sharding_examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None
     buckets: Any = None  # {name: {dim: Bucketing}}, or a backward op's inherited buckets.Plan
     length: str | None = None
 

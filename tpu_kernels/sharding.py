@@ -16,6 +16,9 @@ collectives) and wraps the local outputs. A rule is one of
   takes: called with the op's arguments (tensors as `DTensorSpec`s, statics as
   values), it returns `[(output placements, input placements), ...]` for one mesh
   dim, an input list with one entry per argument passed (None for non-tensors).
+- `"derived"`: read off the Pallas kernel (`tpu_kernels.sharding_derive`) at each
+  call's shapes, and offered only once it passed the local simulation
+  (`tpu_kernels.sharding_sim`) at the op's examples (`Derived`).
 
 The backward op gets a rule derived from the forward's: an input's gradient is
 sharded like the input; the gradient of an input that is Replicate while the
@@ -24,10 +27,15 @@ gradient); a Partial output's incoming gradient is Replicate. A pointwise or
 rowwise rule is applied to the backward op's own tensors with those gradient
 outputs; a callable rule is evaluated on the forward's arguments, which the
 backward op must take by name (derived backwards do; an explicit one needs
-`def_backward(..., sharding=)` otherwise).
+`def_backward(..., sharding=)` otherwise, or, under "derived", derives its own from
+its kernel).
 
 An op without a rule raises `NotImplementedError` naming the op and `sharding=`
-instead of DTensor's generic message.
+instead of DTensor's generic message; a rule that raises, or returns no strategy or
+one that does not fit the call (a placement count, a dim the tensor lacks), raises
+`ShardingRuleError` naming the op, the placements it was given and the strategies
+the rule accepts. `strategies_of(op)` is the function registered for an op, which
+the simulation calls as DTensor does.
 
 DTensor is imported only when the program imports it: rules declared before
 that are registered by an import hook (importing `torch.distributed.tensor`
@@ -36,15 +44,18 @@ costs about 0.6 s here, measured, which a program without DTensor should not pay
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.abc
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import OpDefinitionError, ShardingRuleError
 from tpu_kernels.signature import Kind, Signature
 
 if TYPE_CHECKING:
@@ -95,13 +106,180 @@ def normalize(op: str, rule: Any) -> Any:
         return Broadcast()
     if rule == "rowwise":
         return rowwise()
+    if rule == "derived":
+        return Derived()
     if callable(rule):
         return rule
     raise OpDefinitionError(
         f"{op}: sharding={rule!r}; expected 'pointwise', 'rowwise', tpu_kernels.rowwise(*dims), "
-        "or a function returning [(output placements, input placements), ...] as "
-        "torch.distributed.tensor.experimental.register_sharding takes."
+        "'derived' (read off a Pallas kernel), or a function returning [(output placements, "
+        "input placements), ...] as torch.distributed.tensor.experimental.register_sharding takes."
     )
+
+
+def describe(rule: Any) -> str:
+    """A rule as `tpu-kernels check --sharding` names it."""
+    if rule is None:
+        return "none"
+    if isinstance(rule, (Broadcast, Derived)):
+        return rule.name
+    return getattr(rule, "description", None) or getattr(rule, "__name__", None) or repr(rule)
+
+
+# ---- derived rules ---------------------------------------------------------------------
+
+# While simulating: derived rules return every strategy they derive, recorded here.
+_SIMULATING: ContextVar[set[tuple] | None] = ContextVar("tpu_kernels_sharding_simulating", default=None)
+
+
+@contextlib.contextmanager
+def simulating() -> Iterator[set[tuple]]:
+    """Inside: a derived rule offers every strategy it derives (the simulation checks them),
+    each recorded in the yielded set (the enclosing block's, when nested), instead of only
+    those verified at its examples."""
+    seen = _SIMULATING.get()
+    if seen is None:
+        seen = set()
+    token = _SIMULATING.set(seen)
+    try:
+        yield seen
+    finally:
+        _SIMULATING.reset(token)
+
+
+class Derived:
+    """`sharding="derived"`: each call's strategies read off the kernel at the call's global
+    shapes (`tpu_kernels.sharding_derive.derive`), once the derived rule has passed the
+    local simulation at the op's example calls.
+
+    On the first DTensor call (or `verify()`), in a fresh thread: the rule is derived
+    and simulated at every example call (the op's `sharding_examples`, else its
+    `examples`, shrunk, with random values; for a backward op, the backward calls
+    those lead to), with its backward op's strategies when they derive from it. A
+    disagreeing strategy raises `ShardingRuleError`; so does a derivation that finds
+    nothing to shard and could not follow some dim (a declaration is needed then).
+    Afterwards a call gets the strategies derived at its shapes that were verified at
+    some example (same placements on tensors of the same ranks); any other is left out
+    (DTensor then redistributes, correct and slower) with a warning naming it.
+    """
+
+    name = "derived"
+
+    def __init__(self) -> None:
+        self.op: KernelOp | None = None
+        self.fwd: KernelOp | None = None  # set when the rule is a backward op's own
+        self._lock = threading.Lock()
+        self._verified: set[tuple] | None = None
+        self._error: BaseException | None = None
+        self._warned: set[tuple] = set()
+
+    def bind(self, op: KernelOp, fwd: KernelOp | None = None) -> None:
+        if self.op is not None:
+            raise OpDefinitionError(f"{op.name}: a Derived rule belongs to one op ({self.op.name}).")
+        owner = fwd or op
+        if owner.examples is None and getattr(owner, "sharding_examples", None) is None:
+            raise OpDefinitionError(
+                f"{owner.name}: sharding='derived' needs examples= (the calls the rule is derived "
+                "and verified at before DTensor uses it), or declare the rule."
+            )
+        self.op, self.fwd = op, fwd
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
+        from torch.distributed.tensor import Replicate
+
+        from tpu_kernels.sharding_derive import derive
+
+        op = self.op
+        if op is None:
+            raise NotImplementedError("sharding='derived': the rule is not bound to an op.")
+        seen = _SIMULATING.get()
+        if seen is None:
+            self.verify()
+        derivation = derive(op, args, kwargs)
+        names = [p.name for p in op.signature.params[: len(args)]] + list(kwargs)
+        values = list(args) + list(kwargs.values())
+        ranks = tuple((n, len(_shape(v))) for n, v in zip(names, values) if _is_spec(v))
+        found = []
+        for outs, ins in derivation.strategies:
+            key = (ranks, tuple(sorted((n, repr(p)) for n, p in ins.items())), tuple(map(repr, outs)))
+            if seen is not None:
+                seen.add(key)
+            elif ins and key not in (self._verified or ()):
+                self._warn_unverified(key, ins, outs)
+                continue
+            found.append(
+                (outs, [ins.get(n, Replicate()) if _is_spec(v) else None for n, v in zip(names, values)])
+            )
+        return found
+
+    def verify(self) -> None:
+        """Derive and simulate the rule at the op's example calls, once (see the class)."""
+        with self._lock:
+            if self._verified is not None:
+                return
+            if self._error is not None:
+                raise self._error
+            from tpu_kernels.sharding_sim import in_fresh_thread
+
+            try:
+                self._verified = in_fresh_thread(self._verify)
+            except ShardingRuleError as e:
+                self._error = e
+                raise
+
+    def _verify(self) -> set[tuple]:
+        from tpu_kernels import sharding_sim as sim
+        from tpu_kernels.op import KernelOp
+        from tpu_kernels.sharding_derive import derive
+
+        op = self.op
+        assert op is not None
+        if self.fwd is None:
+            calls = sim.example_calls(op) or []
+        else:
+            calls = sim.backward_calls(self.fwd, op, sim.example_calls(self.fwd) or [])
+        if not calls:
+            raise ShardingRuleError(f"{op.name}: sharding='derived' has no example calls to verify it at.")
+        report = sim.Report()
+        shardable = False
+        undecided = []
+        bwd = op.backward_op
+        derives_bwd = isinstance(bwd, KernelOp) and _RULE_OF.get(bwd.name) is self
+        with simulating() as seen:
+            for args, kwargs in calls:
+                derivation = derive(op, args, kwargs)
+                shardable |= len(derivation.strategies) > 1
+                undecided += [str(n) for n in derivation.undecided]
+                report.extend(sim.simulate_call(op, args, kwargs, fwd=self.fwd))
+                if derives_bwd:
+                    bargs, bkwargs = sim.backward_calls(op, bwd, [(args, kwargs)])[0]
+                    report.extend(sim.simulate_call(bwd, bargs, bkwargs, fwd=op))
+        sim.raise_failures(report)
+        if not shardable and undecided:
+            raise ShardingRuleError(
+                f"{op.name}: sharding='derived' cannot decide any dim at its example calls; declare "
+                "the rule with sharding= instead. What the derivation could not follow:\n  "
+                + "\n  ".join(dict.fromkeys(undecided))
+            )
+        return seen
+
+    def _warn_unverified(self, key: tuple, ins: dict[str, Any], outs: list[Any]) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        from tpu_kernels.sharding_sim import strategy_text
+
+        assert self.op is not None
+        warnings.warn(
+            f"{self.op.name}: the derived strategy {strategy_text(list(ins), list(ins.values()), outs)} "
+            "was not verified at any example call (no example of these ranks and placements), so it is "
+            "not offered and DTensor redistributes instead; add such a call to examples=.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    def __repr__(self) -> str:
+        return f"Derived({self.op.name if self.op else 'unbound'})"
 
 
 # ---- one call's view ------------------------------------------------------------------
@@ -263,16 +441,79 @@ def _callable_strategies(
 
 
 def strategy_fn(kop: KernelOp, rule: Any, bwd: _Backward | None = None) -> Callable:
-    """The function given to register_sharding for `kop`."""
+    """The function given to register_sharding for `kop`: the rule's strategies, checked
+    to fit the call (`check_strategies`); a rule that raises is reported with the call's
+    placements."""
 
     def strategies(*args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
-        if isinstance(rule, Broadcast):
-            found = _broadcast_strategies(kop, rule, _values(kop.signature, args, kwargs), bwd is not None)
-        else:
-            found = _callable_strategies(rule, bwd, kop, args, kwargs)
-        return [(outs, _layout(kop.signature, args, kwargs, ins)) for outs, ins in found]
+        names = [p.name for p in kop.signature.params[: len(args)]] + list(kwargs)
+        values = list(args) + list(kwargs.values())
+        try:
+            if isinstance(rule, Broadcast):
+                found = _broadcast_strategies(
+                    kop, rule, _values(kop.signature, args, kwargs), bwd is not None
+                )
+            else:
+                found = _callable_strategies(rule, bwd, kop, args, kwargs)
+        except (ShardingRuleError, NotImplementedError):
+            raise
+        except Exception as e:
+            raise ShardingRuleError(
+                f"{kop.name}: its sharding rule ({describe(rule)}) raised {type(e).__name__}: {e}\n  "
+                f"given: {given_text(names, values)}"
+            ) from e
+        result = [(outs, _layout(kop.signature, args, kwargs, ins)) for outs, ins in found]
+        check_strategies(kop, names, values, result)
+        return result
 
     return strategies
+
+
+def given_text(names: Sequence[str], values: Sequence[Any]) -> str:
+    """The placements of a call's DTensor arguments: `x: Shard(1), weight: Replicate()`."""
+    from tpu_kernels.sharding_sim import placement_text
+
+    parts = [
+        f"{n}: {', '.join(placement_text(p) for p in v.placements)}"
+        for n, v in zip(names, values)
+        if _is_spec(v)
+    ]
+    return ", ".join(parts) or "no DTensor arguments"
+
+
+def check_strategies(kop: KernelOp, names: Sequence[str], values: Sequence[Any], found: Any) -> None:
+    """`found` (register_sharding's form) fits this call: at least one strategy, one
+    placement per output, at most one per argument and None exactly for non-tensors,
+    and each Shard(d) inside its tensor; else ShardingRuleError naming the op, the
+    placements given and the strategies the rule returned."""
+    from tpu_kernels.sharding_sim import placement_text, strategy_text
+
+    n_out = kop.signature.n_outputs
+    problems = []
+    if not found:
+        problems.append("it returned no strategy (DTensor has none to pick; include the all-Replicate one)")
+    for outs, ins in found or ():
+        text = strategy_text(names, list(ins) + [None] * (len(names) - len(ins)), outs)
+        if len(outs) != n_out:
+            problems.append(f"{text}: {len(outs)} output placements for {n_out} outputs")
+        if len(ins) > len(values):
+            problems.append(f"{text}: {len(ins)} input placements for {len(values)} arguments")
+        for n, v, p in zip(names, values, ins):
+            if _is_spec(v) and p is None:
+                problems.append(f"{text}: no placement for the tensor {n}")
+            elif not _is_spec(v) and p is not None:
+                problems.append(f"{text}: a placement ({placement_text(p)}) for {n}, which is not a tensor")
+            elif type(p).__name__ == "Shard" and not -len(_shape(v)) <= p.dim < len(_shape(v)):
+                problems.append(f"{text}: {n} has {len(_shape(v))} dims, so no dim {p.dim} to shard")
+    if problems:
+        accepted = "; ".join(
+            strategy_text(names, list(i) + [None] * (len(names) - len(i)), o) for o, i in found or ()
+        )
+        raise ShardingRuleError(
+            f"{kop.name}: its sharding rule gives DTensor no usable strategy for this call:\n  "
+            + "\n  ".join(problems)
+            + f"\n  given: {given_text(names, values)}\n  the rule accepts: {accepted or 'nothing'}"
+        )
 
 
 def missing_rule_fn(kop: KernelOp, fwd: KernelOp | None = None) -> Callable:
@@ -300,17 +541,48 @@ def missing_rule_fn(kop: KernelOp, fwd: KernelOp | None = None) -> Callable:
 
 _PENDING: list[tuple[Any, Callable]] = []
 _LOCK = threading.Lock()
+_STRATEGIES: dict[str, Callable | None] = {}  # op name -> the function registered (None: no rule)
+_RULE_OF: dict[str, Any] = {}  # op name -> the rule object its strategies come from
 
 
 def register(kop: KernelOp, rule: Any, *, fwd: KernelOp | None = None, wrt: Sequence[str] = ()) -> None:
     """Register `rule` (or the missing-rule error when None) for `kop`'s overload;
-    `fwd`/`wrt` when `kop` is the backward op of `fwd`."""
+    `fwd`/`wrt` when `kop` is the backward op of `fwd`.
+
+    A derived rule is bound to its op; the backward of a derived op gets strategies
+    derived from the forward's when it takes all the forward's arguments (a derived
+    vjp backward does), else a derived rule of its own, read off its own kernel."""
     rule = normalize(kop.name, rule)
+    if isinstance(rule, Derived):
+        if fwd is None:
+            rule.bind(kop)
+        elif not _takes_forward_arguments(fwd, kop):
+            rule = Derived()
+            rule.bind(kop, fwd=fwd)
+            fwd = None
     if rule is None:
         fn = missing_rule_fn(kop, fwd)
     else:
         fn = strategy_fn(kop, rule, _Backward(fwd, tuple(wrt)) if fwd is not None else None)
+    _STRATEGIES[kop.name] = None if rule is None else fn
+    _RULE_OF[kop.name] = rule
     _schedule(kop, fn)
+
+
+def _takes_forward_arguments(fwd: KernelOp, bwd: KernelOp) -> bool:
+    names = {p.name for p in bwd.signature.params}
+    return all(p.name in names for p in fwd.signature.params)
+
+
+def strategies_of(kop: KernelOp) -> Callable | None:
+    """The strategy function registered with DTensor for `kop` (register_sharding's form),
+    or None when it has no rule."""
+    return _STRATEGIES.get(kop.name)
+
+
+def rule_of(kop: KernelOp) -> Any:
+    """The rule `kop`'s strategies come from (a backward op's: its forward's, or its own)."""
+    return _RULE_OF.get(kop.name)
 
 
 def _schedule(kop: KernelOp, fn: Callable) -> None:
@@ -389,4 +661,4 @@ def backward_wrt(fwd_sig: Signature, bwd_kop: KernelOp) -> tuple[str, ...]:
     return tuple(p.name for p in fwd_sig.params if p.kind in (Kind.TENSOR, Kind.OPTIONAL_TENSOR))
 
 
-__all__ = ["Broadcast", "pointwise", "rowwise"]
+__all__ = ["Broadcast", "Derived", "check_strategies", "pointwise", "rowwise", "rule_of", "strategies_of"]

@@ -10,6 +10,7 @@ tpu_kernels is installed:
     testing.opcheck(my_op, (x,))                               # torch.library.opcheck, all tests
     testing.compile_matches_eager(model, [x])                  # one graph, same values and grads
     testing.assert_lowers_for_tpu(my_op)                       # every example call lowers for TPU
+    testing.assert_sharding_rule(my_op)                        # its DTensor rule, simulated
 """
 
 from __future__ import annotations
@@ -220,3 +221,34 @@ def assert_lowers_for_tpu(
             raise AssertionError(f"{o.name} does not lower for the TPU:\n  " + "\n  ".join(problems))
         if o is op and not any(e.mosaic for e in report.examples):
             raise AssertionError(f"{op.name}: the TPU lowering contains no Mosaic (Pallas) kernel")
+
+
+def assert_sharding_rule(
+    op: KernelOp,
+    args: tuple | None = None,
+    kwargs: dict | None = None,
+    *,
+    shards: tuple[int, ...] = (2, 3),
+    backward: bool = True,
+) -> Any:
+    """`op`'s DTensor sharding rule agrees with its kernel: every strategy the rule returns
+    (and its backward op's), simulated in this process on 2 and 3 shards, combines to the
+    unsharded call (`tpu_kernels.sharding_sim`, docs/distributed.md#verifying-a-rule).
+
+    At `args`/`kwargs` (tensors), or else at each of the op's example calls (shrunk, with
+    random values; `sharding_examples=` where random values would not do). Raises
+    `ShardingRuleError` naming the op, the strategy and the first wrong element; fails
+    too when the op has no rule, or when its rule offers nothing but all-Replicate at
+    every call (nothing would have been checked). Returns the simulation's report."""
+    from tpu_kernels import sharding_sim
+
+    calls = [(tuple(args), dict(kwargs or {}))] if args is not None else sharding_sim.example_calls(op)
+    if not calls:
+        raise AssertionError(f"{op.name}: no calls to simulate; pass args= or give the op examples=.")
+    report = sharding_sim.Report()
+    for a, k in calls:
+        report.extend(sharding_sim.verify(op, a, k, shards=shards, backward=backward))
+    if not report.checked:
+        why = "; ".join(report.skipped) or "its rule offers only all-Replicate at these calls"
+        raise AssertionError(f"{op.name}: no sharded strategy was simulated ({why}).")
+    return report

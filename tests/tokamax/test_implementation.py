@@ -156,6 +156,8 @@ def test_each_op_takes_its_tpu_examples_from_its_family_examples_py_by_name():
     for family in tk.FAMILIES.values():
         for op in family.ops:
             assert op.examples is getattr(family.examples, op.short_name), op.name
+            # and the small concrete CPU calls the sharding simulation runs
+            assert op.sharding_examples is getattr(family.examples, f"{op.short_name}_small"), op.name
     # an examples.py without the op's function: an error naming the module, the function and why
     rope = tk.FAMILIES["rope"]
     empty = types.ModuleType("tpu_kernels.tokamax.rope.examples")
@@ -163,6 +165,10 @@ def test_each_op_takes_its_tpu_examples_from_its_family_examples_py_by_name():
         ValueError, match=r"'rope': tpu_kernels.tokamax.rope.examples has no function deepseek_rope\(\)"
     ):
         registry._examples(dataclasses.replace(rope, examples=empty), rope.ops[0])
+    with pytest.raises(
+        ValueError, match=r"no function deepseek_rope_small\(\) giving small concrete CPU calls"
+    ):
+        registry._examples(dataclasses.replace(rope, examples=empty), rope.ops[0], "_small")
 
 
 def test_registering_a_family_or_a_table_twice_is_an_error():

@@ -5,6 +5,11 @@ Replicate weights with sharded rows come back Partial (derived backward rules).
 
 One spawn runs every case in sequence (process start, gloo and JAX compiles dominate).
 The harness is tests/test_sharding.py's.
+
+And in this process, every strategy of every op's rule, simulated on 2 and 3 shards
+at the op's small calls (`<op>_small` in its family's examples.py), forward and
+backward (`tpu_kernels.testing.assert_sharding_rule`): the ops come from the registry,
+so a new family's ops are simulated by registering it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.test_sharding import _case, run_on_2_processes
+from tpu_kernels import testing
+from tpu_kernels.tokamax import FAMILIES
 
 I32 = torch.int32
 
@@ -206,3 +213,14 @@ def _cases(rank: int, port: int) -> None:
 @pytest.mark.slow
 def test_every_tokamax_op_on_2_processes():
     run_on_2_processes(_cases)
+
+
+@pytest.mark.slow  # about 5 minutes for all of them here: each shard's shapes compile
+@pytest.mark.parametrize("op", [op for f in FAMILIES.values() for op in f.ops], ids=lambda op: op.name)
+def test_every_tokamax_rule_passes_the_simulation(op):
+    import torch.distributed.tensor  # noqa: F401  (registers the pending rules)
+
+    report = testing.assert_sharding_rule(op)  # at op.sharding_examples(): its family's <op>_small
+    assert {n for _, _, n in report.checked} == {2, 3}
+    if op.backward_op is not None:
+        assert any(name == op.backward_op.name for name, _, _ in report.checked), report.checked

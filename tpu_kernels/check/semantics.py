@@ -28,7 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PARALLEL_KINDS = ("parallel", "core_parallel", "subcore_parallel")
+# The readings of a pallas_call's grid live in the core, which the sharding-rule derivation
+# shares (the core never imports check/); the names stay importable from here.
+from tpu_kernels.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
+from tpu_kernels.pallas_grid import in_hbm as _in_hbm
 
 
 @dataclass(frozen=True)
@@ -36,61 +39,6 @@ class AxisFinding:
     kind: str  # "error" or "hint"
     axis: int
     message: str
-
-
-def declared_semantics(eqn: Any) -> tuple[str, ...] | None:
-    """The kernel's `dimension_semantics` as lower-case strings, or None when unset."""
-    params = eqn.params.get("compiler_params")
-    if isinstance(params, dict):  # older JAX: {"mosaic_tpu": CompilerParams(...)}
-        params = next(iter(params.values()), None)
-    sems = getattr(params, "dimension_semantics", None)
-    if sems is None:
-        return None
-    return tuple(str(getattr(s, "value", s)).lower() for s in sems)
-
-
-def _sub_jaxprs(value: Any) -> list[Any]:
-    out = []
-    if hasattr(value, "eqns"):
-        out.append(value)
-    elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):
-        out.append(value.jaxpr)
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            out += _sub_jaxprs(v)
-    return out
-
-
-def depends_on(jaxpr: Any) -> list[frozenset[int]]:
-    """For each output of `jaxpr`, the indices of the inputs it is computed from.
-
-    Equations holding sub-jaxprs (a nested jit, a cond) count every input as used:
-    conservative, it can only add dependencies."""
-    deps: dict[Any, frozenset[int]] = {v: frozenset({i}) for i, v in enumerate(jaxpr.invars)}
-
-    def of(atom: Any) -> frozenset[int]:
-        return deps.get(atom, frozenset()) if not hasattr(atom, "val") else frozenset()
-
-    for eqn in jaxpr.eqns:
-        used = frozenset().union(*(of(a) for a in eqn.invars)) if eqn.invars else frozenset()
-        for v in eqn.outvars:
-            deps[v] = used
-    return [of(v) for v in jaxpr.outvars]
-
-
-def moving_axes(bm: Any, n_grid: int) -> set[int]:
-    """The grid axes along which one block mapping's block moves."""
-    closed = bm.index_map_jaxpr
-    jaxpr = closed.jaxpr if hasattr(closed, "jaxpr") else closed
-    axes: set[int] = set()
-    for d in depends_on(jaxpr):
-        axes |= {i for i in d if i < n_grid}
-    return axes
-
-
-def _in_hbm(bm: Any) -> bool:
-    space = str(getattr(bm.block_aval, "memory_space", "")).lower()
-    return "any" in space or "hbm" in space
 
 
 def check_semantics(eqn: Any) -> list[AxisFinding]:
@@ -141,3 +89,13 @@ def check_semantics(eqn: Any) -> list[AxisFinding]:
                 )
             )
     return findings
+
+
+__all__ = [
+    "PARALLEL_KINDS",
+    "AxisFinding",
+    "check_semantics",
+    "declared_semantics",
+    "depends_on",
+    "moving_axes",
+]

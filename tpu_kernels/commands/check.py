@@ -9,7 +9,9 @@ elements unwritten, or a block entirely outside its array, fails. With --races, 
 also runs, scaled down, in JAX's TPU-semantics interpreter with its race
 detector. With --bounds, each call of a kernel whose index maps read scalar
 prefetch runs at its own shapes: its block indices are checked against the
-arrays, then the TPU interpreter checks every access. Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
+arrays, then the TPU interpreter checks every access. With --sharding, each op's
+DTensor rule is also derived from its kernel and simulated on 2 and 3 shards
+(docs/distributed.md). Exit status: 0 all ops lowered, 1 some op failed, 2 no ops found.
 
 See docs/tpu-lowering-check.md.
 """
@@ -54,6 +56,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--chip",
         default=None,
         help="TPU generation to lower for and compare VMEM with: v5e, v5p, v6e, 7x, ... (default v6e)",
+    )
+    p.add_argument(
+        "--sharding",
+        action="store_true",
+        help="also derive each op's DTensor sharding rule from its kernel and simulate its rule on 2 and 3 shards",
     )
     p.add_argument("--filter", help="only ops whose name matches this regular expression")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the report as JSON")
@@ -118,6 +125,15 @@ def run(args: argparse.Namespace) -> int:
         f"{len(reports)} ops: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped",
         file=out,
     )
+    sharded = []
+    if args.sharding:
+        from tpu_kernels.check.sharding import run_all
+
+        sharded = run_all(ops, out)
+        wrong = sum(r.status == "failed" for r in sharded)
+        print(
+            f"sharding rules: {len(sharded) - wrong} of {len(sharded)} ops without a wrong strategy", file=out
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -128,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
             "bounds": args.bounds,
             "ops": [r.to_json() for r in reports],
         }
+        if args.sharding:
+            payload["sharding"] = [r.to_json() for r in sharded]
         args.json.write_text(json.dumps(payload, indent=2, default=str))
-    return EXIT_FAILED if counts["failed"] else 0
+    return EXIT_FAILED if counts["failed"] or any(r.status == "failed" for r in sharded) else 0
 
 
 def _summary(report) -> str:

@@ -12,7 +12,9 @@ A family folder (`tpu_kernels/tokamax/<family>/`) holds, as Tokamax's own
   arguments by name), so that a reference reads and runs alone; their types and shapes
   are written once, on the public function, and not again here;
 - `examples.py`: representative TPU calls, which `tpu-kernels check` lowers: one function
-  per op, named as the op (`register` makes it the op's `examples`);
+  per op, named as the op (`register` makes it the op's `examples`); and small concrete
+  CPU calls, `<op>_small` (the op's `sharding_examples`, where the sharding simulation
+  runs its rule);
 - `shapes.py`: named shapes, `TEST` (small, each an edge case) and `BENCH`
   (real workloads);
 - `__init__.py`: the family's public names and its `register(__name__, ...)`.
@@ -77,6 +79,7 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
     )
     for kop in family.ops:
         kop.examples = _examples(family, kop)
+        kop.sharding_examples = _examples(family, kop, "_small")
     for table in family.implementations:  # `implementation.table` registered them as op.py ran
         if implementation.OPS.get(table.op) is not table:
             raise ValueError(
@@ -90,12 +93,17 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
 _PARTS = ("op", "reference", "examples", "shapes")
 
 
-def _examples(family: Family, kop: KernelOp) -> Callable:
-    examples = getattr(family.examples, kop.short_name, None)
+def _examples(family: Family, kop: KernelOp, suffix: str = "") -> Callable:
+    examples = getattr(family.examples, kop.short_name + suffix, None)
     if not callable(examples):
+        what = (
+            "small concrete CPU calls (valid values) the sharding simulation runs"
+            if suffix
+            else "the TPU calls that `tpu-kernels check` lowers"
+        )
         raise ValueError(
             f"tokamax family {family.name!r}: {family.examples.__name__} has no function "
-            f"{kop.short_name}() giving the TPU calls of {kop.name} that `tpu-kernels check` lowers."
+            f"{kop.short_name}{suffix}() giving {what} of {kop.name}."
         )
     return examples
 

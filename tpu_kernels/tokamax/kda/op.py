@@ -97,18 +97,23 @@ def kimi_delta_attention(
 
 @rule(
     "batch: query, key, value, gate, beta on dim 1, initial_state and segment_ids on dim 0 "
-    "(outputs: dim 1, dim 0); or heads: the same tensors on their heads dim (a_log, "
-    "delta_time_bias, initial_state too) when the heads split evenly over the mesh"
+    "(outputs: dim 1, dim 0) when every rank gets a batch entry; or heads: the same tensors "
+    "on their heads dim (a_log, delta_time_bias, initial_state too) when the heads split "
+    "evenly over the mesh"
 )
 def _sharding(a):
     """The recurrence runs per (head, batch) over time: time is not shardable. a_log [H] and
     delta_time_bias [H*K] are per head; DTensor's chunks of H*K line up with those of H only
-    when H divides evenly, so heads are offered then only."""
+    when H divides evenly, so heads are offered then only. Tokamax's kernel fails on an empty
+    batch ("index is out of bounds for axis 0 with size 0"), which DTensor's chunks give a
+    rank when the batch is short (4 entries on 3 ranks: 2, 2, 0; found by the sharding
+    simulation), so the batch is offered only when no rank's chunk is empty."""
     from torch.distributed.tensor import Shard
 
     per_step = ("query", "key", "value", "gate", "beta")
     batch = dict.fromkeys(per_step, Shard(1)) | {"initial_state": Shard(0), "segment_ids": Shard(0)}
-    found = [([Shard(1), Shard(0)], batch)]
+    n, b = mesh_size(a), shape(a["query"])[1]
+    found = [([Shard(1), Shard(0)], batch)] if -(-b // n) * (n - 1) < b else []
     if shape(a["query"])[0] % mesh_size(a) == 0:
         heads = dict.fromkeys(per_step + ("a_log", "delta_time_bias"), Shard(0))
         heads["initial_state"] = Shard(2)
