@@ -13,6 +13,12 @@ Times, interleaved in one run, a 2-input/1-output add through:
 and the pieces of a call, to show where the time goes. Target (issue #2): at
 most 30 us over `direct`, and at least 5x less overhead than `naive`.
 
+Then, per op (`OP_CASES`: every shipped op and a Tokamax op at 128x256, and a 2-input,
+1-output JAX body at 32x32), the op called from torch on the same tensors against its own
+JAX function (`op.jax_function`, the same kernel and statics) called on JAX arrays, both
+waiting for the result, interleaved. Goal (issue 24): every op within 1.5x of its direct
+call (stretch 1.3x). Ratios, not microseconds, compare across days on this machine.
+
     python bench/overhead.py [--calls N] [--rounds R] [--json PATH]   # with the pieces
     tpu-kernels bench overhead                                        # in the harness
 """
@@ -91,6 +97,67 @@ def benchmarks(quick: bool, device_type: str) -> list:
             baseline="jax direct",
         )
     ]
+
+
+@tpu_kernel("bench_overhead::add_small")
+def add_small(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + y
+
+
+RATIO_GOAL, RATIO_STRETCH = 1.5, 1.3
+
+
+def op_cases() -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """name -> (the op called from torch, its JAX function called on JAX arrays)."""
+    import tpu_kernels.tokamax as tk
+    from tpu_kernels import kernels
+    from tpu_kernels.tokamax.normalization.op import layer_norm_op
+
+    torch.manual_seed(0)
+    x, y, w = torch.randn(128, 256), torch.randn(128, 256), torch.randn(256)
+    m = torch.randn(256, 128)
+    a, b = torch.randn(32, 32), torch.randn(32, 32)
+    cases = {
+        "@tpu_kernel body, 2-in/1-out, 32x32": (add_small, (a, b), {}, add_small, {}),
+        "scale_add 128x256": (kernels.scale_add, (x, y), {"alpha": 0.5}, kernels.scale_add, {"alpha": 0.5}),
+        "softmax 128x256": (kernels.softmax, (x,), {}, kernels.softmax, {}),
+        "rmsnorm 128x256": (kernels.rmsnorm, (x, w), {}, kernels.rmsnorm, {}),
+        "matmul 128x256 @ 256x128": (kernels.matmul, (x, m), {}, kernels.matmul, {}),
+        "tokamax.rms_norm 128x256 (xla)": (
+            tk.rms_norm,
+            (x, w),
+            {},
+            layer_norm_op,
+            # what tk.rms_norm passes its op on a CPU tensor
+            {"dim": -1, "eps": 1e-6, "scale_offset": 0.0, "subtract_mean": False, "implementation": "xla"},
+        ),
+    }
+    out = {}
+    for name, (call, args, kwargs, op, statics) in cases.items():
+        arrays = [bridge.to_jax_cpu(t) for t in args]
+        if op is layer_norm_op:
+            arrays.append(None)  # no bias
+        direct = op.jax_function(**statics)
+        out[name] = (
+            lambda call=call, args=args, kwargs=kwargs: call(*args, **kwargs),
+            lambda direct=direct, arrays=arrays: jax.block_until_ready(direct(*arrays)),
+        )
+    return out
+
+
+def op_ratios(calls: int, rounds: int) -> list[dict]:
+    cases = op_cases()
+    candidates = {}
+    for name, (ours, direct) in cases.items():
+        candidates[f"{name}: op"] = ours
+        candidates[f"{name}: direct"] = direct
+    samples = measure(candidates, calls, rounds)
+    rows = []
+    for name in cases:
+        ours = statistics.median(samples[f"{name}: op"])
+        direct = statistics.median(samples[f"{name}: direct"])
+        rows.append({"name": name, "op_us": ours, "direct_us": direct, "ratio": ours / direct})
+    return rows
 
 
 def per_call_us(fn: Callable[[], object], calls: int) -> float:
@@ -200,6 +267,17 @@ def main() -> dict:
         "torch": torch.__version__,
         "low_level_dlpack": bridge.LOW_LEVEL,
     }
+    ops = op_ratios(max(200, args.calls // 4), args.rounds)
+    print()
+    print(f"per op: called from torch vs its JAX function on JAX arrays (medians of {args.rounds} interleaved rounds)")
+    print(f"{'op':40s} {'op us':>9s} {'direct us':>10s} {'ratio':>7s}")
+    for r in ops:
+        print(f"{r['name']:40s} {r['op_us']:9.1f} {r['direct_us']:10.1f} {r['ratio']:7.2f}")
+    worst = max(r["ratio"] for r in ops)
+    verdict = "met" if worst <= RATIO_GOAL else "MISSED"
+    stretch = "met" if worst <= RATIO_STRETCH else "missed"
+    print(f"worst ratio {worst:.2f} (goal <= {RATIO_GOAL}: {verdict}; stretch <= {RATIO_STRETCH}: {stretch})")
+    result["ops"] = ops
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -204,3 +204,49 @@ def test_an_int_default_of_a_float_static_reaches_the_kernel_as_the_dispatcher_p
     scaled.cache_clear()
     scaled.overload(x)
     assert seen[0] is seen[-1]  # the same static type on both paths
+
+
+def test_keyword_arguments_take_the_shortcut_and_agree_with_the_dispatcher():
+    """Before: any keyword (a keyword-only static such as scale_add's alpha, every Tokamax
+    call) sent the call through the dispatcher's two Python kernels."""
+    from tpu_kernels.kernels import scale_add
+
+    x, y = rand(8, 128), rand(8, 128)
+    assert scale_add._eager_cpu.accepts((x, y), {"alpha": 0.5})
+    assert scale_add._eager_cpu.accepts((x,), {"y": y, "alpha": 2})  # a positional one by name; an int
+    torch.testing.assert_close(scale_add(x, y, alpha=0.5), scale_add.overload(x, y, alpha=0.5))
+    torch.testing.assert_close(scale_add(x, y=y, alpha=2), scale_add.overload(x, y, alpha=2.0))
+    for bad in ({"alpha": 0.5, "nope": 1}, {"x": x}):  # unknown, given twice: the dispatcher's error
+        assert not scale_add._eager_cpu.accepts((x, y), bad)
+        assert (
+            _raised(lambda b=bad: scale_add(x, y, **b))[0]
+            is _raised(lambda b=bad: scale_add.overload(x, y, **b))[0]
+        )
+
+
+def test_optional_tensors_and_optional_statics_take_the_shortcut():
+    import tpu_kernels.tokamax as tk
+    from tpu_kernels.tokamax.normalization.op import layer_norm_op
+
+    x, w = rand(8, 64), rand(64)
+    call = {"dim": -1, "eps": 1e-6, "scale_offset": 0.0, "subtract_mean": False, "implementation": "xla"}
+    assert layer_norm_op._eager_cpu.accepts((x, w, None), call)  # bias None, implementation str?
+    assert layer_norm_op._eager_cpu.accepts((x, w, None), {**call, "implementation": None})
+    torch.testing.assert_close(tk.rms_norm(x, w), layer_norm_op.overload(x, w, None, **call))
+
+
+def test_a_bucketed_call_at_a_bucket_builds_its_key_once(monkeypatch):
+    """Before: the shortcut built a key it threw away, then the executor built it again."""
+    from tpu_kernels.kernels import softmax
+
+    x = rand(128, 64)  # 128 rows: a bucket, not padded
+    softmax(x)
+    executor = softmax._eager_cpu.executor
+    calls = []
+    real = type(executor)._arrays_and_key
+    monkeypatch.setattr(type(executor), "_arrays_and_key", lambda self, v: calls.append(1) or real(self, v))
+    torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+    assert calls == []  # the shortcut's key found the entry
+    y = rand(100, 64)  # padded to its bucket: the full path, still right
+    torch.testing.assert_close(softmax(y), torch.softmax(y, -1))
+    assert calls

@@ -46,11 +46,13 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
 
     `cpu_kernel`: the op's CPU kernel, for the fast path below.
     """
+    params = kop.signature.params  # read once: the signature does not change after definition
+    n_positional = sum(not p.keyword_only for p in params)
+    no_keywords: dict = {}
 
     def setup_context(ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: dict | None = None) -> None:
-        values = list(inputs) + [
-            (keyword_only_inputs or {}).get(p.name, p.default) for p in kop.signature.params[len(inputs) :]
-        ]
+        given = keyword_only_inputs or no_keywords
+        values = list(inputs) + [given.get(p.name, p.default) for p in params[len(inputs) :]]
         outs = list(output) if isinstance(output, (tuple, list)) else [output]
         flat, rebuild = _flatten(values + outs)
         ctx.save_for_backward(*flat)
@@ -67,7 +69,6 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
                 "JAX can differentiate the kernel body, or reference=<a JAX function> "
                 "to differentiate instead."
             )
-        n_positional = sum(not p.keyword_only for p in kop.signature.params)
         if isinstance(kop.backward_impl, ExplicitBackward):
             _refuse_inputs_outside_wrt(ctx, kop, kop.backward_impl.wrt, values)
         grads_in = kop.backward_impl(values, outs, list(grads[: kop.n_visible]))
@@ -328,17 +329,29 @@ class ExplicitBackward:
     bwd: KernelOp | Composite
     wrt: tuple[str, ...]
 
-    def __call__(self, values: list[Any], outs: list[Any], grads: list[Any]) -> list[Any]:
+    def __post_init__(self) -> None:
+        # Where each backward parameter's value comes from, bound once by name: the
+        # forward's inputs, its outputs, or an output's incoming gradient.
         fwd = self.kop.signature
-        env = {p.name: v for p, v in zip(fwd.params, values)}
-        env.update(zip(self.kop.output_names, outs))
-        env.update({f"grad_{n}": g for n, g in zip(self.kop.output_names, grads)})
-        args = [env[p.name] for p in self.bwd.signature.params if not p.keyword_only]
-        kwargs = {p.name: env[p.name] for p in self.bwd.signature.params if p.keyword_only}
+        source: dict[str, tuple[int, int]] = {p.name: (0, i) for i, p in enumerate(fwd.params)}
+        source.update({n: (1, j) for j, n in enumerate(self.kop.output_names)})
+        source.update({f"grad_{n}": (2, j) for j, n in enumerate(self.kop.output_names)})
+        params = self.bwd.signature.params
+        self._args = tuple(source[p.name] for p in params if not p.keyword_only)
+        self._kwargs = tuple((p.name, source[p.name]) for p in params if p.keyword_only)
+        by_name = {n: k for k, n in enumerate(self.wrt)}
+        self._grad_of = tuple(by_name.get(p.name) for p in fwd.params)
+
+    def __call__(self, values: list[Any], outs: list[Any], grads: list[Any]) -> list[Any]:
+        env = (values, outs, grads)
+        args = [env[a][b] for a, b in self._args]
+        kwargs = {name: env[a][b] for name, (a, b) in self._kwargs}
         result = self.bwd(*args, **kwargs)
         result = result if isinstance(result, tuple) else (result,)
-        by_name = dict(zip(self.wrt, result))
-        return [by_name.get(p.name) if values[i] is not None else None for i, p in enumerate(fwd.params)]
+        return [
+            result[k] if k is not None and k < len(result) and values[i] is not None else None
+            for i, k in enumerate(self._grad_of)
+        ]
 
 
 # ---- derived backward (jax.vjp) ---------------------------------------------------
@@ -456,24 +469,34 @@ class DerivedBackward:
     kop: KernelOp
     bwd: KernelOp  # the registered vjp op
 
+    def __post_init__(self) -> None:
+        # how the forward's values are passed on, read once from its signature
+        params = self.kop.signature.params
+        self._positional = tuple(i for i, p in enumerate(params) if not p.keyword_only)
+        self._keywords = tuple((p.name, i) for i, p in enumerate(params) if p.keyword_only)
+        self._kinds = tuple(p.kind for p in params)
+        self._flat = not returns_list(self.kop.signature)
+
     def __call__(self, values: list[Any], outs: list[Any], grads: list[Any]) -> list[Any]:
-        fwd = self.kop.signature
-        args = [v for p, v in zip(fwd.params, values) if not p.keyword_only]
-        kwargs = {p.name: v for p, v in zip(fwd.params, values) if p.keyword_only}
+        args = [values[i] for i in self._positional]
+        kwargs = {name: values[i] for name, i in self._keywords}
         results = self.bwd(*grads, *args, **kwargs)
-        if not returns_list(fwd):  # flat: one result per tensor parameter
+        if self._flat:  # one result per tensor parameter
             flat = iter(results if isinstance(results, tuple) else (results,))
             out: list[Any] = []
-            for p, v in zip(fwd.params, values):
-                g = next(flat) if p.is_tensor else None
-                out.append(g if v is not None and p.is_tensor and v.is_floating_point() else None)
+            for kind, v in zip(self._kinds, values):
+                if kind is Kind.STATIC:
+                    out.append(None)
+                    continue
+                g = next(flat)
+                out.append(g if v is not None and v.is_floating_point() else None)
             return out
         flat_grads = iter(results)
         result: list[Any] = []
-        for p, v in zip(fwd.params, values):
-            if p.kind is Kind.STATIC or v is None:
+        for kind, v in zip(self._kinds, values):
+            if kind is Kind.STATIC or v is None:
                 result.append(None)
-            elif p.kind is Kind.TENSOR_LIST:
+            elif kind is Kind.TENSOR_LIST:
                 result.append([next(flat_grads) if t.is_floating_point() else None for t in v])
             else:
                 result.append(next(flat_grads) if v.is_floating_point() else None)

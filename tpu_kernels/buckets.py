@@ -343,16 +343,23 @@ class PaddedKernel:
         result = self.kernel(*new_values[: self._n_pos], **dict(zip(self._kw, new_values[self._n_pos :])))
         return self.unpad(result, values, n, size)
 
-    def pad(self, values: list[Any]) -> tuple[list[Any], int, int] | None:
-        """-> (values with the declared dims padded, the true length, the padded size),
-        or None when the call is not padded."""
+    def needs_padding(self, values: Any) -> bool:
+        """Whether a call with these values (one per parameter) is padded, or has its
+        length filled in: when not, the kernel can be called with them as they are (the
+        eager shortcut does, with the key it built)."""
+        if self.plan.length is not None:
+            return True
+        try:
+            found = self._lengths(values)
+        except ValueError:
+            return True  # too long for the buckets: the full path raises
+        return found is not None and found[2] != found[1]
+
+    def _lengths(self, values: Any) -> tuple[list[tuple[int, int, Bucketing, int]], int, int] | None:
+        """(the declared dims found: (param index, dim, bucketing, size), the true length,
+        the padded size), or None when the call is not padded."""
         plan_ = self.plan
-        if plan_.length is not None and values[plan_.length] is not None:
-            raise ValueError(
-                f"{plan_.op}: argument '{plan_.length_name}' is filled in by the op with the true "
-                "length of its padded dims; call it without that argument."
-            )
-        found: list[tuple[int, int, Bucketing, int]] = []  # (param index, dim, bucketing, size)
+        found: list[tuple[int, int, Bucketing, int]] = []
         seen: set[tuple[int, int]] = set()  # dims 0 and -2 of a 2-D tensor are one dim
         for i, _, dims in plan_.inputs:
             t = values[i]
@@ -373,6 +380,21 @@ class PaddedKernel:
         except BucketOverflowError as e:
             names = sorted({name for i, name, _ in plan_.inputs if any(j == i for j, *_ in found)})
             raise ValueError(f"{plan_.op}: arguments {names}: {e}.") from None
+        return found, n, size
+
+    def pad(self, values: list[Any]) -> tuple[list[Any], int, int] | None:
+        """-> (values with the declared dims padded, the true length, the padded size),
+        or None when the call is not padded."""
+        plan_ = self.plan
+        if plan_.length is not None and values[plan_.length] is not None:
+            raise ValueError(
+                f"{plan_.op}: argument '{plan_.length_name}' is filled in by the op with the true "
+                "length of its padded dims; call it without that argument."
+            )
+        lengths = self._lengths(values)
+        if lengths is None:
+            return None
+        found, n, size = lengths
         new = list(values)
         for i, d, b, s in found:
             if s != n or size == n:

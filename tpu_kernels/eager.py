@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -40,6 +40,23 @@ _STATIC_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "ScalarType": (torch.dtype,),
 }
+# list statics: the element types taken without conversion (a float list given ints goes
+# to the dispatcher, which converts them)
+_LIST_TYPES: dict[str, tuple[type, ...]] = {"int[]": (int,), "float[]": (float,), "bool[]": (bool,)}
+_MISSING = object()
+
+
+class _Static(NamedTuple):
+    index: int
+    types: tuple[type, ...]
+    optional: bool  # None is accepted
+    is_list: bool  # a list (or tuple) of `types`, keyed as a tuple
+
+
+class _Tensor(NamedTuple):
+    index: int
+    optional: bool  # None is accepted (an Optional[Tensor] parameter)
+
 
 _tf_mode = _compat.get("torch_function_mode_enabled")
 _dispatch_stack = _compat.get("torch_dispatch_stack_len")
@@ -66,35 +83,48 @@ DECLINED = object()
 class EagerCpuCall:
     """The shortcut for one op: its checks, and the CPU kernel it calls.
 
-    When the CPU kernel is a `JaxExecutor` (Pallas/JAX ops) the checks also build
-    the executor's cache key, so a call with a compiled entry makes one pass over
-    its arguments: check, key, cache hit, views, kernel.
+    When the CPU kernel is a `JaxExecutor` (Pallas/JAX ops), or one that pads to buckets
+    around one, the checks also build the executor's cache key, so a call with a compiled
+    entry makes one pass over its arguments: check, key, cache hit, views, kernel.
     """
 
-    def __init__(
-        self,
-        kernel: Callable,
-        checks: list[tuple[bool, tuple[type, ...]]],
-        n_required: int | None = None,
-        n_positional: int | None = None,
-        defaults: tuple = (),
-    ) -> None:
-        # checks: per parameter, (is_tensor, accepted static types). A call passes
-        # n_required..n_positional arguments (no keywords); `defaults` fill the rest
-        # (the values of params[n_required:]), as the dispatcher's schema does.
+    def __init__(self, kernel: Callable, params: list[Any]) -> None:
+        # params: the op's signature.params; a call passes n_required..n_positional
+        # arguments positionally and any parameter by keyword, as the dispatcher's schema
+        # takes them; defaults fill the rest.
         self.kernel = kernel
-        self.n = len(checks)
-        self.n_required = self.n if n_required is None else n_required
-        self.n_positional = self.n if n_positional is None else n_positional
-        self.defaults = tuple(defaults)
-        self.statics = [(i, types) for i, (is_tensor, types) in enumerate(checks) if not is_tensor]
+        self.n = len(params)
+        self.names = {p.name: i for i, p in enumerate(params)}
+        self.param_names = tuple(p.name for p in params)
+        self.n_positional = sum(not p.keyword_only for p in params)
+        required = [i for i, p in enumerate(params) if p.default is inspect.Parameter.empty]
+        self.n_required = max(required, default=-1) + 1
+        self.required = frozenset(required)
+        self.defaults = tuple(p.default for p in params)
+        self.statics: list[_Static] = []
+        self.tensors: list[_Tensor] = []
+        for i, p in enumerate(params):
+            if p.is_tensor:
+                self.tensors.append(_Tensor(i, p.kind is Kind.OPTIONAL_TENSOR))
+                continue
+            base, optional = p.schema_type.removesuffix("?"), p.schema_type.endswith("?")
+            is_list = base in _LIST_TYPES
+            self.statics.append(
+                _Static(i, _LIST_TYPES[base] if is_list else _STATIC_TYPES[base], optional, is_list)
+            )
         # float params take an int as torch's schema does, converted to float as the
         # dispatcher converts it (an int static would trace differently: x * 2 keeps
         # an int dtype where x * 2.0 does not, and 2 == 2.0 share a cache key).
-        self.floats = frozenset(i for i, (_, types) in enumerate(checks) if types == _STATIC_TYPES["float"])
-        self.tensors = [i for i, (is_tensor, _) in enumerate(checks) if is_tensor]
+        self.floats = tuple(
+            i
+            for i, p in enumerate(params)
+            if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
+        )
         self.rewrite = bool(self.floats) or self.n_positional != self.n  # `complete` has work
-        self.executor = kernel if isinstance(kernel, JaxExecutor) and kernel.simple else None
+        executor = getattr(kernel, "kernel", kernel)  # a PaddedKernel's own (buckets.py)
+        self.executor = executor if isinstance(executor, JaxExecutor) else None
+        self.padded = kernel if self.executor is not None and executor is not kernel else None
+        self.simple = self.executor is not None and self.executor.simple
         if self.executor is not None:
             self._mode = self.executor.transfer.mode
             self._peek = self.executor.cache.peek
@@ -103,60 +133,84 @@ class EagerCpuCall:
 
     @classmethod
     def for_op(cls, op: KernelOp) -> EagerCpuCall | None:
-        kernel = getattr(op, "_kernels", {}).get("CPU")
+        kernel = op.cpu_kernel
         if kernel is None or op.mutates_args:
             return None
-        checks = []
-        params = op.signature.params
-        for p in params:
-            if p.kind is Kind.TENSOR:
-                checks.append((True, _TENSOR_TYPES))
-            elif p.kind is Kind.STATIC and p.schema_type in _STATIC_TYPES:
-                checks.append((False, _STATIC_TYPES[p.schema_type]))
-            else:
-                return None  # optional or list parameters: the dispatcher's path
-        # Keyword-only parameters cannot be passed without keywords (and a call with
-        # keywords takes the dispatcher): they take their defaults; without one, every
-        # call needs a keyword, so the shortcut never applies.
-        n_positional = sum(not p.keyword_only for p in params)
-        required = [i for i, p in enumerate(params) if p.default is inspect.Parameter.empty]
-        if any(i >= n_positional for i in required):
-            return None
-        n_required = max(required, default=-1) + 1
-        defaults = tuple(p.default for p in params[n_required:])
-        return cls(kernel, checks, n_required, n_positional, defaults)
+        for p in op.signature.params:
+            if p.kind is Kind.TENSOR_LIST:
+                return None  # list[Tensor] parameters: the dispatcher's path
+            if p.kind is Kind.STATIC:
+                base = p.schema_type.removesuffix("?")
+                if base not in _STATIC_TYPES and base not in _LIST_TYPES:
+                    return None
+        return cls(kernel, op.signature.params)
 
-    def complete(self, args: tuple) -> tuple | None:
+    def complete(self, args: tuple, kwargs: dict | None = None) -> tuple | None:
         """The call's arguments, one per parameter (defaults filled, float statics as
-        float), as the dispatcher hands them to the kernel; None if the dispatcher
-        would refuse the call's arity (keyword-only parameters passed positionally)."""
+        float), as the dispatcher hands them to the kernel; None if the dispatcher would
+        refuse the call's arity or keywords (a keyword-only parameter passed positionally,
+        an unknown keyword, an argument given twice, a required one missing)."""
         n = len(args)
-        if n != self.n or self.n_positional != self.n:
+        if kwargs:
+            if n > self.n_positional:
+                return None
+            values = [*args, *([_MISSING] * (self.n - n))]
+            names = self.names
+            for name, v in kwargs.items():
+                i = names.get(name, -1)
+                if i < n:  # unknown (-1), or also given positionally
+                    return None
+                values[i] = v
+            for i in range(n, self.n):
+                if values[i] is _MISSING:
+                    if i in self.required:
+                        return None
+                    values[i] = self.defaults[i]
+            args = tuple(values)
+        elif n != self.n or self.n_positional != self.n:
             if not self.n_required <= n <= self.n_positional:
                 return None
-            args = args + self.defaults[n - self.n_required :]
+            args = args + self.defaults[n:]
         for i in self.floats:  # given ones only: a default reaches the kernel as written
-            if i < n and type(args[i]) is int:
+            if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):
                 args = args[:i] + (float(args[i]),) + args[i + 1 :]
         return args
 
     def key(self, args: tuple) -> tuple | None:
         """The executor's cache key for `args`, or None when the dispatcher must decide.
 
-        Same layout as `JaxExecutor`'s key: (mode, matmul precision, statics..., shape,
-        dtype, ...); tests/test_precision.py checks the two agree.
+        Same layout as `JaxExecutor`'s key: (mode, matmul precision, statics..., then per
+        tensor shape, dtype (or (shape, dtype), or None, for an executor with optional
+        tensors)); tests/test_precision.py checks the two agree.
         """
         if len(args) != self.n or not plain_eager():
             return None  # `complete` first
         key: list = [self._mode() if self.executor is not None else None, _precision()]
-        for i, types in self.statics:
+        for i, types, optional, is_list in self.statics:
             v = args[i]
-            if type(v) not in types:
+            if v is None:
+                if not optional:
+                    return None
+                key.append(None)
+            elif is_list:
+                if type(v) not in (list, tuple) or any(type(e) not in types for e in v):
+                    return None
+                key.append(tuple(v))
+            elif type(v) not in types:
                 return None
-            key.append(v)
+            else:
+                key.append(v)
         grad = _grad_enabled()
-        for i in self.tensors:
+        simple = self.simple
+        any_tensor = False  # all None: no backend key, the dispatcher's error
+        for i, optional in self.tensors:
             t = args[i]
+            if t is None:
+                if not optional:
+                    return None
+                key.append(None)
+                continue
+            any_tensor = True
             if (
                 type(t) not in _TENSOR_TYPES
                 or not t.is_cpu
@@ -167,35 +221,45 @@ class EagerCpuCall:
                 or t.is_neg()
             ):
                 return None
-            key.append(t.shape)
-            key.append(t.dtype)
-        return tuple(key)
+            if simple:
+                key.append(t.shape)
+                key.append(t.dtype)
+            else:
+                key.append((t.shape, t.dtype))
+        return tuple(key) if any_tensor else None
 
-    def accepts(self, args: tuple) -> bool:
+    def accepts(self, args: tuple, kwargs: dict | None = None) -> bool:
         """Would the dispatcher certainly call the CPU kernel with these arguments?"""
-        args = self.complete(args)
+        args = self.complete(args, kwargs)
         return args is not None and self.key(args) is not None
 
-    def try_call(self, args: tuple) -> Any:
+    def try_call(self, args: tuple, kwargs: dict | None = None) -> Any:
         """The op's result, or `DECLINED`."""
-        if len(args) != self.n or self.rewrite:
-            args = self.complete(args)
+        if kwargs or len(args) != self.n or self.rewrite:
+            args = self.complete(args, kwargs)
             if args is None:
                 return DECLINED
         key = self.key(args)
         if key is None:
             return DECLINED
-        if self.executor is None:
+        executor = self.executor
+        if executor is None:
             return self.kernel(*args)
+        if self.padded is not None and self.padded.needs_padding(args):
+            return self.padded(*args)
         entry = self._peek(key)
         if entry is None:  # not compiled yet, or a non-contiguous input: the full path
-            return self.executor(*args)
+            return executor(*args)
         arrays = []
-        for i in self.tensors:
+        to_jax = self._to_jax
+        for i, _ in self.tensors:
             t = args[i]
-            if not t.is_contiguous():
-                return self.executor(*args)
-            arrays.append(self._to_jax(t))
+            if t is None:
+                arrays.append(None)
+            elif not t.is_contiguous():
+                return executor(*args)
+            else:
+                arrays.append(to_jax(t))
         return self._run(entry, arrays, args, key[0])
 
 

@@ -203,6 +203,11 @@ class KernelOp:
         self._backward = impl
 
     @property
+    def cpu_kernel(self) -> Any:
+        """The kernel registered for the CPU dispatch key (what the eager shortcut calls), or None."""
+        return self._kernels.get("CPU")
+
+    @property
     def derived_fake(self) -> fake.DerivedFake:
         """The fake function derived with jax.eval_shape (what runs without register_fake)."""
         return self._derived_fake
@@ -346,8 +351,8 @@ class KernelOp:
         shortcut = self._eager_cpu
         checked = checking.ARMED and checking.active()  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
-        if shortcut is not None and not kwargs and not checked and not _is_compiling():
-            out = shortcut.try_call(args)
+        if shortcut is not None and not checked and not _is_compiling():
+            out = shortcut.try_call(args, kwargs)
         if out is eager.DECLINED:
             self.signature.check_statics(args, kwargs)
             out = checking.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)

@@ -154,13 +154,27 @@ def platform_of(op: str, device: torch.device | str) -> str:
     )
 
 
+_RESOLVED: dict[tuple[str, str, str | None, frozenset | None], str] = {}
+
+
 def resolve_implementation(op: str, device: torch.device | str, requested: str | None = None) -> str:
     """The implementation (or fallback order, "a,b") `op` runs with for tensors on `device`.
 
     `requested=None` gives the device's default. A requested name that does not
     run on that device, or that this install lacks, raises ImplementationError
-    naming the op, the argument and the choices that would work.
+    naming the op, the argument and the choices that would work. Answers are kept per
+    (op, device type, request): every call of an op asks (tables and the installed
+    implementations do not change once registered); errors are not kept.
     """
+    kind = device if isinstance(device, str) else device.type
+    key = (op, kind, requested, REGISTERED.get(op))  # what is installed is part of the answer
+    hit = _RESOLVED.get(key)
+    if hit is None:
+        hit = _RESOLVED[key] = _resolve(op, kind, requested)
+    return hit
+
+
+def _resolve(op: str, device: str, requested: str | None) -> str:
     spec = OPS.get(op)
     if spec is None:
         raise ValueError(f"resolve_implementation: unknown op {op!r}; known: {', '.join(OPS)}.")
