@@ -12,7 +12,8 @@ JSON schema ("tpu_kernels.bench/1"), documented in docs/benchmarking.md:
                   candidates: [{name, implementation, primary, calls_per_sample,
                                 warmup_calls, first_call_s,
                                 time: {median, p10, p25, p75, p90, min, max, mean, stdev, cv, n} (seconds),
-                                device_time_s, check: {passed, max_abs_err, max_rel_err, rtol, atol},
+                                device_time_s, check: {passed, error, error_max, allowed, allowed_max,
+                                       ratio, max_abs_err, reduction, criterion},
                                 throughput: {tflops, gbps, pct_peak_flops, pct_peak_bw},
                                 speedup, error}]}]}
 """
