@@ -3,6 +3,7 @@ reductions pass on every seed, wrong ones fail, and the catalogue's wrong kernel
 
 bench/verdicts.py prints the same figures at full size (docs/benchmarking.md quotes them)."""
 
+import csv
 import math
 
 import jax
@@ -189,7 +190,7 @@ def _column_sum_benchmark(op) -> bench.Benchmark:
     )
 
 
-def test_a_column_sum_benchmark_is_ok_run_after_run_and_compare_sees_no_regression():
+def test_a_column_sum_benchmark_is_ok_run_after_run_and_compare_sees_no_regression(tmp_path):
     """The issue's session: run 1 said ok, run 2 of the same kernel WRONG (exit 1), and compare
     then reported "REGRESSION result now wrong". Three runs, fresh inputs each: all ok."""
     jax_sum = jax.jit(lambda x: jnp.sum(x, axis=0))
@@ -201,6 +202,11 @@ def test_a_column_sum_benchmark_is_ok_run_after_run_and_compare_sees_no_regressi
             assert c.check["reduction"] == 1024 and c.check["criterion"] == correctness.CRITERION
     for old, new in zip(reports, reports[1:]):
         assert not [c for c in bench.regressions(bench.compare(old, new)) if "wrong" in c.reason]
+    reports[0].write_csv(tmp_path / "r.csv")
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert [r["correct"] for r in rows] == ["True", "True"] and all(
+        0 < float(r["error_vs_allowed"]) < 1 for r in rows
+    )
 
 
 def test_compare_says_when_the_reports_were_judged_by_different_rules():

@@ -169,6 +169,7 @@ class Report:
             "device_time_s",
             "correct",
             "max_abs_err",
+            "error_vs_allowed",
             "tflops",
             "gbps",
             "pct_peak_flops",
@@ -204,6 +205,7 @@ class Report:
                             "device_time_s": c.device_time_s,
                             "correct": None if c.check is None else c.check["passed"],
                             "max_abs_err": None if c.check is None else c.check["max_abs_err"],
+                            "error_vs_allowed": None if c.check is None else c.check.get("ratio"),
                             **{
                                 k: c.throughput.get(k)
                                 for k in ("tflops", "gbps", "pct_peak_flops", "pct_peak_bw")
