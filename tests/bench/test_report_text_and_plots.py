@@ -145,8 +145,10 @@ def test_log_ticks_are_round_and_enough_over_any_range(lo, hi):
     assert all(len(f"{t:.3g}") <= 6 for t in ticks)  # plainly written
 
 
-def test_plots_are_written(tmp_path):
+def test_plots_are_written_and_closed(tmp_path):
+    plt.close("all")
     paths = plots.write(_report(), tmp_path)
+    assert plt.get_fignums() == []  # each figure closed once saved, however many benchmarks
     assert [p.name for p in paths] == ["softmax.png", "matmul.png", "summary.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 

@@ -70,16 +70,19 @@ def write(report: Report, out_dir: Path) -> list[Path]:
     by_bench: dict[str, list] = defaultdict(list)
     for r in report.results:
         by_bench[r.benchmark].append(r)
-    figures = [
-        (benchmark_figure(report, name, points), out_dir / f"{name}.png") for name, points in by_bench.items()
+    paths = [
+        _save(benchmark_figure(report, name, points), out_dir / f"{name}.png")
+        for name, points in by_bench.items()
     ]
     summary = summary_figure(report)
-    if summary is not None:
-        figures.append((summary, out_dir / SUMMARY))
-    for fig, path in figures:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return [path for _, path in figures]
+    return paths + ([_save(summary, out_dir / SUMMARY)] if summary is not None else [])
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Written and closed at once: a run with many benchmarks never holds their figures together."""
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _colors(points: list[PointResult]) -> dict[str, str]:
