@@ -134,8 +134,9 @@ def errors(actual: Any, expected: torch.Tensor) -> Errors:
     or a value is NaN; equal infinities agree)."""
     a = as_tensor(actual)
     exact = not (a.is_floating_point() or a.is_complex())
-    a = a.to(torch.float64)
-    e = expected.detach().cpu().to(torch.float64)
+    wide = torch.complex128 if a.is_complex() or expected.is_complex() else torch.float64
+    a = a.to(wide)
+    e = expected.detach().cpu().to(wide)
     if a.shape != e.shape:
         return MISMATCH
     if not e.numel():
@@ -167,6 +168,7 @@ def result_dtype(point_dtype: torch.dtype, actual: Any) -> torch.dtype:
     dtype and the output's own (a float32 result of a bfloat16 point is held to bfloat16, as
     its inputs were; a bfloat16 result of a float32 point to bfloat16)."""
     out = as_tensor(actual).dtype
+    out = out.to_real() if out.is_complex else out
     if not out.is_floating_point:
         return point_dtype
     if not point_dtype.is_floating_point:
@@ -276,7 +278,9 @@ def for_point(bench: Benchmark, point: Point, inputs: tuple) -> PointJudge | Non
     )
     out = bench.reference(*up, **bench.reference_kwargs(point))
     expected = out[0] if isinstance(out, (tuple, list)) else out
-    dtype = point.get("dtype", _first_dtype(inputs))
+    dtype = point.get("dtype")
+    if not isinstance(dtype, torch.dtype):  # no dtype axis, or one named otherwise
+        dtype = _first_dtype(inputs)
     reduction = bench.reduction(point) if bench.reduction else default_reduction(inputs)
     return PointJudge(expected, dtype, reduction, bench.tolerance_scale(point), bench.baseline)
 
