@@ -158,6 +158,12 @@ def _sum_case(shape: tuple[int, int], dim: int, compile_: bool) -> Case:
     )
 
 
+@jax.jit
+def _xla_dot(a, b):
+    """XLA's own matmul (not the Pallas kernel), float32 accumulation."""
+    return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+
+
 def _matmul_case(m: int, k: int, n: int, compile_: bool) -> Case:
     def candidates():
         return _shipped(
@@ -166,7 +172,7 @@ def _matmul_case(m: int, k: int, n: int, compile_: bool) -> Case:
             "matmul_helion",
             lambda a, b: a @ b,
             compile_,
-            **{"K-blocked f32": _blocked_matmul},
+            **{"K-blocked f32": _blocked_matmul, "XLA dot": _jax(_xla_dot)},
         )
 
     return Case(
@@ -265,6 +271,17 @@ class Tally:
     old_wrong: int = 0
     new_wrong: int = 0
     worst: float = 0.0  # the largest error / allowance under the normwise rule
+    # the figures behind the rule's constants (bench.correctness), largest over the seeds:
+    max_u: float = 0.0  # max-norm error in units of u (the result dtype's unit roundoff)
+    max_sqrt_n: float = 0.0  # max-norm error / (u_acc * sqrt(n)): a float32 sum's growth
+    vs_torch: float = 0.0  # 2-norm error / torch's
+    vs_torch_max: float = 0.0  # max-norm error / torch's
+
+    def add(self, other: "Tally") -> None:
+        for f in ("runs", "old_wrong", "new_wrong"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for f in ("worst", "max_u", "max_sqrt_n", "vs_torch", "vs_torch_max"):
+            setattr(self, f, max(getattr(self, f), getattr(other, f)))
 
 
 def seed_verdicts(case: Case, dtype: torch.dtype, seeds: int) -> dict[str, Tally]:
@@ -279,12 +296,22 @@ def seed_verdicts(case: Case, dtype: torch.dtype, seeds: int) -> dict[str, Tally
             n: (correctness.errors(o, expected), correctness.result_dtype(dtype, o)) for n, o in outs.items()
         }
         checks = correctness.verdicts(measured, baseline="torch", reduction=case.reduction)
+        base = measured["torch"][0]
         for name, out in outs.items():
-            t = tallies[name]
-            t.runs += 1
-            t.old_wrong += not old_rule(out, expected, dtype, case.old_scale(dtype))
-            t.new_wrong += not checks[name].passed
-            t.worst = max(t.worst, checks[name].ratio)
+            errs, judged_in = measured[name]
+            u = correctness.unit_roundoff(judged_in)
+            u_acc = correctness.unit_roundoff(correctness.accumulation_dtype(judged_in))
+            one = Tally(
+                1,
+                not old_rule(out, expected, dtype, case.old_scale(dtype)),
+                not checks[name].passed,
+                checks[name].ratio,
+                errs.norm_max / u,
+                errs.norm_max / (u_acc * case.reduction**0.5),
+                errs.norm2 / base.norm2 if base.norm2 else 0.0,
+                errs.norm_max / base.norm_max if base.norm_max else 0.0,
+            )
+            tallies[name].add(one)
     return tallies
 
 
@@ -481,7 +508,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{wrong} WRONG of {len(rows)}\n")
     if not args.no_seeds:
         print(f"1. correct results, {args.seeds} seeds: WRONG before (per element) / after (normwise)")
-        print(f"{'case':24} {'dtype':9} {'candidate':16} {'before':>7} {'after':>7} {'worst/allowed':>14}")
+        print(
+            f"{'case':24} {'dtype':9} {'candidate':16} {'before':>7} {'after':>7} {'worst/allowed':>14}"
+            f" {'max err/u':>9} {'/(u_acc sqrt n)':>15} {'/torch 2-norm':>13} {'/torch max':>10}"
+        )
         total = Tally()
         for case in cases(compile_=not args.no_compile):
             for dtype in DTYPES:
@@ -489,11 +519,9 @@ def main(argv: list[str] | None = None) -> None:
                     dt = str(dtype).removeprefix("torch.")
                     print(
                         f"{case.name:24} {dt:9} {name:16} {t.old_wrong:>7} {t.new_wrong:>7} {t.worst:>14.3f}"
+                        f" {t.max_u:>9.2f} {t.max_sqrt_n:>15.3f} {t.vs_torch:>13.2f} {t.vs_torch_max:>10.2f}"
                     )
-                    total.runs += t.runs
-                    total.old_wrong += t.old_wrong
-                    total.new_wrong += t.new_wrong
-                    total.worst = max(total.worst, t.worst)
+                    total.add(t)
         print(
             f"false WRONG: before {total.old_wrong} of {total.runs} verdicts, after {total.new_wrong} "
             f"(worst error {total.worst:.3f}x the allowance)"

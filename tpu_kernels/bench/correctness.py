@@ -5,8 +5,8 @@ The error is measured in two norms, each relative to the reference's own norm:
 
 - the 2-norm, the whole output's accuracy. A per-element relative tolerance cannot judge a
   sum: the exact column sums of random data include values near zero, whose relative error is
-  large whatever the algorithm (the old per-element rule marked torch's own `x.sum(0)` WRONG on
-  half of the seeds);
+  large whatever the algorithm (the per-element rule this replaces marked torch's own
+  `x.sum(0)` WRONG at random);
 - the max-norm, so that one wrong element or block stands out instead of averaging away.
 
 Each must be within
@@ -18,11 +18,11 @@ with u the unit roundoff of the result's dtype, u_acc that of the accumulation d
 float64 for float64 results) and n the length of the longest reduction behind an output element.
 The first term is what a correct kernel may reach in its dtype on well-conditioned inputs: a few
 roundings of the result, plus a float32 sum's error, which grows like sqrt(n) (probabilistic
-rounding-error analysis; recursive summation measured 0.7 * u_acc * sqrt(n) in the max-norm). The
-second follows the problem's conditioning and the device's arithmetic: a candidate no more than
+rounding-error analysis, Higham and Mary 2019). The second follows the problem's conditioning and the device's arithmetic: a candidate no more than
 BASELINE_FACTOR times less accurate than torch's own result in the same dtype. The baseline
-itself is held to the first term only, and a baseline that fails it is no yardstick. The figures
-behind the constants: `python bench/verdicts.py`; the table in docs/benchmarking.md.
+itself is held to the first term only, and a baseline that fails it is no yardstick. The
+measured figures behind the constants: `python bench/verdicts.py`, quoted in
+docs/benchmarking.md ("Correctness").
 
 Integer and bool results (indices, masks) must equal the reference exactly.
 """
@@ -46,18 +46,18 @@ CRITERION = "normwise"
 
 ROUNDINGS = 3.0
 """Roundings of the result allowed (times u): one for the final rounding (at most u in the
-max-norm, 0.42 u in the 2-norm measured), the rest for ops whose formula rounds several times
-(torch's eager three-op rmsnorm in bfloat16 measured 1.9 u in the max-norm)."""
+max-norm), the rest for formulas that round several times, as torch's eager composites do
+(bench/verdicts.py's "max err/u" column)."""
 
 ACCUMULATION = 2.0
-"""A float32 (float64) accumulation over n terms may add ACCUMULATION * u_acc * sqrt(n):
-recursive summation of random terms measured up to 0.70 * u_acc * sqrt(n) (max-norm) and
-0.34 * u_acc * sqrt(n) (2-norm) at n = 1024 and 8192."""
+"""A float32 (float64) accumulation over n terms may add ACCUMULATION * u_acc * sqrt(n), a few
+times what recursive summation, the least accurate textbook sum, reaches (bench/verdicts.py's
+"/(u_acc sqrt n)" column)."""
 
 BASELINE_FACTOR = 4.0
 """A candidate may be this many times less accurate than the baseline (torch in the same
-dtype): correct implementations measured up to 2.3x (2-norm) and 3.8x (max-norm) torch's
-error (XLA's float32 matmul against torch's)."""
+dtype): room for a correct implementation of another algorithm of the same accuracy, such as
+XLA's matmul beside torch's (bench/verdicts.py's "/torch" columns)."""
 
 
 @dataclass(frozen=True)
