@@ -2,15 +2,16 @@
 
 A point regressed when its median grew by more than `threshold` (0.10 = 10%) AND
 the two runs' interquartile ranges do not overlap (new p25 > old p75), so noise
-alone does not fail CI. A candidate that was right and is now wrong is a
-regression too, whatever its speed.
+alone does not fail CI. A candidate that was right and is now wrong (its correctness check,
+tpu_kernels.bench.correctness, failed) is a regression too, whatever its speed; when the
+baseline report was judged by another correctness rule, the reason says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpu_kernels.bench.results import Report
+from tpu_kernels.bench.results import CandidateResult, Report
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[
             ratio = c.median / prev.median if (c.median and prev.median) else None
             regressed, reason = False, ""
             if c.wrong and not prev.wrong:
-                regressed, reason = True, "result now wrong"
+                regressed, reason = True, "result now wrong" + _rule_changed(prev, c)
             elif c.error and not prev.error:
                 regressed, reason = True, f"now fails: {c.error}"
             elif ratio is not None and ratio > 1 + threshold and c.time["p25"] > prev.time["p75"]:
@@ -45,6 +46,15 @@ def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[
                 Change(r.benchmark, r.point_id, c.name, prev.median, c.median, ratio, regressed, reason)
             )
     return changes
+
+
+def _rule_changed(prev: CandidateResult, new: CandidateResult) -> str:
+    """A note when the two verdicts come from different correctness rules: the wrong result is
+    still a regression (it is wrong by today's rule), but the old "ok" may not have been."""
+    rules = [(r.check or {}).get("criterion", "per-element") for r in (prev, new)]
+    if rules[0] == rules[1]:
+        return ""
+    return f" (the baseline report judged by the {rules[0]} rule, this one by the {rules[1]} rule)"
 
 
 def regressions(changes: list[Change]) -> list[Change]:

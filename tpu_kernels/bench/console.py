@@ -80,6 +80,16 @@ def _num(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def verdict(check: dict | None) -> str:
+    """The table's "correct" cell: ok, or WRONG with the error as a multiple of what its dtype
+    allows (bench.correctness), e.g. "WRONG (3.1e+02x allowed)"."""
+    if check is None:
+        return "-"
+    if check["passed"]:
+        return "[green]ok[/]"
+    return f"[bold red]WRONG[/] ({check['ratio']:.2g}x allowed)"
+
+
 def render(report: Report, console: Console) -> None:
     dev = report.device
     console.print(f"[bold]device[/]: {dev['type']} ({dev['name']})   [bold]timer[/]: {report.timer}")
@@ -104,15 +114,7 @@ def render(report: Report, console: Console) -> None:
                     )
                     continue
                 t = c.time or {}
-                correct = (
-                    "-"
-                    if c.check is None
-                    else (
-                        "[green]ok[/]"
-                        if c.check["passed"]
-                        else f"[bold red]WRONG[/] ({c.check['max_abs_err']:.2g})"
-                    )
-                )
+                correct = verdict(c.check)
                 tp = c.throughput
                 flops = _num(tp.get("tflops"))
                 gbps = _num(tp.get("gbps"))
@@ -137,10 +139,7 @@ def render(report: Report, console: Console) -> None:
         for r in points:
             for c in r.candidates:
                 for note in c.notes:
-                    console.print(
-                        f"  [yellow]note[/] {escape(r.point_id)} {escape(c.name)}: {escape(note)} "
-                        f"({fmt_time(c.median)} vs {fmt_time(c.single_input_s)})"
-                    )
+                    console.print(f"  [yellow]note[/] {escape(r.point_id)} {escape(c.name)}: {escape(note)}")
     if not roof:
         console.print(
             "roofline: not meaningful on this device (no peak figures); TFLOP/s and GB/s are achieved rates."

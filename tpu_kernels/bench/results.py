@@ -12,7 +12,8 @@ JSON schema ("tpu_kernels.bench/1"), documented in docs/benchmarking.md:
                   candidates: [{name, implementation, primary, calls_per_sample,
                                 warmup_calls, first_call_s,
                                 time: {median, p10, p25, p75, p90, min, max, mean, stdev, cv, n} (seconds),
-                                device_time_s, check: {passed, max_abs_err, max_rel_err, rtol, atol},
+                                device_time_s, check: {passed, error, error_max, allowed, allowed_max,
+                                       ratio, max_abs_err, reduction, criterion},
                                 throughput: {tflops, gbps, pct_peak_flops, pct_peak_bw},
                                 speedup, error}]}]}
 """
@@ -168,6 +169,7 @@ class Report:
             "device_time_s",
             "correct",
             "max_abs_err",
+            "error_vs_allowed",
             "tflops",
             "gbps",
             "pct_peak_flops",
@@ -203,6 +205,7 @@ class Report:
                             "device_time_s": c.device_time_s,
                             "correct": None if c.check is None else c.check["passed"],
                             "max_abs_err": None if c.check is None else c.check["max_abs_err"],
+                            "error_vs_allowed": None if c.check is None else c.check.get("ratio"),
                             **{
                                 k: c.throughput.get(k)
                                 for k in ("tflops", "gbps", "pct_peak_flops", "pct_peak_bw")

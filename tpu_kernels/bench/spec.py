@@ -49,6 +49,12 @@ class Benchmark:
     flops: Callable[[Point], float] | None = None
     bytes: Callable[[Point], float] | None = None
     cost_fn: Callable[[Point], tuple[float, float, str] | None] | None = None  # (flops, bytes, source)
+    # Correctness (bench.correctness, docs/benchmarking.md "Correctness"): the length of the
+    # longest reduction behind one output element (K for a matmul, the row for a softmax; default:
+    # the inputs' largest dimension), and a factor on the allowed error for results that may
+    # legitimately be less accurate than their dtype's roundings (ill-conditioned inputs, an
+    # approximation the kernel makes on purpose).
+    reduction: Callable[[Point], int] | None = None
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0
     baseline: str = "torch"  # speed-ups are against this candidate
     quick_points: Sequence[Point] | None = None

@@ -83,12 +83,21 @@ def kernel_benchmark(
     extra: Callable[[Point], list[Candidate]] | None = None,
     flops: Callable[[Point], float] | None = None,
     bytes: Callable[[Point], float] | None = None,
+    reduction: Callable[[Point], int] | None = None,
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0,
     quick_points: Sequence[Point] | None = None,
     quick: bool = False,
     device_type: str = "cpu",
     description: str = "",
 ) -> Benchmark:
+    """`op` beside its baselines (the module docstring) over `points`.
+
+    Correctness (docs/benchmarking.md, "Correctness"): each candidate's error against the
+    float64 `reference` must be within what its dtype allows for a reduction of length
+    `reduction(point)` (default: the inputs' largest dimension), or within a few times torch's
+    own error; `tolerance_scale(point)` multiplies that allowance, for results that may be less
+    accurate on purpose or on ill-conditioned inputs (say so beside it, with the measured error).
+    """
     ref_kwargs = reference_kwargs or (lambda p: {})
 
     def candidates(p: Point) -> list[Candidate]:
@@ -130,6 +139,7 @@ def kernel_benchmark(
         flops=flops,
         bytes=bytes,
         cost_fn=None if (flops or bytes) else cost,
+        reduction=reduction,
         tolerance_scale=tolerance_scale,
         quick_points=quick_points,
         description=description,
