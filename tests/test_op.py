@@ -388,3 +388,11 @@ def test_options_are_written_once_and_shown_in_the_signature():
         tpu_kernel("t::typo", outputz=("y",))
     with pytest.raises(TypeError, match=r"t::typo2: unknown option\(s\) bogus"):
         KernelOp("t::typo2", lambda x: x, bogus=1)
+
+
+def test_examples_given_as_a_list_is_an_error_at_definition():
+    # Before, the list was accepted and `tpu-kernels check` failed with "'list' object is not
+    # callable" while building the example calls.
+    for option in ("examples", "sharding_examples"):
+        with pytest.raises(TypeError, match=rf"t::ex_{option}: option {option}= must be a function .* got list"):
+            tpu_kernel(f"t::ex_{option}", **{option: [((torch.ones(2),), {})]})(lambda x: x)

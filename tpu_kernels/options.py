@@ -86,6 +86,15 @@ class OpOptions:
             raise TypeError(
                 f"{where}: unknown option(s) {', '.join(unknown)}; the options are {', '.join(sorted(NAMES))}."
             )
+        for name in ("examples", "sharding_examples"):
+            value = options.get(name)
+            if value is not None and not callable(value):
+                # a list given directly would fail much later, inside `tpu-kernels check`,
+                # as "'list' object is not callable"
+                raise TypeError(
+                    f"{where}: option {name}= must be a function returning [(args, kwargs), ...] "
+                    f"(e.g. {name}=lambda: [((x,), {{}})]), got {type(value).__name__}."
+                )
         return cls(**options)
 
 
