@@ -78,16 +78,54 @@ def test_the_never_equal_state_differs_from_itself():
     assert s.raw_repr() != s.raw_repr()
 
 
+# namedtuple's public API, underscored so as not to clash with field names
+_PUBLIC_UNDERSCORED = {"_fields", "_asdict", "_replace", "_make", "_field_defaults"}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in _PUBLIC_UNDERSCORED
+
+
 def _private_uses(path: Path) -> list[str]:
-    """Imports of a private module and reads of a private attribute of a THIRD_PARTY package."""
+    """Private names of a THIRD_PARTY package reached outside _compat.py: imports of a private
+    module or name; attribute reads through the package, an alias of one of its modules
+    (`import jax.numpy as jnp`, `from jax import lax`) or a local variable holding one
+    (`m = torch._dynamo`); `getattr`/`hasattr`/`setattr` with a private name's string (on any
+    object: a third-party object's private attribute, e.g. a Helion kernel's `_key_fn`);
+    `importlib.import_module` of a private module's name; and private keyword arguments
+    (`DeviceMesh(..., _rank=0)`)."""
     tree = ast.parse(path.read_text(), str(path))
     found = []
 
     def private(dotted: str) -> bool:
         parts = dotted.split(".")
-        return parts[0] in THIRD_PARTY and any(
-            p.startswith("_") and not p.startswith("__") for p in parts[1:]
-        )
+        return parts[0] in THIRD_PARTY and any(_is_private(p) for p in parts[1:])
+
+    def dotted(node: ast.AST) -> str | None:
+        chain = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        root = modules.get(node.id, node.id)
+        return ".".join([root, *reversed(chain)])
+
+    modules: dict[str, str] = {}  # local name -> the third-party module path it holds
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name.split(".")[0] in THIRD_PARTY:
+                    modules[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in THIRD_PARTY:
+                for a in node.names:
+                    modules[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):  # a module held in a variable: m = torch._dynamo
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = dotted(node.value) if isinstance(node.value, (ast.Attribute, ast.Name)) else None
+            if value is not None and value.split(".")[0] in THIRD_PARTY:
+                modules.setdefault(node.targets[0].id, value)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -97,13 +135,30 @@ def _private_uses(path: Path) -> list[str]:
             if private(node.module) or any(private(n) for n in names):
                 found.append(f"{path.name}:{node.lineno} from {node.module} import ...")
         elif isinstance(node, ast.Attribute):
-            chain, cur = [node.attr], node.value
-            while isinstance(cur, ast.Attribute):
-                chain.append(cur.attr)
-                cur = cur.value
-            if isinstance(cur, ast.Name) and private(".".join([cur.id, *reversed(chain)])):
-                found.append(f"{path.name}:{node.lineno} {cur.id}.{chain[-1]}...")
-    return list(dict.fromkeys(found))  # an attribute chain's inner links are reported once
+            full = dotted(node)
+            if full is not None and private(full):
+                found.append(f"{path.name}:{node.lineno} {full}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            text = node.args[1] if fname in ("getattr", "hasattr", "setattr") and len(node.args) > 1 else None
+            if isinstance(text, ast.Constant) and isinstance(text.value, str) and _is_private(text.value):
+                found.append(f"{path.name}:{node.lineno} {fname}(..., {text.value!r})")
+            module = node.args[0] if fname == "import_module" and node.args else None
+            if isinstance(module, ast.Constant) and isinstance(module.value, str) and private(module.value):
+                found.append(f"{path.name}:{node.lineno} import_module({module.value!r})")
+            found += [
+                f"{path.name}:{node.lineno} keyword {k.arg}="
+                for k in node.keywords
+                if k.arg and _is_private(k.arg)
+            ]
+    # one report per line (an attribute chain's inner links are the same use); our own
+    # attributes on others' objects (`_tpu_kernels_...`) are ours
+    by_line: dict[str, str] = {}
+    for u in found:
+        if "'_tpu_kernels" not in u:
+            by_line.setdefault(u.split(" ", 1)[0], u)
+    return list(by_line.values())
 
 
 def test_no_module_but_compat_uses_private_apis():
@@ -123,8 +178,28 @@ def test_the_scan_finds_each_kind_of_private_use(tmp_path):
         "x = torch._C._to_dlpack\n"
         "v = torch.__version__\n"
         "from tpu_kernels.tokamax._examples import S\n"
+        "import jax.numpy as jnp\n"
+        "y = jnp._src\n"
+        "m = torch._dynamo\n"
+        "z = m.config\n"
+        "k = getattr(obj, '_key_fn', None)\n"
+        "importlib.import_module('jax._src.pallas')\n"
+        "DeviceMesh('cpu', r, _rank=0)\n"
+        "ok = getattr(obj, '__name__', None), getattr(obj, '_tpu_kernels_activation', None)\n"
     )
-    assert [u.split(" ", 1)[0] for u in _private_uses(f)] == ["m.py:1", "m.py:2", "m.py:3", "m.py:4"]
+    found = [u.split(" ", 1)[0] for u in _private_uses(f)]
+    assert found == [
+        "m.py:1",
+        "m.py:2",
+        "m.py:3",
+        "m.py:4",
+        "m.py:8",
+        "m.py:9",
+        "m.py:10",
+        "m.py:11",
+        "m.py:12",
+        "m.py:13",
+    ]
 
 
 def test_compat_imports_nothing_heavy():

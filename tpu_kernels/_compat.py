@@ -217,6 +217,21 @@ def local_mesh(size: int) -> Any:
         ) from e
 
 
+def autograd_impl(overload: Any, backward: Any, setup_context: Any) -> Any:
+    """torch's generated autograd kernel for `overload` (what `register_autograd` registers),
+    from its private Info record, whose fields are private keywords too."""
+    return get("make_autograd_impl")(
+        overload, get("AutogradInfo")(_backward_fn=backward, _setup_context_fn=setup_context)
+    )
+
+
+def helion_key_fn(kernel: Any) -> Any:
+    """The `key=` function a Helion kernel was made with (kept as the private `_key_fn`), so
+    that a variant of the kernel keeps it; None when there is none. It only groups calls for
+    Helion's own config choice, so a release that moved it loses no correctness."""
+    return getattr(kernel, "_key_fn", None)
+
+
 def _attribute(obj: Any, name: str, purpose: str) -> Any:
     try:
         return getattr(obj, name)

@@ -202,8 +202,7 @@ def _autograd_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -
     """torch's generated autograd kernel for this op (what `register_autograd` registers)."""
     if not _FAST_PATH_LIVE:  # pragma: no cover - depends on torch's internals
         return None
-    make_autograd_impl, Info = _compat.get("make_autograd_impl"), _compat.get("AutogradInfo")
-    return make_autograd_impl(kop.overload, Info(_backward_fn=backward, _setup_context_fn=setup_context))
+    return _compat.autograd_impl(kop.overload, backward, setup_context)
 
 
 def _flatten(items: list[Any]) -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor]], list[Any]]]:

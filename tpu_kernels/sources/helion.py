@@ -111,7 +111,7 @@ def variant(kernel: Any, **settings: Any) -> Any:
         kernel.fn,
         configs=kernel.configs,
         settings=kernel.settings.copy(**settings),
-        key=getattr(kernel, "_key_fn", None),
+        key=_compat.helion_key_fn(kernel),
     )
 
 
@@ -282,7 +282,7 @@ class HelionSource:
                     kernel.fn,
                     configs=configs[:1],
                     settings=kernel.settings,
-                    key=getattr(kernel, "_key_fn", None),
+                    key=_compat.helion_key_fn(kernel),
                 )
         self.interpret = variant(
             kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF, **overrides
@@ -406,7 +406,7 @@ class HelionSource:
             self.kernel.fn,
             configs=[config],
             settings=self.interpret.settings.copy(),
-            key=getattr(self.kernel, "_key_fn", None),
+            key=_compat.helion_key_fn(self.kernel),
         )
 
     def autotune(self, args: tuple, kwargs: dict, device: str = "cpu") -> Any:
