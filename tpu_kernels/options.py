@@ -47,7 +47,7 @@ class OpOptions:
         takes; registered for the op and its backward op. Without one, DTensor
         arguments raise an error saying how to declare it.
       buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
-        tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
+        tpu_kernels.multiple_of(n), powers_of_two(n) or buckets_of([sizes])}}; the device
         kernels pad those dims up to the bucket (one executable per bucket) and slice
         the outputs back. Declare only dims the kernel treats independently (rows), or
         a reduced dim with a neutral pad value and `length`.
