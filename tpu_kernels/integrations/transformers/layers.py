@@ -44,9 +44,10 @@ def on_padded_rows(
         return fn(x, *args, **kwargs)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     size = bucket_size(rows, ROWS, x.dtype)
-    if size == rows:
-        return fn(x, *args, **kwargs)
-    out = fn(F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, size - rows)), *args, **kwargs)
+    # always the 2-D [rows, hidden] call, padded or not: a length that fills its bucket
+    # exactly (a prompt of 8 tokens) then shares the bucket's executable with the shorter ones
+    flat = x.reshape(rows, x.shape[-1])
+    out = fn(flat if size == rows else F.pad(flat, (0, 0, 0, size - rows)), *args, **kwargs)
     return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
 
