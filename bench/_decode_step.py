@@ -102,10 +102,17 @@ def direct_jax(call: OpCall) -> Callable[[], Any]:
 
 
 def through_tpu_kernels(call: OpCall) -> Callable[[], Any]:
-    """The recorded call again, as the model made it: the op through torch's dispatcher."""
+    """The recorded call again, as the model made it (under no_grad, as a decode step runs:
+    the GLU's weights are Parameters, and with grad enabled each replay also recorded the
+    backward's graph): the op through torch's dispatcher."""
     ns, name = call.op.split("::")
     op = getattr(getattr(torch.ops, ns), name)
-    return lambda: op(*call.args, **call.kwargs)
+
+    def replay():
+        with torch.no_grad():
+            return op(*call.args, **call.kwargs)
+
+    return replay
 
 
 def decode_step_us(models: dict[str, torch.nn.Module], rounds: int = 9, steps: int = 20) -> dict[str, float]:

@@ -65,15 +65,22 @@ def test_breakdown_report(generate):
         "rows": {"powers_of_two(128)": [("tokamax::layer_norm", "rows", 8)] * 5
                  + [("tokamax::dot_product_attention", "kv positions", 64)] * 2},
         "calls": calls,
-        "step_us": {"sdpa": 1000.0, "tpu_kernels": 1600.0},
+        "step_us": {"sdpa": 1000.0, "tpu_kernels": 1600.0, "norms only": 1500.0},
     }  # fmt: skip
     text = "\n".join(generate.breakdown_report(r))
     assert "| powers_of_two(128) | 5: 8 | 0: - | 40 | 2: 64 |" in text
-    assert "| tokamax::layer_norm | 5 | 100 | 40 | +60 |" in text
+    # in the model: (1500 - 1000) / 5 calls
+    assert "| tokamax::layer_norm | 5 | +100 | 100 | 40 |" in text
     assert "| tpu_kernels | 1600 | 625 | 0.62x |" in text
-    # the floor: 1600 - 5 * 60 = 1300 us per step
-    assert "(the crossing's floor) | 1300 | 769 | 0.77x |" in text
-    assert text.endswith("0.62x: MISSED; floor 0.77x: the crossing alone forbids 0.8x on this machine")
+    # the floor: 1000 + 5 * 40 = 1200 us per step
+    assert "(the crossing's floor, at most) | 1200 | 833 | 0.83x |" in text
+    assert text.endswith("0.62x: MISSED; floor 0.83x: the crossing alone does not forbid 0.8x: "
+                         "the rest is tpu_kernels' per-call layers and the patched modules")  # fmt: skip
+    r["calls"] = [dict(c, jax_us=100.0) for c in calls]  # floor 1500 us: 0.67x
+    text = "\n".join(generate.breakdown_report(r))
+    assert text.endswith(
+        "floor 0.67x: inconclusive: the bound does not subtract the swapped HF modules' own time"
+    )
 
 
 def test_it_is_not_a_harness_suite():
