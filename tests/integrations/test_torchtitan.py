@@ -16,8 +16,6 @@ override skipped (gloo has no PREMUL_SUM).
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 import traceback
 import warnings
@@ -27,8 +25,9 @@ import pytest
 
 torchtitan = pytest.importorskip("torchtitan")
 import torch  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+from tests.helpers import spawn_ranks  # noqa: E402
 
 B, L, VOCAB, STEPS, LR = 2, 32, 2048, 5, 1e-3
 # the debug model's first 2 of 6 layers: every layer is converted and parallelized alike,
@@ -305,32 +304,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def distributed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("torchtitan") / "results.json"
-    saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # the spawned interpreters: no torch_tpu
-    try:
-        ctx = mp.start_processes(
-            _worker, args=(2, _free_port(), str(out)), nprocs=2, join=False, start_method="spawn"
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD")
-        else:
-            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = saved
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the 2-process run did not finish in {PROCESS_TIMEOUT_S} s")
+    spawn_ranks(_worker, 2, str(out), timeout_s=PROCESS_TIMEOUT_S)
     return json.loads(out.read_text())
 
 
