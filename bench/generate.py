@@ -13,6 +13,22 @@ to key/value buckets), "unpadded" (apply_tpu_kernels(buckets=False): one compile
 The model is random (LlamaConfig: hidden 64, 2 layers, vocab 128); nothing is downloaded.
 
     python bench/generate.py [--repeat N] [--new-tokens N] [--threads N] [--json PATH]
+    python bench/generate.py --breakdown [--threads N] [--json PATH]
+
+--breakdown (one fresh process) shows where a decode step goes instead:
+
+  rows       the token rows each swapped norm and MLP call computes in one decode step
+             (batch 1: one true row), and the key/value positions of each attention call,
+             under the row schedules: exact (buckets=False), multiple_of(128) (the shipped
+             kernels' row buckets before issue 24) and powers_of_two(128) (now)
+  per call   each op call of the step again, through tpu_kernels, and its own JAX function
+             jitted and called directly on JAX arrays: the floor of a call that crosses
+             from torch to JAX; and what the call adds in the model (a model with only
+             that kind swapped, against sdpa's step)
+  per token  one decode step (a forward of one new token) of HF's sdpa model, of the
+             tpu_kernels model, and of models with one kind of module swapped, in
+             interleaved rounds; the goal (issue 24) is tpu_kernels at least 0.8x sdpa's
+             tokens/s, and the floor says whether the crossing alone forbids it
 
 Figures are printed, not asserted; on a CPU machine the tpu_kernels paths pay per-call
 overhead (torch <-> JAX) that the tiny model cannot hide, so read the compiles and the
@@ -35,16 +51,11 @@ from _child import finish, run_child
 PATHS = ("sdpa", "tpu_kernels", "unpadded")
 
 
-def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
+def tiny_llama(threads: int):
+    """The benchmark's model: a random LlamaConfig (hidden 64, 2 layers, vocab 128) with HF's sdpa."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from tpu_kernels.tokamax.attention.op import dot_product_attention_op as op
-    from tpu_kernels.tokamax.glu.op import gated_linear_unit_op
-    from tpu_kernels.tokamax.normalization.op import layer_norm_op
-
-    ops = (op, gated_linear_unit_op, layer_norm_op)
 
     # torch's intra-op thread pool on this shared 2-core machine made each tiny nn.Linear take
     # ~2 ms (HF's sdpa generate(): 1.3-2.0 s with the default threads, 0.065 s with one).
@@ -56,6 +67,18 @@ def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     model.set_attn_implementation("sdpa")
+    return model
+
+
+def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
+    import torch
+
+    from tpu_kernels.tokamax.attention.op import dot_product_attention_op as op
+    from tpu_kernels.tokamax.glu.op import gated_linear_unit_op
+    from tpu_kernels.tokamax.normalization.op import layer_norm_op
+
+    ops = (op, gated_linear_unit_op, layer_norm_op)
+    model = tiny_llama(threads)
     if path != "sdpa":
         from tpu_kernels.integrations.transformers import apply_tpu_kernels
 
@@ -84,6 +107,119 @@ def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
         "new_len_compiles_all_ops": new_len_all,
         "tokens_per_s": new_tokens / steady,
     }
+
+
+# Row schedules for the norms' and MLPs' token rows (tpu_kernels.integrations.transformers.layers.ROWS).
+SCHEDULES = ("exact", "multiple_of(128)", "powers_of_two(128)")
+ONLY = {  # op -> the model with only its kind of module swapped
+    "tokamax::layer_norm": "norms only",
+    "tokamax::gated_linear_unit": "MLPs only",
+    "tokamax::dot_product_attention": "attention only",
+}
+SWAPS = {  # apply_tpu_kernels arguments: everything, or one kind of module
+    "tpu_kernels": {},
+    "norms only": dict(attention=False, mlp=False),
+    "MLPs only": dict(attention=False, rms_norm=False),
+    "attention only": dict(rms_norm=False, mlp=False),
+}
+
+
+def breakdown(threads: int) -> dict:
+    """Rows per decode step under each row schedule, per-call times against the ops' JAX
+    functions, and decode-step times (see the module docstring)."""
+    import copy
+
+    import _decode_step as step
+
+    from tpu_kernels.integrations.transformers import apply_tpu_kernels
+
+    base = tiny_llama(threads)
+    rows = rows_per_decode_step(base)
+    models = {"sdpa": base}
+    for name, kwargs in SWAPS.items():
+        models[name] = copy.deepcopy(base)
+        apply_tpu_kernels(models[name], **kwargs)
+    calls = step.record_decode_step(models["tpu_kernels"])
+    return {"rows": rows, "calls": step.op_calls_us(calls), "step_us": step.decode_step_us(models)}
+
+
+def rows_per_decode_step(base) -> dict[str, list]:
+    """Schedule -> [(op, "rows" or "kv positions", n)] of one decode step of `base` patched."""
+    import copy
+
+    import _decode_step as step
+
+    from tpu_kernels.buckets import multiple_of, powers_of_two
+    from tpu_kernels.integrations.transformers import apply_tpu_kernels, layers
+
+    rows = {}
+    for schedule in SCHEDULES:
+        model = copy.deepcopy(base)
+        apply_tpu_kernels(model, buckets=schedule != "exact")
+        saved = layers.ROWS
+        layers.ROWS = multiple_of(128) if schedule == "multiple_of(128)" else powers_of_two(128)
+        try:
+            calls = step.record_decode_step(model)
+        finally:
+            layers.ROWS = saved
+        rows[schedule] = [(c.op, *c.rows()) for c in calls]
+    return rows
+
+
+def breakdown_report(r: dict) -> list[str]:
+    lines = ["rows per decode step (batch 1: one true token row; attention: the key/value positions)", ""]
+    lines += ["| schedule | norm calls: rows each | MLP calls: rows each | rows per step | attention calls: kv positions |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for schedule, calls in r["rows"].items():
+        norm = [n for op, _, n in calls if op == "tokamax::layer_norm"]
+        mlp = [n for op, _, n in calls if op == "tokamax::gated_linear_unit"]
+        attn = [n for op, _, n in calls if op == "tokamax::dot_product_attention"]
+        lines.append(
+            f"| {schedule} | {len(norm)}: {_same(norm)} | {len(mlp)}: {_same(mlp)} | {sum(norm) + sum(mlp)} "
+            f"| {len(attn)}: {_same(attn)} |"
+        )
+    by_op: dict[str, list[dict]] = {}
+    for c in r["calls"]:
+        by_op.setdefault(c["op"], []).append(c)
+    us = r["step_us"]
+    sdpa, tk_step = us["sdpa"], us["tpu_kernels"]
+    lines += ["", "one decode step's op calls (medians, us per call; in the model: the step with only this "
+              "kind swapped minus sdpa's step, per call)", "",
+              "| op | calls per step | in the model | replayed through tpu_kernels | its JAX function, directly |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    total_jax = 0.0
+    for op, cs in by_op.items():
+        tk = statistics.median(c["tpu_kernels_us"] for c in cs)
+        jx = statistics.median(c["jax_us"] for c in cs)
+        total_jax += jx * len(cs)
+        alone = us.get(ONLY.get(op, ""))
+        in_model = f"{(alone - sdpa) / len(cs):+.0f}" if alone is not None else "-"
+        lines.append(f"| {op} | {len(cs)} | {in_model} | {tk:.0f} | {jx:.0f} |")
+    # HF's sdpa step with every swapped call's cost added at its JAX function's: the step's
+    # time if tpu_kernels cost nothing beyond the crossing (an upper bound: the HF modules'
+    # own time is not subtracted)
+    floor = sdpa + total_jax
+    lines += ["", "one decode step (medians of interleaved rounds)", "",
+              "| model | us per step | tokens/s (steps only) | vs sdpa |", "|---|---|---|---|"]  # fmt: skip
+    for name, t in us.items():
+        lines.append(f"| {name} | {t:.0f} | {1e6 / t:.0f} | {sdpa / t:.2f}x |")
+    lines.append(
+        f"| sdpa + every swapped call at its JAX function's cost (the crossing's floor, at most) | {floor:.0f} "
+        f"| {1e6 / floor:.0f} | {sdpa / floor:.2f}x |"
+    )
+    verdict = (
+        "the crossing alone does not forbid 0.8x: the rest is tpu_kernels' per-call layers and the patched modules"
+        if sdpa / floor >= 0.8
+        else "inconclusive: the bound does not subtract the swapped HF modules' own time"
+    )
+    lines += ["", f"goal (issue 24): tpu_kernels at least 0.8x sdpa: {sdpa / tk_step:.2f}x: "
+              f"{'met' if sdpa / tk_step >= 0.8 else 'MISSED'}; floor {sdpa / floor:.2f}x: {verdict}"]  # fmt: skip
+    return lines
+
+
+def _same(values: list[int]) -> str:
+    distinct = sorted(set(values))
+    return str(distinct[0]) if len(distinct) == 1 else "/".join(map(str, distinct)) if distinct else "-"
 
 
 def _run_child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
@@ -130,11 +266,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="steady-state generate() runs (median)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each process")
     p.add_argument("--json", type=Path, help="write the raw figures here")
+    p.add_argument("--breakdown", action="store_true", help="where a decode step goes (one process)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.child == "breakdown":
+        print(json.dumps(breakdown(args.threads)))
+        return 0
     if args.child:
         print(json.dumps(child(args.child, args.new_tokens, args.repeat, args.threads)))
         return 0
+    if args.breakdown:
+        with tempfile.TemporaryDirectory(prefix="tpu-kernels-generate-") as d:
+            r = run_child(__file__, ["--child", "breakdown", "--threads", str(args.threads)],
+                          what="breakdown child", cache_dir=d, timeout=1800)  # fmt: skip
+        print("tiny Llama, one decode step after an 8-token prompt and 4 new tokens")
+        return finish(breakdown_report(r), r, args.json)
     paths = [q for q in args.paths.split(",") if q]
     unknown = sorted(set(paths) - set(PATHS))
     if unknown:

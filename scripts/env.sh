@@ -42,7 +42,11 @@ want=$(sha256sum "$LOCK" | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$want" ]; then
   echo "== installing requirements/lock.txt into $VENV (first time: several minutes)"
   pip_quiet install --upgrade pip
-  pip_quiet install -r "$LOCK"
+  # The lock is the whole environment (pip freeze), so nothing needs resolving: --no-deps
+  # keeps it exact. It matters for torchtitan, whose declared requirements (datasets,
+  # wandb, torchdata, ...) the model and parallelize code tpu_kernels uses never import
+  # (docs/torchtitan.md).
+  pip_quiet install --no-deps -r "$LOCK"
   echo "$want" > "$VENV/.lock-sha256"
 fi
 

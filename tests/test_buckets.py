@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tpu_kernels
-from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, tpu_kernel
+from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two, tpu_kernel
 from tpu_kernels import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.kernels.elementwise import scale_add
@@ -17,8 +17,9 @@ from tpu_kernels.kernels.rmsnorm import rmsnorm
 from tpu_kernels.kernels.softmax import softmax
 from tpu_kernels.testing import compile_counted, opcheck
 
-# Lengths across the first bucket boundary of multiple_of(128): 1, bucket-1, bucket, bucket+1.
-LENGTHS = (1, 127, 128, 129)
+# Lengths across the boundaries of the shipped schedule, powers_of_two(128) for float64:
+# 1 and the sublane tile 8 (bucket 8), 9 (16), 127 and 128 (128), 129 (256).
+LENGTHS = (1, 8, 9, 127, 128, 129)
 D = 16
 
 
@@ -37,6 +38,8 @@ def test_bucket_size_multiples_and_lists():
         bucket_size(-1, m)
     with pytest.raises(TypeError, match="multiple_of"):
         bucket_size(3, 128)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
+        bucket_size(3, m, 4)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,11 @@ def test_bucket_size_multiples_and_lists():
         (lambda: buckets_of([]), "non-empty list"),
         (lambda: buckets_of([128, -1]), "positive ints"),
         (lambda: buckets_of(128), "list of positive ints"),
+        (lambda: powers_of_two(0), "powers_of_two: multiple must be a positive int, got 0"),
+        (lambda: powers_of_two(128.0), "powers_of_two: multiple must be a positive int"),
+        (lambda: powers_of_two(128, minimum=0), r"minimum must be a positive int or None \(the dtype's"),
+        (lambda: powers_of_two(128, minimum=True), "minimum must be a positive int"),
+        (lambda: powers_of_two(128, pad=None), "powers_of_two: pad must be"),
     ],
 )
 def test_bad_bucketings_are_refused(make, match):
@@ -55,13 +63,53 @@ def test_bad_bucketings_are_refused(make, match):
         make()
 
 
+def test_powers_of_two_boundaries():
+    rows = powers_of_two(128)
+    f32 = [1, 7, 8, 9, 16, 17, 32, 33, 64, 65, 127, 128, 129, 256, 257, 1000]
+    assert [bucket_size(n, rows) for n in f32] == [
+        8, 8, 8, 16, 16, 32, 32, 64, 64, 128, 128, 128, 256, 256, 384, 1024
+    ]  # fmt: skip
+    assert bucket_size(0, rows) == 0
+    # the smallest bucket is the dtype's sublane tile: 8 rows of 32/64-bit, 16 of 16-bit, 32 of 8-bit
+    for dtype, tile in [(torch.float64, 8), (torch.float32, 8), (torch.int32, 8), (torch.bfloat16, 16),
+                        (torch.float16, 16), (torch.int8, 32), (torch.float8_e4m3fn, 32), (torch.bool, 32)]:  # fmt: skip
+        assert [bucket_size(n, rows, dtype) for n in (1, tile - 1, tile)] == [tile] * 3, dtype
+        assert bucket_size(tile + 1, rows, dtype) == 2 * tile, dtype
+        assert bucket_size(129, rows, dtype) == 256, dtype
+    # an explicit minimum; a multiple that is not a power of two caps the powers; a multiple
+    # below the tile caps the tile
+    assert [bucket_size(n, powers_of_two(128, minimum=1)) for n in (1, 2, 3, 5, 100)] == [1, 2, 4, 8, 128]
+    capped = [bucket_size(n, powers_of_two(96)) for n in (1, 33, 64, 65, 96, 97, 193)]
+    assert capped == [8, 64, 64, 96, 96, 192, 288]
+    assert bucket_size(1, powers_of_two(8), torch.bfloat16) == 8
+    assert bucket_rows("x") == {"x": {-2: powers_of_two(128)}}  # bucket_rows' default
+    assert "sublane tile" in repr(powers_of_two(128)) and "minimum=4" in repr(powers_of_two(64, minimum=4))
+
+
+@pytest.mark.parametrize("multiple", [8, 16, 128, 512, 1024])
+@pytest.mark.parametrize("dtype, tile", [(torch.float32, 8), (torch.bfloat16, 16), (torch.int8, 32)])
+def test_powers_of_two_bucket_count_is_logarithmic(multiple, dtype, tile):
+    """Lengths 1..multiple share log2(multiple / tile) + 1 buckets (1 when the multiple is at
+    most the tile), and every further multiple adds one; every bucket holds its lengths
+    and is at most twice the length (below the tile: the tile)."""
+    rows = powers_of_two(multiple)
+    sizes = [bucket_size(n, rows, dtype) for n in range(1, 4 * multiple + 1)]
+    small = {s for s in sizes[:multiple]}
+    low = min(tile, multiple)
+    assert len(small) == (multiple // low).bit_length()  # log2(multiple / low) + 1
+    assert len(set(sizes)) == len(small) + 3
+    for n, s in enumerate(sizes, start=1):
+        assert n <= s <= max(low, 2 * n) if n <= multiple else n <= s < n + multiple
+
+
 def test_public_names():
     assert tpu_kernels.multiple_of is multiple_of and tpu_kernels.buckets_of is buckets_of
     assert tpu_kernels.bucket_size is bucket_size and tpu_kernels.bucket_rows is bucket_rows
+    assert tpu_kernels.powers_of_two is powers_of_two
 
 
 def test_bucket_rows_gives_every_named_tensor_the_same_dim_and_bucketing():
-    rows = multiple_of(128)
+    rows = powers_of_two(128)
     assert bucket_rows("x", "y", "out") == {"x": {-2: rows}, "y": {-2: rows}, "out": {-2: rows}}
     listed = buckets_of([4, 8], pad=-1)
     assert bucket_rows("x", "r", bucketing=listed, dim=0) == {"x": {0: listed}, "r": {0: listed}}
@@ -78,7 +126,7 @@ def test_bucket_rows_gives_every_named_tensor_the_same_dim_and_bucketing():
         (lambda: bucket_rows("x", 0), r"name one or more tensors \(strings\), got \('x', 0\)"),
         (
             lambda: bucket_rows("x", bucketing=128),
-            r"bucket_rows: bucketing must be multiple_of\(...\) or buckets_of",
+            r"bucket_rows: bucketing must be multiple_of\(...\), powers_of_two\(...\) or buckets_of",
         ),
         (lambda: bucket_rows("x", dim="-2"), r"bucket_rows: dim must be an int, got '-2'"),
         (lambda: bucket_rows("x", dim=True), r"bucket_rows: dim must be an int, got True"),
@@ -219,24 +267,72 @@ def _fresh(op):
 def test_one_executable_per_bucket_forward_and_backward():
     _fresh(rmsnorm)
     w = torch.randn(D, requires_grad=True)
-    for n in (1, 5, 64, 127, 128):  # bucket 128
-        x = torch.randn(n, D, requires_grad=True)
-        rmsnorm(x, w).sum().backward()
-    assert rmsnorm.cache_info().misses == 1
-    assert rmsnorm.backward_op.cache_info().misses == 1
-    for n in (129, 200, 256):  # bucket 256
-        x = torch.randn(n, D, requires_grad=True)
-        rmsnorm(x, w).sum().backward()
-    assert rmsnorm.cache_info().misses == 2 and rmsnorm.cache_info().size == 2
-    assert rmsnorm.backward_op.cache_info().misses == 2
+    buckets = [(1, 5, 8), (9, 16), (65, 100, 128), (129, 200, 256)]  # 8, 16, 128 and 256 rows
+    for i, lengths in enumerate(buckets, start=1):
+        for n in lengths:
+            x = torch.randn(n, D, requires_grad=True)
+            rmsnorm(x, w).sum().backward()
+        assert rmsnorm.cache_info().misses == i and rmsnorm.cache_info().size == i, lengths
+        assert rmsnorm.backward_op.cache_info().misses == i, lengths
 
 
 def test_softmax_and_scale_add_one_executable_per_bucket():
     for op, call in ((softmax, lambda x: softmax(x)), (scale_add, lambda x: scale_add(x, x, alpha=2.0))):
         _fresh(op)
-        for n in (3, 90, 128, 129, 250):
+        for n in (3, 90, 128, 129, 250):  # 8, 128 and 256 rows
             call(torch.randn(2, n, D))
-        assert op.cache_info().misses == 2, op.name
+        assert op.cache_info().misses == 3, op.name
+
+
+# A row-wise op that records the shapes its body is traced with: one trace per executable.
+_TRACED: list[tuple[tuple[int, ...], str]] = []
+
+
+def _record_rows(x: jax.Array) -> jax.Array:
+    _TRACED.append((tuple(x.shape), str(x.dtype)))
+    return x * 2
+
+
+recorded = tpu_kernel("test_buckets::recorded", buckets=bucket_rows("x", "out"))(_record_rows)
+
+
+def test_a_decode_step_pads_to_the_sublane_tile():
+    """(batch, 1, hidden), generation's most frequent call, runs on the dtype's sublane tile
+    (8 rows of float32, 16 of bfloat16, 32 of int8), not the 128 rows of multiple_of(128);
+    a small batch of rows likewise; each bucket is traced (compiled) once."""
+    recorded.cache_clear()
+    _TRACED.clear()
+    for dtype, tile in ((torch.float32, 8), (torch.bfloat16, 16), (torch.int8, 32)):
+        for shape in ((4, 1, D), (4, 3, D), (4, tile, D)):  # all in the tile's bucket
+            x = torch.randint(-9, 9, shape).to(dtype)
+            out = recorded(x)
+            assert out.shape == x.shape and torch.equal(out, x * 2)
+        recorded(torch.ones(4, tile + 1, D, dtype=dtype))  # the next power of two
+    j = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.int8: "int8"}
+    assert _TRACED == [
+        ((4, 8, D), j[torch.float32]), ((4, 16, D), j[torch.float32]),
+        ((4, 16, D), j[torch.bfloat16]), ((4, 32, D), j[torch.bfloat16]),
+        ((4, 32, D), j[torch.int8]), ((4, 64, D), j[torch.int8]),
+    ]  # fmt: skip
+    assert recorded.cache_info().misses == 6
+
+
+def test_shipped_ops_pad_a_decode_step_to_the_tile():
+    """A decode step's one row and 8 rows share rmsnorm's 8-row executable (float32; 16 rows
+    for bfloat16); 9 rows is the next bucket."""
+    w = torch.randn(D)
+    for dtype, tile in ((torch.float32, 8), (torch.bfloat16, 16)):
+        _fresh(rmsnorm)
+        for n in (1, 3, tile):
+            x = torch.randn(2, n, D).to(dtype)
+            ref = _rmsnorm_ref(x.double(), w.double()).to(dtype)
+            torch.testing.assert_close(rmsnorm(x, w.to(dtype)), ref, **_TOL[dtype])
+        assert rmsnorm.cache_info().misses == 1, dtype
+        rmsnorm(torch.randn(2, tile + 1, D).to(dtype), w.to(dtype))
+        assert rmsnorm.cache_info().misses == 2, dtype
+
+
+_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
 
 
 # ---- above the device kernel: true shapes --------------------------------------------
@@ -267,8 +363,8 @@ def test_compile_dynamic_one_graph_one_executable_per_bucket():
         out.sum().backward()
         assert x.grad.shape == x.shape
     assert counter.frame_count == 1  # one graph serves every length
-    assert rmsnorm.cache_info().misses == 2  # buckets 128 and 256
-    assert rmsnorm.backward_op.cache_info().misses == 2
+    assert rmsnorm.cache_info().misses == 4  # buckets 8, 64, 128 and 256
+    assert rmsnorm.backward_op.cache_info().misses == 4
 
 
 def test_callers_tensors_untouched():
@@ -388,4 +484,4 @@ def test_inductor_dynamic_one_graph_forward_and_backward():
         torch.testing.assert_close(gw, rw, rtol=1e-4, atol=1e-4)
     assert counter.frame_count == 1
     for op in (rmsnorm, rmsnorm.backward_op, softmax, softmax.backward_op):
-        assert op.cache_info().misses == 2, op.name  # buckets 128 and 256
+        assert op.cache_info().misses == 3, op.name  # buckets 8, 64 and 256

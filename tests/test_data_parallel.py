@@ -13,16 +13,14 @@ one failing configuration does not hide the others.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 import traceback
 from datetime import timedelta
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from tests.helpers import spawn_ranks
 from tpu_kernels.kernels import matmul, rmsnorm, softmax
 
 D, H, BATCH, STEPS, LR = 32, 64, 8, 3, 1e-2
@@ -194,34 +192,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("data_parallel") / "results.json"
-    # The workers are fresh interpreters: keep torch from auto-loading torch_tpu (seconds of
-    # start-up and libtpu errors on a machine without a TPU) before they import torch.
-    saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    try:
-        ctx = mp.start_processes(
-            _worker, args=(2, _free_port(), str(out)), nprocs=2, join=False, start_method="spawn"
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD")
-        else:
-            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = saved
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the 2-process run did not finish in {PROCESS_TIMEOUT_S} s")
+    spawn_ranks(_worker, 2, str(out), timeout_s=PROCESS_TIMEOUT_S)
     return json.loads(out.read_text())
 
 

@@ -191,3 +191,24 @@ def test_the_modules_moved_into_the_core_keep_their_old_names():
 
     assert tpu_kernels.check.chips is tpu_kernels.chips
     assert tpu_kernels.check.export is tpu_kernels.export
+
+
+# The optional libraries an integration wraps: only its own folder may import them.
+INTEGRATED = ("transformers", "torchtitan")
+
+
+def test_only_the_integrations_import_the_libraries_they_wrap():
+    """`import tpu_kernels` never imports transformers or torchtitan: outside
+    tpu_kernels/integrations/<library>/ no module imports the library, at any depth, and
+    outside tpu_kernels/integrations/ none imports an integration."""
+    found = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        parts = p.relative_to(PACKAGE).parts
+        for line, module, _ in _imports(p):
+            top = module.split(".")[0]
+            if top in INTEGRATED and parts[:2] != ("integrations", top):
+                found.append(f"{'/'.join(parts)}:{line} imports {module}")
+            if module.startswith("tpu_kernels.integrations") and parts[0] != "integrations":
+                found.append(f"{'/'.join(parts)}:{line} imports {module}")
+    assert not found, "\n".join(found)
+    assert all((PACKAGE / "integrations" / name).is_dir() for name in INTEGRATED)

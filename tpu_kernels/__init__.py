@@ -23,6 +23,7 @@ _EXPORTS = {
     "bucket_size": "tpu_kernels.buckets",
     "buckets_of": "tpu_kernels.buckets",
     "multiple_of": "tpu_kernels.buckets",
+    "powers_of_two": "tpu_kernels.buckets",
     "CacheInfo": "tpu_kernels.cache",
     "CheckFailure": "tpu_kernels.checking",
     "checked": "tpu_kernels.checking",
@@ -63,6 +64,7 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "interpret_mode",
     "multiple_of",
     "pointwise",
+    "powers_of_two",
     "registered_ops",
     "rowwise",
     "set_helion_cpu_mode",
@@ -85,7 +87,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of
+    from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
     from tpu_kernels.cache import CacheInfo
     from tpu_kernels.checking import CheckFailure, checked
     from tpu_kernels.errors import (

@@ -4,7 +4,7 @@ On a TPU every new shape is a new executable, and a workload whose sequence leng
 varies call to call compiles once per length (rmsnorm over 24 random lengths in 1-512:
 24 compiles, bench/varlen.py). An op that declares which dimensions may be padded
 
-    @tpu_kernel("mylib::norm", buckets={"x": {-2: multiple_of(128)}, "y": {-2: multiple_of(128)}})
+    @tpu_kernel("mylib::norm", buckets={"x": {-2: powers_of_two(128)}, "y": {-2: powers_of_two(128)}})
 
 (or, the same, `buckets=bucket_rows("x", "y")`) runs every length in a bucket with
 the bucket's one executable: its device kernels (CPU, CUDA, TPU) pad the declared
@@ -33,8 +33,18 @@ and the op passes the true length there as an int32 scalar tensor (a runtime val
 like the lengths Pallas kernels take as scalar prefetch, so every length in a bucket
 shares one executable; a static int would compile once per length again).
 
-`bucket_size(n, spec)` is public so code outside an op (padding attention key and
-value lengths, say) pads to the same buckets.
+The schedules: `multiple_of(m)` (the next multiple of m), `buckets_of([sizes])` (an
+explicit list) and `powers_of_two(m)`, the row schedule the shipped kernels declare
+(`bucket_rows`' default): a handful of rows (a decode step's (batch, 1, hidden), a small
+batch) pads to the dtype's sublane tile (8 rows of 32-bit, 16 of 16-bit, 32 of 8-bit
+data: one TPU vreg tile, so a smaller bucket would add compiles and save no work), up
+to m rows to the next power of two, and longer lengths to the next multiple of m. With
+multiple_of(128) a decode step padded 1 row to 128 (128x the work of the most frequent
+call of generation); with powers_of_two(128) it pads to 8 and lengths 1..m share
+log2(m / tile) + 1 buckets.
+
+`bucket_size(n, spec, dtype)` is public so code outside an op (padding attention key
+and value lengths, say) pads to the same buckets.
 """
 
 from __future__ import annotations
@@ -56,7 +66,9 @@ class Bucketing:
 
     pad: float | int | bool = 0  # the value padded positions hold
 
-    def size(self, n: int) -> int:  # pragma: no cover - abstract
+    def size(self, n: int, itemsize: int = 4) -> int:  # pragma: no cover - abstract
+        """The padded size for n >= 1; `itemsize`: the bytes per element of the smallest
+        padded dtype of the call (schedules that depend on the sublane tile read it)."""
         raise NotImplementedError
 
     def sizes_equal(self, other: Bucketing) -> bool:
@@ -68,7 +80,7 @@ class Bucketing:
 class MultipleOf(Bucketing):
     multiple: int = 128
 
-    def size(self, n: int) -> int:
+    def size(self, n: int, itemsize: int = 4) -> int:
         return -(-n // self.multiple) * self.multiple
 
     def __repr__(self) -> str:
@@ -79,7 +91,7 @@ class MultipleOf(Bucketing):
 class BucketsOf(Bucketing):
     sizes: tuple[int, ...] = ()
 
-    def size(self, n: int) -> int:
+    def size(self, n: int, itemsize: int = 4) -> int:
         i = bisect.bisect_left(self.sizes, n)
         if i == len(self.sizes):
             raise BucketOverflowError(
@@ -89,6 +101,30 @@ class BucketsOf(Bucketing):
 
     def __repr__(self) -> str:
         return f"buckets_of({list(self.sizes)}, pad={self.pad!r})"
+
+
+def sublane_tile(itemsize: int) -> int:
+    """Rows in one TPU vreg tile for elements of `itemsize` bytes: 8 for 32-bit (and 64-bit,
+    which a TPU emulates with 32-bit pairs), 16 for 16-bit, 32 for 8-bit data."""
+    return max(8, 32 // max(1, itemsize))
+
+
+@dataclasses.dataclass(frozen=True)
+class PowersOfTwo(Bucketing):
+    multiple: int = 128
+    minimum: int | None = None  # None: the sublane tile of the call's dtype
+
+    def size(self, n: int, itemsize: int = 4) -> int:
+        if n > self.multiple:
+            return -(-n // self.multiple) * self.multiple
+        low = self.minimum if self.minimum is not None else sublane_tile(itemsize)
+        # a power of two at least the tile, but never above the multiple (the bucket that
+        # holds every length up to it, whether or not the multiple is a power of two)
+        return min(self.multiple, max(low, 1 << (n - 1).bit_length()))
+
+    def __repr__(self) -> str:
+        low = "the sublane tile" if self.minimum is None else self.minimum
+        return f"powers_of_two({self.multiple}, minimum={low}, pad={self.pad!r})"
 
 
 class BucketOverflowError(ValueError):
@@ -112,6 +148,27 @@ def multiple_of(multiple: int, *, pad: float | int | bool = 0) -> MultipleOf:
     return MultipleOf(pad=pad, multiple=multiple)
 
 
+def powers_of_two(
+    multiple: int = 128, *, minimum: int | None = None, pad: float | int | bool = 0
+) -> PowersOfTwo:
+    """Small lengths stay small: n up to `minimum` pads to `minimum` (default: the
+    sublane tile of the call's dtype, 8 rows of 32-bit, 16 of 16-bit, 32 of 8-bit data),
+    n up to `multiple` to the next power of two (capped at `multiple`), longer lengths
+    to the next multiple of `multiple`.
+
+    Lengths 1..L compile at most log2(multiple / minimum) + 1 + ceil(L / multiple) - 1
+    executables: 5 for 1..128 rows of float32 with the default 128, then one per 128."""
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise OpDefinitionError(f"powers_of_two: multiple must be a positive int, got {multiple!r}.")
+    if minimum is not None and (isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1):
+        raise OpDefinitionError(
+            f"powers_of_two: minimum must be a positive int or None (the dtype's sublane tile), "
+            f"got {minimum!r}."
+        )
+    _check_pad("powers_of_two", pad)
+    return PowersOfTwo(pad=pad, multiple=multiple, minimum=minimum)
+
+
 def buckets_of(sizes: Sequence[int], *, pad: float | int | bool = 0) -> BucketsOf:
     """Pad a dimension of size n up to the smallest of `sizes` that holds it.
 
@@ -131,34 +188,42 @@ def buckets_of(sizes: Sequence[int], *, pad: float | int | bool = 0) -> BucketsO
     return BucketsOf(pad=pad, sizes=tuple(values))
 
 
-def bucket_rows(
-    *names: str, bucketing: Bucketing = multiple_of(128), dim: int = -2
-) -> dict[str, dict[int, Bucketing]]:
+ROWS = PowersOfTwo(multiple=128)  # bucket_rows' default schedule
+
+
+def bucket_rows(*names: str, bucketing: Bucketing = ROWS, dim: int = -2) -> dict[str, dict[int, Bucketing]]:
     """`buckets=` for an op whose named tensors (parameters or outputs) share one padded
-    row dimension: `bucket_rows("x", "out")` is `{"x": {-2: multiple_of(128)}, "out": {-2:
-    multiple_of(128)}}`. The shipped row-wise kernels (softmax, rmsnorm, scale_add) declare
+    row dimension: `bucket_rows("x", "out")` is `{"x": {-2: powers_of_two(128)}, "out": {-2:
+    powers_of_two(128)}}`. The shipped row-wise kernels (softmax, rmsnorm, scale_add) declare
     theirs this way; per-tensor pad values or dims need the dict spelled out."""
     if not names or any(not isinstance(n, str) or not n for n in names):
         raise OpDefinitionError(f"bucket_rows: name one or more tensors (strings), got {names!r}.")
     if not isinstance(bucketing, Bucketing):
         raise OpDefinitionError(
-            f"bucket_rows: bucketing must be multiple_of(...) or buckets_of(...), got {bucketing!r}."
+            f"bucket_rows: bucketing must be multiple_of(...), powers_of_two(...) or buckets_of(...), "
+            f"got {bucketing!r}."
         )
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise OpDefinitionError(f"bucket_rows: dim must be an int, got {dim!r}.")
     return {name: {dim: bucketing} for name in names}
 
 
-def bucket_size(n: int, spec: Bucketing) -> int:
-    """The padded size of a dimension of size `n` under `spec` (0 stays 0).
+def bucket_size(n: int, spec: Bucketing, dtype: torch.dtype = torch.float32) -> int:
+    """The padded size of a dimension of size `n` under `spec` (0 stays 0), for tensors of
+    `dtype` (powers_of_two's smallest bucket is its sublane tile).
 
     For code outside an op that pads to the same buckets, e.g. key/value lengths:
-    `bucket_size(37, multiple_of(128)) == 128`."""
+    `bucket_size(37, multiple_of(128)) == 128`, `bucket_size(1, powers_of_two(128)) == 8`."""
     if not isinstance(spec, Bucketing):
-        raise TypeError(f"bucket_size: spec must be multiple_of(...) or buckets_of(...), got {spec!r}.")
+        raise TypeError(
+            f"bucket_size: spec must be multiple_of(...), powers_of_two(...) or buckets_of(...), "
+            f"got {spec!r}."
+        )
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"bucket_size: n must be a non-negative int, got {n!r}.")
-    return 0 if n == 0 else spec.size(n)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"bucket_size: dtype must be a torch.dtype, got {dtype!r}.")
+    return 0 if n == 0 else spec.size(n, dtype.itemsize)
 
 
 # ---- an op's declaration -------------------------------------------------------------
@@ -246,8 +311,8 @@ def plan(
                 raise OpDefinitionError(f"{op}: buckets['{name}'] has dim {dim!r}; dims are ints.")
             if not isinstance(b, Bucketing):
                 raise OpDefinitionError(
-                    f"{op}: buckets['{name}'][{dim}] is {b!r}; expected tpu_kernels.multiple_of(n) or "
-                    "tpu_kernels.buckets_of([sizes])."
+                    f"{op}: buckets['{name}'][{dim}] is {b!r}; expected tpu_kernels.multiple_of(n), "
+                    "tpu_kernels.powers_of_two(n) or tpu_kernels.buckets_of([sizes])."
                 )
             if spec is None:
                 spec = b
@@ -361,6 +426,7 @@ class PaddedKernel:
         plan_ = self.plan
         found: list[tuple[int, int, Bucketing, int]] = []
         seen: set[tuple[int, int]] = set()  # dims 0 and -2 of a 2-D tensor are one dim
+        itemsize = 8  # the smallest of the padded tensors': its sublane tile holds the others'
         for i, _, dims in plan_.inputs:
             t = values[i]
             if not isinstance(t, torch.Tensor):
@@ -370,13 +436,14 @@ class PaddedKernel:
                 if 0 <= d < t.dim() and (i, d) not in seen:
                     seen.add((i, d))
                     found.append((i, d, b, t.shape[d]))
+                    itemsize = min(itemsize, t.dtype.itemsize)
         if not found:
             return None
         n = max(s for *_, s in found)
         if n == 0 or any(s not in (n, 1) for *_, s in found):
             return None  # empty, or shapes the kernel must judge itself
         try:
-            size = bucket_size(n, plan_.spec)
+            size = plan_.spec.size(n, itemsize)
         except BucketOverflowError as e:
             names = sorted({name for i, name, _ in plan_.inputs if any(j == i for j, *_ in found)})
             raise ValueError(f"{plan_.op}: arguments {names}: {e}.") from None
@@ -452,8 +519,11 @@ __all__ = [
     "BucketOverflowError",
     "BucketsOf",
     "MultipleOf",
+    "PowersOfTwo",
     "bucket_rows",
     "bucket_size",
     "buckets_of",
     "multiple_of",
+    "powers_of_two",
+    "sublane_tile",
 ]

@@ -53,7 +53,7 @@ class OpOptions:
         when random values at the examples' shapes would not do (indices, group
         sizes); by default the examples, shrunk, with random values.
       buckets: bounded dynamism (docs/buckets.md): {argument or output name: {dim:
-        tpu_kernels.multiple_of(n) or tpu_kernels.buckets_of([sizes])}}; the device
+        tpu_kernels.multiple_of(n), powers_of_two(n) or buckets_of([sizes])}}; the device
         kernels pad those dims up to the bucket (one executable per bucket) and slice
         the outputs back. Declare only dims the kernel treats independently (rows), or
         a reduced dim with a neutral pad value and `length`.

@@ -42,5 +42,46 @@ def test_table(generate):
     assert "| tpu_kernels | 2.00 s | 2 (6) | 0.50 s | 0 (2) | 123 |" in text
 
 
+def test_rows_per_decode_step_under_each_schedule(generate):
+    """A decode step (batch 1) through the patched tiny Llama: 5 norm and 2 MLP calls, each on
+    1 row exact, 128 rows under multiple_of(128), 8 under powers_of_two(128) (float32's tile);
+    attention on 12 key/value positions exact, on the 64-position bucket otherwise."""
+    rows = generate.rows_per_decode_step(generate.tiny_llama(torch.get_num_threads()))
+    want_rows = {"exact": 1, "multiple_of(128)": 128, "powers_of_two(128)": 8}
+    for schedule, calls in rows.items():
+        kinds = [op for op, _, _ in calls]
+        assert kinds.count("tokamax::layer_norm") == 5 and kinds.count("tokamax::gated_linear_unit") == 2
+        assert kinds.count("tokamax::dot_product_attention") == 2
+        for op, what, n in calls:
+            if op == "tokamax::dot_product_attention":
+                assert (what, n) == ("kv positions", 12 if schedule == "exact" else 64), schedule
+            else:
+                assert (what, n) == ("rows", want_rows[schedule]), (schedule, op)
+
+
+def test_breakdown_report(generate):
+    calls = [{"op": "tokamax::layer_norm", "rows": 8, "tpu_kernels_us": 100.0, "jax_us": 40.0}] * 5
+    r = {
+        "rows": {"powers_of_two(128)": [("tokamax::layer_norm", "rows", 8)] * 5
+                 + [("tokamax::dot_product_attention", "kv positions", 64)] * 2},
+        "calls": calls,
+        "step_us": {"sdpa": 1000.0, "tpu_kernels": 1600.0, "norms only": 1500.0},
+    }  # fmt: skip
+    text = "\n".join(generate.breakdown_report(r))
+    assert "| powers_of_two(128) | 5: 8 | 0: - | 40 | 2: 64 |" in text
+    # in the model: (1500 - 1000) / 5 calls
+    assert "| tokamax::layer_norm | 5 | +100 | 100 | 40 |" in text
+    assert "| tpu_kernels | 1600 | 625 | 0.62x |" in text
+    # the floor: 1000 + 5 * 40 = 1200 us per step
+    assert "(the crossing's floor, at most) | 1200 | 833 | 0.83x |" in text
+    assert text.endswith("0.62x: MISSED; floor 0.83x: the crossing alone does not forbid 0.8x: "
+                         "the rest is tpu_kernels' per-call layers and the patched modules")  # fmt: skip
+    r["calls"] = [dict(c, jax_us=100.0) for c in calls]  # floor 1500 us: 0.67x
+    text = "\n".join(generate.breakdown_report(r))
+    assert text.endswith(
+        "floor 0.67x: inconclusive: the bound does not subtract the swapped HF modules' own time"
+    )
+
+
 def test_it_is_not_a_harness_suite():
     assert ROOT / "bench" / "generate.py" not in discover.suite_files(None, root=ROOT)

@@ -207,6 +207,52 @@ def test_static_cache_generate_identical_and_compiles_twice():
     assert dot_product_attention_op.cache_info().misses == 2  # measured: also 2 with buckets=False
 
 
+def test_norm_and_mlp_rows_pad_to_buckets():
+    """Token rows of the norms and the gated MLP pad to the shipped row buckets: prompts of
+    1-8 tokens share the 8-row executables (a decode step's one row too), 9-16 the next;
+    with buckets=False each length compiles again. Logits stay HF's."""
+    from tpu_kernels.tokamax.glu.op import gated_linear_unit_op as glu_op
+    from tpu_kernels.tokamax.normalization.op import layer_norm_op as norm_op
+
+    ref, patched = pair("llama")
+    _, exact = pair("llama", buckets=False)
+    for model, seqs, want in ((patched, (1, 3, 8), 1), (exact, (1, 3, 8), 3)):
+        norm_op.cache_clear()
+        glu_op.cache_clear()
+        for seq in seqs:
+            x = ids(batch=1, seq=seq, seed=seq)
+            with torch.no_grad():
+                assert (model(x).logits - ref(x).logits).abs().max().item() < 2e-6
+        assert (norm_op.cache_info().misses, glu_op.cache_info().misses) == (want, want)
+    with torch.no_grad():
+        patched(ids(batch=1, seq=9))  # 16 rows
+    assert norm_op.cache_info().misses == 4 and glu_op.cache_info().misses == 4  # 3 exact + 16 rows
+
+
+def test_the_lm_head_loss_step_copies_no_weight():
+    """The fused loss on the LM head's [vocab, hidden] weight as stored: a forward and backward
+    allocates nothing weight-sized in torch (tests/tokamax/test_weight_layout.py checks XLA's
+    side); before, passing lm_head.weight.T copied it in the forward, the backward and back."""
+    from tests.tokamax.test_weight_layout import torch_allocations
+
+    torch.manual_seed(0)
+    vocab, hidden = 2048, 256
+    w = torch.nn.Parameter(torch.randn(vocab, hidden) * hidden**-0.5)
+    h = torch.randn(2, 8, hidden, requires_grad=True)
+    labels = torch.randint(0, vocab, (2, 8))
+
+    def step():
+        w.grad = h.grad = None
+        causal_lm_loss(h, w, labels).backward()
+
+    step()
+    allocs = torch_allocations(step)
+    weight_bytes = w.numel() * w.element_size()
+    print(f"LM-head loss step: {sum(allocs)} bytes allocated by torch, one weight {weight_bytes} bytes")
+    assert [a for a in allocs if a >= weight_bytes] == [] and sum(allocs) < weight_bytes
+    assert w.grad.shape == (vocab, hidden)
+
+
 def test_bucket_sizes():
     assert [bucket(n) for n in (1, 64, 65, 128, 129, 1024, 1025, 3000)] == [
         64,
@@ -341,10 +387,14 @@ def test_bad_input_errors():
         patched(ids())
 
 
-def test_import_tpu_kernels_does_not_import_transformers():
-    code = "import sys, tpu_kernels, tpu_kernels.tokamax; print('transformers' in sys.modules)"
+def test_import_tpu_kernels_imports_no_integrated_library():
+    """At run time (tests/test_layers.py scans the imports): neither transformers nor torchtitan."""
+    code = (
+        "import sys, tpu_kernels, tpu_kernels.tokamax, tpu_kernels.kernels\n"
+        "print('transformers' in sys.modules, 'torchtitan' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_mlp_with_an_activation_the_op_lacks_stays_hf():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tpu_kernels.buckets import bucket_size, powers_of_two
 from tpu_kernels.tokamax import dot_product_attention
 
 NAME = "tpu_kernels"  # padded to buckets
@@ -27,15 +28,13 @@ UNPADDED = "tpu_kernels_unpadded"
 # positions above it. 64 keeps a short chat prompt plus its answer in one or two buckets.
 MIN_BUCKET = 64
 LARGE_STEP = 1024
+KV_BUCKETS = powers_of_two(LARGE_STEP, minimum=MIN_BUCKET)  # tpu_kernels' schedule (docs/buckets.md)
 
 
 def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
-    """The padded length for a sequence of n positions."""
-    if n <= minimum:
-        return minimum
-    if n <= LARGE_STEP:
-        return 1 << (n - 1).bit_length()
-    return -(-n // LARGE_STEP) * LARGE_STEP
+    """The padded length for a sequence of n >= 1 positions."""
+    spec = KV_BUCKETS if minimum == MIN_BUCKET else powers_of_two(LARGE_STEP, minimum=minimum)
+    return bucket_size(n, spec)
 
 
 def _default_mask(query: torch.Tensor, key: torch.Tensor, is_causal: bool) -> torch.Tensor:

@@ -6,9 +6,20 @@ as the class's forward (class patch), so patched models deep-copy and pickle.
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
 
+import torch
+import torch.nn.functional as F
+
+from tpu_kernels.buckets import bucket_size, powers_of_two
 from tpu_kernels.tokamax import gated_linear_unit, layer_norm
+
+# Token rows of the norms and gated MLPs, padded like the shipped kernels' rows
+# (docs/buckets.md): a prefill's rows to a power of two up to 128 (at least the dtype's
+# sublane tile), then multiples of 128, so a new prompt length in a bucket compiles
+# nothing; a decode step's one row pads to the tile (8 rows of float32) and shares the
+# executable of every prompt up to it.
+ROWS = powers_of_two(128)
 
 # HF activation name (ACT2FN key) -> tokamax.gated_linear_unit's. Others leave the MLP as HF's.
 # "gelu_pytorch_tanh" is F.gelu(approximate="tanh") and "gelu" the exact erf GELU in HF, as
@@ -22,19 +33,41 @@ ACTIVATIONS = {
 }
 
 
+def on_padded_rows(
+    module: torch.nn.Module, fn: Callable[..., torch.Tensor], x: torch.Tensor, *args, **kwargs
+):
+    """fn(x, *args, **kwargs) for a row-wise fn (each row of x's last dim on its own), with
+    x's rows flattened and padded with zeros to their bucket (ROWS), the result's rows
+    sliced back. Unpadded when the module was patched with buckets=False, or when the
+    sizes are symbolic (torch.compile with dynamic shapes: one graph serves every length)."""
+    if not getattr(module, "_tpu_kernels_buckets", True) or not all(isinstance(d, int) for d in x.shape):
+        return fn(x, *args, **kwargs)
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    size = bucket_size(rows, ROWS, x.dtype)
+    # always the 2-D [rows, hidden] call, padded or not: a length that fills its bucket
+    # exactly (a prompt of 8 tokens) then shares the bucket's executable with the shorter ones
+    flat = x.reshape(rows, x.shape[-1])
+    out = fn(flat if size == rows else F.pad(flat, (0, 0, 0, size - rows)), *args, **kwargs)
+    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
+
+
 def llama_rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     """LlamaRMSNorm (also Qwen2/Qwen3): normalise in float32, cast to the input dtype, then
     multiply by the weight, in that order. Moving the weight inside the float32 kernel
     changes bfloat16 outputs by up to 9.8e-3 (issue 17)."""
     input_dtype = hidden_states.dtype
-    normed = layer_norm(hidden_states.to(torch.float32), eps=self.variance_epsilon, subtract_mean=False)
+    normed = on_padded_rows(
+        self, layer_norm, hidden_states.to(torch.float32), eps=self.variance_epsilon, subtract_mean=False
+    )
     return self.weight * normed.to(input_dtype)
 
 
 def gemma_rms_norm_forward(self, x: torch.Tensor) -> torch.Tensor:
     """GemmaRMSNorm (Gemma, Gemma2, Gemma3): (1 + weight) times the float32 normalisation,
     in float32, then one cast: Tokamax's scale_offset is the 1."""
-    out = layer_norm(x.float(), self.weight.float(), eps=self.eps, scale_offset=1.0, subtract_mean=False)
+    out = on_padded_rows(
+        self, layer_norm, x.float(), self.weight.float(), eps=self.eps, scale_offset=1.0, subtract_mean=False
+    )
     return out.type_as(x)
 
 
@@ -52,7 +85,11 @@ def glu_activation(module: torch.nn.Module, activation_attr: str) -> str | None:
 
 def gated_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
     """down(act(gate(x)) * up(x)) with the gate and up projections in one
-    tokamax.gated_linear_unit; nn.Linear stores [out, in], the op takes [in, out]."""
+    tokamax.gated_linear_unit, on the weights as nn.Linear stores them ([out, in]:
+    weight_layout="out_in", no per-call transposed copy)."""
     activation = self._tpu_kernels_activation
-    h = gated_linear_unit(x, self.gate_proj.weight.T, self.up_proj.weight.T, activation=activation)
+    h = on_padded_rows(
+        self, gated_linear_unit, x, self.gate_proj.weight, self.up_proj.weight,
+        activation=activation, weight_layout="out_in",
+    )  # fmt: skip
     return self.down_proj(h)

@@ -42,7 +42,11 @@ def causal_lm_loss(
             f"tpu_kernels causal-LM loss: labels must be in [0, {vocab}) or {ignore_index} (ignored); "
             f"got values from {int(target.min())} to {int(target.max())}."
         )
-    per_row = linear_softmax_cross_entropy_loss(x, safe, lm_head_weight.T, reduction="none")
+    # nn.Linear's [vocab, hidden] as it is: the op transposes inside its JAX function, where
+    # XLA folds it into the matmul; lm_head_weight.T would copy the whole LM head per step.
+    per_row = linear_softmax_cross_entropy_loss(
+        x, safe, lm_head_weight, reduction="none", weight_layout="out_in"
+    )
     total = torch.where(counted, per_row, 0.0).sum()
     if num_items_in_batch is None:
         return total / counted.sum()

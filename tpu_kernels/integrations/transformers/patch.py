@@ -105,8 +105,9 @@ def apply_tpu_kernels(
         when the activation is one the op has and the projections have no bias.
       loss: the causal-LM loss -> tokamax.linear_softmax_cross_entropy_loss (not
         with final-logit soft-capping or an LM-head bias).
-      buckets: with attention, pad key/value lengths to buckets (one compile per
-        bucket in generation instead of one per token).
+      buckets: pad key/value lengths (attention) and token rows (norms, MLP) to
+        buckets: one compile per bucket in generation instead of one per token
+        (attention) or per prompt length (norms, MLP); see docs/transformers.md.
 
     Returns:
       How many modules of each kind this call swapped ({"rms_norm": n, "mlp": m, "loss": 0/1,
@@ -125,12 +126,14 @@ def apply_tpu_kernels(
     counts = {"rms_norm": 0, "mlp": 0, "loss": 0, "attention": 0}
     for module in model.modules():
         if rms_norm and isinstance(module, norm_cls) and norm_cls not in _ORIGINALS:
+            module._tpu_kernels_buckets = buckets
             _bind(module, norm_fn)
             counts["rms_norm"] += 1
         elif mlp and isinstance(module, mlp_cls) and mlp_cls not in _ORIGINALS:
             activation = glu_activation(module, fam.activation_attr)
             if activation is not None:
                 module._tpu_kernels_activation = activation
+                module._tpu_kernels_buckets = buckets
                 _bind(module, gated_mlp_forward)
                 counts["mlp"] += 1
         elif loss and isinstance(module, lm_cls) and loss_swappable(module) and lm_cls not in _ORIGINALS:

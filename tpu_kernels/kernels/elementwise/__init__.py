@@ -16,8 +16,8 @@ def _examples():
 
 
 # Elementwise, so any dim could be padded; the row dim (-2) is the one that varies in
-# (batch, seq, hidden) activations, padded to a multiple of 128 (bucket_rows' defaults)
-# and sliced back: one executable per bucket. A y that broadcasts along it (size 1, or
+# (batch, seq, hidden) activations, padded to its bucket (bucket_rows' default
+# powers_of_two(128): the sublane tile, powers of two, then multiples of 128) and sliced back: one executable per bucket. A y that broadcasts along it (size 1, or
 # no such dim) is left as it is; y's gradient sums over the rows it was broadcast to,
 # where the padded rows' incoming gradient is zero.
 # Pointwise: under torch.autocast it runs in its inputs' dtypes and promotes mixed ones, like aten.add.

@@ -17,8 +17,9 @@ def _examples():
 
 
 # Rows are normalized independently, so the row dim (-2: the sequence of a (batch, seq,
-# hidden) x) is padded to a multiple of 128 and sliced back: one executable per bucket
-# (bench/varlen.py). Padded rows are zeros: their inv_rms is rsqrt(eps), finite, and
+# hidden) x) is padded to its bucket (bucket_rows' powers_of_two(128): a decode step's
+# one row to the dtype's sublane tile, up to 128 rows a power of two, then multiples of
+# 128) and sliced back: one executable per bucket (bench/varlen.py). Padded rows are zeros: their inv_rms is rsqrt(eps), finite, and
 # their incoming gradients are zero, so they add nothing to weight's gradient. The
 # hidden dim is reduced over and is never padded.
 # Under torch.autocast it runs in float32 (statistics and output), like CUDA autocast's norms.

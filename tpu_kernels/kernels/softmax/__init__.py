@@ -12,8 +12,9 @@ def _examples():
     return [((_bf16(shape),), {}) for shape in shapes.BENCH.values()]
 
 
-# Each row is its own softmax, so the row dim (-2) is padded to a multiple of 128 and
-# sliced back: one executable per bucket. A zero row's softmax is uniform (no NaN), and
+# Each row is its own softmax, so the row dim (-2) is padded to its bucket (bucket_rows'
+# powers_of_two(128): the sublane tile, powers of two, then multiples of 128) and sliced
+# back: one executable per bucket. A zero row's softmax is uniform (no NaN), and
 # the backward's padded rows get zero gradients. The softmax dim (-1) is never padded.
 # Under torch.autocast it runs in float32, like CUDA autocast's softmax.
 softmax = tpu_kernel(

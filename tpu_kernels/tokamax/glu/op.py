@@ -4,8 +4,13 @@
 
 Weights are Tokamax's: one fused [K, 2, N] tensor (`weight[:, 0]` is the gate,
 `weight[:, 1]` the up projection), or the pair `weight=w_gate [K, N]`,
-`weight_up=w_up [K, N]`. Note the [in, out] layout: an `nn.Linear` weight is
-[out, in], so `w_gate = linear.weight.T`.
+`weight_up=w_up [K, N]`: the [in, out] layout. `weight_layout="out_in"` takes the
+pair as `nn.Linear` stores it, [N, K] each (`gate_proj.weight`, `up_proj.weight`):
+the op transposes them inside its JAX function, where XLA folds the transpose into
+the matmul's dimension numbers, so no transposed copy is made (tests/tokamax/
+test_weight_layout.py counts the bytes). Passing `linear.weight.T` instead costs a
+contiguous copy of each weight per call on CPU and CUDA (the bridge needs
+contiguous memory).
 
 The activation is named by a string, since the op's arguments must be
 serialisable; `ACTIVATIONS` lists the names. "gelu" is the exact (erf) GELU,
@@ -70,16 +75,32 @@ def activation_fn(activation: str | None) -> Callable[[jax.Array], jax.Array] | 
         ) from None
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor, weight_up: torch.Tensor | None) -> None:
+WEIGHT_LAYOUTS = ("in_out", "out_in")  # Tokamax's [K, N] (or fused [K, 2, N]); nn.Linear's [N, K]
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, weight_up: torch.Tensor | None, weight_layout: str) -> None:
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise ValueError(
+            f"tokamax.gated_linear_unit: weight_layout={weight_layout!r}; use 'in_out' (Tokamax's "
+            "[K, N]) or 'out_in' (nn.Linear's [N, K])."
+        )
     k = x.shape[-1] if x.ndim else None
     fused = weight_up is None
+    if fused and weight_layout == "out_in":
+        raise ValueError(
+            "tokamax.gated_linear_unit: weight_layout='out_in' takes the pair weight=w_gate [N, K], "
+            "weight_up=w_up [N, K] (nn.Linear's gate_proj.weight, up_proj.weight); a fused weight "
+            "is [K, 2, N] with weight_layout='in_out'."
+        )
+    contracted = 1 if weight_layout == "out_in" else 0
     ok = (
         x.ndim >= 2
         and (weight.ndim == 3 and weight.shape[:2] == (k, 2) if fused else weight.ndim == 2)
-        and (fused or (weight.shape[0] == k and weight_up.shape == weight.shape))
+        and (fused or (weight.shape[contracted] == k and weight_up.shape == weight.shape))
     )
     if not ok:
-        want = f"weight [K={k}, 2, N]" if fused else f"weight and weight_up [K={k}, N]"
+        pair = f"[N, K={k}]" if weight_layout == "out_in" else f"[K={k}, N]"
+        want = f"weight [K={k}, 2, N]" if fused else f"weight and weight_up {pair}"
         got = tuple(weight.shape) if fused else (tuple(weight.shape), tuple(weight_up.shape))
         raise ValueError(
             f"tokamax.gated_linear_unit: x is {tuple(x.shape)} ([*batch, M, K]), so it needs {want}; got {got}."
@@ -88,10 +109,11 @@ def _check(x: torch.Tensor, weight: torch.Tensor, weight_up: torch.Tensor | None
 
 def gated_linear_unit(
     x: torch.Tensor,  # [*batch, M, K]
-    weight: torch.Tensor,  # [K, 2, N] fused, or w_gate [K, N] with weight_up
-    weight_up: torch.Tensor | None = None,  # [K, N]
+    weight: torch.Tensor,  # [K, 2, N] fused, or w_gate [K, N] ([N, K] "out_in") with weight_up
+    weight_up: torch.Tensor | None = None,  # [K, N], or [N, K] with weight_layout="out_in"
     *,
     activation: str | None = None,
+    weight_layout: str = "in_out",
     precision: str | None = None,
     implementation: str | None = None,
 ) -> torch.Tensor:
@@ -104,24 +126,29 @@ def gated_linear_unit(
       weight_up: w_up [K, N], or None for fused weights.
       activation: "silu"/"swish" (SwiGLU), "gelu" (exact), "gelu_tanh",
         "relu", "sigmoid", "tanh", or None (identity, Tokamax's default).
+      weight_layout: "in_out" (Tokamax's [K, N]), or "out_in": weight and
+        weight_up as nn.Linear stores them, [N, K], used without a copy.
       precision: dot precision ("default", "high", "highest").
       implementation: "xla", or on CUDA "mosaic"/"triton"; None chooses by device.
 
     Returns:
       [*batch, M, N] in x's dtype.
     """
-    _check(x, weight, weight_up)
+    _check(x, weight, weight_up, weight_layout)
     activation_fn(activation)
     return call_op(gated_linear_unit_op, locals())
 
 
-def _gated_linear_unit(x, weight, weight_up, *, activation, **kwargs):
+def _gated_linear_unit(x, weight, weight_up, *, activation, weight_layout="in_out", **kwargs):
+    if weight_layout == "out_in":  # a transpose XLA folds into the dot: no copy of the weights
+        weight, weight_up = weight.T, weight_up.T
     weights = weight if weight_up is None else (weight, weight_up)
     return tokamax.gated_linear_unit(x, weights, activation=activation_fn(activation), **kwargs)
 
 
-def _glu_outputs(x, weight, weight_up=None, **kwargs) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[-1]))
+def _glu_outputs(x, weight, weight_up=None, *, weight_layout="in_out", **kwargs) -> torch.Tensor:
+    n = weight.shape[0] if weight_layout == "out_in" else weight.shape[-1]
+    return x.new_empty((*x.shape[:-1], n))
 
 
 @rule(
@@ -135,13 +162,22 @@ def _sharding(a):
 
     ndim = len(shape(a["x"]))
     tokens = [([Shard(d)], {"x": Shard(d)}) for d in range(ndim - 1)]
-    w_cols = len(shape(a["weight"])) - 1  # [K, 2, N] fused or [K, N]
-    columns = ([Shard(ndim - 1)], {"weight": Shard(w_cols), "weight_up": Shard(1)})
+    if a.get("weight_layout", "in_out") == "out_in":  # [N, K] each
+        columns = ([Shard(ndim - 1)], {"weight": Shard(0), "weight_up": Shard(0)})
+    else:
+        w_cols = len(shape(a["weight"])) - 1  # [K, 2, N] fused or [K, N]
+        columns = ([Shard(ndim - 1)], {"weight": Shard(w_cols), "weight_up": Shard(1)})
     return [*tokens, columns]
 
 
 def _terms(x, weight):
     return 4 * max(1.0, rms(x) * rms(weight))
+
+
+def _grad_terms(x, weight, weight_layout="in_out"):
+    """The weights' gradient sums over the rows; the input's over the N outputs."""
+    n = weight.shape[0] if weight_layout == "out_in" else weight.shape[-1]
+    return max(rows(x), n)
 
 
 # autocast "lower_precision_fp": two matmuls, cast like aten.mm.
@@ -154,7 +190,7 @@ gated_linear_unit_op = public_op(
     check_reference=Reference(
         reference.gated_linear_unit,
         reduces=lambda x: x.shape[-1],  # each projection sums hidden products
-        grad_reduces=lambda x, weight: max(rows(x), weight.shape[-1]),  # the weights' sum over rows
+        grad_reduces=_grad_terms,
         scale=_terms,
     ),
 )

@@ -18,9 +18,11 @@ ACTIVATIONS = {
 }
 
 
-def gated_linear_unit(x, weight, weight_up=None, *, activation=None) -> torch.Tensor:
-    """SwiGLU/GEGLU/...: activation(x @ w_gate) * (x @ w_up)."""
+def gated_linear_unit(x, weight, weight_up=None, *, activation=None, weight_layout="in_out") -> torch.Tensor:
+    """SwiGLU/GEGLU/...: activation(x @ w_gate) * (x @ w_up); "out_in" weights are [N, K]."""
     w_gate, w_up = (weight[:, 0], weight[:, 1]) if weight_up is None else (weight, weight_up)
+    if weight_layout == "out_in":
+        w_gate, w_up = w_gate.T, w_up.T
     return ACTIVATIONS[activation](x @ w_gate) * (x @ w_up)
 
 

@@ -2,8 +2,14 @@
 
     loss = reduction(cross_entropy(x @ weight, labels))
 
-Arguments in Tokamax's order, (x, labels, weight), with weight [H, V] (an
-`nn.Linear(H, V)` stores [V, H]: pass `linear.weight.T`). Differences from
+Arguments in Tokamax's order, (x, labels, weight), with weight [H, V], or with
+`weight_layout="out_in"` the [V, H] an `nn.Linear(H, V)` LM head stores, used as
+it is: the op transposes it inside its JAX function, where XLA folds the transpose
+into the matmul (the "xla" implementation; no weight-sized copy, forward or
+backward: tests/tokamax/test_weight_layout.py counts the bytes). Tokamax's TPU
+kernel ("mosaic_tpu") reads [H, V] only, so there XLA makes the transposed copy on
+the device. Passing `linear.weight.T` instead copies the whole LM head per call on
+CPU and CUDA (the bridge needs contiguous memory). Differences from
 `F.cross_entropy(x @ weight, labels)`: the default reduction is "sum" (torch's
 is "mean"); the loss is always float32, whatever x's dtype; there is no
 ignore_index (every label must be in [0, V): an out-of-range label gives a
@@ -35,10 +41,11 @@ IMPLEMENTATIONS = (
 )
 
 REDUCTIONS = ("sum", "mean", "none")
+WEIGHT_LAYOUTS = ("in_out", "out_in")  # Tokamax's [H, V]; nn.Linear's [V, H]
 CHUNKED_BLOCK = 2048  # chunked_xla's default v_block_size in Tokamax 0.0.17
 
 
-def _loss_outputs(x, labels, weight, *, reduction="sum", **kwargs) -> torch.Tensor:
+def _loss_outputs(x, labels, weight, *, reduction="sum", **kwargs) -> torch.Tensor:  # any layout
     shape = (x.shape[0],) if reduction == "none" else ()
     return x.new_empty(shape, dtype=torch.float32)
 
@@ -49,6 +56,7 @@ def linear_softmax_cross_entropy_loss(
     weight: torch.Tensor,
     *,
     reduction: str = "sum",
+    weight_layout: str = "in_out",
     implementation: str | None = None,
 ) -> torch.Tensor:
     """Cross entropy of the logits x @ weight, without materialising them on TPU.
@@ -56,8 +64,10 @@ def linear_softmax_cross_entropy_loss(
     Args:
       x: [B, H], the last hidden states (flatten [batch, seq, H] to [B, H]).
       labels: int [B], each in [0, V) (cast to int32; no gradient).
-      weight: [H, V], the LM head.
+      weight: [H, V], the LM head; [V, H] (nn.Linear's) with weight_layout="out_in".
       reduction: "sum" (Tokamax's default), "mean" or "none".
+      weight_layout: "in_out" (Tokamax's [H, V]) or "out_in" (nn.Linear's [V, H],
+        used without a copy).
       implementation: "xla", "chunked_xla" (needs V % 2048 == 0), "mosaic_tpu"
         (TPU); None chooses by device.
 
@@ -68,24 +78,49 @@ def linear_softmax_cross_entropy_loss(
         raise ValueError(
             f"tokamax.linear_softmax_cross_entropy_loss: reduction={reduction!r}; use one of {REDUCTIONS}."
         )
-    if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[0] or labels.shape != (x.shape[0],):
+    if weight_layout not in WEIGHT_LAYOUTS:
         raise ValueError(
-            "tokamax.linear_softmax_cross_entropy_loss: needs x [B, H], labels [B], weight [H, V] "
+            f"tokamax.linear_softmax_cross_entropy_loss: weight_layout={weight_layout!r}; use 'in_out' "
+            "(Tokamax's [H, V]) or 'out_in' (nn.Linear's [V, H])."
+        )
+    h_dim = 1 if weight_layout == "out_in" else 0
+    if x.ndim != 2 or weight.ndim != 2 or x.shape[1] != weight.shape[h_dim] or labels.shape != (x.shape[0],):
+        want = "[V, H] (weight_layout='out_in')" if h_dim else "[H, V]"
+        raise ValueError(
+            f"tokamax.linear_softmax_cross_entropy_loss: needs x [B, H], labels [B], weight {want} "
             f"(Tokamax's argument order); got {tuple(x.shape)}, {tuple(labels.shape)}, "
             f"{tuple(weight.shape)}."
         )
+    vocab = weight.shape[1 - h_dim]
     chosen = impl.resolve_implementation("linear_softmax_cross_entropy_loss", x.device, implementation)
-    if "chunked_xla" in chosen.split(",") and weight.shape[1] % CHUNKED_BLOCK != 0:
+    if "chunked_xla" in chosen.split(",") and vocab % CHUNKED_BLOCK != 0:
         raise ValueError(
             f"tokamax.linear_softmax_cross_entropy_loss: implementation='chunked_xla' gives a wrong loss "
             f"unless V % {CHUNKED_BLOCK} == 0 (Tokamax 0.0.17 counts the vocabulary padding in the "
-            f"softmax), and V = {weight.shape[1]}; use implementation='xla'."
+            f"softmax), and V = {vocab}; use implementation='xla'."
         )
     labels, implementation = labels.to(torch.int32), chosen
     return call_op(linear_softmax_cross_entropy_loss_op, locals())
 
 
-def _linear_softmax_cross_entropy_loss(x, labels, weight, *, reduction, implementation):
+def _linear_softmax_cross_entropy_loss(
+    x, labels, weight, *, reduction, weight_layout="in_out", implementation
+):
+    if weight_layout == "out_in":
+        # A transpose XLA folds into the matmuls: no copy of the LM head. The reduction is
+        # done here, on the per-row losses: Tokamax's backward scales its [H, V] weight
+        # gradient by the scalar cotangent after the matmul, and XLA then keeps that
+        # gradient as a weight-sized temporary before transposing it (2 MiB for a 2 MiB
+        # head, tests/tokamax/test_weight_layout.py); a per-row cotangent scales the rows
+        # before it, and the transpose folds again.
+        weight = weight.T
+        if reduction != "none":
+            per_row = _losses(x, labels, weight, "none", implementation)
+            return per_row.sum() if reduction == "sum" else per_row.mean()
+    return _losses(x, labels, weight, reduction, implementation)
+
+
+def _losses(x, labels, weight, reduction, implementation):
     if implementation is None:
         return tokamax.linear_softmax_cross_entropy_loss(x, labels, weight, reduction=reduction)
     # Tokamax takes one name here, not a fallback order (a tuple): walk the order ourselves.

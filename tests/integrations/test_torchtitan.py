@@ -1,0 +1,323 @@
+"""TpuKernelsConverter on torchtitan's debug models: the converted Llama 3 (and Qwen 3) trains
+as the stock model does, in one process and under torchtitan's own parallelize on 2 gloo
+processes (FSDP2; TP with sequence parallel). Qwen 3's conversion is checked, its training
+is not (24 s here for the same code path as Llama 3's).
+
+On CPU the stock model cannot train as it is: flex attention has no CPU backward
+("FlexAttention does not support backward on CPU"). The stock side therefore runs flex's
+semantics as plain torch math (`MathFlex`: F.scaled_dot_product_attention on the mask the
+BlockMask stands for); `test_forward_matches_stock_flex` checks that mask against real flex,
+forward, on packed documents. Set-up a CPU run needs (docs/torchtitan.md): torchtitan's
+parallel_dims.device_type "cpu"; the BlockMask built by the uncompiled create_block_mask
+(torchtitan compiles it, about 100 s of Inductor here, the same mask); FSDP's gradient-divide
+override skipped (gloo has no PREMUL_SUM).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+import warnings
+from datetime import timedelta
+
+import pytest
+
+torchtitan = pytest.importorskip("torchtitan")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from tests.helpers import spawn_ranks  # noqa: E402
+
+B, L, VOCAB, STEPS, LR = 2, 32, 2048, 5, 1e-3
+# the debug model's first 2 of 6 layers: every layer is converted and parallelized alike,
+# and the 2-process run stays within its time (imports alone take ~30 s per process here)
+LAYERS = 2
+# float32: the converted model differs from stock in its kernels' rounding only (float32
+# statistics, Tokamax's attention and GLU): measured 8e-8 (one process) and 2e-7 (TP+SP),
+# relative, after 5 AdamW steps.
+LOSS_RTOL = 1e-5
+# the whole spawn: imports, 2 configurations x (stock, converted) x 5 steps; a hung
+# collective fails sooner, at the gloo timeout
+PROCESS_TIMEOUT_S = 180
+GLOO_TIMEOUT = timedelta(seconds=40)
+DIST_CONFIGS = ("fsdp2", "tp+sp")
+
+
+def cpu_setup() -> None:
+    """What a CPU run of torchtitan 0.3.0 needs (see the module docstring)."""
+    import torchtitan.distributed.fsdp as titan_fsdp
+    import torchtitan.distributed.parallel_dims as parallel_dims
+    import torchtitan.models.common.attention as titan_attention
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    torch.set_num_threads(1)  # the intra-op pool on this shared 2-core machine: 10x slower steps
+    parallel_dims.device_type = "cpu"
+    titan_attention._compiled_create_block_mask = create_block_mask
+    titan_fsdp.disable_fsdp_gradient_division = lambda model: None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu():
+    import torchtitan.distributed.fsdp as titan_fsdp
+    import torchtitan.models.common.attention as titan_attention
+
+    saved = (titan_attention._compiled_create_block_mask, titan_fsdp.disable_fsdp_gradient_division)
+    threads = torch.get_num_threads()
+    cpu_setup()
+    yield
+    titan_attention._compiled_create_block_mask, titan_fsdp.disable_fsdp_gradient_division = saved
+    torch.set_num_threads(threads)
+
+
+def math_flex():
+    """Flex attention's semantics in plain torch, for the stock model on CPU."""
+    from torchtitan.models.common.attention import FlexAttention
+
+    from tpu_kernels.integrations.torchtitan import dense_mask
+
+    class MathFlex(FlexAttention):
+        def forward(self, q_BLNH, k_BLNH, v_BLNH, *, attention_masks, scale=None, enable_gqa=False, **kwargs):
+            q, k, v = (t.transpose(1, 2) for t in (q_BLNH, k_BLNH, v_BLNH))
+            mask = dense_mask(attention_masks)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)
+            return out.transpose(1, 2)
+
+    return MathFlex
+
+
+def registry(model: str):
+    if model == "llama3":
+        from torchtitan.models.llama3 import model_registry, parallelize_llama
+        from torchtitan.models.llama3.sharding import set_llama3_sharding_config as set_sharding
+
+        return model_registry, parallelize_llama, set_sharding
+    from torchtitan.models.qwen3 import model_registry, parallelize_qwen3
+    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config as set_sharding
+
+    return model_registry, parallelize_qwen3, set_sharding
+
+
+def build(model: str, converted: bool, *, math_attention: bool = True, parallel=None):
+    """The debug model (its first LAYERS layers), stock or converted, initialised from seed 0; `parallel`: (ParallelismConfig,
+    ParallelDims, ac config, compile config) for torchtitan's parallelize."""
+    from torchtitan.config import CompileConfig, TrainingConfig
+    from torchtitan.models.common.attention import FlexAttention
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsConverter
+
+    model_registry, parallelize, set_sharding = registry(model)
+    spec = model_registry("debugmodel", converters=[TpuKernelsConverter.Config()] if converted else None)
+    cfg = spec.model
+    cfg.layers = cfg.layers[:LAYERS]
+    if parallel is not None:
+        # what update_from_config does for the sharding (it also imports the trainer, whose
+        # data loading needs packages the model does not)
+        set_sharding(cfg, enable_sp=parallel[0].enable_sequence_parallel)
+    with torch.device("meta"):
+        m = cfg.build()
+    if math_attention and not converted:
+        for module in m.modules():
+            if type(module) is FlexAttention:
+                module.__class__ = math_flex()
+    if parallel is not None:
+        par, dims, ac, compile_config = parallel
+        m = parallelize(
+            m, parallel_dims=dims, training=TrainingConfig(mixed_precision_param="float32"),
+            parallelism=par, compile_config=compile_config or CompileConfig(), ac_config=ac, dump_folder="/tmp",
+        )  # fmt: skip
+    m.to_empty(device="cpu")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        m.init_weights(buffer_device=torch.device("cpu"))
+    return m
+
+
+def batch(seed: int = 1, batch_size: int = B):
+    """Tokens and positions: row 1 packs two documents (positions restart at 12), so the
+    mask is causal within documents."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (batch_size, L + 1), generator=g)
+    positions = torch.arange(L).repeat(batch_size, 1)
+    positions[1, 12:] -= 12
+    return tokens, positions
+
+
+def train(m, tokens, positions, *, tp: int = 1) -> torch.Tensor:
+    opt = torch.optim.AdamW(m.parameters(), lr=LR)
+    masks = m.get_attention_masks(positions)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        logits = m(tokens[:, :-1], positions, masks)
+        if tp > 1:  # the LM head is column-parallel: each rank holds a slice of the vocabulary
+            import torch.distributed.nn.functional as dist_nn
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # deprecated, but public
+                logits = torch.cat(dist_nn.all_gather(logits.contiguous()), dim=-1)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        (loss / tp).backward()  # the gather's backward sums the ranks' (equal) losses' gradients
+        opt.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)
+
+
+# ---- the conversion ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["llama3", "qwen3"])
+def test_the_converter_swaps_norms_attention_and_feed_forward(model):
+    from tpu_kernels.integrations.torchtitan import (
+        TpuKernelsAttention,
+        TpuKernelsConverter,
+        TpuKernelsFeedForward,
+        TpuKernelsRMSNorm,
+    )
+
+    stock, converted = build(model, False, math_attention=False), build(model, True)
+    layer = converted.layers["0"]
+    assert type(layer.attention_norm) is TpuKernelsRMSNorm and type(layer.ffn_norm) is TpuKernelsRMSNorm
+    assert type(layer.feed_forward) is TpuKernelsFeedForward and layer.feed_forward._fused
+    assert type(layer.attention.inner_attention) is TpuKernelsAttention
+    assert type(converted.norm) is TpuKernelsRMSNorm
+    if model == "qwen3":
+        assert type(layer.attention.q_norm) is TpuKernelsRMSNorm  # Qwen 3's q/k norms too
+    # the same parameters, names and values: only forward differs
+    want = stock.state_dict()
+    got = converted.state_dict()
+    assert list(got) == list(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+    converter = TpuKernelsConverter.Config().build()
+    cfg = registry(model)[0]("debugmodel").model  # all 6 layers
+    n_layers = len(cfg.layers)
+    converter.convert(cfg)
+    # per layer two norms (Qwen 3: and one qk_norm config, which builds q_norm and k_norm), and the final one
+    norms = n_layers * (3 if model == "qwen3" else 2) + 1
+    assert converter.swapped == {
+        "TpuKernelsRMSNorm": norms, "TpuKernelsAttention": n_layers, "TpuKernelsFeedForward": n_layers
+    }  # fmt: skip
+
+
+def test_converter_options_and_what_it_leaves_alone():
+    from torchtitan.models.common.feed_forward import FeedForward, SigmoidGatedFeedForward
+    from torchtitan.models.common.nn_modules import RMSNorm
+    from torchtitan.models.llama3 import model_registry
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsConverter, convert
+
+    spec = model_registry("debugmodel", converters=[TpuKernelsConverter.Config(norm=False, attention=False)])
+    layer = spec.model.layers[0]
+    assert type(layer.attention_norm) is RMSNorm.Config and type(layer.feed_forward) is not FeedForward.Config
+    # a subclass (its own forward) is not swapped
+    cfg = model_registry("debugmodel").model
+    ff = cfg.layers[0].feed_forward
+    cfg.layers[0].feed_forward = SigmoidGatedFeedForward.Config(w1=ff.w1, w2=ff.w2, w3=ff.w3, gate=ff.w1)
+    assert convert(cfg)["TpuKernelsFeedForward"] == len(cfg.layers) - 1
+    with pytest.raises(ValueError, match="the root config is a RMSNorm.Config; convert a model config"):
+        convert(RMSNorm.Config(normalized_shape=8))
+    with pytest.raises(
+        ValueError, match="Linear.Config has no RMSNorm, flex attention or SwiGLU feed-forward config"
+    ):
+        TpuKernelsConverter.Config().build().convert(model_registry("debugmodel").model.lm_head)
+
+
+def test_forward_matches_stock_flex(monkeypatch):
+    """Against real flex attention (forward: flex runs on CPU without gradients): the
+    dense mask the converted attention uses is the BlockMask's, documents included."""
+    from torch.nn.attention.flex_attention import flex_attention
+    from torchtitan.models.common.attention import FlexAttention
+
+    # flex eager (torchtitan's compiled flex: 70 s of Inductor autotuning here, the same result)
+    monkeypatch.setattr(FlexAttention, "_compiled_flex_attn", flex_attention)
+    stock, converted = build("llama3", False, math_attention=False), build("llama3", True)
+    tokens, positions = batch()
+    with torch.no_grad():
+        want = stock(tokens[:, :-1], positions, stock.get_attention_masks(positions))
+        got = converted(tokens[:, :-1], positions, converted.get_attention_masks(positions))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_five_steps_match_stock_one_process():
+    tokens, positions = batch()
+    want = train(build("llama3", False), tokens, positions)
+    got = train(build("llama3", True), tokens, positions)
+    print(f"losses {want.tolist()}, largest relative difference {((got - want).abs() / want).max():.1e}")
+    assert want[-1] < want[0] - 1  # it trains
+    torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
+
+
+# ---- torchtitan's parallelize on 2 gloo processes ------------------------------------
+
+
+def _parallel(name: str, world: int):
+    """(ParallelismConfig, ParallelDims, AC config, compile config) for torchtitan's parallelize."""
+    from torchtitan.config import ParallelismConfig
+    from torchtitan.distributed import ParallelDims
+
+    if name == "tp+sp":
+        par = ParallelismConfig(
+            data_parallel_shard_degree=1, tensor_parallel_degree=world, enable_sequence_parallel=True
+        )
+    else:
+        par = ParallelismConfig(data_parallel_shard_degree=world)
+    return par, ParallelDims.from_config(par, world), None, None
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=GLOO_TIMEOUT
+    )
+    cpu_setup()
+    results = {}
+    try:
+        for name in DIST_CONFIGS:
+            t0 = time.perf_counter()
+            try:
+                parallel = _parallel(name, world)
+                tokens, positions = batch(batch_size=B * world)
+                tp = 1
+                if name == "tp+sp":
+                    tp = world  # every rank sees the whole batch
+                else:  # data parallel: each rank its share of the batch
+                    tokens, positions = (
+                        tokens[rank * B : (rank + 1) * B],
+                        positions[rank * B : (rank + 1) * B],
+                    )
+                losses = {}
+                for converted in (False, True):
+                    loss = train(build("llama3", converted, parallel=parallel), tokens, positions, tp=tp)
+                    dist.all_reduce(loss, op=dist.ReduceOp.AVG)  # the whole batch's mean
+                    losses[converted] = loss.tolist()
+                results[name] = {"stock": losses[False], "converted": losses[True], "error": None}
+            except Exception as e:  # recorded, so the other configurations still run
+                results[name] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+            results[name]["seconds"] = time.perf_counter() - t0
+            dist.barrier()
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("torchtitan") / "results.json"
+    spawn_ranks(_worker, 2, str(out), timeout_s=PROCESS_TIMEOUT_S)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow  # one spawn of 2 processes: ~90 s here at a load average of 8, ~45 s of it imports
+@pytest.mark.parametrize("name", DIST_CONFIGS)
+def test_five_steps_match_stock_under_parallelize(distributed, name):
+    r = distributed[name]
+    assert r["error"] is None, f"{name} failed ({r['seconds']:.0f} s):\n{r['error']}"
+    want, got = torch.tensor(r["stock"]), torch.tensor(r["converted"])
+    print(f"{name}: {r['seconds']:.0f} s, losses {r['stock']}, largest relative difference "
+          f"{((got - want).abs() / want).max():.1e}")  # fmt: skip
+    assert want[-1] < want[0] - 1
+    torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
