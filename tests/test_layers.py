@@ -18,6 +18,7 @@ PACKAGE = Path(tpu_kernels.__file__).resolve().parent
 # of them. `__main__.py` and `docs_tables.py` are entry points (`python -m ...`), never imported.
 ABOVE_CORE = (
     "check",
+    "mutate",  # renders templates and runs tests on scratch copies: a tool on the core
     "commands",
     "bench",
     "integrations",
