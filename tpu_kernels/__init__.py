@@ -44,7 +44,7 @@ _EXPORTS = {
     "set_helion_cpu_mode": "tpu_kernels.sources.helion",
 }
 
-__all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
+__all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
     "BackendUnavailableError",
     "CacheInfo",
     "CheckFailure",
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         KernelError,
         NoBackwardError,
         OpDefinitionError,
+        ShardingRuleError,
         TpuKernelsError,
     )
     from tpu_kernels.interpret import interpret_mode, set_interpret_mode
