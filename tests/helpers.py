@@ -2,15 +2,42 @@
 and the loader of the repository's bench/ scripts (not a package: they run as scripts)."""
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from tpu_kernels.testing import FLOAT_DTYPES, TOL, Tol, assert_close, compile_counted, rand
 
-__all__ = ["FLOAT_DTYPES", "TOL", "Tol", "assert_close", "compile_counted", "load_bench_script", "rand"]
+__all__ = [
+    "FLOAT_DTYPES",
+    "TOL",
+    "Tol",
+    "assert_close",
+    "compile_counted",
+    "fresh_name",
+    "load_bench_script",
+    "rand",
+    "uname",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+_ids = itertools.count()  # one counter for the session: every name it gives is distinct
+
+
+def fresh_name(base: str) -> str:
+    """`base_N`, never given before in this process."""
+    return f"{base}_{next(_ids)}"
+
+
+def uname(base: str = "op") -> str:
+    """A fresh op name, `<test module>::<base>_<N>`. Op names are process-global (torch.library
+    keeps every registration), so each test defines its own; the namespace is the calling test
+    module's name (tests/tokamax/test_wrap.py -> `test_wrap`), so an error naming the op says
+    which file defined it."""
+    module = sys._getframe(1).f_globals["__name__"].rsplit(".", 1)[-1]
+    return f"{module}::{fresh_name(base)}"
 
 
 def load_bench_script(name: str) -> ModuleType:

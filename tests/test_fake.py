@@ -1,7 +1,5 @@
 """Fake functions derived with jax.eval_shape: FakeTensor, meta, symbolic shapes, overrides."""
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -9,14 +7,8 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tests.helpers import compile_counted, rand
+from tests.helpers import compile_counted, rand, uname
 from tpu_kernels import KernelError, tpu_kernel
-
-_ids = itertools.count()
-
-
-def uname(base: str = "op") -> str:
-    return f"test_fake::{base}_{next(_ids)}"
 
 
 def test_fake_and_meta_shapes_come_from_eval_shape_without_running_the_kernel():

@@ -1,25 +1,17 @@
 """The generic path: a Tokamax op we do not wrap, as a torch op with one decorator."""
 
-import itertools
-
 import jax
 import pytest
 import tokamax
 import torch
 
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, fresh_name, rand, uname
 from tests.kernels.checks import opcheck
 from tpu_kernels import tpu_kernel
 from tpu_kernels.tokamax import tokamax_op
 from tpu_kernels.tokamax.attention import reference as attention_reference
 from tpu_kernels.tokamax.normalization import reference as norm_reference
 from tpu_kernels.tokamax.wrap import call_op, tensors_first
-
-_ids = itertools.count()
-
-
-def uname(base: str) -> str:
-    return f"test_tokamax_wrap::{base}_{next(_ids)}"
 
 
 def test_an_integer_op_with_statics_and_a_shape_rule_passes_opcheck():
@@ -159,7 +151,7 @@ def test_public_op_names_the_op_after_its_public_function_and_resolves_the_imple
     def rows(x: torch.Tensor, eps: float, *, implementation: str | None = None) -> torch.Tensor:
         return call_op(op, locals())
 
-    rows.__name__ = f"test_public_rows_{next(_ids)}"
+    rows.__name__ = fresh_name("test_public_rows")
     op = public_op(rows, calls=body, table="layer_norm", backward=None)
     assert op.name == f"tokamax::{rows.__name__}"
     assert op.schema == "(Tensor x, *, float eps, str? implementation=None) -> Tensor"
