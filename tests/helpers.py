@@ -1,9 +1,13 @@
 """Test helpers: the public ones in tpu_kernels.testing (generated kernel tests use them too),
 and the loader of the repository's bench/ scripts (not a package: they run as scripts)."""
 
+import functools
 import importlib.util
 import itertools
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +21,9 @@ __all__ = [
     "compile_counted",
     "fresh_name",
     "load_bench_script",
+    "process_time_limit_s",
     "rand",
+    "spawn_startup_s",
     "uname",
 ]
 
@@ -49,3 +55,33 @@ def load_bench_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# A spawned worker's first job, and what a loaded machine slows like everything else it does.
+_STARTUP = "import torch, jax, tpu_kernels.kernels"
+LIMIT_CAP_S = 1200.0  # the longest any multi-process test may wait, however loaded the machine
+
+
+@functools.cache
+def spawn_startup_s() -> float:
+    """Seconds a fresh interpreter takes now to import torch, JAX and the shipped kernels (what
+    every spawned worker does first), measured once per session: the yardstick time limits of
+    multi-process tests are given in, so they grow with the machine's load."""
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    t0 = time.monotonic()
+    try:
+        subprocess.run(
+            [sys.executable, "-c", _STARTUP], env=env, check=True, capture_output=True, timeout=LIMIT_CAP_S
+        )
+    except subprocess.TimeoutExpired:
+        return LIMIT_CAP_S
+    return time.monotonic() - t0
+
+
+def process_time_limit_s(startups: float, floor_s: float = 60.0, cap_s: float = LIMIT_CAP_S) -> float:
+    """A time limit for a multi-process run worth `startups` process start-ups (its duration
+    divided by `spawn_startup_s()`, both measured in one session, times the headroom wanted),
+    at least `floor_s` and at most `cap_s`: a loaded machine gets proportionally longer, and a
+    hang on a quiet machine still fails within a minute or two."""
+    return min(cap_s, max(floor_s, startups * spawn_startup_s()))
