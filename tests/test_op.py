@@ -247,7 +247,7 @@ def test_a_tensor_for_a_static_is_one_error_on_every_path(value):
         f(x.requires_grad_(), alpha=t)  # autograd, keywords: the dispatcher's path
     with pytest.raises(TypeError, match=message):
         torch.compile(lambda x, a: f(x, a) * 2, backend="aot_eager")(x, t)
-    with pytest.raises(Exception, match=message):  # fullgraph: dynamo's Unsupported, quoting it
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=message):  # fullgraph: quoting it
         torch.compile(lambda x, a: f(x, a) * 2, backend="aot_eager", fullgraph=True)(x, t)
     with pytest.raises(TypeError, match=message), checked():
         f(x, t)
