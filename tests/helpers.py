@@ -1,9 +1,12 @@
 """Test helpers: the public ones in tpu_kernels.testing (generated kernel tests use them too),
 and the loader of the repository's bench/ scripts (not a package: they run as scripts)."""
 
+import functools
 import importlib.util
+import itertools
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -19,12 +22,32 @@ __all__ = [
     "assert_close",
     "compile_counted",
     "free_port",
+    "fresh_name",
     "load_bench_script",
+    "process_time_limit_s",
     "rand",
     "spawn_ranks",
+    "spawn_startup_s",
+    "uname",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+_ids = itertools.count()  # one counter for the session: every name it gives is distinct
+
+
+def fresh_name(base: str) -> str:
+    """`base_N`, never given before in this process."""
+    return f"{base}_{next(_ids)}"
+
+
+def uname(base: str = "op") -> str:
+    """A fresh op name, `<test module>::<base>_<N>`. Op names are process-global (torch.library
+    keeps every registration), so each test defines its own; the namespace is the calling test
+    module's name (tests/tokamax/test_wrap.py -> `test_wrap`), so an error naming the op says
+    which file defined it."""
+    module = sys._getframe(1).f_globals["__name__"].rsplit(".", 1)[-1]
+    return f"{module}::{fresh_name(base)}"
 
 
 def load_bench_script(name: str) -> ModuleType:
@@ -69,3 +92,33 @@ def spawn_ranks(worker: Callable, world: int, *args, timeout_s: float) -> None:
             for p in ctx.processes:
                 p.kill()
             pytest.fail(f"the {world}-process run did not finish in {timeout_s} s")
+
+
+# A spawned worker's first job, and what a loaded machine slows like everything else it does.
+_STARTUP = "import torch, jax, tpu_kernels.kernels"
+LIMIT_CAP_S = 1200.0  # the longest any multi-process test may wait, however loaded the machine
+
+
+@functools.cache
+def spawn_startup_s() -> float:
+    """Seconds a fresh interpreter takes now to import torch, JAX and the shipped kernels (what
+    every spawned worker does first), measured once per session: the yardstick time limits of
+    multi-process tests are given in, so they grow with the machine's load."""
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    t0 = time.monotonic()
+    try:
+        subprocess.run(
+            [sys.executable, "-c", _STARTUP], env=env, check=True, capture_output=True, timeout=LIMIT_CAP_S
+        )
+    except subprocess.TimeoutExpired:
+        return LIMIT_CAP_S
+    return time.monotonic() - t0
+
+
+def process_time_limit_s(startups: float, floor_s: float = 60.0, cap_s: float = LIMIT_CAP_S) -> float:
+    """A time limit for a multi-process run worth `startups` process start-ups (its duration
+    divided by `spawn_startup_s()`, both measured in one session, times the headroom wanted),
+    at least `floor_s` and at most `cap_s`: a loaded machine gets proportionally longer, and a
+    hang on a quiet machine still fails within a minute or two."""
+    return min(cap_s, max(floor_s, startups * spawn_startup_s()))

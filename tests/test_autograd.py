@@ -1,7 +1,5 @@
 """Backward three ways (explicit, derived with jax.vjp, absent), residuals, compile."""
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -9,14 +7,8 @@ import torch
 from jax.experimental import pallas as pl
 from torch import Tensor
 
-from tests.helpers import compile_counted, rand
+from tests.helpers import compile_counted, rand, uname
 from tpu_kernels import KernelError, NoBackwardError, OpDefinitionError, tpu_kernel
-
-_ids = itertools.count()
-
-
-def uname(base: str = "op") -> str:
-    return f"test_autograd::{base}_{next(_ids)}"
 
 
 def _pallas_square(x):

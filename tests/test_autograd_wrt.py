@@ -1,21 +1,19 @@
 """An input that requires grad but is not in its explicit backward's `wrt` is an error when its
 gradient is asked for (torch's "the derivative for ... is not implemented"), never a silent None."""
 
-import itertools
-
 import pytest
 import torch
 from torch import Tensor
+from torch._dynamo.exc import BackendCompilerFailed
 
+from tests.helpers import uname
 from tpu_kernels import NoBackwardError, tpu_kernel
-
-_ids = itertools.count()
 
 
 def _scaled():
     """out = x * w with a backward for x only."""
 
-    @tpu_kernel(f"test_autograd_wrt::scaled_{next(_ids)}")
+    @tpu_kernel(uname("scaled"))
     def scaled(x: Tensor, w: Tensor) -> Tensor:
         return x * w
 
@@ -83,7 +81,7 @@ def test_no_error_when_its_gradient_is_not_asked_for(how):
 def test_an_optional_tensor_is_outside_the_default_wrt():
     """The default wrt is the positional Tensor parameters: an optional bias is left out."""
 
-    @tpu_kernel(f"test_autograd_wrt::biased_{next(_ids)}")
+    @tpu_kernel(uname("biased"))
     def biased(x: Tensor, bias: Tensor | None = None) -> Tensor:
         return x * 3 if bias is None else x * 3 + bias
 
@@ -116,6 +114,6 @@ def test_under_torch_compile():
     torch.testing.assert_close(x.grad, w.detach())
     # AOTAutograd traces the backward when it compiles the graph, so the error comes then,
     # wrapped in torch's BackendCompilerFailed.
-    with pytest.raises(Exception, match="the derivative for 'w' is not implemented") as info:
+    with pytest.raises(BackendCompilerFailed, match="the derivative for 'w' is not implemented") as info:
         compiled(x, w).backward()
     assert isinstance(info.value.inner_exception, NoBackwardError)

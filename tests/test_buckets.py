@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import tpu_kernels
 from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two, tpu_kernel
 from tpu_kernels import buckets as bucketing
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError
 from tpu_kernels.kernels.elementwise import scale_add
 from tpu_kernels.kernels.rmsnorm import rmsnorm
 from tpu_kernels.kernels.softmax import softmax
@@ -251,7 +251,7 @@ def test_empty_rows_are_not_padded():
 
 def test_disagreeing_lengths_reach_the_kernel_unpadded():
     # 5 rows against 7: not one length, so nothing is padded and the kernel reports the caller's shapes
-    with pytest.raises(Exception, match=r"\(5, 16\).*\(7, 16\)|\(7, 16\).*\(5, 16\)|5.*7"):
+    with pytest.raises(InvalidArgumentError, match=r"\(5, 16\).*\(7, 16\)|\(7, 16\).*\(5, 16\)|5.*7"):
         scale_add(torch.randn(5, D), torch.randn(7, D))
 
 

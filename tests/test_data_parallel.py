@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from tests.helpers import spawn_ranks
+from tests.helpers import process_time_limit_s, spawn_ranks
 from tpu_kernels.kernels import matmul, rmsnorm, softmax
 
 D, H, BATCH, STEPS, LR = 32, 64, 8, 3, 1e-2
@@ -28,8 +28,13 @@ D, H, BATCH, STEPS, LR = 32, 64, 8, 3, 1e-2
 # aot_eager, the same graphs without Inductor's C++ builds (Inductor took 22-49 s for the FSDP2
 # configuration and 21 s for DDP here, aot_eager 4-18 s).
 INDUCTOR_CONFIG = "fsdp2 reshard_after_forward=True, torch.compile (inductor)"
-PROCESS_TIMEOUT_S = 900  # the whole spawn; a hung collective fails sooner (GLOO_TIMEOUT)
-GLOO_TIMEOUT = timedelta(seconds=120)
+# Time limits in process start-ups (tests/helpers.process_time_limit_s), so a loaded machine gets
+# longer: a hung collective fails at GLOO_STARTUPS (about 120 s, the fixed limit this replaces, on
+# a quiet machine, whose start-up is about 3.3 s: estimated from tests/test_sharding.py's runs,
+# 25 s there = 7.7 start-ups; a rank may wait that long while the other compiles: Inductor took
+# up to 49 s), the whole spawn, a backstop, at PROCESS_STARTUPS (about 900 s there, as before).
+GLOO_STARTUPS = 36
+PROCESS_STARTUPS = 270
 
 # (name, wrapper, compiled, options); options["ops"] picks the model's ops (default "pallas")
 CONFIGS = [
@@ -153,11 +158,15 @@ def _run_config(rank: int, world: int, kind: str, compiled: bool, opts: dict, re
     }
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
+def _worker(rank: int, world: int, port: int, out: str, gloo_timeout_s: float) -> None:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=GLOO_TIMEOUT
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=gloo_timeout_s),
     )
     try:
         torch.manual_seed(1)
@@ -195,7 +204,13 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("data_parallel") / "results.json"
-    spawn_ranks(_worker, 2, str(out), timeout_s=PROCESS_TIMEOUT_S)
+    spawn_ranks(
+        _worker,
+        2,
+        str(out),
+        process_time_limit_s(GLOO_STARTUPS),
+        timeout_s=process_time_limit_s(PROCESS_STARTUPS, floor_s=900, cap_s=3600),
+    )
     return json.loads(out.read_text())
 
 

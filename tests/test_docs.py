@@ -93,13 +93,14 @@ def test_readme_example_is_right_when_rows_are_not_a_multiple_of_the_block():
     import torch
 
     from tpu_kernels.check import check_call, chip
+    from tpu_kernels.errors import InvalidArgumentError
 
     axpy = _readme_axpy("readme_rows")
     for shape in [(12, 128), (4, 128), (13, 100), (1, 1)]:
         x, y = torch.randn(shape), torch.randn(shape)
         torch.testing.assert_close(axpy(x, y, alpha=2.0), x + 2 * y)
     with pytest.raises(
-        Exception, match="x and y must be 2-D and of one shape, got \\(12, 128\\) and \\(12, 64\\)"
+        InvalidArgumentError, match="x and y must be 2-D and of one shape, got \\(12, 128\\) and \\(12, 64\\)"
     ):
         axpy(torch.randn(12, 128), torch.randn(12, 64))
     spec = jax.ShapeDtypeStruct((12, 128), "float32")

@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tests.helpers import rand
 from tpu_kernels import tpu_kernel
 from tpu_kernels.eager import plain_eager
+from tpu_kernels.errors import InvalidArgumentTypeError
 
 
 @tpu_kernel("test_eager::axpy")
@@ -153,9 +154,9 @@ def test_a_missing_tensor_names_the_argument_on_both_paths():
     for shortcut, dispatcher, message in cases:
         got, expected = _raised(shortcut), _raised(dispatcher)
         assert got == expected, (got, expected)
-        assert got[0] is TypeError and message in got[1], got
+        assert got[0] is InvalidArgumentTypeError and message in got[1], got
     # with autograd on, the same error
-    assert _raised(lambda: axpy(None, rand(8, 16, requires_grad=True), 2.0))[0] is TypeError
+    assert _raised(lambda: axpy(None, rand(8, 16, requires_grad=True), 2.0))[0] is InvalidArgumentTypeError
 
 
 @pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions")

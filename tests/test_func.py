@@ -5,7 +5,6 @@ torch's per-sample vmap fallback is switched off for every test here, so an op
 without a batching rule fails instead of silently looping.
 """
 
-import itertools
 import warnings
 
 import jax
@@ -15,16 +14,12 @@ import pytest
 import torch
 from torch import Tensor
 
+from tests.helpers import uname
 from tpu_kernels import KernelError, NoBackwardError, OpDefinitionError, tpu_kernel
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
-_ids = itertools.count()
 D = torch.float64
 B = 3  # batch size under vmap
-
-
-def uname(base: str = "op") -> str:
-    return f"test_func::{base}_{next(_ids)}"
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,14 @@ import jax
 import pytest
 import torch
 
+from tests.helpers import process_time_limit_s, spawn_startup_s
 from tpu_kernels import OpDefinitionError, rowwise, sharding, tpu_kernel
 
-TIMEOUT_S = 240  # a hang (a rank waiting on a collective the other never joins) fails here
+# A hang (a rank waiting on a collective the other never joins) fails at this limit, in process
+# start-ups (tests/helpers.process_time_limit_s): each 2-process run below took 7-8 start-ups
+# (205 s and 182 s against a 27 s start-up at load 6; about 25 s on a quiet machine), so 3x that.
+# The fixed limits this replaces (240 s, 420 s) were hit at load 10 (issue 25).
+STARTUPS = 24
 
 
 def _free_port() -> int:
@@ -29,10 +34,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_on_2_processes(fn, timeout_s: float = TIMEOUT_S) -> None:
-    """Run fn(rank, port) on 2 spawned processes; re-raise a worker's error; fail on a hang.
-    fn must be importable by name (a module-level function): spawn pickles it."""
+def run_on_2_processes(fn, timeout_s: float | None = None) -> None:
+    """Run fn(rank, port) on 2 spawned processes; re-raise a worker's error; fail on a hang
+    (after `timeout_s`, default STARTUPS process start-ups). fn must be importable by name (a
+    module-level function): spawn pickles it."""
     import torch.multiprocessing as mp
+
+    if timeout_s is None:
+        timeout_s = process_time_limit_s(STARTUPS)
 
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # inherited: no torch_tpu probing in workers
     ctx = mp.spawn(_ranked, args=(_free_port(), fn), nprocs=2, join=False)
@@ -40,7 +49,10 @@ def run_on_2_processes(fn, timeout_s: float = TIMEOUT_S) -> None:
     try:
         while not ctx.join(timeout=1):
             if time.monotonic() > deadline:
-                pytest.fail(f"2-process test did not finish in {timeout_s} s")
+                pytest.fail(
+                    f"2-process test did not finish in {timeout_s:.0f} s "
+                    f"({STARTUPS} start-ups of {spawn_startup_s():.1f} s, measured this session)"
+                )
     finally:
         for p in ctx.processes:
             if p.is_alive():
@@ -379,7 +391,7 @@ def _worker_derived(rank: int, port: int) -> None:
 @pytest.mark.slow
 def test_derived_rules_on_2_processes():
     # each rank derives and simulates the derived rules at their examples on first use
-    run_on_2_processes(_worker_derived, timeout_s=420)
+    run_on_2_processes(_worker_derived)
 
 
 # ---- here: the pure pieces ------------------------------------------------------------------

@@ -61,7 +61,11 @@ def test_calls_from_four_threads_in_the_tpu_interpreter_are_each_threads_own(mod
 def test_a_call_uses_one_mode_while_another_thread_flips_the_process_wide_mode():
     """4 threads follow the process-wide mode while a fifth flips it every 3 ms; both
     interpreters give bit-identical results for these kernels, so every call must
-    match (before: 58 wrong results and 1,564 exceptions in 71,920 calls)."""
+    match (before: 58 wrong results and 1,564 exceptions in 71,920 calls).
+
+    Each thread makes a fixed number of calls and waits for a flip before each next one, so
+    every thread's calls straddle mode changes however slow the machine is (a count of calls
+    in a fixed time, asserted before, measured the machine's load: 18 calls at load 10)."""
     xs = [torch.randn(ROWS, COLS) for _ in range(4)]
     w = torch.randn(COLS)
     expected = {}
@@ -70,6 +74,7 @@ def test_a_call_uses_one_mode_while_another_thread_flips_the_process_wide_mode()
             expected[mode] = [(softmax(x), rmsnorm(x, w)) for x in xs]
     for a, b in zip(expected["fast"], expected["tpu"]):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # the premise of this test
+    calls = 15
     stop = threading.Event()
     wrong: list[int] = []
     errors: list[BaseException] = []
@@ -83,32 +88,36 @@ def test_a_call_uses_one_mode_while_another_thread_flips_the_process_wide_mode()
             time.sleep(0.003)
 
     def work(i: int) -> None:
-        while not stop.is_set():
+        for _ in range(calls):
+            seen = flips[0]
             try:
                 y, r = softmax(xs[i]), rmsnorm(xs[i], w)
             except BaseException as e:  # noqa: BLE001
                 errors.append(e)
-                continue
-            counts[i] += 1
-            if not (torch.equal(y, expected["fast"][i][0]) and torch.equal(r, expected["fast"][i][1])):
-                wrong.append(i)
+            else:
+                counts[i] += 1
+                if not (torch.equal(y, expected["fast"][i][0]) and torch.equal(r, expected["fast"][i][1])):
+                    wrong.append(i)
+            while flips[0] == seen and not stop.is_set():  # the mode changes before the next call
+                time.sleep(0.001)
 
-    threads = [threading.Thread(target=flip, daemon=True)]
-    threads += [threading.Thread(target=work, args=(i,), daemon=True) for i in range(4)]
+    flipper = threading.Thread(target=flip, daemon=True)
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(4)]
     try:
-        for t in threads:
+        flipper.start()
+        for t in workers:
             t.start()
-        time.sleep(2.0)
+        for t in workers:
+            t.join(120)
     finally:
         stop.set()
-        for t in threads:
-            t.join(60)
+        flipper.join(60)
         tpu_kernels.set_interpret_mode("fast")
-    assert not any(t.is_alive() for t in threads), "a thread hung (deadlock?)"
-    assert flips[0] > 100
+    assert not any(t.is_alive() for t in [flipper, *workers]), "a thread hung (deadlock?)"
+    assert flips[0] >= calls  # each thread waited for a flip after each call
     assert not errors, f"{len(errors)} calls raised, first: {errors[0]!r}"
     assert not wrong, f"{len(wrong)} of {sum(counts)} calls got a wrong result"
-    assert sum(counts) > 50
+    assert counts == [calls] * 4
 
 
 @tpu_kernels.tpu_kernel("test_threads::maybe_fails")

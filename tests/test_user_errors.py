@@ -4,14 +4,24 @@ for the CLI; a clear exception from the Python API. docs/troubleshooting.md list
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
+from tests.helpers import uname
 from tpu_kernels import tpu_kernel
 from tpu_kernels.bench.results import SCHEMA
 from tpu_kernels.cli import main
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    KernelError,
+    OpDefinitionError,
+    TpuKernelsError,
+    UnsupportedError,
+    wrapping,
+)
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:
@@ -74,7 +84,10 @@ def test_bench_without_a_suite(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
     err = _one_line_error(capsys, ["bench", "--suites", "empty"])
-    assert err == "tpu-kernels bench: no suites in empty (a suite is a .py file defining benchmarks(quick, device_type)); pass a suite file or directory, or --suites DIR."
+    assert (
+        err
+        == "tpu-kernels bench: no suites in empty (a suite is a .py file defining benchmarks(quick, device_type)); pass a suite file or directory, or --suites DIR."
+    )
     err = _one_line_error(capsys, ["bench", "nosuch"])
     assert "no suite 'nosuch' (known suites: " in err and "softmax" in err
     err = _one_line_error(capsys, ["bench", "empty"])
@@ -179,3 +192,105 @@ def test_bad_options_are_refused_before_any_work(tmp_path, capsys):
         err
         == f"tpu-kernels bench: --out {afile}: is a file, not a folder; give a folder (it is created if missing)"
     )
+
+
+# ---- errors of a call, by kind (tpu_kernels.errors; docs/troubleshooting.md "Error classes") ----
+
+
+def _raised(call) -> BaseException:
+    with pytest.raises(TpuKernelsError) as info:
+        call()
+    return info.value
+
+
+def _call_errors() -> list[tuple[str, object, type, str]]:
+    from tpu_kernels.kernels import matmul, rmsnorm, softmax
+
+    @tpu_kernel(uname("strict"), noncontiguous="error")
+    def strict(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    x = torch.randn(8, 128)
+    return [
+        (
+            "an integer tensor",
+            lambda: softmax(x.int()),
+            InvalidArgumentTypeError,
+            "softmax: argument 'x' has dtype int32",
+        ),
+        (
+            "a dtype JAX lacks",
+            lambda: softmax(x.to(torch.complex64)),
+            InvalidArgumentTypeError,
+            "which tpu_kernels cannot pass",
+        ),
+        (
+            "None for a tensor",
+            lambda: strict(None),
+            InvalidArgumentTypeError,
+            "argument 'x' must be a Tensor",
+        ),
+        (
+            "a wrong shape",
+            lambda: rmsnorm(x, torch.randn(64)),
+            InvalidArgumentError,
+            "rmsnorm: weight must have shape",
+        ),
+        (
+            "mismatched dims",
+            lambda: matmul(torch.randn(8, 128), torch.randn(64, 128)),
+            InvalidArgumentError,
+            r"matmul: expected a \[M, K\]",
+        ),
+        ("a strided input", lambda: strict(x.t()), InvalidArgumentError, "argument 'x' is not contiguous"),
+        (
+            "a device without a kernel",
+            lambda: strict(x.to_sparse()),
+            UnsupportedError,
+            r"no kernel for tensors on cpu \(torch.sparse_coo\)",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case", range(7), ids=lambda i: ["int", "complex", "none", "shape", "dims", "strided", "sparse"][i]
+)
+def test_a_bad_call_raises_its_kind_and_stays_a_tpu_kernels_error(case):
+    what, call, kind, message = _call_errors()[case]
+    e = _raised(call)
+    assert type(e) is kind, (what, type(e).__mro__)
+    assert isinstance(e, KernelError)  # what these calls raised before they were sorted by kind
+    assert isinstance(
+        e,
+        {
+            InvalidArgumentError: ValueError,
+            InvalidArgumentTypeError: TypeError,
+            UnsupportedError: NotImplementedError,
+        }[kind],
+    )
+    assert re.search(message, str(e)), (what, str(e))
+
+
+def test_a_kernels_own_check_keeps_its_kind_and_other_failures_stay_kernel_errors():
+    assert wrapping(ValueError()) is InvalidArgumentError
+    assert wrapping(TypeError()) is InvalidArgumentTypeError
+    assert wrapping(NotImplementedError()) is UnsupportedError  # a RuntimeError, sorted first
+    assert wrapping(RuntimeError()) is KernelError
+    assert wrapping(ZeroDivisionError()) is KernelError
+
+
+def test_errors_of_a_bucketed_op_name_the_shapes_the_caller_passed():
+    from tpu_kernels.kernels import rmsnorm, softmax
+
+    e = _raised(lambda: softmax(torch.ones(4, 8, dtype=torch.int32)))  # padded to 128 rows
+    assert "failed for x=int32[4, 8], block_rows=256" in str(e) and "128" not in str(e), str(e)
+    assert not getattr(e, "__notes__", None)  # nothing else names the padded shape
+    e = _raised(lambda: rmsnorm(torch.randn(4, 8), torch.randn(7)))
+    assert type(e) is InvalidArgumentError
+    assert "failed for x=float32[4, 8], weight=float32[7]" in str(e), str(e)
+    # the kernel's own words name the shape it saw; the note says why
+    assert "for x of shape (128, 8)" in str(e)
+    assert e.__notes__ == [
+        "tpu_kernels::rmsnorm pads its bucketed dims (4 -> 128) before the kernel runs ('x' (4, 8) "
+        "-> (128, 8)): the shapes the kernel's own words name are the padded ones."
+    ]

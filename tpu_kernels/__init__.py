@@ -28,11 +28,14 @@ _EXPORTS = {
     "CheckFailure": "tpu_kernels.checking",
     "checked": "tpu_kernels.checking",
     "BackendUnavailableError": "tpu_kernels.errors",
+    "InvalidArgumentError": "tpu_kernels.errors",
+    "InvalidArgumentTypeError": "tpu_kernels.errors",
     "KernelError": "tpu_kernels.errors",
     "NoBackwardError": "tpu_kernels.errors",
     "OpDefinitionError": "tpu_kernels.errors",
     "ShardingRuleError": "tpu_kernels.errors",
     "TpuKernelsError": "tpu_kernels.errors",
+    "UnsupportedError": "tpu_kernels.errors",
     "interpret_mode": "tpu_kernels.interpret",
     "set_interpret_mode": "tpu_kernels.interpret",
     "KernelOp": "tpu_kernels.op",
@@ -45,10 +48,12 @@ _EXPORTS = {
     "set_helion_cpu_mode": "tpu_kernels.sources.helion",
 }
 
-__all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
+__all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
     "BackendUnavailableError",
     "CacheInfo",
     "CheckFailure",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "KernelError",
     "KernelOp",
     "NoBackwardError",
@@ -56,6 +61,7 @@ __all__ = [  # the same names as _EXPORTS (tests/test_startup.py checks)
     "Reference",
     "ShardingRuleError",
     "TpuKernelsError",
+    "UnsupportedError",
     "bucket_rows",
     "bucket_size",
     "buckets_of",
@@ -92,10 +98,14 @@ if TYPE_CHECKING:
     from tpu_kernels.checking import CheckFailure, checked
     from tpu_kernels.errors import (
         BackendUnavailableError,
+        InvalidArgumentError,
+        InvalidArgumentTypeError,
         KernelError,
         NoBackwardError,
         OpDefinitionError,
+        ShardingRuleError,
         TpuKernelsError,
+        UnsupportedError,
     )
     from tpu_kernels.interpret import interpret_mode, set_interpret_mode
     from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel

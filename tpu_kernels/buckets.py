@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, TpuKernelsError
 from tpu_kernels.signature import Kind, Signature
 
 
@@ -405,8 +405,34 @@ class PaddedKernel:
         if padded is None:
             return self.kernel(*args, **kwargs)
         new_values, n, size = padded
-        result = self.kernel(*new_values[: self._n_pos], **dict(zip(self._kw, new_values[self._n_pos :])))
+        try:
+            result = self.kernel(*new_values[: self._n_pos], **dict(zip(self._kw, new_values[self._n_pos :])))
+        except TpuKernelsError as e:
+            self._name_callers_shapes(e, values, new_values, n, size)
+            raise
         return self.unpad(result, values, n, size)
+
+    def _name_callers_shapes(
+        self, e: BaseException, values: list[Any], new: list[Any], n: int, size: int
+    ) -> None:
+        """The kernel's error describes the padded arguments ("x=int32[128, 8]"): name the
+        caller's shapes instead, and add a note saying what was padded (the kernel's own words,
+        quoted after the summary, still see the padded shapes)."""
+        text = str(e)
+        padded, still_named = [], False
+        for p, old, t in zip(self.sig.params, values, new):
+            if t is old or not isinstance(t, torch.Tensor):
+                continue
+            dtype = str(t.dtype).removeprefix("torch.")
+            text = text.replace(f"{p.name}={dtype}{list(t.shape)}", f"{p.name}={dtype}{list(old.shape)}")
+            padded.append(f"'{p.name}' {tuple(old.shape)} -> {tuple(t.shape)}")
+            still_named |= str(tuple(t.shape)) in text or str(list(t.shape)) in text
+        e.args = (text, *e.args[1:])
+        if still_named:
+            e.add_note(
+                f"{self.plan.op} pads its bucketed dims ({n} -> {size}) before the kernel runs "
+                f"({', '.join(padded)}): the shapes the kernel's own words name are the padded ones."
+            )
 
     def needs_padding(self, values: Any) -> bool:
         """Whether a call with these values (one per parameter) is padded, or has its
@@ -446,7 +472,7 @@ class PaddedKernel:
             size = plan_.spec.size(n, itemsize)
         except BucketOverflowError as e:
             names = sorted({name for i, name, _ in plan_.inputs if any(j == i for j, *_ in found)})
-            raise ValueError(f"{plan_.op}: arguments {names}: {e}.") from None
+            raise InvalidArgumentError(f"{plan_.op}: arguments {names}: {e}.") from None
         return found, n, size
 
     def pad(self, values: list[Any]) -> tuple[list[Any], int, int] | None:
@@ -454,7 +480,7 @@ class PaddedKernel:
         or None when the call is not padded."""
         plan_ = self.plan
         if plan_.length is not None and values[plan_.length] is not None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{plan_.op}: argument '{plan_.length_name}' is filled in by the op with the true "
                 "length of its padded dims; call it without that argument."
             )

@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from tpu_kernels.errors import InvalidArgumentTypeError
+
 TORCH_TO_JAX: dict[torch.dtype, np.dtype] = {
     torch.float64: np.dtype(jnp.float64),
     torch.float32: np.dtype(jnp.float32),
@@ -64,7 +66,7 @@ def to_jax(op: str, arg: str, dtype: torch.dtype) -> np.dtype:
     try:
         return TORCH_TO_JAX[dtype]
     except KeyError:
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             f"{op}: argument '{arg}' has dtype {dtype}, which tpu_kernels cannot pass "
             f"to JAX. Supported: {SUPPORTED}."
         ) from None

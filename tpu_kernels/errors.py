@@ -1,7 +1,15 @@
 """The exceptions tpu_kernels raises. Every message names the op it concerns.
 
-`docs/troubleshooting.md` lists each message, what it means and what to do.
+Errors of a call are sorted by kind, as JAX and Tokamax sort them: a bad argument is a
+`ValueError` (`InvalidArgumentError`) or a `TypeError` (`InvalidArgumentTypeError`), a valid
+call the op cannot run here a `NotImplementedError` (`UnsupportedError`, which lets a caller
+fall back to another implementation). All three are `KernelError`s too (calls that failed
+while tracing were `KernelError` before they were sorted), and every class here is a
+`TpuKernelsError`. `docs/troubleshooting.md` lists each message, what it means and what to do,
+and the classes' table ("Error classes").
 """
+
+from __future__ import annotations
 
 
 class TpuKernelsError(Exception):
@@ -16,6 +24,20 @@ class KernelError(TpuKernelsError, RuntimeError):
     """The kernel failed while tracing, compiling or running; the cause is chained."""
 
 
+class InvalidArgumentError(KernelError, ValueError):
+    """A call's argument has a shape, device, layout or value the op does not accept; the
+    message names the op, the argument and what was expected."""
+
+
+class InvalidArgumentTypeError(KernelError, TypeError):
+    """A call's argument has a dtype or a type the op does not accept."""
+
+
+class UnsupportedError(KernelError, NotImplementedError):
+    """A valid call the op, its backend or the device cannot run (yet): tensors on a device it
+    has no kernel for, a dtype a backend rejects, ..."""
+
+
 class BackendUnavailableError(TpuKernelsError, RuntimeError):
     """The device's backend (torch_tpu, JAX's CUDA plugin, ...) is not installed."""
 
@@ -27,3 +49,16 @@ class NoBackwardError(TpuKernelsError, RuntimeError):
 class ShardingRuleError(TpuKernelsError, ValueError):
     """A sharding rule disagrees with its kernel (the local simulation found a wrong strategy),
     gives DTensor no usable strategy, or cannot be derived (`sharding="derived"`)."""
+
+
+def wrapping(cause: BaseException) -> type[KernelError]:
+    """The class of the KernelError that reports `cause`, raised by a kernel while it was traced,
+    compiled or run: the cause's kind kept (a kernel's own shape check raises ValueError, its
+    dtype check TypeError, a backend's refusal NotImplementedError), else KernelError."""
+    if isinstance(cause, NotImplementedError):  # before ValueError: it is a RuntimeError
+        return UnsupportedError
+    if isinstance(cause, ValueError):
+        return InvalidArgumentError
+    if isinstance(cause, TypeError):
+        return InvalidArgumentTypeError
+    return KernelError

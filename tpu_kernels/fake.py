@@ -20,7 +20,7 @@ import torch
 from tpu_kernels import _compat, dtypes, symbolic
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache
-from tpu_kernels.errors import KernelError
+from tpu_kernels.errors import InvalidArgumentError, KernelError, wrapping
 from tpu_kernels.signature import Kind, Signature
 
 ShapeFn = Callable[[list[Any], dict[str, Any]], Any]
@@ -96,7 +96,7 @@ class DerivedFake:
             try:
                 return list(self.source_fake(self.sig, list(values)))
             except Exception as e:
-                raise KernelError(
+                raise wrapping(e)(
                     f"{self.op}: deriving output shapes failed for {describe(tensors)}, statics "
                     f"{statics}: {type(e).__name__}: {e}"
                 ) from e
@@ -150,7 +150,8 @@ class DerivedFake:
                 if symbolic
                 else ""
             )
-            raise KernelError(
+            # with symbolic sizes the failure is the tracing's (a TypeError of JAX's), not the input's
+            raise (KernelError if symbolic else wrapping(e))(
                 f"{self.op}: deriving output shapes with jax.eval_shape failed for "
                 f"{describe(tensors)}, statics {statics}: {type(e).__name__}: {str(e).rstrip('.')}.{hint}"
             ) from e
@@ -183,12 +184,12 @@ def _first_device(op: str, sig: Signature, tensors: list[Any]) -> torch.device:
             if device is None:
                 device, first = t.device, p.name
             elif t.device != device:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{op}: argument '{p.name}' is on {t.device} but '{first}' is on {device}; "
                     "move all tensor arguments to one device."
                 )
     if device is None:
-        raise KernelError(f"{op}: called without any tensor argument, so its device is unknown.")
+        raise InvalidArgumentError(f"{op}: called without any tensor argument, so its device is unknown.")
     return device
 
 

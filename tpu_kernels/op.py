@@ -34,7 +34,7 @@ from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
-from tpu_kernels.errors import KernelError, OpDefinitionError
+from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
 from tpu_kernels.options import OpOptions
 from tpu_kernels.signature import Kind, Signature, parse
 
@@ -311,8 +311,10 @@ class KernelOp:
             }
         )
         if not devices:  # only optional tensors, all None: as the fake function says it
-            raise KernelError(f"{self.name}: called without any tensor argument, so its device is unknown.")
-        raise NotImplementedError(
+            raise InvalidArgumentError(
+                f"{self.name}: called without any tensor argument, so its device is unknown."
+            )
+        raise UnsupportedError(
             f"{self.name}: no kernel for tensors on {', '.join(devices)}; "
             f"this op has kernels for {', '.join(sorted(self._kernels))}."
         )

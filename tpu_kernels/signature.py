@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.errors import InvalidArgumentTypeError, OpDefinitionError
 
 
 class Kind(enum.Enum):
@@ -202,7 +202,9 @@ class Signature:
         # Computed here, not lazily: an attribute first set while torch.compile traces a call
         # is a guard (`'_statics_by_position' in __dict__`) that fails at the next call.
         object.__setattr__(
-            self, "_statics_by_position", tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only)
+            self,
+            "_statics_by_position",
+            tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only),
         )
         object.__setattr__(self, "_statics_by_name", {p.name: p for p in self.params if not p.is_tensor})
 
@@ -275,7 +277,9 @@ class Signature:
         """Bind a user's call (any mix of positional and keyword) -> one value per param."""
         n_pos = sum(not p.keyword_only for p in self.params)
         if len(args) > n_pos:
-            raise TypeError(f"{self.op}() takes {n_pos} positional arguments but {len(args)} were given")
+            raise InvalidArgumentTypeError(
+                f"{self.op}() takes {n_pos} positional arguments but {len(args)} were given"
+            )
         values = list(args)
         for p in self.params[len(args) :]:
             if p.name in kwargs:
@@ -283,10 +287,10 @@ class Signature:
             elif p.default is not inspect.Parameter.empty:
                 values.append(p.default)
             else:
-                raise TypeError(f"{self.op}() missing required argument '{p.name}'")
+                raise InvalidArgumentTypeError(f"{self.op}() missing required argument '{p.name}'")
         extra = set(kwargs) - {p.name for p in self.params}
         if extra:
-            raise TypeError(f"{self.op}() got unexpected keyword arguments {sorted(extra)}")
+            raise InvalidArgumentTypeError(f"{self.op}() got unexpected keyword arguments {sorted(extra)}")
         return values
 
     def split(self, values: list[Any]) -> tuple[list[Any], tuple]:
@@ -301,20 +305,25 @@ class Signature:
         return tensors, tuple(statics)
 
     def check_tensors(self, values: Any) -> None:
-        """Raise a TypeError naming the first required tensor argument that is None.
+        """Raise an InvalidArgumentTypeError (a TypeError) naming the first required tensor
+        argument that is None.
 
         torch's dispatcher lets None through for a `Tensor` parameter: to the kernel
         when another argument is a tensor, else as "There were no tensor arguments
         to this function", which names neither the op's argument nor the fix."""
         for p, v in zip(self.params, values):
             if p.kind is Kind.TENSOR and not isinstance(v, torch.Tensor):
-                raise TypeError(f"{self.op}: argument '{p.name}' must be a Tensor, got {type(v).__name__}.")
+                raise InvalidArgumentTypeError(
+                    f"{self.op}: argument '{p.name}' must be a Tensor, got {type(v).__name__}."
+                )
             if p.kind is Kind.TENSOR_LIST and not all(isinstance(t, torch.Tensor) for t in v or ()):
-                raise TypeError(f"{self.op}: argument '{p.name}' must be a list of Tensors, got {v!r}.")
+                raise InvalidArgumentTypeError(
+                    f"{self.op}: argument '{p.name}' must be a list of Tensors, got {v!r}."
+                )
 
     def check_statics(self, args: tuple, kwargs: dict) -> None:
         """A user's call (as `KernelOp.__call__` gets it), checked: a TypeError naming the op,
-        the parameter and what it takes when a static gets a tensor. torch's dispatcher
+        the parameter and what it takes when a static gets a tensor (InvalidArgumentTypeError). torch's dispatcher
         would turn a one-element tensor into a number in eager and refuse it under
         torch.compile; a static is a compile-time constant, so it is an error on every path."""
         statics = self._statics_by_position
@@ -327,14 +336,13 @@ class Signature:
             if p is not None and _has_tensor(v):
                 raise self._static_error(p, v)
 
-
-    def _static_error(self, p: Param, value: Any) -> TypeError:
+    def _static_error(self, p: Param, value: Any) -> InvalidArgumentTypeError:
         got = (
             f"a {value.dim()}-d Tensor"
             if isinstance(value, torch.Tensor)
             else f"a {type(value).__name__} of Tensors"
         )
-        return TypeError(
+        return InvalidArgumentTypeError(
             f"{self.op}: argument '{p.name}' is a static ({p.schema_type}: a compile-time constant "
             f"of the kernel) and takes {_expected(p.schema_type)}, but got {got}. Pass a Python "
             "value (e.g. t.item(), which reads the tensor once), or declare the parameter a "

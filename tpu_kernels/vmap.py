@@ -88,7 +88,7 @@ def derived_rule(kop: KernelOp, in_dims: tuple, args: tuple, kwargs: dict) -> tu
     try:
         out = twin.overload(flags, *moved[:n_pos], **kw)
     except KernelError as e:
-        raise KernelError(
+        raise type(e)(  # its kind kept (a bad argument stays a ValueError, ...)
             f"{kop.name}: torch.vmap batches the op with jax.vmap of its kernel body, which "
             f"failed ({e}). Declare a batching rule with @{kop.fn_name}.def_vmap."
         ) from e

@@ -163,7 +163,7 @@ def test_compare_never_cuts_points_apart_and_writes_markdown(tmp_path, capsys):
     """In a narrow terminal the point column folds: float32 and bfloat16 rows stay distinct."""
     from rich.console import Console
 
-    from tpu_kernels.commands.bench import _print_compare
+    from tpu_kernels.commands.compare import print_comparison
 
     base = bench.run([_softmax_benchmark()], CPU, FAST)
     data = base.to_dict()
@@ -173,7 +173,7 @@ def test_compare_never_cuts_points_apart_and_writes_markdown(tmp_path, capsys):
     report = Report.from_dict(data)
     console = Console(width=60, record=True)
     md = tmp_path / "cmp.md"
-    assert _print_compare(console, report, report, 0.1, markdown=md) == 0
+    assert print_comparison(console, report, report, 0.1, markdown=md) == 0
     text = console.export_text().replace("\n", "").replace("│", "").replace(" ", "")
     assert "bfloat16" in text and "float32" in text and "…" not in text
     table = md.read_text()
@@ -428,7 +428,9 @@ def test_each_sample_starts_after_an_untimed_lead_in_of_its_own_candidate():
 
     settings = bench.Settings(rounds=4, min_sample_s=0.0, warmup_s=0.0, warmup_calls=2, lead_in_s=1.0)
     sets = [(1,), (2,)]
-    timings = timing.measure(CPU, {"a": (candidate("a"), sets), "b": (candidate("b"), sets)}, settings, now=now)
+    timings = timing.measure(
+        CPU, {"a": (candidate("a"), sets), "b": (candidate("b"), sets)}, settings, now=now
+    )
     assert [len(t.samples) for t in timings.values()] == [4, 4]
     warm_up = "||a||a|" + "||b||b|"  # a deadline, then two timed single calls; "|": a clock read
     rounds = "a|a|b|b|" + "b|b|a|a|" + "a|a|b|b|" + "b|b|a|a|"  # lead-in, then "|timed|"

@@ -145,7 +145,7 @@ def test_the_default_interpreter_reads_another_block_silently():
 
 def test_the_tpu_interpreters_own_error_is_explained_in_one_line():
     call = ((np.array([0, 3, 8], np.int32), jax.numpy.asarray(TABLE.numpy().copy())), {})
-    with pytest.raises(Exception) as info:
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
         bounds.run_call(demo.gather, call, bounds.BOUNDS_PARAMS)
     text = str(info.value)
     assert text.startswith("INTERNAL: CpuCallback error") and len(text) > 1000  # the message seen

@@ -27,7 +27,7 @@ torchtitan = pytest.importorskip("torchtitan")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from tests.helpers import spawn_ranks  # noqa: E402
+from tests.helpers import process_time_limit_s, spawn_ranks  # noqa: E402
 
 B, L, VOCAB, STEPS, LR = 2, 32, 2048, 5, 1e-3
 # the debug model's first 2 of 6 layers: every layer is converted and parallelized alike,
@@ -37,10 +37,12 @@ LAYERS = 2
 # statistics, Tokamax's attention and GLU): measured 8e-8 (one process) and 2e-7 (TP+SP),
 # relative, after 5 AdamW steps.
 LOSS_RTOL = 1e-5
-# the whole spawn: imports, 2 configurations x (stock, converted) x 5 steps; a hung
-# collective fails sooner, at the gloo timeout
-PROCESS_TIMEOUT_S = 180
-GLOO_TIMEOUT = timedelta(seconds=40)
+# Time limits in process start-ups (tests/helpers.process_time_limit_s), so a loaded machine
+# gets longer: the whole spawn (imports, 2 configurations x (stock, converted) x 5 steps) took
+# about 4 start-ups here, so 12; a hung collective fails sooner, at the gloo timeout (about
+# one and a half start-ups, at least 40 s).
+PROCESS_STARTUPS = 12
+GLOO_STARTUPS = 1.5
 DIST_CONFIGS = ("fsdp2", "tp+sp")
 
 
@@ -265,11 +267,15 @@ def _parallel(name: str, world: int):
     return par, ParallelDims.from_config(par, world), None, None
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
+def _worker(rank: int, world: int, port: int, out: str, gloo_timeout_s: float) -> None:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=GLOO_TIMEOUT
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=gloo_timeout_s),
     )
     cpu_setup()
     results = {}
@@ -307,7 +313,13 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 @pytest.fixture(scope="module")
 def distributed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("torchtitan") / "results.json"
-    spawn_ranks(_worker, 2, str(out), timeout_s=PROCESS_TIMEOUT_S)
+    spawn_ranks(
+        _worker,
+        2,
+        str(out),
+        process_time_limit_s(GLOO_STARTUPS, floor_s=40),
+        timeout_s=process_time_limit_s(PROCESS_STARTUPS, floor_s=180),
+    )
     return json.loads(out.read_text())
 
 

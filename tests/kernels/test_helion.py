@@ -11,6 +11,7 @@ import torch
 from tests.helpers import assert_close, compile_counted, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tpu_kernels import tpu_kernel
+from tpu_kernels.errors import UnsupportedError
 from tpu_kernels.kernels import rmsnorm as rmsnorm_pallas
 from tpu_kernels.kernels import softmax as softmax_pallas
 from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
@@ -171,7 +172,7 @@ def test_float64_runs_in_eager_mode_and_is_rejected_clearly_in_pallas_mode():
     x = rand(16, 256, dtype=torch.float64)
     with helion_cpu_mode("eager"):
         assert_close(softmax_helion(x), torch.softmax(x, -1), torch.float32)  # the kernel computes in float32
-    with helion_cpu_mode("pallas"), pytest.raises(Exception, match=r"softmax_helion.*float64"):
+    with helion_cpu_mode("pallas"), pytest.raises(UnsupportedError, match=r"softmax_helion.*float64"):
         softmax_helion(x)
 
 

@@ -9,6 +9,7 @@ import torch
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
 from tpu_kernels import testing
+from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.testing import dot_scale
@@ -71,12 +72,12 @@ def test_lowers_for_tpu_with_aligned_blocks():
     ],
 )
 def test_misaligned_blocks_are_rejected(kwargs, message):
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         matmul(rand(512, 512), rand(512, 512), **kwargs)
 
 
 def test_shape_mismatch_is_reported():
-    with pytest.raises(Exception, match=r"matmul: expected a \[M, K\] and b \[K, N\]"):
+    with pytest.raises(InvalidArgumentError, match=r"matmul: expected a \[M, K\] and b \[K, N\]"):
         matmul(rand(8, 128), rand(64, 128))
 
 

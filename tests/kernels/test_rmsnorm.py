@@ -7,6 +7,7 @@ import torch
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
 from tpu_kernels import testing
+from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import rmsnorm
 from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
 
@@ -65,7 +66,7 @@ def test_lowers_for_tpu():
 
 
 def test_weight_shape_is_checked():
-    with pytest.raises(Exception, match=r"rmsnorm: weight must have shape"):
+    with pytest.raises(InvalidArgumentError, match=r"rmsnorm: weight must have shape"):
         rmsnorm(rand(4, 128), rand(64))
 
 

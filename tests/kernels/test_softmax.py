@@ -8,6 +8,7 @@ from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
 from tpu_kernels import testing
 from tpu_kernels.check.vmem import kernel_footprints
+from tpu_kernels.errors import InvalidArgumentTypeError
 from tpu_kernels.kernels import softmax
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
 
@@ -61,7 +62,7 @@ def test_lowers_for_tpu():
 
 
 def test_rejects_integer_input():
-    with pytest.raises(Exception, match="softmax: argument .x. has dtype int32"):
+    with pytest.raises(InvalidArgumentTypeError, match="softmax: argument .x. has dtype int32"):
         softmax(torch.ones(4, 8, dtype=torch.int32))
 
 

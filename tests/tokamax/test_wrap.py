@@ -1,25 +1,19 @@
 """The generic path: a Tokamax op we do not wrap, as a torch op with one decorator."""
 
-import itertools
-
 import jax
 import pytest
 import tokamax
 import torch
+from torch.testing._internal.optests import OpCheckError
 
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, fresh_name, rand, uname
 from tests.kernels.checks import opcheck
 from tpu_kernels import tpu_kernel
+from tpu_kernels.errors import InvalidArgumentTypeError
 from tpu_kernels.tokamax import tokamax_op
 from tpu_kernels.tokamax.attention import reference as attention_reference
 from tpu_kernels.tokamax.normalization import reference as norm_reference
 from tpu_kernels.tokamax.wrap import call_op, tensors_first
-
-_ids = itertools.count()
-
-
-def uname(base: str) -> str:
-    return f"test_tokamax_wrap::{base}_{next(_ids)}"
 
 
 def test_an_integer_op_with_statics_and_a_shape_rule_passes_opcheck():
@@ -69,12 +63,12 @@ def test_tokamax_shape_checks_are_skipped_for_symbolic_sizes_only():
     plain = _attention(uname("attention_plain"), lambda n: tpu_kernel(n, backward="vjp"))
     wrapped = _attention(uname("attention"), tokamax_op)
     args = tuple(rand(*s, requires_grad=True) for s in [(2, 8, 4, 16)] * 3 + [(2, 1, 8, 8)])
-    with pytest.raises(Exception, match="typechecking parameter 'bias'"):
+    with pytest.raises(OpCheckError, match="typechecking parameter 'bias'"):
         opcheck(plain, args)
     opcheck(wrapped, args)
     want = attention_reference.dot_product_attention(*(a.double() for a in args), scale=0.25)
     assert_close(wrapped(*args), want, torch.float32, scale=2)
-    with pytest.raises(Exception, match="typechecking"):  # real calls are still checked
+    with pytest.raises(InvalidArgumentTypeError, match="typechecking"):  # real calls are still checked
         wrapped(rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(2, 8, 4, 16), rand(3, 1, 8, 8))
 
 
@@ -159,7 +153,7 @@ def test_public_op_names_the_op_after_its_public_function_and_resolves_the_imple
     def rows(x: torch.Tensor, eps: float, *, implementation: str | None = None) -> torch.Tensor:
         return call_op(op, locals())
 
-    rows.__name__ = f"test_public_rows_{next(_ids)}"
+    rows.__name__ = fresh_name("test_public_rows")
     op = public_op(rows, calls=body, table="layer_norm", backward=None)
     assert op.name == f"tokamax::{rows.__name__}"
     assert op.schema == "(Tensor x, *, float eps, str? implementation=None) -> Tensor"

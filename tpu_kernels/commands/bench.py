@@ -12,11 +12,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from tpu_kernels.commands import compare
 from tpu_kernels.commands._args import folder_problem, regex_problem, subcommand
 
 EXIT_WRONG = 1
 EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report, an unknown device
-EXIT_REGRESSION = 3
+EXIT_REGRESSION = compare.EXIT_REGRESSION  # --compare exits as `tpu-kernels compare` would
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,18 +58,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threshold", type=float, default=0.10, help="regression threshold for --compare (default 0.10)"
     )
     p.set_defaults(run=run)
-
-    c = sub.add_parser("compare", help="compare two benchmark reports; exit 3 on regressions")
-    c.add_argument("baseline", type=Path)
-    c.add_argument("current", type=Path)
-    c.add_argument("--threshold", type=float, default=0.10)
-    c.add_argument(
-        "--markdown",
-        type=Path,
-        metavar="FILE",
-        help="also write the comparison as a Markdown table (for a PR)",
-    )
-    c.set_defaults(run=run_compare)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,52 +143,5 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold red]{len(wrong)} point(s) of the op under test are wrong or failed[/]: {wrong}")
         status = EXIT_WRONG
     if baseline is not None:
-        status = max(status, _print_compare(console, baseline, report, args.threshold))
+        status = max(status, compare.print_comparison(console, baseline, report, args.threshold))
     return status
-
-
-def run_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from tpu_kernels.bench.results import Report, ReportError
-
-    try:
-        baseline, current = Report.read_json(args.baseline), Report.read_json(args.current)
-    except ReportError as e:  # names the file and what to give instead
-        print(f"tpu-kernels compare: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    return _print_compare(Console(), baseline, current, args.threshold, markdown=args.markdown)
-
-
-def _print_compare(console, baseline, current, threshold: float, markdown: Path | None = None) -> int:
-    from rich.table import Table
-
-    from tpu_kernels.bench.compare import compare, markdown_table, regressions
-    from tpu_kernels.bench.console import fmt_time
-
-    changes = compare(baseline, current, threshold)
-    if markdown is not None:
-        markdown.write_text(markdown_table(changes, threshold))
-    table = Table(title=f"compared with baseline (threshold {threshold:.0%})", title_justify="left")
-    for col in ("benchmark", "point", "candidate", "before", "after", "change", "verdict"):
-        # folded, never cut: "shape=...,dtype=float32" and "...bfloat16" must stay distinguishable
-        table.add_column(col, overflow="fold")
-    for c in changes:
-        change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
-        verdict = f"[bold red]REGRESSION[/] {c.reason}" if c.regressed else "ok"
-        table.add_row(
-            c.benchmark,
-            c.point_id,
-            c.candidate,
-            fmt_time(c.old_median),
-            fmt_time(c.new_median),
-            change,
-            verdict,
-        )
-    console.print(table)
-    bad = regressions(changes)
-    if bad:
-        console.print(f"[bold red]{len(bad)} regression(s)[/]")
-        return EXIT_REGRESSION
-    console.print(f"no regressions among {len(changes)} matched measurements")
-    return 0

@@ -27,7 +27,7 @@ import torch
 from tpu_kernels import _compat, dtypes, interpret, precision
 from tpu_kernels.bridge import describe
 from tpu_kernels.cache import CompileCache, build, store
-from tpu_kernels.errors import KernelError
+from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, KernelError, wrapping
 from tpu_kernels.signature import Kind, Signature
 
 _precision = precision.current
@@ -218,13 +218,13 @@ class JaxExecutor:
     def _convert(self, name: str, t: torch.Tensor) -> jax.Array:
         """Checks, and contiguity, for one tensor argument; then the transfer."""
         if not self._on_device(t):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.op}: argument '{name}' is on {t.device}, but this call runs on "
                 f"{self.transfer.device_type}; move all tensor arguments to one device."
             )
         if not t.is_contiguous():
             if self.noncontiguous == "error":
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{self.op}: argument '{name}' is not contiguous (strides {t.stride()}); "
                     "pass x.contiguous(), or define the op with noncontiguous='copy'."
                 )
@@ -243,7 +243,7 @@ class JaxExecutor:
         for (_, _, name), a in zip(self._tensor_params, arrays):
             for leaf in a if isinstance(a, list) else [a]:
                 if leaf is not None and leaf.dtype not in dtypes.JAX_TO_TORCH:
-                    raise TypeError(
+                    raise InvalidArgumentTypeError(
                         f"{self.op}: argument '{name}' has dtype {leaf.dtype}, which tpu_kernels "
                         f"cannot pass to JAX. Supported: {dtypes.SUPPORTED}."
                     )
@@ -274,7 +274,7 @@ class JaxExecutor:
                 raise
             except Exception as e:
                 self.transfer.recover(mode)
-                raise KernelError(
+                raise wrapping(e)(  # the kernel's own input checks keep their kind
                     f"{self.op}: tracing or compiling the kernel failed for "
                     f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
                 ) from e

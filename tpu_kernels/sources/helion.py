@@ -41,7 +41,13 @@ from tpu_kernels.cache import CacheInfo
 from tpu_kernels.devices import cpu as cpu_device
 from tpu_kernels.devices import tpu as tpu_device
 from tpu_kernels.devices.jax_exec import JaxExecutor
-from tpu_kernels.errors import BackendUnavailableError, KernelError, OpDefinitionError
+from tpu_kernels.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    KernelError,
+    OpDefinitionError,
+    wrapping,
+)
 
 CPU_MODES = ("pallas", "eager")
 
@@ -131,7 +137,7 @@ class TorchKernel:
         values = self.sig.values(args, kwargs)
         for p, v in zip(self.sig.params, values):
             if p.is_tensor and isinstance(v, torch.Tensor) and v.device.type != self.device_type:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"{self.op}: argument '{p.name}' is on {v.device}, but this call runs on "
                     f"{self.device_type}; move all tensor arguments to one device."
                 )
@@ -141,7 +147,7 @@ class TorchKernel:
             out = self.kernel(*values)
         except Exception as e:
             _reset_ref_mode()
-            raise KernelError(
+            raise wrapping(e)(  # its dtype check and Helion's refusals keep their kind
                 f"{self.op}: the Helion kernel failed on {self.device_type}: {type(e).__name__}: {e}"
             ) from e
         return _fresh(out, values)
@@ -333,7 +339,7 @@ class HelionSource:
                 # Helion's Pallas backend has no 64-bit types; its JAX path does not check
                 # and (Helion 1.5, JAX 0.12) loops forever inferring a float64 tiling.
                 if str(getattr(a, "dtype", "")) in ("float64", "int64", "uint64"):
-                    raise TypeError(
+                    raise NotImplementedError(  # valid input, unsupported here: UnsupportedError
                         f"{op}: argument '{n}' is {a.dtype}, which Helion's Pallas backend does not "
                         "support; use 32-bit types, or run on CPU in Helion's eager mode "
                         "(tpu_kernels.helion_cpu_mode('eager'))."

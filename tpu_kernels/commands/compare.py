@@ -1,0 +1,88 @@
+"""`tpu-kernels compare`: compare two benchmark reports; exit 3 on regressions.
+
+Points are matched by benchmark, point and candidate. A regression is a median slower than the
+baseline's by more than --threshold whose interquartile range does not overlap the baseline's,
+or a candidate that was right (or ran) in the baseline and is wrong (or fails) now.
+`tpu-kernels bench --compare` prints the same table after a run.
+
+See docs/benchmarking.md ("Compare mode").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tpu_kernels.commands._args import subcommand
+
+EXIT_USAGE = 2  # a missing file, or one that is not a report
+EXIT_REGRESSION = 3
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = subcommand(sub, "compare", __doc__)
+    p.add_argument("baseline", type=Path, help="the earlier report.json")
+    p.add_argument("current", type=Path, help="the report.json to check against it")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.10,
+        help="how much slower a median may get before it is a regression (default 0.10)",
+    )
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="also write the comparison as a Markdown table (for a PR)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tpu_kernels.bench.results import Report, ReportError
+
+    try:
+        baseline, current = Report.read_json(args.baseline), Report.read_json(args.current)
+    except ReportError as e:  # names the file and what to give instead
+        print(f"tpu-kernels compare: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return print_comparison(Console(), baseline, current, args.threshold, markdown=args.markdown)
+
+
+def print_comparison(console, baseline, current, threshold: float, markdown: Path | None = None) -> int:
+    """Print how `current` (a `bench.results.Report`) compares with `baseline`, write it as a
+    Markdown table to `markdown` if given; EXIT_REGRESSION if anything regressed, else 0."""
+    from rich.table import Table
+
+    from tpu_kernels.bench.compare import compare, markdown_table, regressions
+    from tpu_kernels.bench.console import fmt_time
+
+    changes = compare(baseline, current, threshold)
+    if markdown is not None:
+        markdown.write_text(markdown_table(changes, threshold))
+    table = Table(title=f"compared with baseline (threshold {threshold:.0%})", title_justify="left")
+    for col in ("benchmark", "point", "candidate", "before", "after", "change", "verdict"):
+        # folded, never cut: "shape=...,dtype=float32" and "...bfloat16" must stay distinguishable
+        table.add_column(col, overflow="fold")
+    for c in changes:
+        change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
+        verdict = f"[bold red]REGRESSION[/] {c.reason}" if c.regressed else "ok"
+        table.add_row(
+            c.benchmark,
+            c.point_id,
+            c.candidate,
+            fmt_time(c.old_median),
+            fmt_time(c.new_median),
+            change,
+            verdict,
+        )
+    console.print(table)
+    bad = regressions(changes)
+    if bad:
+        console.print(f"[bold red]{len(bad)} regression(s)[/]")
+        return EXIT_REGRESSION
+    console.print(f"no regressions among {len(changes)} matched measurements")
+    return 0
