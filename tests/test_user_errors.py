@@ -282,15 +282,17 @@ def test_a_kernels_own_check_keeps_its_kind_and_other_failures_stay_kernel_error
 def test_errors_of_a_bucketed_op_name_the_shapes_the_caller_passed():
     from tpu_kernels.kernels import rmsnorm, softmax
 
-    e = _raised(lambda: softmax(torch.ones(4, 8, dtype=torch.int32)))  # padded to 128 rows
-    assert "failed for x=int32[4, 8], block_rows=256" in str(e) and "128" not in str(e), str(e)
+    # bucket_rows' powers_of_two(128) pads 4 rows to 8 (the float32 sublane tile), so a
+    # message naming 8 rows would be the padded shape
+    e = _raised(lambda: softmax(torch.ones(4, 8, dtype=torch.int32)))
+    assert "failed for x=int32[4, 8], block_rows=256" in str(e) and "[8, 8]" not in str(e), str(e)
     assert not getattr(e, "__notes__", None)  # nothing else names the padded shape
     e = _raised(lambda: rmsnorm(torch.randn(4, 8), torch.randn(7)))
     assert type(e) is InvalidArgumentError
     assert "failed for x=float32[4, 8], weight=float32[7]" in str(e), str(e)
     # the kernel's own words name the shape it saw; the note says why
-    assert "for x of shape (128, 8)" in str(e)
+    assert "for x of shape (8, 8)" in str(e)
     assert e.__notes__ == [
-        "tpu_kernels::rmsnorm pads its bucketed dims (4 -> 128) before the kernel runs ('x' (4, 8) "
-        "-> (128, 8)): the shapes the kernel's own words name are the padded ones."
+        "tpu_kernels::rmsnorm pads its bucketed dims (4 -> 8) before the kernel runs ('x' (4, 8) "
+        "-> (8, 8)): the shapes the kernel's own words name are the padded ones."
     ]
