@@ -32,6 +32,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from tpu_kernels import pallas_grid
+
 MAX_POINTS = 100_000  # grid points evaluated exactly (vmapped: about 0.2-0.3 s at 316x316 here)
 MAX_MASK = 10_000_000  # blocks of one output tracked one by one when describing a gap
 SAMPLES = 1_000  # random grid points that confirm the per-axis model of a large grid
@@ -60,25 +62,6 @@ class _Operand:
     def block_words(self) -> str:
         dims = ["None" if sq else str(b) for b, sq in zip(self.block, self.squeezed)]
         return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
-def _block_dims(bm: Any) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
-    """Elements per block and squeezed flags, or None for dims this check does not model."""
-    sizes, squeezed = [], []
-    for d in bm.block_shape:
-        name = type(d).__name__
-        if d is None or name == "Squeezed":
-            sizes.append(1)
-            squeezed.append(True)
-        elif name == "Blocked":
-            sizes.append(int(d.block_size))
-            squeezed.append(False)
-        elif isinstance(d, (int, np.integer)):
-            sizes.append(int(d))
-            squeezed.append(False)
-        else:  # Element, BoundedSlice: element offsets or slices, not block indices
-            return None
-    return tuple(sizes), tuple(squeezed)
 
 
 def _dim_words(d: int, rank: int, lo: int, hi: int) -> str:
@@ -332,7 +315,7 @@ def check_kernel(eqn: Any) -> tuple[list[Finding], list[str]]:
         what = f"output {i - n_in}" if is_output else f"input {i}"
         if _memory_space(bm.transformed_block_aval) in ("any", "hbm", "semaphore", "semaphore_mem"):
             continue
-        dims = _block_dims(bm)
+        dims = pallas_grid.block_dims(bm)
         shape = tuple(int(s) for s in bm.array_aval.shape)
         if dims is None or math.prod(shape) == 0:
             continue
