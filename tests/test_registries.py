@@ -73,7 +73,7 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
     module = types.ModuleType("toy_language")
     module.recognizes = lambda fn: isinstance(fn, Toy)
     jax_module = sys.modules["tpu_kernels.sources.jax"]
-    module.make_source = lambda op_name, fn, autotune: jax_module.JaxSource(lambda x: x + 1)
+    module.make_source = lambda op_name, fn, options: jax_module.JaxSource(lambda x: x + 1)
     monkeypatch.setitem(sys.modules, "toy_language", module)
     monkeypatch.setattr(sources, "_LANGUAGES", list(sources._LANGUAGES))
     sources.register(sources.Language("toy", "toy_language", "toy"))

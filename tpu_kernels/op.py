@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import keyword
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,15 +27,17 @@ import jax
 import torch
 
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checking, dtypes, eager, fake, tolerance
+from tpu_kernels import autograd, checking, dtypes, eager, fake
 from tpu_kernels import buckets as bucketing
 from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels import vmap as vmap_rules
 from tpu_kernels.cache import CacheInfo
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
+from tpu_kernels.fake import has_symbolic
 from tpu_kernels.options import OpOptions
 from tpu_kernels.signature import Kind, Signature, parse
+from tpu_kernels.spec import check_differentiable, make_source, make_spec
 
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -81,22 +82,9 @@ def _registered_op(name: str, module: str | None = None) -> KernelOp:
     return op
 
 
-def _split_name(qualname: str) -> tuple[str, str]:
-    if not isinstance(qualname, str) or qualname.count("::") != 1:
-        raise OpDefinitionError(
-            f"tpu_kernel: op name {qualname!r} needs exactly one namespace, as in 'mylib::my_op'."
-        )
-    ns, name = qualname.split("::")
-    for part, what in ((ns, "namespace"), (name, "name")):
-        if not part.isidentifier() or keyword.iskeyword(part):
-            raise OpDefinitionError(
-                f"tpu_kernel: the {what} {part!r} of {qualname!r} is not a valid identifier."
-            )
-    if ns in ("aten", "prim", "prims", "torch"):
-        raise OpDefinitionError(f"tpu_kernel: namespace {ns!r} of {qualname!r} is reserved by torch.")
-    if "." in name:
-        raise OpDefinitionError(f"tpu_kernel: {qualname!r}: overload names are not supported.")
-    return ns, name
+def _spec_field(field: str) -> property:
+    """A read-only attribute of the op that is its spec's field (no setter: a spec is frozen)."""
+    return property(lambda op: getattr(op.spec, field), doc=f"The op's spec's `{field}` (OpSpec).")
 
 
 class KernelOp:
@@ -114,82 +102,87 @@ class KernelOp:
         signature: Signature | None = None,
         returns_list: bool = False,
         backward_of: KernelOp | None = None,
+        implementation_table: str | None = None,
+        symbolic_fake: Callable | None = None,
         **options: Any,
     ) -> None:
-        """`options`: tpu_kernels.options.OpOptions; `signature`, `returns_list` and
-        `backward_of` (the forward op of a backward op) are for the ops the toolkit builds
-        itself (backward ops, batched twins)."""
-        o = self.options = OpOptions.of(name, options)
-        self.ns, self.short_name = _split_name(name)
-        self.name = name
-        self.source = _make_source(name, fn, o.autotune)
-        self.fn = self.source.jax_body  # the kernel as a JAX function of keyword arguments
-        self.fn_name = getattr(self.source.signature_fn, "__name__", self.short_name)
-        self.mutates_args = tuple(o.mutates_args)
-        self.signature = signature or parse(
-            name, self.source.signature_fn, allow_no_outputs=bool(self.mutates_args)
+        """`options`: tpu_kernels.options.OpOptions. The rest are for the ops the toolkit
+        builds itself: `signature`, `returns_list` and `backward_of` (the forward op) for
+        backward ops and batched twins, `implementation_table` and `symbolic_fake` for Tokamax
+        ops (tpu_kernels.spec.OpSpec says what each is)."""
+        spec = self.spec = make_spec(
+            name,
+            fn,
+            OpOptions.of(name, options),
+            signature=signature,
+            returns_list=returns_list,
+            backward_of=backward_of,
+            implementation_table=implementation_table,
+            symbolic_fake=symbolic_fake,
         )
-        sig = self.signature
-        self.returns_list = returns_list
-        self.cache_size = o.cache_size
-        self.noncontiguous = o.noncontiguous
-        self._check_options(o.outputs, o.residuals, o.backward, o.reference, o.noncontiguous)
-        self.autocast = autocast_policies.check_policy(name, o.autocast)
-        self.sharding = sharding_rules.normalize(name, o.sharding)
-        n = sig.n_outputs
-        self.output_names = (
-            tuple(o.outputs) if o.outputs else (("out",) if n == 1 else tuple(f"out{i}" for i in range(n)))
-        )
-        self.n_visible = n - len(tuple(o.residuals))
-        self._all_visible = self.n_visible == n
-        self.reference = o.reference
-        # what checked mode compares calls with (tpu_kernels.checking); None: unchecked, which
-        # checked mode says, except for a backward op: its forward's backward check covers it
-        self.check_reference = tolerance.resolve(
-            name, [p.name for p in sig.params], o.check_reference, o.reference
-        )
-        self.backward_of = backward_of
-        self.examples = o.examples
-        self.sharding_examples = o.sharding_examples
-        self.mutated = tuple(sig.index(a) for a in self.mutates_args)
-        # which dims the device kernels pad to buckets (tpu_kernels.buckets); a backward
-        # op built here gets its forward's Plan
-        self.bucket_plan = (
-            o.buckets
-            if isinstance(o.buckets, bucketing.Plan)
-            else bucketing.plan(name, sig, self.output_names, o.buckets, o.length, self.mutates_args)
-        )
-
-        n_results = None if returns_list else n + len(self.mutated)
+        sig = spec.signature
+        # read by every call (__call__): bound once
+        self._n_visible = spec.n_visible
+        self._all_visible = spec.n_visible == sig.n_outputs
         self._derived_fake = fake.DerivedFake(
             sig,
-            fake.jax_shape_fn(self.fn, sig),
-            n_outputs=n,
-            n_results=n_results,
+            fake.jax_shape_fn(spec.fn, sig),
+            n_outputs=sig.n_outputs,
+            n_results=None if returns_list else sig.n_outputs + len(spec.mutated),
             returns_list=returns_list,
-            source_fake=getattr(self.source, "fake", None),
+            source_fake=getattr(spec.source, "fake", None),
         )
+        # registered later through def_backward / def_vmap / register_fake, as with torch.library
         self._user_fake: Callable | None = None
         self._backward: Any = None
         self.backward_op: KernelOp | None = None
         self._vmap_rule: Callable | None = None  # declared with def_vmap
         self._vmap_twin: KernelOp | None = None  # the derived rule's batched op, made on first use
 
-        self.lib = self._define(o.tags)
-        self.overload = getattr(getattr(torch.ops, self.ns), self.short_name).default
-        autocast_policies.register(self, self.lib, self.autocast)
+        self.lib = self._define(spec.options.tags)
+        self.overload = getattr(getattr(torch.ops, spec.ns), spec.short_name).default
+        autocast_policies.register(self, self.lib, spec.autocast)
         if signature is None:  # backward ops built here get their rule from the forward
-            sharding_rules.register(self, self.sharding)
-        if not self.mutates_args and autograd.supported(sig):
+            sharding_rules.register(self, spec.sharding)
+        if not spec.mutates_args and autograd.supported(sig):
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
+        o = spec.options
         if o.backward == "vjp" or o.reference is not None:
-            self._derive_backward(o.reference or self.fn)
+            self._derive_backward(o.reference or spec.fn)
         with _REGISTRY_LOCK:
             _REGISTRY[name] = self
-        self.__doc__ = getattr(self.source.signature_fn, "__doc__", None)
+        self.__doc__ = getattr(spec.source.signature_fn, "__doc__", None)
         self.__wrapped__ = fn
+
+    # ---- the spec's fields, read-only (tpu_kernels.spec.OpSpec documents each) ----------
+    name = _spec_field("name")
+    ns = _spec_field("ns")
+    short_name = _spec_field("short_name")
+    options = _spec_field("options")
+    source = _spec_field("source")
+    fn = _spec_field("fn")
+    fn_name = _spec_field("fn_name")
+    signature = _spec_field("signature")
+    returns_list = _spec_field("returns_list")
+    output_names = _spec_field("output_names")
+    n_visible = _spec_field("n_visible")
+    mutates_args = _spec_field("mutates_args")
+    mutated = _spec_field("mutated")
+    autocast = _spec_field("autocast")
+    sharding = _spec_field("sharding")
+    reference = _spec_field("reference")
+    check_reference = _spec_field("check_reference")
+    bucket_plan = _spec_field("bucket_plan")
+    examples = _spec_field("examples")
+    sharding_examples = _spec_field("sharding_examples")
+    cache_size = _spec_field("cache_size")
+    noncontiguous = _spec_field("noncontiguous")
+    backward_of = _spec_field("backward_of")
+    call_names = _spec_field("call_names")
+    implementation_table = _spec_field("implementation_table")
+    symbolic_fake = _spec_field("symbolic_fake")
 
     # ---- what autograd.py, vmap.py and tokamax/wrap.py read (tests/test_layers.py) ----
     @property
@@ -227,52 +220,6 @@ class KernelOp:
         self._vmap_twin = twin
 
     # ---- definition -----------------------------------------------------------------
-    def _check_options(
-        self, outputs: Any, residuals: Any, backward: Any, reference: Any, noncontiguous: str
-    ) -> None:
-        sig, name = self.signature, self.name
-        if not any(p.is_tensor for p in sig.params):
-            raise OpDefinitionError(f"{name}: needs at least one tensor parameter (it decides the device).")
-        for a in self.mutates_args:
-            if a not in {p.name for p in sig.params}:
-                raise OpDefinitionError(f"{name}: mutates_args names '{a}', which is not a parameter.")
-            if sig.params[sig.index(a)].kind is not Kind.TENSOR:
-                raise OpDefinitionError(f"{name}: mutates_args names '{a}', which is not a Tensor parameter.")
-        if outputs is not None and len(tuple(outputs)) != sig.n_outputs:
-            raise OpDefinitionError(
-                f"{name}: outputs={tuple(outputs)} names {len(tuple(outputs))} outputs, but the "
-                f"return annotation declares {sig.n_outputs}."
-            )
-        names = tuple(outputs) if outputs else ()
-        residuals = tuple(residuals)
-        if residuals:
-            if not names:
-                raise OpDefinitionError(f"{name}: residuals need outputs=(...) to name every output.")
-            if names[len(names) - len(residuals) :] != residuals:
-                raise OpDefinitionError(f"{name}: residuals {residuals} must be the last outputs of {names}.")
-            if len(residuals) == len(names):
-                raise OpDefinitionError(f"{name}: at least one output must not be a residual.")
-        if backward not in (None, "vjp"):
-            raise OpDefinitionError(
-                f"{name}: backward={backward!r}; use 'vjp' to differentiate the kernel body, "
-                "reference=fn to differentiate a JAX reference, or @op.def_backward."
-            )
-        if backward or reference is not None:
-            self._check_differentiable()
-        if noncontiguous not in ("copy", "error"):
-            raise OpDefinitionError(
-                f"{name}: noncontiguous must be 'copy' or 'error', got {noncontiguous!r}."
-            )
-
-    def _check_differentiable(self) -> None:
-        if self.mutates_args:
-            raise OpDefinitionError(f"{self.name}: an op that mutates its arguments cannot have a backward.")
-        if not autograd.supported(self.signature):
-            raise OpDefinitionError(
-                f"{self.name}: has keyword-only tensor parameters, which torch's autograd "
-                "cannot differentiate; make them positional to give the op a backward."
-            )
-
     def _define(self, tags: Sequence[torch.Tag]) -> torch.library.Library:
         returns = "Tensor[]" if self.returns_list else None
         schema = self.signature.schema(mutates_args=self.mutates_args, returns=returns)
@@ -289,7 +236,7 @@ class KernelOp:
             raise OpDefinitionError(f"{self.name}: torch rejected the schema {schema!r}: {e}") from e
         self.schema = schema
         self._kernels = bucketing.wrap(
-            self.bucket_plan, self.signature, self.source.kernels(self), self._derived_fake.output_shapes
+            self.bucket_plan, self.signature, self.source.kernels(self.spec), self._derived_fake.output_shapes
         )
         for key, kernel in self._kernels.items():
             lib.impl(self.short_name, kernel, key)
@@ -320,7 +267,12 @@ class KernelOp:
         )
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
-        return (self._user_fake or self._derived_fake)(*args, **kwargs)
+        if self._user_fake is not None:
+            return self._user_fake(*args, **kwargs)
+        symbolic = self.spec.symbolic_fake
+        if symbolic is not None and has_symbolic([*args, *kwargs.values()]):
+            return symbolic(*args, **kwargs)  # a trace that needs concrete sizes
+        return self._derived_fake(*args, **kwargs)
 
     def _derive_backward(self, diff_fn: Callable) -> None:
         qualname = f"{self.name}_backward"
@@ -360,7 +312,8 @@ class KernelOp:
             out = checking.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         if self._all_visible:
             return out
-        return out[0] if self.n_visible == 1 else out[: self.n_visible]
+        n = self._n_visible
+        return out[0] if n == 1 else out[:n]
 
     def def_backward(
         self,
@@ -388,7 +341,7 @@ class KernelOp:
         """
 
         def register(bwd_fn: Callable) -> Any:
-            self._check_differentiable()
+            check_differentiable(self.name, self.signature, self.mutates_args)
             if self._backward is not None:
                 raise OpDefinitionError(f"{self.name}: already has a backward.")
             names = (
@@ -403,7 +356,7 @@ class KernelOp:
                 raise OpDefinitionError(
                     f"{qualname}: a composite backward takes no sharding=; the ops it calls carry their own."
                 )
-            source_fn = bwd_fn if composite else _make_source(qualname, bwd_fn).signature_fn
+            source_fn = bwd_fn if composite else make_source(qualname, bwd_fn).signature_fn
             bwd_sig = parse(qualname, source_fn)
             autograd.check_explicit(self, bwd_sig, names)
             plan = self.bucket_plan and bucketing.backward_plan(
@@ -554,12 +507,6 @@ class KernelOp:
 
     def __deepcopy__(self, memo: dict) -> KernelOp:
         return self
-
-
-def _make_source(name: str, fn: Any, autotune: bool = False) -> Any:
-    from tpu_kernels import sources
-
-    return sources.make_source(name, fn, autotune)  # by the kernel's language (sources.Language)
 
 
 def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:

@@ -36,6 +36,10 @@ class OpOptions:
         lowering check (`tpu-kernels check`) lowers the kernel at each.
       autotune: Helion kernels only: let Helion autotune on the first call per shape
         (results cached on disk); by default a fixed or the default config is used.
+      float_only: Helion kernels only: tensor parameters that must be floating point; an
+        integer or bool input raises the shipped ops' TypeError naming the op and the
+        argument (docs/dtypes.md). Helion's host code cannot raise; a JAX body checks
+        dtypes itself while traced.
       autocast: what the op does inside `torch.autocast`: "keep" (default: runs
         in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
         (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
@@ -72,6 +76,7 @@ class OpOptions:
     tags: Sequence[torch.Tag] = ()
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None
     autotune: bool = False
+    float_only: Sequence[str] = ()
     autocast: str = "keep"
     sharding: Any = None
     sharding_examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None

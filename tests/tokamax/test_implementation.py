@@ -155,9 +155,10 @@ def test_each_op_takes_its_tpu_examples_from_its_family_examples_py_by_name():
 
     for family in tk.FAMILIES.values():
         for op in family.ops:
-            assert op.examples is getattr(family.examples, op.short_name), op.name
+            assert op.examples.function() is getattr(family.examples, op.short_name), op.name
             # and the small concrete CPU calls the sharding simulation runs
-            assert op.sharding_examples is getattr(family.examples, f"{op.short_name}_small"), op.name
+            small = getattr(family.examples, f"{op.short_name}_small")
+            assert op.sharding_examples.function() is small, op.name
     # an examples.py without the op's function: an error naming the module, the function and why
     rope = tk.FAMILIES["rope"]
     empty = types.ModuleType("tpu_kernels.tokamax.rope.examples")

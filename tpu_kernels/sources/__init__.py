@@ -46,7 +46,7 @@ class Source(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Language:
     name: str  # "jax", "helion"
-    module: str  # the module with `recognizes(fn)` and `make_source(op_name, fn, autotune)`
+    module: str  # the module with `recognizes(fn)` and `make_source(op_name, fn, options)`
     template_backend: str  # its templates' variant folder ("pallas", "helion")
 
 
@@ -88,6 +88,10 @@ def from_function(fn: Any) -> str:
     return _language_of(fn)[0].name
 
 
-def make_source(op_name: str, fn: Any, autotune: bool = False) -> Source:
-    """The source of the op `op_name` for the kernel `fn`, by the language it is written in."""
-    return _language_of(fn)[1].make_source(op_name, fn, autotune)
+def make_source(op_name: str, fn: Any, options: Any = None) -> Source:
+    """The source of the op `op_name` for the kernel `fn`, by the language it is written in;
+    `options` (tpu_kernels.options.OpOptions, default: none given) carries the language's
+    settings (`autotune`, `float_only`), refused by a language they do not apply to."""
+    from tpu_kernels.options import OpOptions
+
+    return _language_of(fn)[1].make_source(op_name, fn, options or OpOptions())

@@ -60,8 +60,10 @@ def is_helion_kernel(fn: Any) -> bool:
 recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.sources)
 
 
-def make_source(op_name: str, fn: Any, autotune: bool = False) -> HelionSource:
-    return HelionSource(op_name, fn, autotune=autotune)
+def make_source(op_name: str, fn: Any, options: Any) -> HelionSource:
+    return HelionSource(
+        op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only)
+    )
 
 
 def _check_mode(mode: str) -> str:
@@ -264,7 +266,9 @@ def _require_backend(backend: str, op: str, device: str) -> None:
 class HelionSource:
     kind = "helion"
 
-    def __init__(self, name: str, kernel: Any, *, autotune: bool = False) -> None:
+    def __init__(
+        self, name: str, kernel: Any, *, autotune: bool = False, float_only: frozenset[str] = frozenset()
+    ) -> None:
         import helion
         from helion.runtime.settings import RefMode
 
@@ -310,7 +314,10 @@ class HelionSource:
         self._pallas: JaxExecutor | None = None
         # Parameters that must be floating point (the shipped kernels compute in float32 and
         # refuse integers, docs/dtypes.md); Helion's host code cannot raise, so the check is here.
-        self.float_only: frozenset[str] = frozenset()
+        unknown = sorted(float_only - set(_param_names(kernel.fn)))
+        if unknown:
+            raise OpDefinitionError(f"{name}: float_only names {unknown}, which are not parameters.")
+        self.float_only = float_only
 
     def check_float(self, values: list[Any]) -> None:
         """Raise the shipped ops' integer-input error for a `float_only` parameter."""

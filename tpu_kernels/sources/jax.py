@@ -43,9 +43,14 @@ def recognizes(fn: Any) -> bool:
     return True
 
 
-def make_source(op_name: str, fn: Any, autotune: bool = False) -> JaxSource:
-    if autotune:
+def make_source(op_name: str, fn: Any, options: Any) -> JaxSource:
+    if options.autotune:
         raise OpDefinitionError(f"{op_name}: autotune=True applies to Helion kernels only.")
+    if options.float_only:
+        raise OpDefinitionError(
+            f"{op_name}: float_only= applies to Helion kernels only; a JAX body checks its "
+            "dtypes itself (it can raise while traced)."
+        )
     if not callable(fn):
         raise OpDefinitionError(f"{op_name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
     return JaxSource(fn)

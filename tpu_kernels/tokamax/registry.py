@@ -59,6 +59,22 @@ class Family:
 FAMILIES: dict[str, Family] = {}
 
 
+@dataclass(frozen=True)
+class FamilyExamples:
+    """An op's example calls: the function `name` of its family's `examples.py`, looked up
+    when called (`tokamax_op` gives every op defined in a family's `op.py` these as its
+    `examples` and `sharding_examples`; `register` checks the functions exist)."""
+
+    package: str  # tpu_kernels.tokamax.<family>
+    name: str  # the op's name, or `<op>_small` for the sharding simulation's calls
+
+    def function(self) -> Callable | None:
+        return getattr(importlib.import_module(f"{self.package}.examples"), self.name, None)
+
+    def __call__(self) -> Sequence[tuple[tuple, dict]]:
+        return self.function()()
+
+
 def register(package: str, *, functions: Sequence[Callable], ops: Sequence[KernelOp]) -> Family:
     """Register the family `package` (its `__init__` calls `register(__name__, ...)` once):
     its `op.IMPLEMENTATIONS` are checked to be in `implementation.OPS`, its `reference`, `examples`
@@ -77,9 +93,9 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
         examples=module["examples"],
         shapes=module["shapes"],
     )
-    for kop in family.ops:
-        kop.examples = _examples(family, kop)
-        kop.sharding_examples = _examples(family, kop, "_small")
+    for kop in family.ops:  # each op's examples (FamilyExamples) name functions that exist
+        _examples(family, kop)
+        _examples(family, kop, "_small")
     for table in family.implementations:  # `implementation.table` registered them as op.py ran
         if implementation.OPS.get(table.op) is not table:
             raise ValueError(
@@ -94,6 +110,8 @@ _PARTS = ("op", "reference", "examples", "shapes")
 
 
 def _examples(family: Family, kop: KernelOp, suffix: str = "") -> Callable:
+    """The function of `family.examples` giving `kop`'s example calls (`suffix` "_small": the
+    sharding simulation's), which its FamilyExamples call; else a ValueError."""
     examples = getattr(family.examples, kop.short_name + suffix, None)
     if not callable(examples):
         what = (
@@ -113,4 +131,4 @@ def all_ops() -> list[KernelOp]:
     return [kop for family in FAMILIES.values() for kop in family.ops]
 
 
-__all__ = ["FAMILIES", "Family", "all_ops", "register"]
+__all__ = ["FAMILIES", "Family", "FamilyExamples", "all_ops", "register"]

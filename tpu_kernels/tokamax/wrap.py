@@ -37,12 +37,12 @@ import jax
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.fake import has_symbolic
-from tpu_kernels.op import KernelOp, tpu_kernel
+from tpu_kernels.op import KernelOp
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax import implementation
 from tpu_kernels.tokamax.implementation import tokamax_implementation
 from tpu_kernels.tokamax.placements import ByName
+from tpu_kernels.tokamax.registry import FamilyExamples
 from tpu_kernels.tolerance import Reference, with_ignored
 
 
@@ -64,27 +64,6 @@ def typecheck_concrete_only(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
 
     return body
-
-
-def _register_fakes(kop: KernelOp, symbolic_fake: Callable | None) -> None:
-    if symbolic_fake is not None:
-        derived = kop.derived_fake  # checks the trace with concrete sizes
-
-        def fake(*args: Any, **kwargs: Any) -> Any:
-            if has_symbolic(list(args) + list(kwargs.values())):
-                return symbolic_fake(*args, **kwargs)
-            return derived(*args, **kwargs)
-
-        kop.register_fake(fake)
-    if kop.backward_op is not None:
-        kop.backward_op.register_fake(_gradient_fake(kop))
-
-
-def _gradient_fake(kop: KernelOp) -> Callable:
-    """The fake of a derived backward op, without tracing it (tpu_kernels.autograd.vjp_fake)."""
-    from tpu_kernels import autograd
-
-    return autograd.vjp_fake(kop.signature, kop.backward_op.signature, kop.n_visible)
 
 
 def differentiable_order(implementation: str | None, no_vjp: Sequence[str]) -> str:
@@ -159,6 +138,15 @@ def _with_signature(body: Callable, declared: Callable) -> Callable:
     return kernel
 
 
+def _family_package(declared: Callable) -> str | None:
+    """`tpu_kernels.tokamax.<family>` for a function defined in a family's `op.py`, else None."""
+    module = getattr(declared, "__module__", "") or ""
+    package, _, leaf = module.rpartition(".")
+    if leaf == "op" and package.startswith("tpu_kernels.tokamax.") and package.count(".") == 2:
+        return package
+    return None
+
+
 def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     """Call `op` with the values its parameters name in `arguments` (a public function's
     `locals()`, after it has checked and converted them): positional parameters by position,
@@ -166,30 +154,20 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     implementation table (`tokamax_op(table=)`), `implementation` is resolved by the first
     tensor's device (`resolve_implementation`: None chooses by device; a name that cannot run
     there is an error naming the op)."""
-    positional, keyword = getattr(op, "call_names", None) or _call_names(op)
+    positional, keyword = op.call_names
     try:
         args = [arguments[name] for name in positional]
         kwargs = {name: arguments[name] for name in keyword}
     except KeyError:
         missing = [name for name in positional + keyword if name not in arguments]
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
-    table = getattr(op, "implementation_table", None)
+    table = op.implementation_table
     if table is not None and "implementation" in kwargs:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         kwargs["implementation"] = implementation.resolve_implementation(
             table, device, kwargs["implementation"]
         )
     return op(*args, **kwargs)
-
-
-def _call_names(op: KernelOp) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(positional, keyword-only) parameter names. `tokamax_op` keeps them on its ops: read
-    from the signature on every call, call_op took 8.9 us instead of 4.5 us for
-    kimi_delta_attention's 15 parameters (timeit, this 2-core machine under load)."""
-    params = op.signature.params
-    return tuple(p.name for p in params if not p.keyword_only), tuple(
-        p.name for p in params if p.keyword_only
-    )
 
 
 def public_op(
@@ -270,16 +248,26 @@ def tokamax_op(
             options["check_reference"] = with_ignored(reference, "implementation")
         if no_vjp and backward == "vjp":  # a given reference is stripped the same way
             options["reference"] = _differentiable(options.get("reference") or body, tuple(no_vjp))
-        kop = tpu_kernel(name, backward=backward, **options)(body)
-        if isinstance(kop.sharding, ByName):  # a rule by parameter name learns the op's order
-            kop.sharding.bind(
-                [p.name for p in kop.signature.params if not p.keyword_only], len(kop.output_names)
-            )
-        _register_fakes(kop, symbolic_fake)
-        kop.symbolic_fake = symbolic_fake  # tests check it against the derived fake
-        kop.call_names = _call_names(kop)  # for call_op
-        kop.implementation_table = table  # for call_op
-        return kop
+        family = _family_package(declared)
+        if family is not None:  # a shipped family's op: its example calls are in examples.py
+            short = name.partition("::")[2]
+            options.setdefault("examples", FamilyExamples(family, short))
+            options.setdefault("sharding_examples", FamilyExamples(family, f"{short}_small"))
+        rule = options.get("sharding")
+        if isinstance(rule, ByName):  # a rule by parameter name learns the op's order first
+            sig = parse(name, body)
+            rule.bind([p.name for p in sig.params if not p.keyword_only], sig.n_outputs)
+        # the implementation table and the symbolic fake are part of the op's spec
+        # (tpu_kernels.spec.OpSpec); the derived backward op's fake needs no trace
+        # (autograd.vjp_fake, registered by KernelOp)
+        return KernelOp(
+            name,
+            body,
+            backward=backward,
+            implementation_table=table,
+            symbolic_fake=symbolic_fake,
+            **options,
+        )
 
     if fn is not None or (calls is not None and signature is not None):
         return wrap(fn)

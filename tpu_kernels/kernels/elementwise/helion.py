@@ -21,13 +21,11 @@ _X = _bf16((1024, 1024))
 
 add_helion = tpu_kernel(
     "tpu_kernels::add_helion",
+    float_only=("x", "y"),  # the shipped ops' integer rule (docs/dtypes.md): the same error
     reference=_add_reference,
     check_reference=reference.CHECK,  # scale_add's: x + alpha * y
     sharding="pointwise",
     examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
     autocast="keep",
 )(helion_kernel.add)
-# The shipped ops' integer rule (docs/dtypes.md): floating-point inputs only, the same error.
-add_helion.source.float_only = frozenset(("x", "y"))
-
 __all__ = ["add_helion"]

@@ -11,13 +11,11 @@ _X = _bf16((1024, 1024))
 
 matmul_helion = tpu_kernel(
     "tpu_kernels::matmul_helion",
+    float_only=("a", "b"),  # the shipped ops' integer rule (docs/dtypes.md): the same error
     reference=reference.matmul_jax,
     check_reference=reference.CHECK,  # the Pallas matmul's: K-long sums, gradients over M and N
     examples=lambda: [((_X, _X), {})],
     autocast="lower_precision_fp",
     sharding=matmul_sharding,
 )(helion_kernel.matmul)
-# The shipped ops' integer rule (docs/dtypes.md): floating-point inputs only, the same error.
-matmul_helion.source.float_only = frozenset(("a", "b"))
-
 __all__ = ["matmul_helion"]
