@@ -296,3 +296,16 @@ def test_errors_of_a_bucketed_op_name_the_shapes_the_caller_passed():
         "tpu_kernels::rmsnorm pads its bucketed dims (4 -> 8) before the kernel runs ('x' (4, 8) "
         "-> (8, 8)): the shapes the kernel's own words name are the padded ones."
     ]
+
+
+def test_a_tokamax_functions_input_error_names_the_function_called():
+    import tpu_kernels.tokamax as tk
+
+    x = torch.randn(4, 8)
+    # rms_norm forwards to layer_norm (one op); its errors name rms_norm, the function called
+    with pytest.raises(ValueError, match=r"^tokamax.rms_norm: weight must have shape \(x.shape\[-1\],\) = \(8,\)"):
+        tk.rms_norm(x, torch.randn(7))
+    with pytest.raises(ValueError, match=r"^tokamax.rms_norm: dim=2 is out of range"):
+        tk.rms_norm(x, torch.randn(8), dim=2)
+    with pytest.raises(ValueError, match=r"^tokamax.layer_norm: bias must have shape"):
+        tk.layer_norm(x, torch.randn(8), torch.randn(7))

@@ -23,13 +23,14 @@ IMPLEMENTATIONS = (
 )
 
 
-def _check(x: torch.Tensor, dim: int, **params: torch.Tensor | None) -> None:
+def _check(x: torch.Tensor, dim: int, who: str, **params: torch.Tensor | None) -> None:
+    """`who`: the public function called (rms_norm forwards to layer_norm), named by the error."""
     if not -x.ndim <= dim < x.ndim:
-        raise ValueError(f"tokamax.layer_norm: dim={dim} is out of range for x of shape {tuple(x.shape)}.")
+        raise ValueError(f"tokamax.{who}: dim={dim} is out of range for x of shape {tuple(x.shape)}.")
     for name, p in params.items():
         if p is not None and tuple(p.shape) != (x.shape[dim],):
             raise ValueError(
-                f"tokamax.layer_norm: {name} must have shape (x.shape[{dim}],) = ({x.shape[dim]},), "
+                f"tokamax.{who}: {name} must have shape (x.shape[{dim}],) = ({x.shape[dim]},), "
                 f"got {tuple(p.shape)}."
             )
 
@@ -59,7 +60,7 @@ def layer_norm(
     Returns:
       x's shape and dtype.
     """
-    _check(x, dim, weight=weight, bias=bias)
+    _check(x, dim, "layer_norm", weight=weight, bias=bias)
     return call_op(layer_norm_op, locals())
 
 
@@ -107,6 +108,7 @@ def rms_norm(
     Tokamax's `layer_norm(..., subtract_mean=False)`, the same op
     (torch.ops.tokamax.layer_norm); x's shape and dtype.
     """
+    _check(x, dim, "rms_norm", weight=weight)
     return layer_norm(
         x,
         weight,
