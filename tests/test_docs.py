@@ -112,3 +112,25 @@ def test_readme_example_is_right_when_rows_are_not_a_multiple_of_the_block():
         problem.kind == "coverage"
         and "rows 8-11 of output 0 (shape 12x128) are never written" in problem.message
     )
+
+
+def _decisions() -> list[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.partition("## Decisions\n")[2].partition("\n## ")[0]
+    return section.split("\n- ")[1:]
+
+
+def test_every_architecture_decision_names_tests_that_exist():
+    import ast
+
+    decisions = _decisions()
+    assert len(decisions) >= 10
+    for decision in decisions:
+        title = decision.partition("**")[2].partition("**")[0]
+        refs = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", decision.partition("Tests:")[2])
+        assert refs, f"the decision {title!r} names no test (a 'Tests:' line of tests/...py::test_name)"
+        for path, name in refs:
+            file = ROOT / path
+            assert file.is_file(), f"{title!r}: {path} does not exist"
+            names = {n.name for n in ast.walk(ast.parse(file.read_text())) if isinstance(n, ast.FunctionDef)}
+            assert name in names, f"{title!r}: {path} has no test {name}"
