@@ -48,8 +48,11 @@ def test_a_device_name_or_key_is_registered_once():
 def test_a_registered_device_gets_a_kernel_in_every_new_op(monkeypatch):
     made = []
 
-    def jax_kernel(op, body):
-        made.append(op.name)
+    def jax_kernel(spec, body):
+        from tpu_kernels.spec import OpSpec
+
+        assert isinstance(spec, OpSpec)  # the finished, frozen spec, never a half-built op
+        made.append(spec.name)
         return lambda *args, **kwargs: None
 
     spec = devices.DeviceSpec("npu_test", "XPU", jax_kernel, lambda: False, lambda: None)
@@ -91,7 +94,7 @@ OUTSIDE_DEVICE_FIRST = """
 import torch
 from tpu_kernels import devices
 
-cpu_kernel = lambda op, body: (lambda *args, **kwargs: None)
+cpu_kernel = lambda spec, body: (lambda *args, **kwargs: None)
 devices.register(devices.DeviceSpec("npu_test", "XPU", cpu_kernel, lambda: False, lambda: None))
 
 from tpu_kernels import tpu_kernel

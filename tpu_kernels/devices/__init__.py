@@ -37,7 +37,7 @@ def no_peaks(name: str) -> Peaks | None:
 class DeviceSpec:
     name: str  # torch's device type: "cpu", "cuda", "tpu"
     dispatch_key: str  # where the op's kernel for it registers: "CPU", "CUDA", "PrivateUse1"
-    jax_kernel: Callable[[Any, Callable], Callable]  # (KernelOp, JAX body) -> its kernel here
+    jax_kernel: Callable[[Any, Callable], Callable]  # (the op's OpSpec, JAX body) -> its kernel here
     available: Callable[[], bool]  # can tensors live here in this process
     synchronize: Callable[[], None]  # the benchmark's wait for queued work
     clock: str = "wall"  # how the benchmark times calls: "wall" or "cuda_events"

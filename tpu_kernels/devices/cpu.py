@@ -69,7 +69,7 @@ SPEC = devices.register(
     devices.DeviceSpec(
         name="cpu",
         dispatch_key="CPU",
-        jax_kernel=lambda op, body: jax_exec.for_op(op, body, TRANSFER),
+        jax_kernel=lambda spec, body: jax_exec.for_op(spec, body, TRANSFER),
         available=lambda: True,
         synchronize=lambda: None,
         describe=lambda: (_cpu_name(), torch.device("cpu")),

@@ -92,7 +92,7 @@ SPEC = devices.register(
     devices.DeviceSpec(
         name="cuda",
         dispatch_key="CUDA",
-        jax_kernel=lambda op, body: jax_exec.for_op(op, body, TRANSFER),
+        jax_kernel=lambda spec, body: jax_exec.for_op(spec, body, TRANSFER),
         available=torch.cuda.is_available,
         synchronize=lambda: torch.accelerator.synchronize(),
         # CUDA events time the device; a JAX result (its own stream) falls back to wall time

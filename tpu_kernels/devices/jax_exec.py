@@ -71,17 +71,17 @@ class Entry:
     path: Path | None = None  # the on-disk entry it was loaded from (None: compiled here)
 
 
-def for_op(op: Any, body: Callable, transfer: Transfer) -> JaxExecutor:
-    """The executor of `op`'s JAX `body` on the device `transfer` serves (a DeviceSpec.jax_kernel)."""
+def for_op(spec: Any, body: Callable, transfer: Transfer) -> JaxExecutor:
+    """The executor of the op's JAX `body` (`spec`: its OpSpec) on the device `transfer` serves (a DeviceSpec.jax_kernel)."""
     return JaxExecutor(
-        op.signature,
+        spec.signature,
         body,
         transfer,
-        n_outputs=op.signature.n_outputs,
-        mutated=op.mutated,
-        maxsize=op.cache_size,
-        noncontiguous=op.noncontiguous,
-        returns_list=op.returns_list,
+        n_outputs=spec.signature.n_outputs,
+        mutated=spec.mutated,
+        maxsize=spec.cache_size,
+        noncontiguous=spec.noncontiguous,
+        returns_list=spec.returns_list,
     )
 
 

@@ -262,13 +262,13 @@ SPEC = devices.register(
     devices.DeviceSpec(
         name="tpu",
         dispatch_key=DISPATCH_KEY,
-        jax_kernel=lambda op, body: TpuKernel(
-            op.name,
-            op.signature,
+        jax_kernel=lambda spec, body: TpuKernel(
+            spec.name,
+            spec.signature,
             body,
-            n_outputs=op.signature.n_outputs,
-            mutated=op.mutated,
-            returns_list=op.returns_list,
+            n_outputs=spec.signature.n_outputs,
+            mutated=spec.mutated,
+            returns_list=spec.returns_list,
         ),
         available=_available,
         synchronize=lambda: torch.accelerator.synchronize(),

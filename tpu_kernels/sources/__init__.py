@@ -32,7 +32,9 @@ class Source(Protocol):
     jax_body: Callable
     lowering_body: Callable
 
-    def kernels(self, op: Any) -> dict[str, Callable]: ...
+    def kernels(self, spec: Any) -> dict[str, Callable]:
+        """The op's kernel per dispatch key, from its finished spec (tpu_kernels.spec.OpSpec)."""
+        ...
 
     def cached_devices(self) -> tuple[str, ...]:
         """The registered devices (by name) whose calls tpu_kernels' own compile cache serves."""

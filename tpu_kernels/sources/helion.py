@@ -360,25 +360,25 @@ class HelionSource:
         """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh)."""
         return self._body(lambda args: self.tpu_variant)
 
-    def kernels(self, op: Any) -> dict[str, Callable]:
-        if op.mutates_args:
-            raise OpDefinitionError(f"{op.name}: mutating Helion kernels are not supported yet.")
+    def kernels(self, spec: Any) -> dict[str, Callable]:
+        if spec.mutates_args:
+            raise OpDefinitionError(f"{spec.name}: mutating Helion kernels are not supported yet.")
         self._pallas = JaxExecutor(
-            op.signature,
+            spec.signature,
             self.jax_body,
             cpu_device.TRANSFER,
-            n_outputs=op.signature.n_outputs,
-            maxsize=op.cache_size,
-            noncontiguous=op.noncontiguous,
+            n_outputs=spec.signature.n_outputs,
+            maxsize=spec.cache_size,
+            noncontiguous=spec.noncontiguous,
         )
         cpu = CpuKernel(
-            self, self._pallas, TorchKernel(op.name, op.signature, self.eager, "cpu", self), op.reference
+            self, self._pallas, TorchKernel(spec.name, spec.signature, self.eager, "cpu", self), spec.reference
         )
         out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
         for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
-            spec = devices.get(name)
-            kernel = TorchKernel(op.name, op.signature, self.device_variants[name], spec.name, self)
-            out[spec.dispatch_key] = _BackendChecked(kernel, backend)
+            device = devices.get(name)
+            kernel = TorchKernel(spec.name, spec.signature, self.device_variants[name], device.name, self)
+            out[device.dispatch_key] = _BackendChecked(kernel, backend)
         return out
 
     def fake(self, sig: Any, values: list[Any]) -> Any:

@@ -20,12 +20,12 @@ class JaxSource:
         self.lowering_body = fn
         self._executors: dict[str, JaxExecutor] = {}
 
-    def kernels(self, op: Any) -> dict[str, Callable]:
+    def kernels(self, spec: Any) -> dict[str, Callable]:
         # one kernel per registered device (tpu_kernels.devices); those run by tpu_kernels'
         # own executor keep a compile cache, which cache_info reports
-        made = {spec: spec.jax_kernel(op, self.jax_body) for spec in devices.all_devices()}
-        self._executors = {spec.name: k for spec, k in made.items() if isinstance(k, JaxExecutor)}
-        return {spec.dispatch_key: k for spec, k in made.items()}
+        made = {device: device.jax_kernel(spec, self.jax_body) for device in devices.all_devices()}
+        self._executors = {d.name: k for d, k in made.items() if isinstance(k, JaxExecutor)}
+        return {d.dispatch_key: k for d, k in made.items()}
 
     def cached_devices(self) -> tuple[str, ...]:
         return tuple(self._executors)
