@@ -1,6 +1,7 @@
 """TpuKernelsConverter on torchtitan's debug models: the converted Llama 3 and Qwen 3 train as
-the stock models do in one process, and Llama 3 under torchtitan's own parallelize on 2 gloo
-processes (FSDP2; TP with sequence parallel).
+the stock models do in one process; and Llama 3 under torchtitan's own parallelize, in one
+process with its activation checkpointing (full, selective) and compile (fullgraph: no graph
+breaks), and on 2 gloo processes (FSDP2; TP with sequence parallel).
 
 On CPU the stock model cannot train as it is: flex attention has no CPU backward
 ("FlexAttention does not support backward on CPU"). The stock side therefore runs flex's
@@ -249,6 +250,145 @@ def test_five_steps_match_stock_one_process(model):
     got = train(build(model, True), tokens, positions)
     print(f"losses {want.tolist()}, largest relative difference {((got - want).abs() / want).max():.1e}")
     assert want[-1] < want[0] - 1  # it trains
+    torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
+
+
+# ---- activation checkpointing and compile, through torchtitan's parallelize ----------
+
+# (AC policy, compile backend), as torchtitan's trainer config names them; ("selective",
+# "aot_eager") is the trainer's default AC with compile on. The backend is aot_eager, not
+# inductor: Inductor's CPU code generation took 59 s for the stock model here (the converted
+# model 12 s), and what the converter has to survive is dynamo's tracing (fullgraph) and
+# AOTAutograd's partitioning, which both backends share.
+AC_COMPILE = (("full", None), ("selective", None), (None, "aot_eager"), ("selective", "aot_eager"))
+# the converted forward's own ops, per transformer block, and their names in a dynamo graph
+OPS_PER_BLOCK = {
+    "tpu_kernels::rmsnorm": 2,
+    "tokamax::dot_product_attention": 1,
+    "tokamax::gated_linear_unit": 1,
+}
+GRAPH_NAMES = ("tpu_kernels.rmsnorm", "tokamax.dot_product_attention", "tokamax.gated_linear_unit")
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A 1-process gloo group for torchtitan's parallelize, which always applies FSDP2 (at
+    shard degree 1 a no-op all-gather that still installs its mixed-precision policy) and so
+    needs a device mesh; and, afterwards, the global switches that AC and compile flip put back."""
+    import torch._C._dynamo.eval_frame as eval_frame
+    import torch.distributed as dist
+    import torchtitan.distributed.compile as titan_compile
+
+    dynamo = ("capture_scalar_outputs", "skip_fwd_side_effects_in_bwd_under_checkpoint")
+    saved = {k: getattr(torch._dynamo.config, k) for k in dynamo}
+    saved_regional = titan_compile._regional_inductor_enabled
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+    for k, v in saved.items():
+        setattr(torch._dynamo.config, k, v)
+    titan_compile._regional_inductor_enabled = saved_regional
+    eval_frame._set_lru_cache(True)  # AC turns dynamo's LRU cache off; True is torch's default
+    torch._dynamo.reset()
+
+
+class OpsSeen(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the tpu_kernels and Tokamax ops dispatched while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("tpu_kernels", "tokamax"):
+            self.counts[func.name()] = self.counts.get(func.name(), 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def recomputed(m, tokens, positions) -> dict:
+    """The converted forward's ops that one backward runs again (activation checkpointing's
+    recomputation), by name."""
+    loss = m(tokens[:, :-1], positions, m.get_attention_masks(positions)).float().logsumexp(-1).mean()
+    with OpsSeen() as seen:
+        loss.backward()
+    return {k: v for k, v in seen.counts.items() if k in OPS_PER_BLOCK}
+
+
+class GraphCode:
+    """The code of the graphs dynamo captures while it is on (torch._logging's graph_code)."""
+
+    def __enter__(self):
+        import logging
+
+        from torch._dynamo.output_graph import graph_code_log
+
+        self.text = []
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.text.append(record.getMessage())
+        self.logger = graph_code_log
+        torch._logging.set_logs(graph_code=True)
+        self.logger.propagate = False  # to this handler only, not torch's stderr one
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        torch._logging.set_logs()  # the defaults (propagation too)
+
+    def __str__(self):
+        return "\n".join(self.text)
+
+
+def _ac_compile(ac: str | None, backend: str | None):
+    from torchtitan.config import CompileConfig, ParallelismConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    par = ParallelismConfig()
+    ac_config = {"full": FullAC.Config, "selective": SelectiveAC.Config}[ac]() if ac else None
+    compile_config = CompileConfig(enable=True, backend=backend) if backend else CompileConfig()
+    return par, ParallelDims.from_config(par, 1), ac_config, compile_config
+
+
+@pytest.mark.parametrize(
+    "ac,backend",
+    [
+        pytest.param(ac, b, marks=[pytest.mark.slow] if b else [], id=f"{ac or 'no'}-ac-{b or 'eager'}")
+        for ac, b in AC_COMPILE
+    ],
+)
+def test_five_steps_match_stock_with_ac_and_compile(one_rank, ac, backend):
+    """Llama 3 through parallelize_llama with torchtitan's AC and compile configs (the path its
+    trainer takes: AC wraps each block, then each block is compiled with fullgraph=True, so a
+    graph break fails the compile): the same losses as stock under the same configs."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    counters = torch._dynamo.utils.counters
+    tokens, positions = batch()
+    losses, graph_code = {}, {}
+    for converted in (False, True):
+        torch._dynamo.reset()  # each model compiles afresh, within dynamo's recompile limit
+        counters.clear()
+        with GraphCode() as code:
+            m = build("llama3", converted, parallel=_ac_compile(ac, backend))
+            losses[converted] = train(m, tokens, positions)
+        blocks = list(m.layers.values())
+        assert all(isinstance(b, CheckpointWrapper) for b in blocks) == (ac is not None)
+        if backend:  # every block compiled, in whole graphs
+            assert all(b._compiled_call_impl is not None for b in blocks)
+            assert not counters["graph_break"], dict(counters["graph_break"])
+            assert counters["stats"]["unique_graphs"] >= 1
+            graph_code[converted] = str(code)
+    if backend:  # the converted blocks' graphs hold the tpu_kernels ops, not calls around them
+        assert all(name in graph_code[True] for name in GRAPH_NAMES), graph_code[True][-2000:]
+        assert not any(name in graph_code[False] for name in GRAPH_NAMES)
+    elif ac:  # torchtitan's AC recomputes the converted ops in backward: its selective policy
+        # saves flex attention's and SDPA's outputs, not Tokamax attention's, nor GLU's (m: converted)
+        assert recomputed(m, tokens, positions) == {k: n * LAYERS for k, n in OPS_PER_BLOCK.items()}
+    want, got = losses[False], losses[True]
+    print(f"AC {ac}, compile {backend}: losses {want.tolist()}, largest relative difference "
+          f"{((got - want).abs() / want).max():.1e}")  # fmt: skip
+    assert want[-1] < want[0] - 1
     torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
 
 
