@@ -15,6 +15,7 @@ override skipped (gloo has no PREMUL_SUM).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import traceback
@@ -95,9 +96,10 @@ def registry(model: str):
 
         return model_registry, parallelize_llama, set_sharding
     from torchtitan.models.qwen3 import model_registry, parallelize_qwen3
-    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config as set_sharding
+    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config
 
-    return model_registry, parallelize_qwen3, set_sharding
+    # no expert parallelism: the dense debug model has no experts
+    return model_registry, parallelize_qwen3, functools.partial(set_qwen3_sharding_config, enable_ep=False)
 
 
 def build(model: str, converted: bool, *, math_attention: bool = True, parallel=None):
@@ -217,6 +219,15 @@ def test_converter_options_and_what_it_leaves_alone():
     ff = cfg.layers[0].feed_forward
     cfg.layers[0].feed_forward = SigmoidGatedFeedForward.Config(w1=ff.w1, w2=ff.w2, w3=ff.w3, gate=ff.w1)
     assert convert(cfg)["TpuKernelsFeedForward"] == len(cfg.layers) - 1
+    # Qwen 3's MoE layers: their norms and attention are swapped, the MoE (router, grouped
+    # experts) is not
+    from torchtitan.models.common.moe import MoE
+    from torchtitan.models.qwen3 import model_registry as qwen3_registry
+
+    moe = qwen3_registry("debugmodel_moe").model
+    n = len(moe.layers)
+    assert convert(moe) == {"TpuKernelsRMSNorm": 3 * n + 1, "TpuKernelsAttention": n}
+    assert all(type(layer.moe) is MoE.Config for layer in moe.layers)
     with pytest.raises(ValueError, match="the root config is a RMSNorm.Config; convert a model config"):
         convert(RMSNorm.Config(normalized_shape=8))
     with pytest.raises(
@@ -255,13 +266,20 @@ def test_five_steps_match_stock_one_process(model):
 
 # ---- activation checkpointing and compile, through torchtitan's parallelize ----------
 
-# (AC policy, compile backend), as torchtitan's trainer config names them; ("selective",
-# "aot_eager") is the trainer's default AC with compile on. The backend is aot_eager, not
-# inductor: Inductor's CPU code generation took 59 s for the stock model here (the converted
-# model 12 s), and what the converter has to survive is dynamo's tracing (fullgraph) and
-# AOTAutograd's partitioning, which both backends share.
-AC_COMPILE = (("full", None), ("selective", None), (None, "aot_eager"), ("selective", "aot_eager"))
-# the converted forward's own ops, per transformer block, and their names in a dynamo graph
+# (model, AC policy, compile backend), as torchtitan's trainer config names them; ("selective",
+# "aot_eager") is the trainer's default AC with compile on, which Qwen 3 (parallelize_qwen3)
+# runs too. The backend is aot_eager, not inductor: Inductor's CPU code generation took 59 s
+# for the stock model here (the converted model 12 s; the same losses), and what the converter
+# has to survive is dynamo's tracing (fullgraph) and AOTAutograd's partitioning, which both
+# backends share.
+AC_COMPILE = (
+    ("llama3", "full", None),
+    ("llama3", "selective", None),
+    ("llama3", None, "aot_eager"),
+    ("llama3", "selective", "aot_eager"),
+    ("qwen3", "selective", "aot_eager"),
+)
+# the converted Llama 3 forward's own ops, per transformer block, and their names in a dynamo graph
 OPS_PER_BLOCK = {
     "tpu_kernels::rmsnorm": 2,
     "tokamax::dot_product_attention": 1,
@@ -351,16 +369,19 @@ def _ac_compile(ac: str | None, backend: str | None):
 
 
 @pytest.mark.parametrize(
-    "ac,backend",
+    "model,ac,backend",
     [
-        pytest.param(ac, b, marks=[pytest.mark.slow] if b else [], id=f"{ac or 'no'}-ac-{b or 'eager'}")
-        for ac, b in AC_COMPILE
+        pytest.param(
+            model, ac, b, marks=[pytest.mark.slow] if b else [], id=f"{model}-{ac or 'no'}-ac-{b or 'eager'}"
+        )
+        for model, ac, b in AC_COMPILE
     ],
 )
-def test_five_steps_match_stock_with_ac_and_compile(one_rank, ac, backend):
-    """Llama 3 through parallelize_llama with torchtitan's AC and compile configs (the path its
-    trainer takes: AC wraps each block, then each block is compiled with fullgraph=True, so a
-    graph break fails the compile): the same losses as stock under the same configs."""
+def test_five_steps_match_stock_with_ac_and_compile(one_rank, model, ac, backend):
+    """The debug model through torchtitan's parallelize (parallelize_llama, parallelize_qwen3)
+    with its AC and compile configs (the path its trainer takes: AC wraps each block, then each
+    block is compiled with fullgraph=True, so a graph break fails the compile): the same losses
+    as stock under the same configs."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
     counters = torch._dynamo.utils.counters
@@ -370,7 +391,7 @@ def test_five_steps_match_stock_with_ac_and_compile(one_rank, ac, backend):
         torch._dynamo.reset()  # each model compiles afresh, within dynamo's recompile limit
         counters.clear()
         with GraphCode() as code:
-            m = build("llama3", converted, parallel=_ac_compile(ac, backend))
+            m = build(model, converted, parallel=_ac_compile(ac, backend))
             losses[converted] = train(m, tokens, positions)
         blocks = list(m.layers.values())
         assert all(isinstance(b, CheckpointWrapper) for b in blocks) == (ac is not None)
