@@ -407,7 +407,7 @@ def test_five_steps_match_stock_with_ac_and_compile(one_rank, model, ac, backend
         # saves flex attention's and SDPA's outputs, not Tokamax attention's, nor GLU's (m: converted)
         assert recomputed(m, tokens, positions) == {k: n * LAYERS for k, n in OPS_PER_BLOCK.items()}
     want, got = losses[False], losses[True]
-    print(f"AC {ac}, compile {backend}: losses {want.tolist()}, largest relative difference "
+    print(f"{model}, AC {ac}, compile {backend}: losses {want.tolist()}, largest relative difference "
           f"{((got - want).abs() / want).max():.1e}")  # fmt: skip
     assert want[-1] < want[0] - 1
     torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
