@@ -1,7 +1,7 @@
-"""TpuKernelsConverter on torchtitan's debug models: the converted Llama 3 (and Qwen 3) trains
-as the stock model does, in one process and under torchtitan's own parallelize on 2 gloo
-processes (FSDP2; TP with sequence parallel). Qwen 3's conversion is checked, its training
-is not (24 s here for the same code path as Llama 3's).
+"""TpuKernelsConverter on torchtitan's debug models: the converted Llama 3 and Qwen 3 train as
+the stock models do in one process; and Llama 3 under torchtitan's own parallelize, in one
+process with its activation checkpointing (full, selective) and compile (fullgraph: no graph
+breaks), and on 2 gloo processes (FSDP2; TP with sequence parallel).
 
 On CPU the stock model cannot train as it is: flex attention has no CPU backward
 ("FlexAttention does not support backward on CPU"). The stock side therefore runs flex's
@@ -15,6 +15,7 @@ override skipped (gloo has no PREMUL_SUM).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import traceback
@@ -34,8 +35,8 @@ B, L, VOCAB, STEPS, LR = 2, 32, 2048, 5, 1e-3
 # and the 2-process run stays within its time (imports alone take ~30 s per process here)
 LAYERS = 2
 # float32: the converted model differs from stock in its kernels' rounding only (float32
-# statistics, Tokamax's attention and GLU): measured 8e-8 (one process) and 2e-7 (TP+SP),
-# relative, after 5 AdamW steps.
+# statistics, Tokamax's attention and GLU): measured 9e-8 (Llama 3, one process), 4e-7
+# (Qwen 3, one process) and 2e-7 (TP+SP), relative, after 5 AdamW steps.
 LOSS_RTOL = 1e-5
 # Time limits in process start-ups (tests/helpers.process_time_limit_s), so a loaded machine
 # gets longer: the whole spawn (imports, 2 configurations x (stock, converted) x 5 steps) took
@@ -95,9 +96,10 @@ def registry(model: str):
 
         return model_registry, parallelize_llama, set_sharding
     from torchtitan.models.qwen3 import model_registry, parallelize_qwen3
-    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config as set_sharding
+    from torchtitan.models.qwen3.sharding import set_qwen3_sharding_config
 
-    return model_registry, parallelize_qwen3, set_sharding
+    # no expert parallelism: the dense debug model has no experts
+    return model_registry, parallelize_qwen3, functools.partial(set_qwen3_sharding_config, enable_ep=False)
 
 
 def build(model: str, converted: bool, *, math_attention: bool = True, parallel=None):
@@ -217,6 +219,15 @@ def test_converter_options_and_what_it_leaves_alone():
     ff = cfg.layers[0].feed_forward
     cfg.layers[0].feed_forward = SigmoidGatedFeedForward.Config(w1=ff.w1, w2=ff.w2, w3=ff.w3, gate=ff.w1)
     assert convert(cfg)["TpuKernelsFeedForward"] == len(cfg.layers) - 1
+    # Qwen 3's MoE layers: their norms and attention are swapped, the MoE (router, grouped
+    # experts) is not
+    from torchtitan.models.common.moe import MoE
+    from torchtitan.models.qwen3 import model_registry as qwen3_registry
+
+    moe = qwen3_registry("debugmodel_moe").model
+    n = len(moe.layers)
+    assert convert(moe) == {"TpuKernelsRMSNorm": 3 * n + 1, "TpuKernelsAttention": n}
+    assert all(type(layer.moe) is MoE.Config for layer in moe.layers)
     with pytest.raises(ValueError, match="the root config is a RMSNorm.Config; convert a model config"):
         convert(RMSNorm.Config(normalized_shape=8))
     with pytest.raises(
@@ -241,12 +252,175 @@ def test_forward_matches_stock_flex(monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_five_steps_match_stock_one_process():
+@pytest.mark.parametrize("model", ["llama3", "qwen3"])
+def test_five_steps_match_stock_one_process(model):
+    """Qwen 3 adds q/k norms (RMSNorms over head_dim, inside the attention block) to what
+    Llama 3 swaps; its dense debug model, not the MoE one (the MoE layers stay stock)."""
     tokens, positions = batch()
-    want = train(build("llama3", False), tokens, positions)
-    got = train(build("llama3", True), tokens, positions)
+    want = train(build(model, False), tokens, positions)
+    got = train(build(model, True), tokens, positions)
     print(f"losses {want.tolist()}, largest relative difference {((got - want).abs() / want).max():.1e}")
     assert want[-1] < want[0] - 1  # it trains
+    torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
+
+
+# ---- activation checkpointing and compile, through torchtitan's parallelize ----------
+
+# (model, AC policy, compile backend), as torchtitan's trainer config names them; ("selective",
+# "aot_eager") is the trainer's default AC with compile on, which Qwen 3 (parallelize_qwen3)
+# runs too. The backend is aot_eager, not inductor: Inductor's CPU code generation took 59 s
+# for the stock model here (the converted model 12 s; the same losses), and what the converter
+# has to survive is dynamo's tracing (fullgraph) and AOTAutograd's partitioning, which both
+# backends share.
+AC_COMPILE = (
+    ("llama3", "full", None),
+    ("llama3", "selective", None),
+    ("llama3", "tpu_kernels_selective", None),
+    ("llama3", None, "aot_eager"),
+    ("llama3", "selective", "aot_eager"),
+    ("qwen3", "selective", "aot_eager"),
+)
+# the converted Llama 3 forward's own ops, per transformer block, and their names in a dynamo graph
+OPS_PER_BLOCK = {
+    "tpu_kernels::rmsnorm": 2,
+    "tokamax::dot_product_attention": 1,
+    "tokamax::gated_linear_unit": 1,
+}
+GRAPH_NAMES = ("tpu_kernels.rmsnorm", "tokamax.dot_product_attention", "tokamax.gated_linear_unit")
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A 1-process gloo group for torchtitan's parallelize, which always applies FSDP2 (at
+    shard degree 1 a no-op all-gather that still installs its mixed-precision policy) and so
+    needs a device mesh; and, afterwards, the global switches that AC and compile flip put back."""
+    import torch._C._dynamo.eval_frame as eval_frame
+    import torch.distributed as dist
+    import torchtitan.distributed.compile as titan_compile
+
+    dynamo = ("capture_scalar_outputs", "skip_fwd_side_effects_in_bwd_under_checkpoint")
+    saved = {k: getattr(torch._dynamo.config, k) for k in dynamo}
+    saved_regional = titan_compile._regional_inductor_enabled
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+    for k, v in saved.items():
+        setattr(torch._dynamo.config, k, v)
+    titan_compile._regional_inductor_enabled = saved_regional
+    eval_frame._set_lru_cache(True)  # AC turns dynamo's LRU cache off; True is torch's default
+    torch._dynamo.reset()
+
+
+class OpsSeen(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the tpu_kernels and Tokamax ops dispatched while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("tpu_kernels", "tokamax"):
+            self.counts[func.name()] = self.counts.get(func.name(), 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def recomputed(m, tokens, positions) -> dict:
+    """The converted forward's ops that one backward runs again (activation checkpointing's
+    recomputation), by name."""
+    loss = m(tokens[:, :-1], positions, m.get_attention_masks(positions)).float().logsumexp(-1).mean()
+    with OpsSeen() as seen:
+        loss.backward()
+    return {k: v for k, v in seen.counts.items() if k in OPS_PER_BLOCK}
+
+
+class GraphCode:
+    """The code of the graphs dynamo captures while it is on (torch._logging's graph_code)."""
+
+    def __enter__(self):
+        import logging
+
+        from torch._dynamo.output_graph import graph_code_log
+
+        self.text = []
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.text.append(record.getMessage())
+        self.logger = graph_code_log
+        torch._logging.set_logs(graph_code=True)
+        self.logger.propagate = False  # to this handler only, not torch's stderr one
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        torch._logging.set_logs()  # the defaults (propagation too)
+
+    def __str__(self):
+        return "\n".join(self.text)
+
+
+def _ac_compile(ac: str | None, backend: str | None):
+    from torchtitan.config import CompileConfig, ParallelismConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsSelectiveAC
+
+    par = ParallelismConfig()
+    policies = {"full": FullAC, "selective": SelectiveAC, "tpu_kernels_selective": TpuKernelsSelectiveAC}
+    ac_config = policies[ac].Config() if ac else None
+    compile_config = CompileConfig(enable=True, backend=backend) if backend else CompileConfig()
+    return par, ParallelDims.from_config(par, 1), ac_config, compile_config
+
+
+@pytest.mark.parametrize(
+    "model,ac,backend",
+    [
+        pytest.param(
+            model, ac, b, marks=[pytest.mark.slow] if b else [], id=f"{model}-{ac or 'no'}-ac-{b or 'eager'}"
+        )
+        for model, ac, b in AC_COMPILE
+    ],
+)
+def test_five_steps_match_stock_with_ac_and_compile(one_rank, model, ac, backend):
+    """The debug model through torchtitan's parallelize (parallelize_llama, parallelize_qwen3)
+    with its AC and compile configs (the path its trainer takes: AC wraps each block, then each
+    block is compiled with fullgraph=True, so a graph break fails the compile): the same losses
+    as stock under the same configs."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    counters = torch._dynamo.utils.counters
+    tokens, positions = batch()
+    losses, graph_code = {}, {}
+    for converted in (False, True):
+        torch._dynamo.reset()  # each model compiles afresh, within dynamo's recompile limit
+        counters.clear()
+        with GraphCode() as code:
+            m = build(model, converted, parallel=_ac_compile(ac, backend))
+            losses[converted] = train(m, tokens, positions)
+        blocks = list(m.layers.values())
+        assert all(isinstance(b, CheckpointWrapper) for b in blocks) == (ac is not None)
+        if backend:  # every block compiled, in whole graphs
+            assert all(b._compiled_call_impl is not None for b in blocks)
+            assert not counters["graph_break"], dict(counters["graph_break"])
+            assert counters["stats"]["unique_graphs"] >= 1
+            graph_code[converted] = str(code)
+    if backend:  # the converted blocks' graphs hold the tpu_kernels ops, not calls around them
+        assert all(name in graph_code[True] for name in GRAPH_NAMES), graph_code[True][-2000:]
+        assert not any(name in graph_code[False] for name in GRAPH_NAMES)
+    elif ac:  # torchtitan's AC recomputes the converted ops in backward: its selective policy
+        # saves flex attention's and SDPA's outputs, not Tokamax attention's, nor GLU's, which
+        # TpuKernelsSelectiveAC saves (m: the converted model)
+        saved = (
+            ("tokamax::dot_product_attention", "tokamax::gated_linear_unit")
+            if ac == "tpu_kernels_selective"
+            else ()
+        )
+        want = {k: n * LAYERS for k, n in OPS_PER_BLOCK.items() if k not in saved}
+        assert recomputed(m, tokens, positions) == want
+    want, got = losses[False], losses[True]
+    print(f"{model}, AC {ac}, compile {backend}: losses {want.tolist()}, largest relative difference "
+          f"{((got - want).abs() / want).max():.1e}")  # fmt: skip
+    assert want[-1] < want[0] - 1
     torch.testing.assert_close(got, want, rtol=LOSS_RTOL, atol=0)
 
 
