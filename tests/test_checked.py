@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checking, tpu_kernel
+from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checked_mode, tpu_kernel
 from tpu_kernels import kernels as shipped
-from tpu_kernels.checking import UncheckedCallError, UncheckedWarning
+from tpu_kernels.checked_mode import UncheckedCallError, UncheckedWarning
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,13 +122,13 @@ def jax_square(x: torch.Tensor) -> torch.Tensor:
 
 def test_a_jax_reference_checks_the_backward_with_jax_vjp_in_float64(monkeypatch):
     calls = []
-    real = checking._jax_call
+    real = checked_mode._jax_call
 
     def spy(fn, kwargs, cotangents):
         calls.append((cotangents is not None, [v.dtype for v in kwargs.values()]))
         return real(fn, kwargs, cotangents)
 
-    monkeypatch.setattr(checking, "_jax_call", spy)
+    monkeypatch.setattr(checked_mode, "_jax_call", spy)
     x = torch.randn(6, 5, requires_grad=True)
     with checked():
         jax_square(x).sum().backward()
@@ -144,7 +144,7 @@ def test_no_check_outside_and_off_inside():
             off_by_a_little(x)
         with pytest.raises(CheckFailure):
             off_by_a_little(x)
-    assert not checking.ARMED and not checking.is_checked()
+    assert not checked_mode.ARMED and not checked_mode.is_checked()
 
 
 def test_per_thread():
@@ -189,14 +189,14 @@ def _run_with_check_env(value: str, decorator: str, error: str) -> list[str]:
     `decorator`); it prints the mode, then whether the call raised `error` naming the op."""
     code = (
         "import torch\n"
-        "from tpu_kernels import tpu_kernel, checking\n"
+        "from tpu_kernels import tpu_kernel, checked_mode\n"
         f"@tpu_kernel('env_checked::bad'{decorator})\n"
         "def bad(x: torch.Tensor) -> torch.Tensor:\n"
         "    return x + 1\n"
-        "print(checking.is_checked(), checking.is_strict())\n"
+        "print(checked_mode.is_checked(), checked_mode.is_strict())\n"
         "try:\n"
         "    bad(torch.zeros(3))\n"
-        f"except checking.{error} as e:\n"
+        f"except checked_mode.{error} as e:\n"
         "    print('CAUGHT', 'env_checked::bad' in str(e))\n"
         "else:\n"
         "    print('MISSED')\n"
@@ -324,15 +324,15 @@ def test_under_torch_compile_nothing_is_checked_and_nothing_breaks():
 
 def test_compare_names_the_first_differing_element_in_each_kind_of_mismatch():
     ints = torch.tensor([[1, 2], [3, 4]])
-    assert checking.compare(ints, ints.double()) is None
-    assert checking.compare(ints, torch.tensor([[1.0, 2.0], [3.0, 5.0]], dtype=torch.float64)) == (
+    assert checked_mode.compare(ints, ints.double()) is None
+    assert checked_mode.compare(ints, torch.tensor([[1.0, 2.0], [3.0, 5.0]], dtype=torch.float64)) == (
         "1 of 4 elements differ (exact compare for torch.int64); first at index (1, 1): kernel 4, reference 5.0"
     )
     got = torch.tensor([1.0, float("inf"), 3.0])
-    assert checking.compare(got, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).startswith(
+    assert checked_mode.compare(got, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).startswith(
         "0 NaN and 1 inf values the reference does not have (of 3); first at index (1,): kernel inf, reference 2.0"
     )
-    assert checking.compare(
+    assert checked_mode.compare(
         torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("nan")], dtype=torch.float64)
     ) == (
         "1 finite values where the reference has NaN or inf (of 2); first at index (1,): kernel 2.0, reference nan"
@@ -380,7 +380,7 @@ def test_strict_mode_raises_for_an_op_without_a_reference():
         with checked(strict=False), pytest.warns(UncheckedWarning):
             op(torch.ones(3))
     assert issubclass(UncheckedCallError, RuntimeError) and not issubclass(UncheckedCallError, CheckFailure)
-    assert not checking.is_strict()
+    assert not checked_mode.is_strict()
 
 
 def test_backward_ops_are_not_reported_unchecked(recwarn):
@@ -456,7 +456,7 @@ def test_the_helion_matmul_passes_at_large_k_and_wrong_kernels_with_its_declarat
         with checked(strict=True):
             out = matmul_helion(a, b)
             out.backward(torch.randn(out.shape, generator=gen))
-        plain_failures += checking.compare(out, a.double() @ b.double()) is not None
+        plain_failures += checked_mode.compare(out, a.double() @ b.double()) is not None
     assert plain_failures >= 3  # what the plain float32 tolerance said of these correct results
 
     a, b = torch.randn(128, k), torch.randn(k, 128)

@@ -109,13 +109,13 @@ def test_the_scan_sees_the_core_reaching_for_testing(tmp_path):
     pkg = tmp_path / "tpu_kernels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    core = pkg / "checking.py"
+    core = pkg / "checked_mode.py"
     core.write_text("from tpu_kernels.testing import TOL\ndef f():\n    from . import testing\n")
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:
         assert [_imports_above_core(m, n) for _, m, n in _imports(core)] == ["testing.py", "testing.py"]
-        assert [p.name for p in _core_files()] == ["__init__.py", "checking.py"]
+        assert [p.name for p in _core_files()] == ["__init__.py", "checked_mode.py"]
     finally:
         PACKAGE = saved
 

@@ -25,8 +25,8 @@ _EXPORTS = {
     "multiple_of": "tpu_kernels.buckets",
     "powers_of_two": "tpu_kernels.buckets",
     "CacheInfo": "tpu_kernels.cache",
-    "CheckFailure": "tpu_kernels.checking",
-    "checked": "tpu_kernels.checking",
+    "CheckFailure": "tpu_kernels.checked_mode",
+    "checked": "tpu_kernels.checked_mode",
     "BackendUnavailableError": "tpu_kernels.errors",
     "InvalidArgumentError": "tpu_kernels.errors",
     "InvalidArgumentTypeError": "tpu_kernels.errors",
@@ -95,7 +95,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
     from tpu_kernels.cache import CacheInfo
-    from tpu_kernels.checking import CheckFailure, checked
+    from tpu_kernels.checked_mode import CheckFailure, checked
     from tpu_kernels.errors import (
         BackendUnavailableError,
         InvalidArgumentError,

@@ -41,7 +41,7 @@ class Private(NamedTuple):
 
 
 _ENTRIES: dict[str, Private] = {
-    # ---- dispatch state: eager.py's shortcut and checking.py step aside when anything is active.
+    # ---- dispatch state: eager.py's shortcut and checked_mode.py step aside when anything is active.
     # Without them, "something may be active" (the dispatcher's path: slower, same results).
     "torch_function_mode_enabled": Private(
         "torch._C:_is_torch_function_mode_enabled", "is a TorchFunctionMode active", lambda: True

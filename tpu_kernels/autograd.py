@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels import _compat, checking
+from tpu_kernels import _compat, checked_mode
 from tpu_kernels.errors import NoBackwardError, OpDefinitionError
 from tpu_kernels.signature import Kind, Param, Signature
 
@@ -72,8 +72,8 @@ def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | N
         if isinstance(kop.backward_impl, ExplicitBackward):
             _refuse_inputs_outside_wrt(ctx, kop, kop.backward_impl.wrt, values)
         grads_in = kop.backward_impl(values, outs, list(grads[: kop.n_visible]))
-        if checking.ARMED:  # checked mode: the gradients against the reference's
-            checking.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
+        if checked_mode.ARMED:  # checked mode: the gradients against the reference's
+            checked_mode.check_backward(kop, values, list(grads[: kop.n_visible]), grads_in)
         return tuple(grads_in[:n_positional])
 
     impl = _autograd_impl(kop, backward, setup_context)

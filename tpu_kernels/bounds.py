@@ -25,7 +25,7 @@ Then the call runs in the TPU interpreter, which also sees the kernel body's own
 (`x_ref[pl.ds(i, 8)]` past the block, a DMA from an HBM ref). `call_problem` does both for one
 call and says what it found in one line: "index map of input 0 reads block (8, 0, 0) outside
 [0, 8) along dimension 0 ...". `tpu-kernels check --bounds` runs it on the op's examples,
-checked mode on every call when `TPU_KERNELS_CHECK_BOUNDS=1` (`tpu_kernels.checking`).
+checked mode on every call when `TPU_KERNELS_CHECK_BOUNDS=1` (`tpu_kernels.checked_mode`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import jax
 import torch
 
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checking, dtypes, eager, fake
+from tpu_kernels import autograd, checked_mode, dtypes, eager, fake
 from tpu_kernels import buckets as bucketing
 from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
@@ -303,13 +303,13 @@ class KernelOp:
         # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
         # reads is_compiling() as True and traces only the dispatcher's path.
         shortcut = self._eager_cpu
-        checked = checking.ARMED and checking.active()  # checked mode: the dispatcher, then the reference
+        checked = checked_mode.ARMED and checked_mode.active()  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
         if shortcut is not None and not checked and not _is_compiling():
             out = shortcut.try_call(args, kwargs)
         if out is eager.DECLINED:
             self.signature.check_statics(args, kwargs)
-            out = checking.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
+            out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         if self._all_visible:
             return out
         n = self._n_visible

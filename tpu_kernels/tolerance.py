@@ -1,7 +1,7 @@
 """What a kernel's result is compared with, and how closely: the tolerance table, the one rule
 for results that sum many terms, and `Reference`, an op's declaration for checked mode.
 
-This is the core's: checked mode (`checking.py`) and the op declarations (`kernels/`,
+This is the core's: checked mode (`checked_mode.py`) and the op declarations (`kernels/`,
 `tokamax/`) read it; `tpu_kernels.testing` (above the core) re-exports the table for tests.
 
 An output compared in dtype d is right when, element by element,

@@ -12,7 +12,7 @@ from jax.experimental import pallas as pl
 
 import tpu_kernels
 from tests.check import demo_kernels as demo
-from tpu_kernels import bounds, checking
+from tpu_kernels import bounds, checked_mode
 from tpu_kernels.check import check_op, tiling
 from tpu_kernels.check.examples import random_arrays, scale_down
 from tpu_kernels.chips import chip
@@ -215,9 +215,9 @@ def test_checked_mode_checks_bounds_when_asked(monkeypatch):
     idx = torch.tensor([0, 3, 8], dtype=torch.int32)
     with tpu_kernels.checked():
         demo.gather(idx, TABLE)  # not asked: silently the last slab
-        monkeypatch.setattr(checking, "BOUNDS", True)
+        monkeypatch.setattr(checked_mode, "BOUNDS", True)
         assert demo.gather(torch.tensor([0, 3, 7], dtype=torch.int32), TABLE).shape == (3, 8, 128)
-        with pytest.raises(checking.CheckFailure) as info:
+        with pytest.raises(checked_mode.CheckFailure) as info:
             demo.gather(idx, TABLE)
     first = str(info.value).splitlines()[0]
     assert first.startswith(
@@ -231,7 +231,7 @@ def test_a_bounds_run_that_fails_otherwise_warns_and_checks_nothing(monkeypatch)
         raise RuntimeError("the interpreter cannot run this\nmore")
 
     monkeypatch.setattr(bounds, "call_problem", fails)
-    monkeypatch.setattr(checking, "BOUNDS", True)
+    monkeypatch.setattr(checked_mode, "BOUNDS", True)
     with (
         tpu_kernels.checked(),
         pytest.warns(UserWarning, match="check_demo::gather: block indices not checked"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tpu_kernels.checking import Reference
+from tpu_kernels.checked_mode import Reference
 from tpu_kernels.tokamax import FAMILIES
 from tpu_kernels.tokamax.placements import ByName, describe
 
