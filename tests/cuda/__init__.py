@@ -15,25 +15,12 @@ import pytest
 REQUIRE_ENV = "TPU_KERNELS_REQUIRE_CUDA"
 
 
-def cuda_status() -> str | None:
-    """None when CUDA tensors can reach JAX's CUDA backend here; else why not, in words."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device (torch.cuda.is_available() is False)"
-    import jax
-
-    try:
-        jax.devices("cuda")
-    except RuntimeError as e:
-        return f"JAX has no CUDA backend: jax.devices('cuda') raised {str(e).splitlines()[0]}"
-    return None
-
-
 def marks() -> list[pytest.MarkDecorator]:
     """A CUDA test module's `pytestmark`: the `cuda` marker, and the skip (or, under
     scripts/gpu-check, the collection error) where CUDA is unavailable."""
-    why = cuda_status()
+    from tpu_kernels.devices.cuda import unavailable_reason
+
+    why = unavailable_reason()
     if why is not None and os.environ.get(REQUIRE_ENV) == "1":
         raise RuntimeError(f"{REQUIRE_ENV}=1 but {why}")
     return [pytest.mark.cuda, pytest.mark.skipif(why is not None, reason=why or "")]

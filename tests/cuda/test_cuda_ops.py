@@ -183,7 +183,9 @@ def test_a_helion_kernel_runs_on_cuda_through_triton():
 
 
 def test_a_tokamax_op_runs_on_cuda():
-    pytest.importorskip("tokamax", reason="Tokamax is not installed (it needs pydantic-core, not pure Python)")
+    pytest.importorskip(
+        "tokamax", reason="Tokamax is not installed (it needs pydantic-core, not pure Python)"
+    )
     import torch.nn.functional as F
 
     from tpu_kernels import tokamax as tk
