@@ -5,6 +5,7 @@
 Prints the Python and package versions (beside the versions requirements/lock.txt pins,
 which CI tests), then checks in order, stopping at the first that fails:
 
+0. each carried wheel (GPU_CHECK_CARRIED: names) is found on the path             -> exit 4
 1. torch sees a CUDA device, and JAX has a CUDA backend (`jax.devices("cuda")`)  -> exit 3
 2. tpu_kernels imports (and from where); names the private APIs that fell back  -> exit 4
 3. an op with a JAX body, called on a CUDA tensor, returns the right values     -> exit 4
@@ -87,6 +88,12 @@ def check(smoke: bool = True) -> int:
     for line in version_lines():
         print(f"  {line}")
     print(f"  JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '(unset)')}")
+    for name in os.environ.get("GPU_CHECK_CARRIED", "").split():
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return _fail(EXIT_BROKEN, f"the carried wheel {name!r} was installed but Python does not find it")
+        print(f"  carried: {name} {dist.version} in {dist.locate_file('')}")
     try:
         from tpu_kernels.devices import cuda
     except Exception as e:  # any import failure is this machine's answer; say it whole
