@@ -17,7 +17,7 @@ is what the CPU test of this suite (tests/test_gpu_check.py) runs.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 
 import torch
@@ -41,8 +41,11 @@ def _randn(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
 
 
 def _helion(family: str, name: str):
-    """The family's Helion twin as an extra candidate, or none where Helion is not installed."""
-    if importlib.util.find_spec("helion") is None:
+    """The family's Helion twin as an extra candidate, or none where Helion does not import
+    (absent, or a release that needs a newer torch: helion 1.5.1 on torch 2.11)."""
+    try:
+        importlib.import_module("helion")
+    except ImportError:
         return None
 
     def extra(p: dict) -> list[bench.Candidate]:
