@@ -90,6 +90,37 @@ def test_without_a_gpu_the_preflight_stops_it_with_exit_3(tmp_path):
     assert not (tmp_path / "tests.xml").exists()  # pytest never started
 
 
+@NO_CUDA
+def test_past_the_preflight_a_missing_gpu_fails_the_tests_and_the_benchmark(tmp_path):
+    """The steps after the preflight, run here through a Python that answers the preflight with
+    success and runs everything else: the CUDA tests are a collection error (not skips), the
+    benchmark refuses --device cuda, and the summary and the exit status say FAILED."""
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = scripts/gpu_check/preflight.py ]; then echo "  (preflight passed)"; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(GPU_CHECK_PYTHON=str(python)),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "TPU_KERNELS_REQUIRE_CUDA=1 but torch sees no CUDA device" in (out / "tests.log").read_text()
+    assert "--device cuda, but torch sees no CUDA device" in (out / "bench.log").read_text()
+    summary = (out / "summary.txt").read_text()
+    assert "(preflight passed)" in summary
+    assert re.search(r"^tests: 0 passed, 0 failed, 1 errors", summary, re.M), summary
+    assert "benchmark: not run (no report)" in summary
+    assert summary.rstrip().endswith("gpu-check: FAILED (see tests.log, bench.log)")
+
+
 def _wheel(folder: Path, name: str, version: str) -> Path:
     """A minimal pure-Python wheel holding the module `name`."""
     path = folder / f"{name}-{version}-py3-none-any.whl"

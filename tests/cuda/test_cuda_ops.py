@@ -195,7 +195,7 @@ def test_a_helion_kernel_runs_on_cuda_through_triton():
 
 
 def test_a_tokamax_op_runs_on_cuda():
-    _importable_or_skip("tokamax", "it needs pydantic-core and xprof, which are not pure Python")
+    _importable_or_skip("tokamax", "it needs pydantic-core and xprof, which are built per platform")
     import torch.nn.functional as F
 
     from tpu_kernels import tokamax as tk
