@@ -255,3 +255,13 @@ def test_the_benchmark_suite_runs_and_is_summarised(tmp_path):
     assert lines[0].startswith("benchmark on ") and "(cpu)" in lines[0]
     assert re.match(r"  softmax_xla shape=256x256,dtype=float32: tpu_kernels \S+ \w+, torch", lines[1])
     assert "tpu_kernels/jax" in lines[1] and "GB/s" in lines[1]
+
+
+def test_the_wheels_to_carry_are_pinned_and_named_in_the_docs():
+    lines = (ROOT / "scripts" / "gpu_check" / "wheels.txt").read_text().splitlines()
+    pins = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][\w.]*", p) for p in pins), pins
+    docs = (ROOT / "docs" / "devices.md").read_text()
+    for pin in pins:
+        name, version = pin.split("==")
+        assert f"{name} {version}" in docs, f"docs/devices.md does not name {name} {version}"
