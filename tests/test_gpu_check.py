@@ -77,7 +77,10 @@ def test_usage_errors_exit_2_and_say_what_was_wrong(args, message):
 
 @NO_CUDA
 def test_without_a_gpu_the_preflight_stops_it_with_exit_3(tmp_path):
-    result = gpu_check("--out", str(tmp_path))
+    # run from another folder with a relative --out: the log lands there, not in the checkout
+    result = subprocess.run(
+        [str(SCRIPT), "--out", "out"], capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert "gpu-check: preflight failed (exit 3): no GPU to check: torch sees no CUDA device" in result.stderr
     assert "the CUDA tests and the benchmark did not run" in result.stderr
@@ -86,8 +89,8 @@ def test_without_a_gpu_the_preflight_stops_it_with_exit_3(tmp_path):
     assert f"  torch {importlib.metadata.version('torch')}" in result.stdout
     assert f"tpu_kernels from {ROOT / 'tpu_kernels'}" in result.stdout
     assert "JAX_PLATFORMS=cuda,cpu" in result.stdout
-    assert (tmp_path / "preflight.log").read_text().startswith("  python 3.")
-    assert not (tmp_path / "tests.xml").exists()  # pytest never started
+    assert (tmp_path / "out" / "preflight.log").read_text().startswith("  python 3.")
+    assert not (tmp_path / "out" / "tests.xml").exists()  # pytest never started
 
 
 @NO_CUDA
