@@ -66,6 +66,7 @@ def test_the_kernel_is_ordered_after_and_before_torch_work_on_the_stream(side_st
     output (torch's stream waits for JAX's). Without the ordering this reads stale memory."""
     x = torch.zeros(1 << 24, device=CUDA)  # 64 MiB
     stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    stream.wait_stream(torch.cuda.current_stream())  # x's zeros are written before the loop
     with torch.cuda.stream(stream):
         for value in (1.0, 2.0, 3.0):
             torch.cuda._sleep(50_000_000)  # about 25 ms of spinning on torch's stream
@@ -83,13 +84,13 @@ def accumulate(acc: Tensor, x: Tensor) -> Tensor:
 
 def test_a_mutated_cuda_argument_is_written_in_place():
     acc, x = rand(1024), rand(1024)
-    expected = acc.double() + x.double()
+    expected, expected_total = acc.double() + x.double(), acc.double().sum()  # before the call
     acc_cuda = acc.to(CUDA)
     ptr = acc_cuda.data_ptr()
     total = accumulate(acc_cuda, x.to(CUDA))
     assert acc_cuda.data_ptr() == ptr and total.device.type == "cuda"
     assert_close(acc_cuda.cpu(), expected, what="acc written in place")
-    assert_close(total.cpu(), acc.double().sum(), scale=32, what="sum of 1024 terms")  # sqrt(1024)
+    assert_close(total.cpu(), expected_total, scale=32, what="sum of 1024 terms")  # sqrt(1024)
 
 
 @tpu_kernel(uname("smooth"), backward="vjp")
@@ -101,7 +102,7 @@ def test_gradients_on_cuda_match_float64_autograd():
     x, w = rand(32, 128), rand(128)
     xc, wc = x.to(CUDA).requires_grad_(), w.to(CUDA).requires_grad_()
     smooth(xc, wc).sum().backward()
-    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     (torch.tanh(x64) * w64).sum().backward()
     assert xc.grad.device.type == "cuda"
     assert_close(xc.grad.cpu(), x64.grad, what="dx")
