@@ -151,9 +151,15 @@ def test_carried_wheels_are_installed_and_found_by_the_preflight(tmp_path):
     assert result.returncode == 3  # then the missing GPU, as without wheels
 
 
-def test_a_folder_without_wheels_is_a_usage_error(tmp_path):
-    result = gpu_check("--wheels", str(tmp_path))
-    assert result.returncode == 2 and "holds no .whl files" in result.stderr
+def test_a_folder_without_wheels_is_a_usage_error_before_anything_is_written(tmp_path):
+    results = ROOT / "gpu-check-results"  # the default --out's parent
+    before = set(results.iterdir()) if results.exists() else set()
+    result = subprocess.run(
+        [str(SCRIPT), "--wheels", "."], capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=60
+    )
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"gpu-check: --wheels '{tmp_path}' holds no .whl files" in result.stderr
+    assert (set(results.iterdir()) if results.exists() else set()) == before  # no output folder made
 
 
 def test_the_preflight_names_a_missing_jax_cuda_backend(monkeypatch, capsys):
