@@ -228,3 +228,24 @@ def test_symbolic_dimension_internals_are_live():
 def test_a_moved_attribute_raises_naming_it():
     with pytest.raises(_compat.CompatError, match=r"builtins\.int\._sorted_terms \(the terms"):
         _compat.symbolic_terms(3)
+
+
+def test_helion_settings_copy_uses_copy_and_falls_back_to_replace():
+    import dataclasses
+
+    import helion
+
+    settings = helion.Settings(backend="pallas")
+    copied = _compat.helion_settings_copy(settings, backend="triton")
+    assert copied.backend == "triton" and settings.backend == "pallas"
+    assert type(copied) is type(settings)
+
+    @dataclasses.dataclass
+    class OldSettings:  # helion 1.4's Settings: a dataclass with no copy()
+        backend: str = "pallas"
+        static_shapes: bool = True
+
+    old = OldSettings()
+    new = _compat.helion_settings_copy(old, backend="triton")
+    assert new == OldSettings("triton", True) and old.backend == "pallas" and new is not old
+    assert _compat.helion_settings_copy(old) == old and _compat.helion_settings_copy(old) is not old

@@ -232,6 +232,19 @@ def helion_key_fn(kernel: Any) -> Any:
     return getattr(kernel, "_key_fn", None)
 
 
+def helion_settings_copy(settings: Any, **overrides: Any) -> Any:
+    """A copy of Helion `settings` with `overrides`, leaving `settings` untouched: its `copy`
+    where it has one (helion 1.5, which also keeps track of which settings were explicit), else
+    `dataclasses.replace` (helion 1.4 has no `copy`; 1.4 is the release that imports on torch
+    2.11, which 1.5.1 does not: docs/devices.md, "Checking the CUDA path")."""
+    copy = getattr(settings, "copy", None)
+    if copy is not None:
+        return copy(**overrides)
+    import dataclasses
+
+    return dataclasses.replace(settings, **overrides)
+
+
 def _attribute(obj: Any, name: str, purpose: str) -> Any:
     try:
         return getattr(obj, name)
@@ -308,6 +321,7 @@ __all__ = [
     "all_of",
     "entries",
     "get",
+    "helion_settings_copy",
     "live",
     "local_mesh",
     "symbolic_terms",

@@ -38,6 +38,20 @@ def _check_backend() -> None:
         ) from e
 
 
+def unavailable_reason() -> str | None:
+    """Why CUDA tensors cannot reach JAX's CUDA backend in this process, in words (None: they
+    can): torch sees no CUDA device, or JAX has no CUDA backend (a CPU-only jaxlib, no CUDA
+    plugin, JAX_PLATFORMS leaving it out, or a plugin that failed to start). scripts/gpu-check's
+    preflight and tests/cuda ask this."""
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device (torch.cuda.is_available() is False)"
+    try:
+        jax.devices("cuda")
+    except RuntimeError as e:
+        return f"JAX has no CUDA backend: jax.devices('cuda') raised {str(e).splitlines()[0]}"
+    return None
+
+
 class CudaTransfer:
     device_type = "cuda"
 

@@ -118,7 +118,7 @@ def variant(kernel: Any, **settings: Any) -> Any:
     return helion.Kernel(
         kernel.fn,
         configs=kernel.configs,
-        settings=kernel.settings.copy(**settings),
+        settings=_compat.helion_settings_copy(kernel.settings, **settings),
         key=_compat.helion_key_fn(kernel),
     )
 
@@ -418,7 +418,7 @@ class HelionSource:
         self._tuned[key] = helion.Kernel(
             self.kernel.fn,
             configs=[config],
-            settings=self.interpret.settings.copy(),
+            settings=_compat.helion_settings_copy(self.interpret.settings),
             key=_compat.helion_key_fn(self.kernel),
         )
 
