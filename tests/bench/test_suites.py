@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.registries import family_id, kernel_families
+from tests.registries import family_id, kernel_families, op_id, tokamax_ops
 from tpu_kernels import bench
+from tpu_kernels import tokamax as tk
 from tpu_kernels.bench import discover
 from tpu_kernels.cli import main
 
@@ -82,6 +83,37 @@ def test_a_kernel_benchmark_takes_its_sizes_and_helion_twin_from_its_family(fami
     ref = quick.reference(*xs, **quick.reference_kwargs(point))
     torch.testing.assert_close(_first(cands["tpu_kernels"].fn(*xs)), _first(ref), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(_first(ref), _first(family.torch_reference(*xs, **kw)))
+
+
+def _tokamax_suite():
+    return discover.import_suite(ROOT / "bench" / "tokamax_ops.py")
+
+
+@pytest.mark.parametrize("op", tokamax_ops(), ids=op_id)
+def test_every_tokamax_op_has_a_benchmark(op):
+    """Each registered Tokamax op is timed: by a case written in the suite, or else on its
+    family's first small example call against its family's reference."""
+    suite = _tokamax_suite()
+    _, written = suite._written_benchmarks(True, "cpu")
+    names = [b.name for b in suite.benchmarks(True, "cpu")]
+    assert op.short_name in written or f"tokamax_{op.short_name}" in names
+
+
+def test_an_op_without_a_written_case_is_timed_on_its_small_example_and_checked():
+    suite = _tokamax_suite()
+    _, written = suite._written_benchmarks(True, "cpu")
+    rest = [(f, op) for f in tk.FAMILIES.values() for op in f.ops if op.short_name not in written]
+    assert rest, "every op has a written case: pick another op for this test"
+    family, op = rest[0]
+    b = suite.example_benchmark(family, op, "cpu", quick=True)
+    [point] = b.points
+    xs = b.inputs(point, torch.device("cpu"))
+    cands = {c.name: c for c in b.candidates(point)}
+    assert set(cands) == {"tokamax", "torch"} and cands["tokamax"].primary
+    torch.testing.assert_close(
+        _first(cands["tokamax"].fn(*xs)), _first(b.reference(*xs)), rtol=1e-4, atol=1e-4
+    )
+    torch.testing.assert_close(_first(cands["torch"].fn(*xs)), _first(b.reference(*xs)))
 
 
 @pytest.mark.slow
