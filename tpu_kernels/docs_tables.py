@@ -231,6 +231,50 @@ def shipped_ops() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shapes(table: dict, bold: str | None = None) -> str:
+    return ", ".join(f"**{n}**" if n == bold else n for n in table) or "-"
+
+
+def _callable_name(fn) -> str:
+    return f"`{fn.__module__.removeprefix('tpu_kernels.kernels.')}.{fn.__qualname__}`"
+
+
+def kernel_families() -> str:
+    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes."""
+    from tpu_kernels.kernels import FAMILIES
+
+    lines = [
+        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in FAMILIES.values():
+        baseline = _callable_name(f.baseline or f.torch_reference)
+        kwargs = ", ".join(f"`{k}={v!r}`" for k, v in f.kwargs.items()) or "-"
+        lines.append(
+            f"| `{f.name}` | `{f.op.name}` | {f'`{f.helion}`' if f.helion else '-'} | {baseline} | {kwargs} | "
+            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def device_table() -> str:
+    """`tpu_kernels.devices`: each registered device and the policies its registration gives."""
+    from tpu_kernels import devices
+    from tpu_kernels.sources import helion
+
+    lines = [
+        "| device | dispatch key | aliases | benchmark clock | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    yes = {True: "yes", False: "no"}
+    for d in devices.all_devices():
+        lines.append(
+            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {yes[d.jax_baseline]} | "
+            f"{yes[d.device_time]} | {f'`{helion.HELION_BACKENDS[d.name]}`' if d.name in helion.HELION_BACKENDS else '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # ---- tolerances -------------------------------------------------------------------------------
 
 
@@ -251,6 +295,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "tokamax-implementations": tokamax_implementations,
     "cli-reference": cli_reference,
     "shipped-ops": shipped_ops,
+    "kernel-families": kernel_families,
+    "devices": device_table,
     "tolerances": tolerances,
 }
 
