@@ -82,6 +82,20 @@ def tokamax_implementations() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tokamax_declarations() -> str:
+    """Per Tokamax op (tokamax.FAMILIES): its sharding rule, in words, and its autocast policy."""
+    from tpu_kernels.tokamax import FAMILIES
+    from tpu_kernels.tokamax.placements import describe
+
+    lines = ["| op | sharding (DTensor) | autocast |", "|---|---|---|"]
+    lines += [
+        f"| `{op.short_name}` | {describe(op.sharding)} | `{op.autocast}` |"
+        for family in FAMILIES.values()
+        for op in family.ops
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # ---- the command line -----------------------------------------------------------------------
 
 # What each exit status of each subcommand means. Keys are 0 or the name of an EXIT_*
@@ -213,21 +227,35 @@ def _returns(op) -> str:
 
 
 def shipped_ops() -> str:
-    """The ops `tpu_kernels.kernels` and `tpu_kernels.kernels.helion_ops` register."""
-    from tpu_kernels import kernels
-    from tpu_kernels.kernels import helion_ops
+    """The ops of every registered kernel family (tpu_kernels.kernels.FAMILIES): each Pallas
+    op, then the ops each family's helion.py exports (importing Helion), by name."""
+    from tpu_kernels.kernels import FAMILIES
 
+    def where(package: str) -> str:
+        return "tpu_kernels.kernels" if package.startswith("tpu_kernels.kernels.") else package
+
+    pallas = sorted((f.op.short_name, where(f.package), f.op) for f in FAMILIES.values())
+    helion = sorted(
+        (
+            name,
+            where(f.package) + ".helion_ops"
+            if where(f.package) == "tpu_kernels.kernels"
+            else module.__name__,
+            getattr(module, name),
+        )
+        for f in FAMILIES.values()
+        if (module := f.helion_module()) is not None
+        for name in module.__all__
+    )
     lines = [
         "| function | op and schema | the function returns | backward | autocast |",
         "|---|---|---|---|---|",
     ]
-    for module in (kernels, helion_ops):
-        for name in module.__all__:
-            op = getattr(module, name)
-            lines.append(
-                f"| `{module.__name__}.{name}` | `torch.ops.{op.ns}.{op.short_name}{_cell(op.schema)}` | "
-                f"{_returns(op)} | {_backward_kind(op)} | `{op.autocast}` |"
-            )
+    for name, module, op in pallas + helion:
+        lines.append(
+            f"| `{module}.{name}` | `torch.ops.{op.ns}.{op.short_name}{_cell(op.schema)}` | "
+            f"{_returns(op)} | {_backward_kind(op)} | `{op.autocast}` |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -293,6 +321,7 @@ def tolerances() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "tokamax-implementations": tokamax_implementations,
+    "tokamax-declarations": tokamax_declarations,
     "cli-reference": cli_reference,
     "shipped-ops": shipped_ops,
     "kernel-families": kernel_families,
