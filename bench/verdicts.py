@@ -320,12 +320,14 @@ def seed_verdicts(case: Case, dtype: torch.dtype, seeds: int) -> dict[str, Tally
 
 def _families() -> dict[str, tuple[str, str, dict]]:
     """kernel file -> (the family, the kernel function, its keyword arguments), for every
-    registered kernel family (tpu_kernels.kernels.FAMILIES)."""
+    registered kernel family of this package with a `pallas.py` (tpu_kernels.kernels.FAMILIES;
+    the mutation catalogue mutates this package's files only)."""
     from tpu_kernels.kernels import FAMILIES
 
     return {
         f"{family.name}/pallas.py": (family.name, family.op.fn.__name__, dict(family.kwargs))
         for family in FAMILIES.values()
+        if (KERNELS / family.name / "pallas.py").is_file()
     }
 
 
