@@ -233,6 +233,8 @@ CROSS_CUTTING = {
     "tests/tokamax/test_implementation.py": ("toy_rope",),
     "tests/tokamax/test_compile_dynamic.py": ("toy_rope",),
     "tests/test_registries.py": ("toy_dev",),
+    "tests/test_checked.py": ("toy_family",),
+    "tests/test_autocast.py": ("toy_family",),
 }
 # collected but not run: its cases are written per op (CASES); a new op must add one, and
 # the test says so with a KeyError naming the op
@@ -284,6 +286,7 @@ def test_a_family_a_tokamax_family_and_a_device_registered_at_run_time_appear_ev
     assert "| `toy_dev` | `XPU` |" in tables["devices"]
     assert "| `toy_rope` | `xla` |" in tables["tokamax-implementations"]
     assert "| `toy_rope` | tokens: x and positions sharded on dim 0 |" in tables["tokamax-declarations"]
+    assert "| `toy_tokamax` | `toy_rope` | the same |" in tables["tokamax-families"]
     # --device takes it (then the empty suite has nothing to run), and an unknown name lists it
     assert found["tpu-kernels bench --device toy_dev (exit)"] == 2
     stderr = found["tpu-kernels bench --device: stderr"]

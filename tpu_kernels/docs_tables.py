@@ -96,6 +96,20 @@ def tokamax_declarations() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tokamax_families() -> str:
+    """`tokamax.FAMILIES`: each family's ops and public functions."""
+    from tpu_kernels.tokamax import FAMILIES
+
+    lines = ["| family | ops (`torch.ops.tokamax.*`) | public functions |", "|---|---|---|"]
+    for f in FAMILIES.values():
+        ops = [op.short_name for op in f.ops]
+        functions = [fn.__name__ for fn in f.functions]
+        lines.append(
+            f"| `{f.name}` | {_codes(ops)} | {'the same' if functions == ops else _codes(functions)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # ---- the command line -----------------------------------------------------------------------
 
 # What each exit status of each subcommand means. Keys are 0 or the name of an EXIT_*
@@ -322,6 +336,7 @@ def tolerances() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "tokamax-implementations": tokamax_implementations,
     "tokamax-declarations": tokamax_declarations,
+    "tokamax-families": tokamax_families,
     "cli-reference": cli_reference,
     "shipped-ops": shipped_ops,
     "kernel-families": kernel_families,
