@@ -41,7 +41,7 @@ def test_import_tpu_kernels_imports_neither_torch_nor_jax_until_used(tmp_path):
 )
 def test_the_command_prints_no_torch_tpu_noise_without_a_tpu(tmp_path):
     out = _python(
-        ["-m", "tpu_kernels.cli", "bench", "elementwise", "--quick", "--filter", "no-match"], tmp_path
+        ["-m", "tpu_kernels.cli", "bench", "kernels", "--quick", "--filter", "no-match"], tmp_path
     )
     assert out.returncode == 2, out.stderr  # nothing selected
     text = out.stdout + out.stderr
