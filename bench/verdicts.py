@@ -202,7 +202,7 @@ def _softmax_case(shape: tuple[int, int], compile_: bool) -> Case:
 
     return Case(
         f"softmax {shape[0]}x{shape[1]}",
-        lambda g, dt: (_randn(g, *shape, dtype=dt, scale=3.0),),  # as bench/softmax.py
+        lambda g, dt: (_randn(g, *shape, dtype=dt, scale=3.0),),  # as the softmax family registers its inputs
         lambda x: torch.softmax(x, -1),
         candidates,
         shape[-1],
