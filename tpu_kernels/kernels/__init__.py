@@ -11,15 +11,19 @@ exported under its name.
     from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 """
 
-import importlib
-import pkgutil
+import importlib as _importlib
+import pkgutil as _pkgutil
 
 from tpu_kernels.kernels.registry import FAMILIES
 
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.ispkg:
-        importlib.import_module(f"{__name__}.{_info.name}")
 
+def _import_families() -> None:
+    """Import every family folder (each registers itself), in alphabetical order."""
+    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.ispkg:
+            _importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_families()
 globals().update({family.op.short_name: family.op for family in FAMILIES.values()})
 __all__ = sorted(family.op.short_name for family in FAMILIES.values())
-del _info

@@ -26,24 +26,26 @@ from tpu_kernels.tokamax.implementation import (
 from tpu_kernels.tokamax.registry import FAMILIES, Family
 from tpu_kernels.tokamax.wrap import tokamax_op
 
+
 # Importing a family folder (a subpackage with an `op.py`; `models/` is not one) registers
 # its ops and implementation tables: FAMILIES and implementation.OPS follow this,
 # alphabetical, order. Each family's public functions are exported here under their names.
-for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.ispkg and (_Path(__path__[0]) / _info.name / "op.py").is_file():
-        _importlib.import_module(f"{__name__}.{_info.name}")
+def _import_families() -> None:
+    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.ispkg and (_Path(__path__[0]) / info.name / "op.py").is_file():
+            _importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_families()
 _FUNCTIONS = {fn.__name__: fn for family in FAMILIES.values() for fn in family.functions}
 globals().update(_FUNCTIONS)
 
-__all__ = sorted(
-    [
-        "FAMILIES",
-        "Family",
-        "ImplementationError",
-        "implementations",
-        "resolve_implementation",
-        "tokamax_op",
-        *_FUNCTIONS,
-    ]
-)
-del _info
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "ImplementationError",
+    "implementations",
+    "resolve_implementation",
+    "tokamax_op",
+]
+__all__ += sorted(_FUNCTIONS)
