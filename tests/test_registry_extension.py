@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FILES = {
     "toy_family/__init__.py": """
+        import jax
         import torch
 
         from toy_family import reference
@@ -37,7 +38,12 @@ FILES = {
         from tpu_kernels.kernels import registry
 
 
-        @tpu_kernel("toy_ext::toy_triple", check_reference=reference.CHECK)
+        @tpu_kernel(
+            "toy_ext::toy_triple",
+            examples=lambda: [((jax.ShapeDtypeStruct((256, 256), "bfloat16"),), {})],
+            sharding="pointwise",
+            check_reference=reference.CHECK,
+        )
         def toy_triple(x: torch.Tensor, *, scale: float = 3.0) -> torch.Tensor:
             return x * scale
 
@@ -235,6 +241,7 @@ CROSS_CUTTING = {
     "tests/test_registries.py": ("toy_dev",),
     "tests/test_checked.py": ("toy_family",),
     "tests/test_autocast.py": ("toy_family",),
+    "tests/test_sharding_sim.py": ("toy_ext::toy_triple",),
 }
 # collected but not run: its cases are written per op (CASES); a new op must add one, and
 # the test says so with a KeyError naming the op
