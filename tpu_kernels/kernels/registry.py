@@ -132,11 +132,6 @@ def register(
     return family
 
 
-def unregister(name: str) -> None:
-    """Remove a family registered at run time (a test's throwaway family); its torch op stays."""
-    del FAMILIES[name]
-
-
 def randn(
     shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, scale: float = 1.0
 ) -> torch.Tensor:
@@ -144,9 +139,4 @@ def randn(
     return (torch.randn(*shape, device=device) * scale).to(dtype)
 
 
-def all_ops() -> list[KernelOp]:
-    """Every family's Pallas op, in registration order."""
-    return [family.op for family in FAMILIES.values()]
-
-
-__all__ = ["FAMILIES", "Family", "all_ops", "randn", "register", "unregister"]
+__all__ = ["FAMILIES", "Family", "randn", "register"]
