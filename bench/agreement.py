@@ -7,8 +7,8 @@ is compiled and its views are cached), the same number of calls per sample, medi
 It prints harness / loop per candidate; issue 13 asks for agreement within 10%, or a note in
 the report naming the effect that differs (the report's `notes`, printed beside).
 
-    python bench/agreement.py [softmax rmsnorm path/to/suite.py ...]
-                              (default: elementwise softmax rmsnorm matmul)
+    python bench/agreement.py [kernels tokamax_ops path/to/suite.py ...]
+                              (default: kernels, every registered kernel family)
 
 A plain script, not a suite: figures are printed, never asserted. Run it on a quiet machine:
 other processes on the cores are the largest disagreement of all.
@@ -24,7 +24,7 @@ from pathlib import Path
 from tpu_kernels.bench import discover, runner, timing
 from tpu_kernels.bench.device import resolve
 
-DEFAULT = ("elementwise", "softmax", "rmsnorm", "matmul")
+DEFAULT = ("kernels",)  # bench/kernels.py: one benchmark per registered kernel family
 
 
 def plain_loop(fn, arg_sets, calls: int, rounds: int = 5) -> float:

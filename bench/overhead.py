@@ -107,6 +107,13 @@ def add_small(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 RATIO_GOAL, RATIO_STRETCH = 1.5, 1.3
 
 
+def _shape_text(shape) -> str:
+    """(128, 256) -> 128x256; nested shapes (several inputs') joined by ' & '."""
+    if shape and isinstance(shape[0], tuple):
+        return " & ".join(_shape_text(s) for s in shape)
+    return "x".join(map(str, shape))
+
+
 def op_cases() -> dict[str, tuple[Callable[[], object], ...]]:
     """name -> (the op called from torch, its JAX function called on JAX arrays, the floor).
 
@@ -118,15 +125,23 @@ def op_cases() -> dict[str, tuple[Callable[[], object], ...]]:
     from tpu_kernels.tokamax.normalization.op import layer_norm_op
 
     torch.manual_seed(0)
-    x, y, w = torch.randn(128, 256), torch.randn(128, 256), torch.randn(256)
-    m = torch.randn(256, 128)
+    x, w = torch.randn(128, 256), torch.randn(256)
     a, b = torch.randn(32, 32), torch.randn(32, 32)
     cases = {
         "@tpu_kernel body, 2-in/1-out, 32x32": (add_small, (a, b), {}, add_small, {}),
-        "scale_add 128x256": (kernels.scale_add, (x, y), {"alpha": 0.5}, kernels.scale_add, {"alpha": 0.5}),
-        "softmax 128x256": (kernels.softmax, (x,), {}, kernels.softmax, {}),
-        "rmsnorm 128x256": (kernels.rmsnorm, (x, w), {}, kernels.rmsnorm, {}),
-        "matmul 128x256 @ 256x128": (kernels.matmul, (x, m), {}, kernels.matmul, {}),
+        # every registered kernel family's op, at its shapes.OVERHEAD (the issue's 128x256;
+        # a family without one: the first of its TEST shapes)
+        **{
+            f"{family.op.short_name} {_shape_text(shape)}": (
+                family.op,
+                family.inputs(shape, torch.float32, torch.device("cpu")),
+                dict(family.kwargs),
+                family.op,
+                dict(family.kwargs),
+            )
+            for family in kernels.FAMILIES.values()
+            for shape in [getattr(family.shapes, "OVERHEAD", None) or next(iter(family.shapes.TEST.values()))]
+        },
         "tokamax.rms_norm 128x256 (xla)": (
             tk.rms_norm,
             (x, w),

@@ -1,6 +1,7 @@
 """Start-up: a fresh process's time to the first result of each shipped kernel, cold and warm.
 
-For each kernel (scale_add, softmax, rmsnorm, matmul; float32 256x256) it runs
+For each registered kernel family's op (tpu_kernels.kernels.FAMILIES; float32, on the first
+of the family's TEST shapes, with the family's kwargs) it runs
 
   cold   a new process with an empty on-disk kernel cache (TPU_KERNELS_CACHE_DIR),
   warm   a second new process on the same cache directory,
@@ -9,14 +10,14 @@ and splits the first call into tracing, lowering and XLA compile (JAX's own dura
 events, `jax.monitoring`: /jax/core/compile/jaxpr_trace_duration,
 jaxpr_to_mlir_module_duration, backend_compile_duration), the rest of the first call
 ("other": tpu_kernels' keying and conversions, reading the cache, running) and the
-imports: `import torch, jax`, then `from tpu_kernels.kernels import ...` on top.
+imports: `import torch, jax`, then `from tpu_kernels import kernels` on top.
 
 Goals: the warm first call at most 30% of the cold one (issue 22: a warm process traces the
 kernel, since the cache keys by the traced program, and skips lowering and compiling);
 tpu_kernels' own import at most 0.3 s over `import torch, jax` (issue 12). Figures are
 printed, not asserted.
 
-    python bench/startup.py [--kernels softmax,matmul] [--repeat N] [--json PATH]
+    python bench/startup.py [--kernels softmax,matmul] [--repeat N] [--json PATH]   (op names)
 
 It is a plain script, not a `tpu-kernels bench` suite: it times new processes, not
 repeated calls, and takes a minute or more (each process imports torch and JAX).
@@ -34,8 +35,6 @@ from pathlib import Path
 
 from _child import finish, run_child
 
-KERNELS = ("scale_add", "softmax", "rmsnorm", "matmul")
-SHAPE = (256, 256)
 EVENTS = {
     "/jax/core/compile/jaxpr_trace_duration": "trace",
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
@@ -63,13 +62,12 @@ def child(kernel: str) -> dict:
 
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     torch.manual_seed(0)
-    x, y = torch.randn(SHAPE), torch.randn(SHAPE)
-    call = {
-        "scale_add": lambda: kernels.scale_add(x, y, alpha=0.5),
-        "softmax": lambda: kernels.softmax(x),
-        "rmsnorm": lambda: kernels.rmsnorm(x, torch.ones(SHAPE[-1])),
-        "matmul": lambda: kernels.matmul(x, y),
-    }[kernel]
+    [family] = [f for f in kernels.FAMILIES.values() if f.op.short_name == kernel]
+    [args, *_] = family.test_inputs().values()
+
+    def call():
+        return family.op(*args, **family.kwargs)
+
     t3 = time.perf_counter()
     out = call()
     first = time.perf_counter() - t3
@@ -139,9 +137,16 @@ def goals(results: dict[str, dict[str, list[dict]]]) -> list[str]:
     return out
 
 
+def kernel_names() -> list[str]:
+    """Every registered kernel family's op name (imports the kernels in this process)."""
+    from tpu_kernels.kernels import FAMILIES
+
+    return [f.op.short_name for f in FAMILIES.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated, default: all four")
+    p.add_argument("--kernels", help="comma-separated op names, default: every registered family's")
     p.add_argument("--repeat", type=int, default=1, help="cold/warm pairs per kernel (medians are shown)")
     p.add_argument("--json", type=Path, help="write the raw figures here")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -149,10 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
-    kernels = [k for k in args.kernels.split(",") if k]
-    unknown = sorted(set(kernels) - set(KERNELS))
+    known = kernel_names()
+    kernels = [k for k in args.kernels.split(",") if k] if args.kernels else known
+    unknown = sorted(set(kernels) - set(known))
     if unknown:
-        p.error(f"unknown kernels {unknown}; choose from {', '.join(KERNELS)}")
+        p.error(f"unknown kernels {unknown}; choose from {', '.join(known)}")
     print(
         f"timing {len(kernels)} kernels x {args.repeat} cold/warm pairs of fresh processes...",
         file=sys.stderr,

@@ -9,7 +9,9 @@
 | tokamax_loss | linear_softmax_cross_entropy_loss | F.cross_entropy(x @ w) |
 | tokamax_<op> for ragged_dot, triangle_multiplication, top_k, router_topk, ragged_gather, ragged_gather_reduce, deepseek_rope, mhc_pre, mhc_post, mhc_fused_post_pre, kimi_delta_attention | the op | its torch formula (tpu_kernels/tokamax/<family>/reference.py) |
 
-The last row's ops are timed at one modest size each (their first output when they
+| tokamax_<op> for every other op of a registered family (tokamax.FAMILIES) | the op | its family's reference, on the op's first small example call (`examples.<op>_small`) |
+
+The last two rows' ops are timed at one modest size each (their first output when they
 return several), on every device; the torch formulas are written for clarity
 (loops over groups, a token-by-token recurrence), so read them as a correct
 baseline rather than a tuned one.
@@ -18,6 +20,8 @@ The implementation Tokamax runs is shown beside the candidate ("xla" on CPU).
 On CPU the sizes are cut down (the real-workload sizes of each family's
 shapes.py, tpu_kernels/tokamax/<family>/shapes.py, are used on accelerators).
 """
+
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +43,7 @@ from tpu_kernels.tokamax import (
     topk,
     triangle,
 )
+from tpu_kernels.tokamax.registry import FAMILIES
 
 CPU_ATTENTION = {
     "gqa_512": dict(batch=1, seq_q=512, seq_kv=512, heads=8, kv_heads=2, head_dim=64, head_dim_v=64)
@@ -96,7 +101,7 @@ def _formula_benchmark(op, dtype, inputs, tokamax_fn, formula, device_type, quic
     )
 
 
-def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
+def _formula_benchmarks(quick: bool, device_type: str) -> tuple[list[bench.Benchmark], set[str]]:
     f32, bf16 = torch.float32, torch.bfloat16
 
     def r(*shape, dtype=f32, scale=1.0):
@@ -225,10 +230,11 @@ def _formula_benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
     return [
         _formula_benchmark(op, dtype, inputs, ours, theirs, device_type, quick, scale)
         for op, dtype, inputs, ours, theirs, scale in cases
-    ]
+    ], {op for op, *_ in cases}
 
 
-def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
+def _written_benchmarks(quick: bool, device_type: str) -> tuple[list[bench.Benchmark], set[str]]:
+    """The written cases, and the ops (short names) they time."""
     cpu = device_type == "cpu"
     dtypes = [torch.float32] if cpu else [torch.bfloat16]
     attn_shapes = CPU_ATTENTION if cpu else attention.shapes.BENCH
@@ -336,6 +342,8 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             lambda p: float(p["shape"][0]),
         ),
     ]
+    covered = {impl_op for _, _, _, (impl_op, _), *_ in cases}
+    formulas, formula_ops = _formula_benchmarks(quick, device_type)
     return [
         bench.Benchmark(
             name=f"tokamax_{name}",
@@ -347,4 +355,51 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
             **measure,
         )
         for name, shapes, inputs, (impl_op, ours), torch_fn, reference, measure, tolerance_scale in cases
-    ] + _formula_benchmarks(quick, device_type)
+    ] + formulas, covered | formula_ops
+
+
+def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
+    """Every op of every registered Tokamax family: the cases above where one is written,
+    and the others on their small example calls, so a new family is benchmarked unedited."""
+    written, covered = _written_benchmarks(quick, device_type)
+    rest = [
+        example_benchmark(family, op, device_type, quick)
+        for family in FAMILIES.values()
+        for op in family.ops
+        if op.short_name not in covered
+    ]
+    return written + rest
+
+
+def _by_name(op, fn):
+    """`fn` (a family reference, named and keyworded as the op's public function) called with
+    the op's arguments by name, as checked mode calls it."""
+    accepted = inspect.signature(fn).parameters
+    names = [p.name for p in op.signature.params]
+
+    def call(*args, **kwargs):
+        values = op.signature.bind(args, kwargs)
+        return fn(**{n: v for n, v in zip(names, values) if n in accepted})
+
+    return call
+
+
+def example_benchmark(family, op, device_type: str, quick: bool) -> bench.Benchmark:
+    """`op` on the first of its family's small example calls (`examples.<op>_small`, valid
+    values), beside its family's torch reference, which is also the float64 reference."""
+    [(args, kwargs), *_] = op.sharding_examples()
+    floats = [a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    reference = _by_name(op, getattr(family.reference, op.short_name))
+    # the implementation table it resolves through: its own, or its family's (ragged_dot_general
+    # runs on ragged_dot's)
+    tables = [t.op for t in family.implementations]
+    table = op.short_name if op.short_name in tables else tables[0]
+    return bench.Benchmark(
+        name=f"tokamax_{op.short_name}",
+        points=[{"dtype": floats[0] if floats else torch.float32}],
+        inputs=lambda p, dev: tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args),
+        candidates=_candidates(
+            table, lambda *a: op(*a, **kwargs), lambda *a: reference(*a, **kwargs), device_type, quick
+        ),
+        reference=lambda *a: reference(*a, **kwargs),
+    )

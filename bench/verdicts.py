@@ -202,7 +202,7 @@ def _softmax_case(shape: tuple[int, int], compile_: bool) -> Case:
 
     return Case(
         f"softmax {shape[0]}x{shape[1]}",
-        lambda g, dt: (_randn(g, *shape, dtype=dt, scale=3.0),),  # as bench/softmax.py
+        lambda g, dt: (_randn(g, *shape, dtype=dt, scale=3.0),),  # as the softmax family registers its inputs
         lambda x: torch.softmax(x, -1),
         candidates,
         shape[-1],
@@ -317,12 +317,20 @@ def seed_verdicts(case: Case, dtype: torch.dtype, seeds: int) -> dict[str, Tally
 
 # ---- 2. the mutation catalogue's wrong kernels ----
 
-FAMILIES = {  # kernel file -> (the shipped suite, the kernel function, its keyword arguments)
-    "softmax/pallas.py": ("softmax", "softmax", {}),
-    "rmsnorm/pallas.py": ("rmsnorm", "rmsnorm", {}),
-    "elementwise/pallas.py": ("elementwise", "scale_add", {"alpha": 0.5}),
-    "matmul/pallas.py": ("matmul", "matmul", {}),
-}
+
+def _families() -> dict[str, tuple[str, str, dict]]:
+    """kernel file -> (the family, the kernel function, its keyword arguments), for every
+    registered kernel family of this package with a `pallas.py` (tpu_kernels.kernels.FAMILIES;
+    the mutation catalogue mutates this package's files only)."""
+    from tpu_kernels.kernels import FAMILIES
+
+    return {
+        f"{family.name}/pallas.py": (family.name, family.op.fn.__name__, dict(family.kwargs))
+        for family in FAMILIES.values()
+        if (KERNELS / family.name / "pallas.py").is_file()
+    }
+
+
 KERNELS = ROOT / "tpu_kernels" / "kernels"
 BLOCKS = "tpu_kernels.kernels._blocks"
 
@@ -344,33 +352,34 @@ def _module(path: Path, source: str, name: str, blocks: types.ModuleType | None 
 
 
 def mutated_kernels(mutation: Any) -> dict[str, Callable]:
-    """suite name -> the mutated kernel as a jitted JAX function (fast interpreter), for each
-    shipped kernel the mutation reaches (a _blocks mutation reaches the three row kernels)."""
+    """family name -> the mutated kernel as a jitted JAX function (fast interpreter), for each
+    shipped kernel the mutation reaches (a _blocks mutation reaches the kernels that import it)."""
     path = ROOT / mutation.file
     source = path.read_text()
     if source.count(mutation.old) != 1:
         raise ValueError(f"{mutation.id}: its text does not match {mutation.file} exactly once")
     mutated = source.replace(mutation.old, mutation.new)
     rel = path.relative_to(KERNELS).as_posix()
+    families = _families()
     if rel == "_blocks.py":
         blocks = _module(path, mutated, "mutant_blocks")
         modules = {
             f: _module(KERNELS / f, (KERNELS / f).read_text(), f"mutant_{f}", blocks)
-            for f in FAMILIES
+            for f in families
             if "_blocks import" in (KERNELS / f).read_text()
         }
-    elif rel in FAMILIES:
+    elif rel in families:
         modules = {rel: _module(path, mutated, f"mutant_{rel}")}
     else:
         return {}
-    return {FAMILIES[f][0]: _jitted(getattr(m, FAMILIES[f][1]), FAMILIES[f][2]) for f, m in modules.items()}
+    return {families[f][0]: _jitted(getattr(m, families[f][1]), families[f][2]) for f, m in modules.items()}
 
 
 def shipped_kernels() -> dict[str, Callable]:
-    """suite name -> the shipped kernel, unmutated, as `mutated_kernels` runs the mutants."""
+    """family name -> the shipped kernel, unmutated, as `mutated_kernels` runs the mutants."""
     return {
         suite: _jitted(getattr(_module(KERNELS / f, (KERNELS / f).read_text(), f"shipped_{f}"), fn), kw)
-        for f, (suite, fn, kw) in FAMILIES.items()
+        for f, (suite, fn, kw) in _families().items()
     }
 
 
@@ -383,18 +392,25 @@ def _jitted(fn: Callable, kwargs: dict) -> Callable:
     return jax.jit(call)
 
 
-def suite_benchmark(suite: str) -> Any:
-    """The one benchmark of a shipped kernel suite (bench/<suite>.py), as --quick loads it."""
-    (b,) = discover.load(ROOT / "bench" / f"{suite}.py", quick=True, device_type="cpu")
+def suite_benchmark(family: str) -> Any:
+    """The benchmark of a registered kernel family in bench/kernels.py, as --quick loads it."""
+    from tpu_kernels.kernels import FAMILIES
+
+    name = FAMILIES[family].op.short_name
+    [b] = [
+        b
+        for b in discover.load(ROOT / "bench" / "kernels.py", quick=True, device_type="cpu")
+        if b.name == name
+    ]
     return b
 
 
 def quick_points() -> Iterator[tuple[str, Any, dict]]:
-    """(suite, benchmark, point) for every --quick point of the four kernel suites."""
-    for suite in ("softmax", "rmsnorm", "elementwise", "matmul"):
-        b = suite_benchmark(suite)
+    """(family, benchmark, point) for every --quick point of every registered kernel family."""
+    for family, _, _ in _families().values():
+        b = suite_benchmark(family)
         for p in b.sweep(quick=True):
-            yield suite, b, p
+            yield family, b, p
 
 
 @dataclass

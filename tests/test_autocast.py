@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import assert_close, compile_counted, rand
+from tests.registries import family_id, kernel_families
 from tpu_kernels import autocast, tpu_kernel
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
@@ -180,12 +181,17 @@ def test_tokamax_ops_follow_their_policies():
     assert w.grad.dtype == ln_w.grad.dtype == x.grad.dtype == torch.float32
 
 
-def test_rules_are_registered_for_cuda_and_tpu_autocast():
-    # Only unit-testable here: no CUDA or TPU device. The same kernel function serves every key.
-    for op in (matmul, softmax, rmsnorm):
-        for key in ("AutocastCPU", "AutocastCUDA", "AutocastPrivateUse1"):
-            assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name, key), (op.name, key)
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key(scale_add.name, "AutocastCUDA")
+@pytest.mark.parametrize("family", kernel_families(), ids=family_id)
+def test_rules_are_registered_for_cuda_and_tpu_autocast(family):
+    # Only unit-testable here: no CUDA or TPU device. The same kernel function serves every key;
+    # an op that keeps its inputs' dtypes ("keep", as scale_add) registers no rule.
+    op = family.op
+    for key in ("AutocastCPU", "AutocastCUDA", "AutocastPrivateUse1"):
+        registered = torch._C._dispatch_has_kernel_for_dispatch_key(op.name, key)
+        assert registered == (op.autocast != "keep"), (op.name, op.autocast, key)
+
+
+def test_a_tensor_on_another_device_type_is_not_cast():
     # a tensor on another device type is not cast by the CUDA rule
     args, _ = autocast.cast("lower_precision_fp", "cuda", (rand(2, 2),), {})
     assert args[0].dtype == torch.float32

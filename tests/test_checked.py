@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 import torch
 
+from tests.registries import family_id, kernel_families
 from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checked_mode, tpu_kernel
-from tpu_kernels import kernels as shipped
 from tpu_kernels.checked_mode import UncheckedCallError, UncheckedWarning
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
@@ -235,25 +235,19 @@ def test_shipped_ops_pass_forward_and_backward():
             assert xd.grad is not None and wd.grad is not None and bd.grad is not None
 
 
-def test_shipped_ops_declare_their_references():
-    """Every op in tpu_kernels.kernels and its Helion twins (helion_ops) declares a torch
-    reference; the twins share their Pallas op's family declaration (reference.CHECK)."""
-    from tpu_kernels.kernels import helion_ops
-
-    ops = [getattr(shipped, n) for n in shipped.__all__] + [
-        getattr(helion_ops, n) for n in helion_ops.__all__
-    ]
-    assert len(ops) == 10
+@pytest.mark.parametrize("family", kernel_families(), ids=family_id)
+def test_shipped_ops_declare_their_references(family):
+    """Each family's op and its Helion twin's ops (the family's helion.py) declare a torch
+    reference; the op and the twin share the family's declaration (reference.CHECK)."""
+    module = family.helion_module()
+    ops = [family.op] + ([getattr(module, n) for n in module.__all__] if module is not None else [])
     for op in ops:
         assert isinstance(op.check_reference, Reference) and not op.check_reference.jax, op.name
-    for pallas_op, twin in [
-        (matmul, helion_ops.matmul_helion),
-        (rmsnorm, helion_ops.rmsnorm_helion),
-        (softmax, helion_ops.softmax_helion),
-        (scale_add, helion_ops.add_helion),
-    ]:
-        assert pallas_op.check_reference.fn is twin.check_reference.fn, twin.name
-        assert pallas_op.check_reference.reduces is twin.check_reference.reduces, twin.name
+    assert family.op.check_reference.fn is family.check.fn, family.op.name
+    twin = family.helion_op()
+    if twin is not None:
+        assert family.op.check_reference.fn is twin.check_reference.fn, twin.name
+        assert family.op.check_reference.reduces is twin.check_reference.reduces, twin.name
 
 
 def test_tokamax_ops_pass():

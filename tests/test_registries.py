@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
+from tests.registries import device_names
 from tpu_kernels import devices, scaffold, sources, tpu_kernel
 from tpu_kernels.bench import roofline
 from tpu_kernels.devices.jax_exec import JaxExecutor
@@ -35,6 +36,42 @@ def test_the_built_in_devices_and_their_policies():
         KeyError, match=r"no device 'xpu' is registered; known: cpu, cuda, privateuseone, tpu"
     ):
         devices.get("xpu")
+
+
+@pytest.mark.parametrize("name", device_names())
+def test_every_registered_device_gets_a_kernel_in_a_new_op_and_resolves_by_name(name):
+    spec = devices.get(name)
+    assert devices.get(f"{name}:0") is spec and all(devices.get(a) is spec for a in spec.aliases)
+
+    @tpu_kernel(f"registries::per_device_{name}")
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert spec.dispatch_key in double._kernels
+    assert spec.clock in ("wall", "cuda_events")
+
+
+def test_a_kernel_family_is_checked_when_registered(tmp_path, monkeypatch):
+    from tpu_kernels.kernels import FAMILIES, registry
+
+    softmax = FAMILIES["softmax"]
+    with pytest.raises(ValueError, match=r"kernel family 'softmax' is already registered"):
+        registry.register(softmax.package, op=softmax.op, inputs=softmax.inputs)
+    package = tmp_path / "half_family"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "reference.py").write_text("def softmax(x):\n    return x\n")  # no CHECK
+    (package / "shapes.py").write_text("TEST = {}\nBENCH = {'a': (8, 128)}\nQUICK = 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"'half_family': half_family.reference has no 'CHECK'"):
+        registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
+    (package / "reference.py").write_text("def softmax(x):\n    return x\n\nCHECK = None\n")
+    monkeypatch.delitem(sys.modules, "half_family.reference")
+    with pytest.raises(
+        ValueError, match=r"half_family.shapes.QUICK must name one of BENCH's sizes \(a\), got 'b'"
+    ):
+        registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
+    assert "half_family" not in FAMILIES
 
 
 def test_a_device_name_or_key_is_registered_once():

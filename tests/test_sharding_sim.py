@@ -18,10 +18,10 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
 from tpu_kernels import sharding_sim as sim
 from tpu_kernels.check.examples import forward_of
-from tpu_kernels.check.modules import ops_of
 from tpu_kernels.kernels.elementwise import pallas as add_pallas
 from tpu_kernels.kernels.matmul import pallas as mm_pallas
 from tpu_kernels.kernels.matmul import reference as mm_reference
@@ -29,11 +29,22 @@ from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
 from tpu_kernels.kernels.softmax import pallas as sm_pallas
 from tpu_kernels.sharding_derive import DEPENDENT, UNDECIDED, derive
 
-SHIPPED = [
-    op
-    for op in ops_of(["tpu_kernels.kernels", "tpu_kernels.kernels.helion_ops"])
-    if forward_of(op) is None  # backward ops are simulated with their forward
-]
+
+def _family_ops(family) -> list:
+    """A family's op and the ops its helion.py exports."""
+    module = family.helion_module()
+    return [family.op] + ([getattr(module, n) for n in module.__all__] if module is not None else [])
+
+
+SHIPPED = sorted(
+    (
+        op
+        for family in kernel_families()
+        for op in _family_ops(family)
+        if forward_of(op) is None  # backward ops are simulated with their forward
+    ),
+    key=lambda op: op.name,
+)
 SHIPPED_BY_NAME = {op.name: op for op in SHIPPED}
 
 

@@ -40,9 +40,7 @@ def test_import_tpu_kernels_imports_neither_torch_nor_jax_until_used(tmp_path):
     reason="a TPU machine: autoload is wanted",
 )
 def test_the_command_prints_no_torch_tpu_noise_without_a_tpu(tmp_path):
-    out = _python(
-        ["-m", "tpu_kernels.cli", "bench", "elementwise", "--quick", "--filter", "no-match"], tmp_path
-    )
+    out = _python(["-m", "tpu_kernels.cli", "bench", "kernels", "--quick", "--filter", "no-match"], tmp_path)
     assert out.returncode == 2, out.stderr  # nothing selected
     text = out.stdout + out.stderr
     for noise in ("tcmalloc", "libtpu", "pjrt_api", "TPU_WORKER_HOSTNAMES", "absl::InitializeLog"):

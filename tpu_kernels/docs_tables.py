@@ -82,6 +82,34 @@ def tokamax_implementations() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tokamax_declarations() -> str:
+    """Per Tokamax op (tokamax.FAMILIES): its sharding rule, in words, and its autocast policy."""
+    from tpu_kernels.tokamax import FAMILIES
+    from tpu_kernels.tokamax.placements import describe
+
+    lines = ["| op | sharding (DTensor) | autocast |", "|---|---|---|"]
+    lines += [
+        f"| `{op.short_name}` | {describe(op.sharding)} | `{op.autocast}` |"
+        for family in FAMILIES.values()
+        for op in family.ops
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tokamax_families() -> str:
+    """`tokamax.FAMILIES`: each family's ops and public functions."""
+    from tpu_kernels.tokamax import FAMILIES
+
+    lines = ["| family | ops (`torch.ops.tokamax.*`) | public functions |", "|---|---|---|"]
+    for f in FAMILIES.values():
+        ops = [op.short_name for op in f.ops]
+        functions = [fn.__name__ for fn in f.functions]
+        lines.append(
+            f"| `{f.name}` | {_codes(ops)} | {'the same' if functions == ops else _codes(functions)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # ---- the command line -----------------------------------------------------------------------
 
 # What each exit status of each subcommand means. Keys are 0 or the name of an EXIT_*
@@ -213,21 +241,79 @@ def _returns(op) -> str:
 
 
 def shipped_ops() -> str:
-    """The ops `tpu_kernels.kernels` and `tpu_kernels.kernels.helion_ops` register."""
-    from tpu_kernels import kernels
-    from tpu_kernels.kernels import helion_ops
+    """The ops of every registered kernel family (tpu_kernels.kernels.FAMILIES): each Pallas
+    op, then the ops each family's helion.py exports (importing Helion), by name."""
+    from tpu_kernels.kernels import FAMILIES
 
+    def where(package: str) -> str:
+        return "tpu_kernels.kernels" if package.startswith("tpu_kernels.kernels.") else package
+
+    pallas = sorted((f.op.short_name, where(f.package), f.op) for f in FAMILIES.values())
+    helion = sorted(
+        (
+            name,
+            where(f.package) + ".helion_ops"
+            if where(f.package) == "tpu_kernels.kernels"
+            else module.__name__,
+            getattr(module, name),
+        )
+        for f in FAMILIES.values()
+        if (module := f.helion_module()) is not None
+        for name in module.__all__
+    )
     lines = [
         "| function | op and schema | the function returns | backward | autocast |",
         "|---|---|---|---|---|",
     ]
-    for module in (kernels, helion_ops):
-        for name in module.__all__:
-            op = getattr(module, name)
-            lines.append(
-                f"| `{module.__name__}.{name}` | `torch.ops.{op.ns}.{op.short_name}{_cell(op.schema)}` | "
-                f"{_returns(op)} | {_backward_kind(op)} | `{op.autocast}` |"
-            )
+    for name, module, op in pallas + helion:
+        lines.append(
+            f"| `{module}.{name}` | `torch.ops.{op.ns}.{op.short_name}{_cell(op.schema)}` | "
+            f"{_returns(op)} | {_backward_kind(op)} | `{op.autocast}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _shapes(table: dict, bold: str | None = None) -> str:
+    return ", ".join(f"**{n}**" if n == bold else n for n in table) or "-"
+
+
+def _callable_name(fn) -> str:
+    return f"`{fn.__module__.removeprefix('tpu_kernels.kernels.')}.{fn.__qualname__}`"
+
+
+def kernel_families() -> str:
+    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes."""
+    from tpu_kernels.kernels import FAMILIES
+
+    lines = [
+        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in FAMILIES.values():
+        baseline = _callable_name(f.baseline or f.torch_reference)
+        kwargs = ", ".join(f"`{k}={v!r}`" for k, v in f.kwargs.items()) or "-"
+        lines.append(
+            f"| `{f.name}` | `{f.op.name}` | {f'`{f.helion}`' if f.helion else '-'} | {baseline} | {kwargs} | "
+            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def device_table() -> str:
+    """`tpu_kernels.devices`: each registered device and the policies its registration gives."""
+    from tpu_kernels import devices
+    from tpu_kernels.sources import helion
+
+    lines = [
+        "| device | dispatch key | aliases | benchmark clock | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    yes = {True: "yes", False: "no"}
+    for d in devices.all_devices():
+        lines.append(
+            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {yes[d.jax_baseline]} | "
+            f"{yes[d.device_time]} | {f'`{helion.HELION_BACKENDS[d.name]}`' if d.name in helion.HELION_BACKENDS else '-'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -249,8 +335,12 @@ def tolerances() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "tokamax-implementations": tokamax_implementations,
+    "tokamax-declarations": tokamax_declarations,
+    "tokamax-families": tokamax_families,
     "cli-reference": cli_reference,
     "shipped-ops": shipped_ops,
+    "kernel-families": kernel_families,
+    "devices": device_table,
     "tolerances": tolerances,
 }
 

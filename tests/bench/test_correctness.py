@@ -249,7 +249,7 @@ def test_the_catalogues_wrong_kernels_are_wrong_in_the_benchmark(verdicts_script
         ("softmax", softmax, {"shape": (512, 512), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
     ]
     points += [
-        ("matmul", matmul, {"mkn": (256, 512, 512), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
+        ("matmul", matmul, {"shape": (256, 512, 512), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
     ]
     rows = verdicts_script.mutant_verdicts(mutations, points)
     got = {(r.mutation, r.dtype): r.verdict for r in rows}

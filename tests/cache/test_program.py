@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from jax.experimental import pallas as pl
 
+from tests.registries import family_id, kernel_families
 from tpu_kernels.cache import program
 
 X = jax.ShapeDtypeStruct((16, 128), jnp.float32)
@@ -101,20 +101,13 @@ def test_derivative_rules_are_not_part_of_the_forward_program():
     assert _digest(jax.nn.relu) == _digest(jax.nn.relu)  # custom_jvp
 
 
-@pytest.mark.parametrize("name", ["scale_add", "softmax", "rmsnorm", "matmul"])
-def test_the_shipped_kernels_are_digestible_and_stable(name):
-    from tpu_kernels import kernels
-
-    op = getattr(kernels, name)
-    args = {
-        "scale_add": (torch.randn(16, 128), torch.randn(16, 128)),
-        "softmax": (torch.randn(16, 128),),
-        "rmsnorm": (torch.randn(16, 128), torch.randn(128)),
-        "matmul": (torch.randn(16, 128), torch.randn(128, 128)),
-    }[name]
+@pytest.mark.parametrize("family", kernel_families(), ids=family_id)
+def test_the_shipped_kernels_are_digestible_and_stable(family):
+    op = family.op
+    [args, *_] = family.test_inputs().values()  # the first of the family's TEST shapes
     arrays = [jnp.asarray(a.numpy()) for a in args]
-    first = program.digest(op.jax_function().trace(*arrays).jaxpr)
-    assert first == program.digest(op.jax_function().trace(*arrays).jaxpr)
+    first = program.digest(op.jax_function(**family.kwargs).trace(*arrays).jaxpr)
+    assert first == program.digest(op.jax_function(**family.kwargs).trace(*arrays).jaxpr)
 
 
 def test_plain_values():

@@ -66,7 +66,9 @@ def test_meta_tensors_take_any_implementation():
 def test_unknown_names_and_devices_are_errors():
     with pytest.raises(ValueError, match="'flash' is not a Tokamax implementation of this op; choose from"):
         tk.resolve_implementation("dot_product_attention", "cpu", "flash")
-    with pytest.raises(ValueError, match="tensors on 'mps' are not supported"):
+    with pytest.raises(
+        ValueError, match=r"tensors on 'mps' are not supported; Tokamax ops run on cpu, cuda, tpu tensors"
+    ):
         tk.resolve_implementation("layer_norm", "mps")
     with pytest.raises(ValueError, match="unknown op 'softmax'"):
         tk.resolve_implementation("softmax", "cpu")
@@ -137,7 +139,8 @@ def test_the_families_register_every_op_and_its_implementation_table_once():
     tokamax_ops = [n for n in registered_ops() if n.startswith("tokamax::") and not n.endswith(derived)]
     assert sorted(family_ops) == sorted(tokamax_ops) and len(set(family_ops)) == len(family_ops)
     tables = [table.op for family in tk.FAMILIES.values() for table in family.implementations]
-    assert tables == list(OPS) and len(OPS) == 15
+    assert tables == list(OPS)  # one table per op, each made in its family's op.py
+    assert all(family.implementations for family in tk.FAMILIES.values())
     for family in tk.FAMILIES.values():  # each public function is the package's own name
         for fn in family.functions:
             assert getattr(tk, fn.__name__) is fn and fn.__name__ in tk.__all__
@@ -175,11 +178,12 @@ def test_each_op_takes_its_tpu_examples_from_its_family_examples_py_by_name():
 def test_registering_a_family_or_a_table_twice_is_an_error():
     from tpu_kernels.tokamax import implementation, registry
 
+    before = (list(OPS), list(tk.FAMILIES))
     with pytest.raises(ValueError, match="'layer_norm' are already registered"):
         implementation.register(OPS["layer_norm"])
     with pytest.raises(ValueError, match="family 'rope' is already registered"):
         registry.register("tpu_kernels.tokamax.rope", functions=[], ops=[])
-    assert len(OPS) == 15 and len(tk.FAMILIES) == 11
+    assert (list(OPS), list(tk.FAMILIES)) == before  # the refused registrations added nothing
 
 
 def test_a_table_is_checked_when_declared():

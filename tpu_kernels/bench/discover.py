@@ -1,7 +1,7 @@
 """Finding benchmark suites: Python files that define `benchmarks(quick, device)`.
 
 tpu-kernels bench                  every suite in ./bench/ if it has any, else the shipped suites
-tpu-kernels bench softmax          ./bench/softmax.py, else the shipped suite of that name
+tpu-kernels bench kernels          ./bench/kernels.py, else the shipped suite of that name
 tpu-kernels bench path/to/x.py     that file
 tpu-kernels bench path/to/dir      every suite in that directory
 tpu-kernels bench --suites DIR     every suite in DIR (a name then means DIR/NAME.py)

@@ -3,14 +3,27 @@
 Each family has `pallas.py` (the kernel and its JAX wrapper: pure JAX, no
 torch), `reference.py` (torch and JAX references), `shapes.py` (named shapes
 shared by tests and benchmarks) and `__init__.py`, which registers the torch
-op `torch.ops.tpu_kernels.<name>`. Importing a family registers its ops.
+op `torch.ops.tpu_kernels.<name>` and ends with the family's registration
+(`registry.register`, see `registry.py`). Importing this package imports every
+family folder, so a new folder needs no line here; each family's op is
+exported under its name.
 
     from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 """
 
-from tpu_kernels.kernels.elementwise import scale_add
-from tpu_kernels.kernels.matmul import matmul
-from tpu_kernels.kernels.rmsnorm import rmsnorm
-from tpu_kernels.kernels.softmax import softmax
+import importlib as _importlib
+import pkgutil as _pkgutil
 
-__all__ = ["matmul", "rmsnorm", "scale_add", "softmax"]
+from tpu_kernels.kernels.registry import FAMILIES
+
+
+def _import_families() -> None:
+    """Import every family folder (each registers itself), in alphabetical order."""
+    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.ispkg:
+            _importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_families()
+globals().update({family.op.short_name: family.op for family in FAMILIES.values()})
+__all__ = sorted(family.op.short_name for family in FAMILIES.values())

@@ -16,17 +16,16 @@ Each has a Pallas twin in the same family (scale_add, softmax, rmsnorm,
 matmul) so the benchmarks can set them side by side.
 """
 
-# Each op is registered in its family's folder (`<family>/helion.py`); this module gathers them.
-from tpu_kernels.kernels.elementwise.helion import add_helion
-from tpu_kernels.kernels.matmul.helion import matmul_helion
-from tpu_kernels.kernels.rmsnorm.helion import rmsnorm_helion, rmsnorm_helion_dweight, rmsnorm_helion_dx
-from tpu_kernels.kernels.softmax.helion import softmax_helion
+# Each op is registered in its family's folder (`<family>/helion.py`); this module gathers
+# the names in `__all__` of every registered family's helion.py (FAMILIES, `helion=`).
+from tpu_kernels import kernels as _kernels  # noqa: F401  (imports every family)
+from tpu_kernels.kernels.registry import FAMILIES as _FAMILIES
 
-__all__ = [
-    "add_helion",
-    "matmul_helion",
-    "rmsnorm_helion",
-    "rmsnorm_helion_dweight",
-    "rmsnorm_helion_dx",
-    "softmax_helion",
-]
+__all__: list[str] = []
+for _family in _FAMILIES.values():
+    _module = _family.helion_module()
+    if _module is not None:
+        globals().update({name: getattr(_module, name) for name in _module.__all__})
+        __all__ += _module.__all__
+__all__.sort()
+del _family, _module

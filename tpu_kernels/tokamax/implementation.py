@@ -150,7 +150,8 @@ def platform_of(op: str, device: torch.device | str) -> str:
     if kind in EVERYWHERE:
         return kind
     raise ValueError(
-        f"tokamax.{op}: tensors on {kind!r} are not supported; Tokamax ops run on cpu, cuda and tpu tensors."
+        f"tokamax.{op}: tensors on {kind!r} are not supported; Tokamax ops run on "
+        f"{', '.join(sorted(EVERYWHERE))} tensors (the platforms tokamax/implementation.py names)."
     )
 
 

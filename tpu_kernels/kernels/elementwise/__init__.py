@@ -5,6 +5,7 @@ jax.custom_vjp whose backward runs the same Pallas kernel.
 """
 
 from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.elementwise import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -32,5 +33,13 @@ scale_add = tpu_kernel(
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "out"),
 )(pallas.scale_add)
+
+registry.register(
+    __name__,
+    op=scale_add,
+    inputs=lambda xy, dtype, device: tuple(registry.randn(s, dtype, device) for s in xy),
+    kwargs={"alpha": 0.5},  # the tests' and benchmarks' calls: alpha is not 1
+    helion="add_helion",
+)
 
 __all__ = ["scale_add"]

@@ -5,6 +5,7 @@ itself is not differentiable by JAX) and registered as
 torch.ops.tpu_kernels.matmul_backward.
 """
 
+from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.kernels.matmul.sharding import matmul_sharding
@@ -25,5 +26,17 @@ matmul = tpu_kernel(
     sharding=matmul_sharding,
     check_reference=with_ignored(reference.CHECK, "block_m", "block_n", "block_k"),
 )(pallas.matmul)
+
+registry.register(
+    __name__,
+    op=matmul,
+    inputs=lambda mkn, dtype, device: (
+        registry.randn(mkn[:2], dtype, device),
+        registry.randn(mkn[1:], dtype, device),
+    ),
+    helion="matmul_helion",
+    reduction=lambda mkn: mkn[1],  # K-long dot products
+    flops=lambda mkn: 2 * mkn[0] * mkn[1] * mkn[2],
+)
 
 __all__ = ["matmul"]

@@ -5,7 +5,10 @@ inv_rms is kept as a residual for the explicit backward kernel
 (torch.ops.tpu_kernels.rmsnorm_backward).
 """
 
+import torch
+
 from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -34,5 +37,23 @@ rmsnorm = tpu_kernel(
     buckets=bucket_rows("x", "y", "inv_rms"),
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
+
+
+def _torch_rmsnorm(x, w, *, eps=1e-6):
+    """The benchmark's baseline: torch's own fused op, not the family's three-op reference."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+
+
+registry.register(
+    __name__,
+    op=rmsnorm,
+    inputs=lambda shape, dtype, device: (
+        registry.randn(shape, dtype, device),
+        registry.randn(shape[-1:], dtype, device),
+    ),
+    helion="rmsnorm_helion",
+    baseline=_torch_rmsnorm,
+    reduction=lambda shape: shape[-1],  # each row's mean of squares
+)
 
 __all__ = ["rmsnorm"]

@@ -16,3 +16,5 @@ BENCH = {
 
 # The one BENCH size of a `tpu-kernels bench --quick` run.
 QUICK = "1kx1k"
+# where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
+OVERHEAD = (128, 256)
