@@ -139,12 +139,19 @@ def _with_signature(body: Callable, declared: Callable) -> Callable:
 
 
 def _family_package(declared: Callable) -> str | None:
-    """`tpu_kernels.tokamax.<family>` for a function defined in a family's `op.py`, else None."""
+    """The family package of a function defined in a family's `op.py` (a package laid out as
+    a Tokamax family, with an `examples.py` beside it: registry.py), else None."""
+    import importlib.util
+
     module = getattr(declared, "__module__", "") or ""
     package, _, leaf = module.rpartition(".")
-    if leaf == "op" and package.startswith("tpu_kernels.tokamax.") and package.count(".") == 2:
-        return package
-    return None
+    if leaf != "op" or not package:
+        return None
+    try:
+        found = importlib.util.find_spec(f"{package}.examples") is not None
+    except (ImportError, ValueError):
+        found = False
+    return package if found else None
 
 
 def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
