@@ -235,7 +235,7 @@ def _rmsnorm_case(shape: tuple[int, int], compile_: bool) -> Case:
 def _scale_add_case(shape: tuple[int, int], compile_: bool) -> Case:
     def candidates():
         return _shipped(
-            "elementwise", "scale_add", "add_helion", lambda x, y: x + 0.5 * y, compile_, {"alpha": 0.5}
+            "scale_add", "scale_add", "add_helion", lambda x, y: x + 0.5 * y, compile_, {"alpha": 0.5}
         )
 
     return Case(

@@ -9,7 +9,7 @@ import torch
 
 from tpu_kernels import KernelError
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
-from tpu_kernels.kernels.elementwise import reference as scale_add_ref
+from tpu_kernels.kernels.scale_add import reference as scale_add_ref
 from tpu_kernels.kernels.matmul import reference as matmul_ref
 from tpu_kernels.kernels.rmsnorm import reference as rmsnorm_ref
 from tpu_kernels.kernels.softmax import reference as softmax_ref

@@ -4,7 +4,7 @@
 
 | op | kernel | backward |
 |---|---|---|
-| `tpu_kernels::add_helion(x, y, alpha=1.0)` | `elementwise/helion_kernel.py`, 2-D with broadcasting | derived (`jax.vjp` of a JAX reference) |
+| `tpu_kernels::add_helion(x, y, alpha=1.0)` | `scale_add/helion_kernel.py`, 2-D with broadcasting | derived (`jax.vjp` of a JAX reference) |
 | `tpu_kernels::softmax_helion(x)` | `softmax/helion_kernel.py` | derived from a JAX reference |
 | `tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)` | `rmsnorm/helion_kernel.py`, returns inv_rms as a residual | explicit: two Helion kernels, `rmsnorm_helion_dx` and `rmsnorm_helion_dweight` |
 | `tpu_kernels::matmul_helion(a, b)` | `matmul/helion_kernel.py` | derived from a JAX reference |

@@ -32,14 +32,14 @@ K = "tpu_kernels/kernels/"
 SOFTMAX, RMSNORM, ELEMENTWISE, MATMUL, BLOCKS = (
     K + "softmax/pallas.py",
     K + "rmsnorm/pallas.py",
-    K + "elementwise/pallas.py",
+    K + "scale_add/pallas.py",
     K + "matmul/pallas.py",
     K + "_blocks.py",
 )
 T_SOFTMAX, T_RMSNORM, T_ELEMENTWISE, T_MATMUL = (
     ("tests/kernels/test_softmax.py",),
     ("tests/kernels/test_rmsnorm.py",),
-    ("tests/kernels/test_elementwise.py",),
+    ("tests/kernels/test_scale_add.py",),
     ("tests/kernels/test_matmul.py",),
 )
 

@@ -8,7 +8,7 @@ from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
 from tpu_kernels import testing
 from tpu_kernels.kernels import scale_add
-from tpu_kernels.kernels.elementwise import pallas, reference, shapes
+from tpu_kernels.kernels.scale_add import pallas, reference, shapes
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)

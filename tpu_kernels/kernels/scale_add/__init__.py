@@ -7,7 +7,7 @@ jax.custom_vjp whose backward runs the same Pallas kernel.
 from tpu_kernels.buckets import bucket_rows
 from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import bf16 as _bf16
-from tpu_kernels.kernels.elementwise import pallas, reference, shapes
+from tpu_kernels.kernels.scale_add import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
 from tpu_kernels.tolerance import with_ignored
 
