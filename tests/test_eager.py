@@ -251,3 +251,20 @@ def test_a_bucketed_call_at_a_bucket_builds_its_key_once(monkeypatch):
     y = rand(100, 64)  # padded to its bucket: the full path, still right
     torch.testing.assert_close(softmax(y), torch.softmax(y, -1))
     assert calls
+
+
+def test_a_bucketed_op_checks_its_buckets_once_per_key_and_still_pads_other_shapes(monkeypatch):
+    """The shortcut remembers the keys whose calls run unpadded (whether a call pads depends
+    only on its key's shapes, dtypes and statics); every other shape still pads."""
+    from tpu_kernels.kernels import softmax
+
+    padded = softmax._eager_cpu.padded
+    checks = []
+    real = type(padded).needs_padding
+    monkeypatch.setattr(type(padded), "needs_padding", lambda self, v: checks.append(1) or real(self, v))
+    at_bucket, off_bucket = rand(64, 40), rand(5, 40)  # 64 rows: a bucket; 5 rows pad to 8
+    for _ in range(3):
+        for x in (at_bucket, off_bucket, at_bucket.double(), off_bucket.double()):
+            torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+    # once per unpadded key (float32 and float64 at 64 rows); every call of a padded shape
+    assert len(checks) == 2 + 3 * 2

@@ -44,6 +44,7 @@ _STATIC_TYPES: dict[str, tuple[type, ...]] = {
 # to the dispatcher, which converts them)
 _LIST_TYPES: dict[str, tuple[type, ...]] = {"int[]": (int,), "float[]": (float,), "bool[]": (bool,)}
 _MISSING = object()
+_UNPADDED_MAX = 1024
 
 
 class _Static(NamedTuple):
@@ -125,6 +126,10 @@ class EagerCpuCall:
         self.executor = executor if isinstance(executor, JaxExecutor) else None
         self.padded = kernel if self.executor is not None and executor is not kernel else None
         self.simple = self.executor is not None and self.executor.simple
+        # keys of calls a bucketed op runs unpadded: whether a call pads depends only on what
+        # the key holds (the tensors' shapes and dtypes, the statics), so the bucket check
+        # runs once per key, not per call
+        self._unpadded: set[tuple] = set()
         if self.executor is not None:
             self._mode = self.executor.transfer.mode
             self._peek = self.executor.cache.peek
@@ -228,6 +233,11 @@ class EagerCpuCall:
                 key.append((t.shape, t.dtype))
         return tuple(key) if any_tensor else None
 
+    def _remember_unpadded(self, key: tuple) -> None:
+        if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like the executor's cache
+            self._unpadded.clear()
+        self._unpadded.add(key)
+
     def accepts(self, args: tuple, kwargs: dict | None = None) -> bool:
         """Would the dispatcher certainly call the CPU kernel with these arguments?"""
         args = self.complete(args, kwargs)
@@ -245,8 +255,10 @@ class EagerCpuCall:
         executor = self.executor
         if executor is None:
             return self.kernel(*args)
-        if self.padded is not None and self.padded.needs_padding(args):
-            return self.padded(*args)
+        if self.padded is not None and key not in self._unpadded:
+            if self.padded.needs_padding(args):
+                return self.padded(*args)
+            self._remember_unpadded(key)
         entry = self._peek(key)
         if entry is None:  # not compiled yet, or a non-contiguous input: the full path
             return executor(*args)
