@@ -1,60 +1,34 @@
 """matmul: a tiled Pallas kernel (float32 VMEM accumulator) with a reference-derived backward."""
 
-import math
-
 import jax
 import pytest
 import torch
 
-from tests.helpers import FLOAT_DTYPES, assert_close, rand
-from tests.kernels.checks import compile_matches_eager, grid_semantics, lowers_for_tpu, opcheck
+from tests.helpers import rand
+from tests.kernels.base import KernelFamilyTests
+from tests.kernels.checks import grid_semantics, lowers_for_tpu
 from tpu_kernels import testing
 from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import matmul
-from tpu_kernels.kernels.matmul import pallas, reference, shapes
+from tpu_kernels.kernels.matmul import pallas
 from tpu_kernels.testing import dot_scale
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(shapes.TEST))
-def test_matches_float64_reference(name, dtype):
-    m, k, n = shapes.TEST[name]
-    a, b = rand(m, k, dtype=dtype), rand(k, n, dtype=dtype)
-    out = matmul(a, b, block_m=128, block_n=128, block_k=128)
-    assert out.dtype == dtype and out.shape == (m, n)
-    assert_close(out, reference.matmul(a.double(), b.double()), dtype, scale=dot_scale(k, dtype))
+class TestMatmul(KernelFamilyTests):
+    family = "matmul"
+    kernel_kwargs = {"block_m": 128, "block_n": 128, "block_k": 128}  # "tiled" spans 4x2x4 blocks
+    small_shape = "one_block"
+    gradcheck_shape = (16, 256, 128)  # two k tiles at block_k = 128
+    # (M, K, N): K == 0 is the empty sum, all zeros
+    zero_size_shapes = [(0, 8, 5), (3, 0, 5), (0, 0, 5), (2, 0, 5)]
+    helion_shapes = ["small_m"]
 
+    def out_scale(self, shape, dtype):
+        return dot_scale(shape[1], dtype)  # K-term dot products
 
-def test_gradcheck():
-    a = rand(16, 256, dtype=torch.float64, requires_grad=True)
-    b = rand(256, 128, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, y: matmul(x, y, block_k=128), (a, b))
-
-
-def test_gradients_match_torch_autograd_in_bfloat16():
-    a, b = (
-        rand(128, 256, dtype=torch.bfloat16, requires_grad=True),
-        rand(256, 128, dtype=torch.bfloat16, requires_grad=True),
-    )
-    g = rand(128, 128, dtype=torch.bfloat16)
-    (matmul(a, b) * g).sum().backward()
-    a64, b64 = (t.detach().double().requires_grad_(True) for t in (a, b))
-    (a64 @ b64 * g.double()).sum().backward()
-    assert_close(a.grad, a64.grad, torch.bfloat16, scale=math.sqrt(128))
-    assert_close(b.grad, b64.grad, torch.bfloat16, scale=math.sqrt(128))
-
-
-def test_opcheck():
-    opcheck(matmul, (rand(16, 256, requires_grad=True), rand(256, 128, requires_grad=True)), {"block_k": 128})
-
-
-def test_compile_fullgraph_matches_eager():
-    def model(a, b):
-        return matmul(a.tanh(), b).sum()
-
-    compile_matches_eager(
-        model, [rand(64, 128, requires_grad=True), rand(128, 256, requires_grad=True)], rtol=1e-4, atol=1e-4
-    )
+    def grad_scales(self, shape, dtype):
+        m, _, n = shape
+        return [dot_scale(n, dtype), dot_scale(m, dtype)]  # da = g b^T sums N terms, db = a^T g sums M
 
 
 def test_lowers_for_tpu_with_aligned_blocks():
