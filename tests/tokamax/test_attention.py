@@ -6,10 +6,16 @@ import torch.nn.functional as F
 
 from tests.helpers import assert_close, compile_counted, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import attention
 from tpu_kernels.tokamax.attention import reference, shapes
+
+
+class TestAttention(TokamaxFamilyTests):
+    family = "attention"
+
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 

@@ -5,9 +5,15 @@ import torch
 
 from tests.helpers import rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import gather, topk
 from tpu_kernels.tokamax.gather import reference, shapes
+
+
+class TestGather(TokamaxFamilyTests):
+    family = "gather"
+
 
 I32 = torch.int32
 

@@ -5,10 +5,16 @@ import torch
 
 from tests.helpers import FLOAT_DTYPES, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import glu
 from tpu_kernels.tokamax.glu import reference, shapes
+
+
+class TestGlu(TokamaxFamilyTests):
+    family = "glu"
+
 
 ACTIVATION_OF = {"rows": "silu", "batched": "gelu"}  # SwiGLU and GEGLU; the rest below
 

@@ -6,9 +6,14 @@ import torch.nn.functional as F
 
 from tests.helpers import compile_counted, rand
 from tests.kernels.checks import opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import kda
 from tpu_kernels.tokamax.kda import reference, shapes
+
+
+class TestKda(TokamaxFamilyTests):
+    family = "kda"
 
 
 def _inputs(h: int, b: int, t: int, k: int, v: int, dtype: torch.dtype = torch.float32) -> list:

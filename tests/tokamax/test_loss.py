@@ -5,10 +5,16 @@ import torch
 
 from tests.helpers import assert_close, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import loss
 from tpu_kernels.tokamax.loss import reference, shapes
+
+
+class TestLoss(TokamaxFamilyTests):
+    family = "loss"
+
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 

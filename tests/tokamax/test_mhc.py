@@ -6,9 +6,17 @@ import torch
 
 from tests.helpers import compile_counted, rand
 from tests.kernels.checks import opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import mhc
 from tpu_kernels.tokamax.mhc import reference, shapes
+
+
+class TestMhc(TokamaxFamilyTests):
+    family = "mhc"
+    # Tokamax requires bfloat16 streams and float32 mixes: the calls' own dtypes only
+    reference_dtypes = (None,)
+
 
 MHC_CONSTANTS = dict(
     rms_eps=1e-6, hc_pre_eps=1e-6, hc_sinkhorn_eps=1e-6, hc_post_mult_value=2.0, sinkhorn_repeat=4

@@ -5,10 +5,15 @@ import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import ragged
 from tpu_kernels.tokamax.ragged import reference, shapes
+
+
+class TestRagged(TokamaxFamilyTests):
+    family = "ragged"
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)

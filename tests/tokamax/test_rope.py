@@ -5,9 +5,16 @@ import torch
 
 from tests.helpers import rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import rope
 from tpu_kernels.tokamax.rope import reference, shapes
+
+
+class TestRope(TokamaxFamilyTests):
+    family = "rope"
+    keep_dtype = frozenset({"cos_sin_cache"})  # Tokamax requires a float32 cos/sin table
+
 
 I32 = torch.int32
 

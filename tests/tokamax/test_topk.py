@@ -5,8 +5,15 @@ import torch
 
 from tests.helpers import compile_counted, rand
 from tests.kernels.checks import opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tpu_kernels.tokamax import topk
 from tpu_kernels.tokamax.topk import reference, shapes
+
+
+class TestTopk(TokamaxFamilyTests):
+    family = "topk"
+    reference_dtypes = (torch.float32,)  # top_k takes float32 scores only (Tokamax)
+
 
 I32 = torch.int32
 

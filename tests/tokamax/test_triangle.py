@@ -5,10 +5,15 @@ import torch
 
 from tests.helpers import rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import triangle
 from tpu_kernels.tokamax.triangle import reference, shapes
+
+
+class TestTriangle(TokamaxFamilyTests):
+    family = "triangle"
 
 
 def _inputs(n: int, c: int, h: int, d: int, dtype: torch.dtype) -> list:
