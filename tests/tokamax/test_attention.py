@@ -134,7 +134,8 @@ def test_xla_chunked_matches_xla():
     assert_close(chunked, tk.dot_product_attention(q, k, v, is_causal=True).double(), torch.float32, scale=2)
 
 
-def test_opcheck():
+def test_opcheck_with_mask_lengths_window_and_soft_cap():
+    # what the small calls (TestAttention) lack: the optional mask and lengths, the statics
     q, k, v = (
         rand(2, 8, 4, 16, requires_grad=True),
         rand(2, 8, 2, 16, requires_grad=True),

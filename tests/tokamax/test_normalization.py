@@ -81,7 +81,8 @@ def test_other_axis_scale_offset_and_missing_parameters(dtype):
     )
 
 
-def test_opcheck():
+def test_opcheck_scale_offset_and_eps():
+    # the small calls (TestNormalization) leave scale_offset and eps at their defaults
     x, w, b = rand(4, 6, 32, requires_grad=True), rand(32, requires_grad=True), rand(32, requires_grad=True)
     opcheck(normalization.layer_norm_op, (x, w, b), {"eps": 1e-5, "implementation": "xla"})
     opcheck(normalization.layer_norm_op, (x, w), {"subtract_mean": False, "dim": -1, "scale_offset": 0.5})

@@ -67,10 +67,11 @@ def test_matches_the_formula(name, dtype, triangle_type):
     )
 
 
-@pytest.mark.parametrize("triangle_type", ["outgoing", pytest.param("incoming", marks=SLOW)])
-def test_opcheck(triangle_type):
+@SLOW
+def test_opcheck_incoming():
+    # the small call (TestTriangle) is "outgoing"
     args = [t.requires_grad_() if t.is_floating_point() else t for t in _inputs(6, 8, 4, 5, torch.float32)]
-    kwargs = {"triangle_type": triangle_type, "eps": 1e-5, "implementation": "xla"}
+    kwargs = {"triangle_type": "incoming", "eps": 1e-5, "implementation": "xla"}
     opcheck(triangle.triangle_multiplication_op, tuple(args), kwargs)
 
 
