@@ -6,10 +6,16 @@ import torch.nn.functional as F
 
 from tests.helpers import assert_close, compile_counted, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import attention
 from tpu_kernels.tokamax.attention import reference, shapes
+
+
+class TestAttention(TokamaxFamilyTests):
+    family = "attention"
+
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -128,7 +134,8 @@ def test_xla_chunked_matches_xla():
     assert_close(chunked, tk.dot_product_attention(q, k, v, is_causal=True).double(), torch.float32, scale=2)
 
 
-def test_opcheck():
+def test_opcheck_with_mask_lengths_window_and_soft_cap():
+    # what the small calls (TestAttention) lack: the optional mask and lengths, the statics
     q, k, v = (
         rand(2, 8, 4, 16, requires_grad=True),
         rand(2, 8, 2, 16, requires_grad=True),

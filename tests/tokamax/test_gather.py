@@ -4,10 +4,16 @@ import pytest
 import torch
 
 from tests.helpers import rand
-from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.kernels.checks import compile_matches_eager
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import gather, topk
 from tpu_kernels.tokamax.gather import reference, shapes
+
+
+class TestGather(TokamaxFamilyTests):
+    family = "gather"
+
 
 I32 = torch.int32
 
@@ -42,13 +48,6 @@ def test_ragged_gather_reduce_matches_the_weighted_sum(dtype):
         out_scale=4,
         grad_scale=[8, 8],
     )
-
-
-def test_opcheck():
-    x, idx = rand(10, 16, requires_grad=True), torch.tensor([3, 1, 4, 1, 5, 9], dtype=I32)
-    opcheck(gather.ragged_gather_op, (x, idx, torch.tensor([0], dtype=I32), torch.tensor([6], dtype=I32)))
-    w, valid = rand(6, requires_grad=True), torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
-    opcheck(gather.ragged_gather_reduce_op, (x, idx, w, valid), {"reduce_group_size": 2})
 
 
 def test_compile_fullgraph_moe_dispatch_and_combine_with_no_graph_breaks():

@@ -4,11 +4,15 @@ import pytest
 import torch
 
 from tests.helpers import FLOAT_DTYPES, rand
-from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import glu
 from tpu_kernels.tokamax.glu import reference, shapes
+
+
+class TestGlu(TokamaxFamilyTests):
+    family = "glu"
+
 
 ACTIVATION_OF = {"rows": "silu", "batched": "gelu"}  # SwiGLU and GEGLU; the rest below
 
@@ -44,30 +48,6 @@ def test_unfused_weights_and_every_activation(activation):
         dtype,
         out_scale=8,
         grad_scale=16,
-    )
-
-
-def test_opcheck():
-    x, w = rand(3, 8, 16, requires_grad=True), rand(16, 2, 24, requires_grad=True)
-    opcheck(glu.gated_linear_unit_op, (x, w), {"activation": "silu", "implementation": "xla"})
-    opcheck(
-        glu.gated_linear_unit_op,
-        (x, w[:, 0].detach().requires_grad_(), w[:, 1].detach().requires_grad_()),
-        {"activation": "gelu"},
-    )
-
-
-def test_compile_fullgraph_matches_eager_with_no_graph_breaks():
-    def model(x, w, w_down):
-        return (tk.gated_linear_unit(x, w, activation="silu") @ w_down).square().mean()
-
-    compile_matches_eager(
-        model,
-        [
-            rand(2, 8, 16, requires_grad=True),
-            rand(16, 2, 32, requires_grad=True),
-            rand(32, 16, requires_grad=True),
-        ],
     )
 
 

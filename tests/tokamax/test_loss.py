@@ -4,11 +4,15 @@ import pytest
 import torch
 
 from tests.helpers import assert_close, rand
-from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
-from tpu_kernels.tokamax import loss
 from tpu_kernels.tokamax.loss import reference, shapes
+
+
+class TestLoss(TokamaxFamilyTests):
+    family = "loss"
+
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -60,26 +64,6 @@ def test_chunked_xla_is_refused_where_tokamax_is_wrong_and_right_where_it_is_not
     got = tk.linear_softmax_cross_entropy_loss(x, labels, w, reduction="mean", implementation="chunked_xla")
     want = reference.linear_softmax_cross_entropy_loss(x.double(), labels, w.double(), reduction="mean")
     assert_close(got, want, torch.float32, scale=4)
-
-
-def test_opcheck():
-    x, w = rand(12, 16, requires_grad=True), rand(16, 40, requires_grad=True)
-    labels = torch.randint(0, 40, (12,), dtype=torch.int32)
-    opcheck(
-        loss.linear_softmax_cross_entropy_loss_op,
-        (x, labels, w),
-        {"reduction": "mean", "implementation": "xla"},
-    )
-    opcheck(loss.linear_softmax_cross_entropy_loss_op, (x, labels, w), {"reduction": "none"})
-
-
-def test_compile_fullgraph_matches_eager_with_no_graph_breaks():
-    labels = torch.randint(0, 40, (12,))
-
-    def model(x, w):
-        return tk.linear_softmax_cross_entropy_loss(torch.tanh(x), labels, w, reduction="mean")
-
-    compile_matches_eager(model, [rand(12, 16, requires_grad=True), rand(16, 40, requires_grad=True)])
 
 
 def test_bad_arguments_say_what_to_do():

@@ -1,14 +1,20 @@
 """mhc_pre, mhc_post and mhc_fused_post_pre (bfloat16 streams, as Tokamax requires) against
 DeepSeek-V4's formulas written in torch, in float64."""
 
-import pytest
 import torch
 
-from tests.helpers import compile_counted, rand
-from tests.kernels.checks import opcheck
+from tests.helpers import rand
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels.tokamax import mhc
 from tpu_kernels.tokamax.mhc import reference, shapes
+
+
+class TestMhc(TokamaxFamilyTests):
+    family = "mhc"
+    # Tokamax requires bfloat16 streams and float32 mixes: the calls' own dtypes only
+    reference_dtypes = (None,)
+
 
 MHC_CONSTANTS = dict(
     rms_eps=1e-6, hc_pre_eps=1e-6, hc_sinkhorn_eps=1e-6, hc_post_mult_value=2.0, sinkhorn_repeat=4
@@ -75,24 +81,3 @@ def test_mhc_fused_post_pre_is_post_then_pre():
         out_scale=[4, 2, 1, 4],
         grads=False,
     )
-
-
-@pytest.mark.slow
-def test_opcheck():
-    pre = [t.requires_grad_() for t in _mhc_pre_inputs(*shapes.TEST["t5_m4"])]
-    opcheck(mhc.mhc_pre_op, tuple(pre), MHC_CONSTANTS)
-    post = [
-        rand(5, 32, dtype=torch.bfloat16, requires_grad=True),
-        pre[0],
-        rand(5, 4, requires_grad=True),
-        rand(5, 4, 4, requires_grad=True),
-    ]
-    opcheck(mhc.mhc_post_op, tuple(post))
-    opcheck(mhc.mhc_fused_post_pre_op, (*post, *pre[1:]), MHC_CONSTANTS)
-
-
-def test_compile_fullgraph_with_no_graph_breaks():
-    inputs = _mhc_post_inputs(5, 4, 32)
-    compiled, counter = compile_counted(mhc.mhc_post)
-    torch.testing.assert_close(compiled(*inputs), mhc.mhc_post(*inputs), rtol=0, atol=0)
-    assert counter.frame_count == 1

@@ -5,10 +5,15 @@ import torch
 
 from tests.helpers import FLOAT_DTYPES, rand
 from tests.kernels.checks import compile_matches_eager, opcheck
+from tests.tokamax.base import TokamaxFamilyTests
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax as tk
 from tpu_kernels.tokamax import normalization
 from tpu_kernels.tokamax.normalization import reference, shapes
+
+
+class TestNormalization(TokamaxFamilyTests):
+    family = "normalization"
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -76,7 +81,8 @@ def test_other_axis_scale_offset_and_missing_parameters(dtype):
     )
 
 
-def test_opcheck():
+def test_opcheck_scale_offset_and_eps():
+    # the small calls (TestNormalization) leave scale_offset and eps at their defaults
     x, w, b = rand(4, 6, 32, requires_grad=True), rand(32, requires_grad=True), rand(32, requires_grad=True)
     opcheck(normalization.layer_norm_op, (x, w, b), {"eps": 1e-5, "implementation": "xla"})
     opcheck(normalization.layer_norm_op, (x, w), {"subtract_mean": False, "dim": -1, "scale_offset": 0.5})

@@ -3,10 +3,16 @@
 import pytest
 import torch
 
-from tests.helpers import compile_counted, rand
-from tests.kernels.checks import opcheck
+from tests.helpers import rand
+from tests.tokamax.base import TokamaxFamilyTests
 from tpu_kernels.tokamax import topk
 from tpu_kernels.tokamax.topk import reference, shapes
+
+
+class TestTopk(TokamaxFamilyTests):
+    family = "topk"
+    reference_dtypes = (torch.float32,)  # top_k takes float32 scores only (Tokamax)
+
 
 I32 = torch.int32
 
@@ -32,25 +38,6 @@ def test_router_topk_matches_torch_topk(dtype):
     torch.testing.assert_close(weights, want_weights, rtol=0, atol=0)
     assert indices.dtype == I32 and indices[0, :3].tolist() == [2, 5, 7]
     torch.testing.assert_close(indices[1:], want_indices[1:], rtol=0, atol=0)
-
-
-def test_opcheck():
-    scores = rand(4, 32)
-    opcheck(topk.top_k_op, (scores, torch.tensor([32, 3, 10, 32], dtype=I32)), {"k": 5})
-    opcheck(topk.router_topk_op, (scores,), {"k": 3})
-
-
-def test_compile_fullgraph_with_no_graph_breaks():
-    def model(scores):
-        indices, values = topk.top_k(scores, 3)
-        weights, experts = topk.router_topk(scores, 2)
-        return indices, values, weights, experts
-
-    scores = rand(4, 16)
-    compiled, counter = compile_counted(model)
-    for got, want in zip(compiled(scores), model(scores)):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-    assert counter.frame_count == 1
 
 
 def test_bad_arguments_say_what_to_do():
