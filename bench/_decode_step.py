@@ -154,6 +154,7 @@ class _SwappedTime:
         self.modules = [m for m in model.modules() if isinstance(m, (norm_cls, mlp_cls))]
         self.interface, self.attn = ALL_ATTENTION_FUNCTIONS, model.config._attn_implementation
         self.seconds = 0.0
+        self.calls = 0
 
     def _timed(self, fn: Callable) -> Callable:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -162,6 +163,7 @@ class _SwappedTime:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - t
+                self.calls += 1
 
         return timed
 

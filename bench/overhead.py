@@ -308,7 +308,9 @@ def main() -> dict:
     }
     ops = op_ratios(max(200, args.calls // 4), args.rounds)
     print()
-    print(f"per op: called from torch vs its JAX function on JAX arrays (medians of {args.rounds} interleaved rounds)")
+    print(
+        f"per op: called from torch vs its JAX function on JAX arrays (medians of {args.rounds} interleaved rounds)"
+    )
     print("(floor: cached views + the JAX call + the outputs' export, the least any bridge does)")
     print(f"{'op':40s} {'op us':>9s} {'direct us':>10s} {'floor us':>9s} {'ratio':>7s} {'floor ratio':>12s}")
     for r in ops:
