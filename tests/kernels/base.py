@@ -46,7 +46,7 @@ def _leaves(inputs: Sequence[torch.Tensor], dtype: torch.dtype | None = None) ->
 
 
 def _forward_backward(fn: Any, inputs: Sequence[torch.Tensor], **kwargs: Any):
-    """fn's output, and each input's gradient of sum(out * g) for one fixed random g."""
+    """fn's output, and each input's gradient of out.sum() (the zero-size tests: any cotangent is empty)."""
     leaves = _leaves(inputs)
     out = fn(*leaves, **kwargs)
     g = torch.ones_like(out)  # zero-size outputs: any cotangent is empty
