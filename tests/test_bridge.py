@@ -39,6 +39,27 @@ def test_view_cache_caches_a_tensor_seen_twice_and_sees_in_place_writes():
     torch.testing.assert_close(torch.from_dlpack(first), t)
 
 
+def test_view_cache_does_not_cache_a_new_tensor_at_a_dead_ones_id_and_memory(monkeypatch):
+    # fresh views of one tensor: each new object often gets the dead one's id (CPython
+    # reuses it) and always its data pointer; none is the same tensor seen twice, and
+    # caching each cost more than the call it served
+    cache = bridge.ViewCache()
+    imports = []  # the cached route's DLPack imports
+    monkeypatch.setattr(bridge, "to_jax_cpu", lambda t: imports.append(t) or jnp.asarray(t.numpy()))
+    base = rand(16)
+    ids = set()
+    for _ in range(50):
+        v = base.view(16)
+        ids.add(id(v))
+        cache.get(v)
+        del v
+    assert len(ids) < 50  # the ids were recycled, so the weak reference is what tells them apart
+    assert imports == [] and cache.misses == 50  # every one crossed as a one-off view
+    same = base.view(16)
+    cache.get(same)
+    cache.get(same)  # the same live object again: cached
+    assert len(cache) == 1 and len(imports) == 1
+
 def test_view_cache_reimports_a_tensor_whose_memory_changed():
     cache = bridge.ViewCache()
     t = rand(16)

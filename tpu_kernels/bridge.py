@@ -149,7 +149,7 @@ class ViewCache:
 
     def __init__(self) -> None:
         self._views: dict[int, tuple] = {}
-        self._recent: dict[int, int] = {}  # id -> data pointer at the first sighting
+        self._recent: dict[int, tuple] = {}  # id -> (weak ref, data pointer) at the first sighting
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -169,11 +169,18 @@ class ViewCache:
             return entry[4]
         self.misses += 1
         ptr = t.data_ptr()
-        if entry is None and self._recent.get(key) != ptr:
-            self._recent[key] = ptr
-            if len(self._recent) > self.RECENT:
-                self._recent.pop(next(iter(self._recent)), None)
-            return host_view(t)  # seen once so far: not cached
+        if entry is None:
+            # A second sighting is the same live object at the same memory: a weak
+            # reference, not the id alone, since a fresh activation often gets a dead
+            # one's id and memory (the allocators recycle both), and caching every such
+            # tensor cost more than the call it serves (a fresh view of one tensor paid
+            # the caching path on every call: bench/overhead.py's rotating case).
+            seen = self._recent.get(key)
+            if seen is None or seen[1] != ptr or seen[0]() is not t:
+                self._recent[key] = (weakref.ref(t), ptr)
+                if len(self._recent) > self.RECENT:
+                    self._recent.pop(next(iter(self._recent)), None)
+                return host_view(t)  # seen once so far: not cached
         # Import a detached alias: the capsule then holds a tensor of its own (same
         # storage), not `t`'s TensorImpl, which would keep `t`'s Python object alive
         # (torch preserves it while C++ holds the impl) and this entry with it, forever.
