@@ -199,6 +199,34 @@ def test_generation_compiles_attention_once_per_bucket():
     assert dot_product_attention_op.cache_info().misses == 16  # one per key/value length
 
 
+def test_decode_steps_cross_attention_contiguous_on_the_eager_shortcut(monkeypatch):
+    """HF hands attention [batch, heads, seq, head_dim] transposes; the integration turns them
+    into Tokamax's layout before the crossing (a decode step's query without a copy, key and
+    value in the padding's one copy), so every call takes the eager shortcut: the executor's
+    full path, which copies a non-contiguous tensor again, runs only for the compiles."""
+    from tpu_kernels.devices.jax_exec import JaxExecutor
+
+    _, patched = pair("llama")
+    attention = dot_product_attention_op._eager_cpu.executor
+    full_path = []
+    call = JaxExecutor.__call__
+
+    def counting(self, *args, **kwargs):
+        if self is attention:
+            full_path.append(args)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(JaxExecutor, "__call__", counting)
+    x = ids(batch=1, seq=8, seed=7)
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    dot_product_attention_op.cache_clear()
+    patched.generate(x, **kw)
+    # 2 layers x (the prefill + 7 decode steps) calls; the full path only for the first
+    # call of each of the 2 shapes (prefill, decode), which compiles (before: all 16)
+    assert dot_product_attention_op.cache_info().misses == 2
+    assert len(full_path) == 2
+
+
 def test_static_cache_generate_identical_and_compiles_twice():
     ref, patched = pair("llama")
     x = ids(batch=1, seq=8, seed=7)

@@ -90,29 +90,28 @@ def attention_forward(
         mask = _default_mask(query, key, causal)
     elif mask.dtype != torch.bool:  # an additive float mask (a user's own mask function)
         bias, mask = mask, None
+    # Tokamax's own layout, [batch, seq, heads, head_dim]: HF's query is one after the
+    # transpose (a decode step's single query row is contiguous so), and key/value cross
+    # contiguous in one copy, the padding's or .contiguous()'s, never a torch transpose
+    # copied again at the crossing
+    query, key, value = (t.transpose(1, 2) for t in (query, key, value))
     if pad and _static_int(q_len) and _static_int(kv_len):
         kv_pad = bucket(kv_len) - kv_len
         q_pad = bucket(q_len) - q_len if q_len > 1 else 0  # decoding steps stay at one query
+        if kv_pad:
+            key = F.pad(key, (0, 0, 0, 0, 0, kv_pad))
+            value = F.pad(value, (0, 0, 0, 0, 0, kv_pad))
+        if q_pad:
+            query = F.pad(query, (0, 0, 0, 0, 0, q_pad))
         if kv_pad or q_pad:
-            key = F.pad(key, (0, 0, 0, kv_pad))
-            value = F.pad(value, (0, 0, 0, kv_pad))
-            query = F.pad(query, (0, 0, 0, q_pad))
             if mask is not None:
                 mask = F.pad(mask, (0, kv_pad, 0, q_pad), value=False)
             else:  # padded keys get the dtype's lowest value: exp() of it is 0 after the max shift
                 bias = F.pad(bias, (0, kv_pad, 0, q_pad), value=torch.finfo(bias.dtype).min)
-    out = dot_product_attention(
-        query,
-        key,
-        value,
-        bias,
-        mask,
-        scale=scaling,
-        logits_soft_cap=softcap,
-        layout="BNTH",
-    )
+    query, key, value = (t.contiguous() for t in (query, key, value))
+    out = dot_product_attention(query, key, value, bias, mask, scale=scaling, logits_soft_cap=softcap)
     # Padded query rows (all keys masked) hold the mean of value; they are dropped here.
-    return out[:, :, :q_len].transpose(1, 2).contiguous(), None
+    return out[:, :q_len].contiguous(), None
 
 
 def attention_forward_unpadded(module, query, key, value, attention_mask, **kwargs):
