@@ -117,3 +117,23 @@ def test_a_mesh_op_goes_through_torch_tpu_with_partition_specs():
     with FakeTensorMode():
         y = op(torch.empty(256, 1024, dtype=torch.bfloat16))
     assert y.shape == (256, 1024) and y.dtype == torch.bfloat16
+
+
+def test_a_tpu_pallas_kernel_on_a_gpu_device_is_a_clear_error():
+    from tpu_kernels.devices import cpu as cpu_device
+    from tpu_kernels.devices.jax_exec import JaxExecutor
+    from tpu_kernels.errors import KernelError
+
+    # CPU arrays, but a device's mode (no interpreter) and device type "cuda": what a shipped
+    # TPU kernel meets on a GPU, where its lowering fails (JAX says only AssertionError)
+    cpu = softmax._eager_cpu.executor
+    transfer = type("CudaLike", (type(cpu_device.TRANSFER),), {"device_type": "cuda", "mode": lambda self: None})()
+    executor = JaxExecutor(cpu.sig, cpu.fn, transfer, n_outputs=cpu.n_outputs)
+    executor._on_device = lambda t: t.is_cpu  # the CPU's tensors stand in for the GPU's
+    x = torch.randn(8, 128)
+    with pytest.raises(KernelError) as info:
+        executor(x)
+    msg = str(info.value)
+    print(msg)
+    assert msg.startswith("tpu_kernels::softmax: cannot run on cuda tensors")
+    assert "written for TPU (pltpu.CompilerParams)" in msg and "docs/devices.md" in msg

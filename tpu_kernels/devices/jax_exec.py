@@ -274,11 +274,41 @@ class JaxExecutor:
                 raise
             except Exception as e:
                 self.transfer.recover(mode)
+                tpu_only = self._tpu_only_kernels(jitted, arrays, x64)
+                if tpu_only:
+                    raise KernelError(
+                        f"{self.op}: cannot run on {self.transfer.device_type} tensors: the Pallas "
+                        f"kernel{'s' if len(tpu_only) > 1 else ''} {', '.join(tpu_only)} "
+                        f"{'are' if len(tpu_only) > 1 else 'is'} written for TPU (pltpu.CompilerParams), "
+                        "which JAX cannot lower for GPUs. Run it on TPU or CPU tensors (the CPU "
+                        "interprets it), or give the op a JAX, Pallas GPU or Helion body "
+                        f"(docs/devices.md). The lowering said: {type(e).__name__}: {e}"
+                    ) from e
                 raise wrapping(e)(  # the kernel's own input checks keep their kind
                     f"{self.op}: tracing or compiling the kernel failed for "
                     f"{self._describe_arrays(arrays, statics)}: {type(e).__name__}: {e}"
                 ) from e
         return Entry(built.fn, x64, n_results, single, key, built.path)
+
+    def _tpu_only_kernels(self, jitted: Any, arrays: list[Any], x64: bool) -> list[str]:
+        """The TPU Pallas kernels (pallas_calls with TPU compiler parameters) in the trace, on a
+        GPU device, where they cannot lower (JAX fails there with a bare AssertionError)."""
+        if self.transfer.device_type in ("cpu", "tpu"):
+            return []
+        from jax.experimental.pallas import tpu as pltpu
+
+        from tpu_kernels import jaxprs
+
+        try:
+            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                traced = jitted.trace(*arrays)
+        except Exception:  # noqa: BLE001 - the trace itself failed: the original error says why
+            return []
+        return [
+            jaxprs.kernel_name(eqn)
+            for eqn in jaxprs.pallas_calls(traced.jaxpr)
+            if isinstance(eqn.params.get("compiler_params"), pltpu.CompilerParams)
+        ]
 
     def _describe(self, values: list[Any]) -> str:
         return ", ".join(f"{p.name}={describe(v)}" for p, v in zip(self.sig.params, values))
