@@ -60,6 +60,7 @@ def test_view_cache_does_not_cache_a_new_tensor_at_a_dead_ones_id_and_memory(mon
     cache.get(same)  # the same live object again: cached
     assert len(cache) == 1 and len(imports) == 1
 
+
 def test_view_cache_reimports_a_tensor_whose_memory_changed():
     cache = bridge.ViewCache()
     t = rand(16)

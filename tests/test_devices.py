@@ -127,7 +127,8 @@ def test_a_tpu_pallas_kernel_on_a_gpu_device_is_a_clear_error():
     # CPU arrays, but a device's mode (no interpreter) and device type "cuda": what a shipped
     # TPU kernel meets on a GPU, where its lowering fails (JAX says only AssertionError)
     cpu = softmax._eager_cpu.executor
-    transfer = type("CudaLike", (type(cpu_device.TRANSFER),), {"device_type": "cuda", "mode": lambda self: None})()
+    cuda_like = {"device_type": "cuda", "mode": lambda self: None}
+    transfer = type("CudaLike", (type(cpu_device.TRANSFER),), cuda_like)()
     executor = JaxExecutor(cpu.sig, cpu.fn, transfer, n_outputs=cpu.n_outputs)
     executor._on_device = lambda t: t.is_cpu  # the CPU's tensors stand in for the GPU's
     x = torch.randn(8, 128)

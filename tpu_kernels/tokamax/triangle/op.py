@@ -96,10 +96,14 @@ def _sharding(a):
     return [([Shard(2)], {"projection_out_weights": Shard(1), "gate_out_weights": Shard(1)})]
 
 
-_DIFFERENTIABLE = (
-    "x", "projection_in_weights", "gate_in_weights", "projection_out_weights", "gate_out_weights",
-    "layernorm_in_scale", "layernorm_in_offset", "layernorm_out_scale", "layernorm_out_offset",
-)  # fmt: skip
+def _grad_scale(x, **args):
+    """8 for every gradient; in bfloat16, which rounds the projections before both layer
+    norms (the output one divides by a small spread), 16, and 32 for projection_in_weights:
+    over 60 seeds of the test shapes these gradients needed up to 14.3x and 6.7x the table's
+    atol after the sqrt(N*N) growth (8 failed about one seed in 30), so about 2x that."""
+    if x.dtype != torch.bfloat16:
+        return 8
+    return {name: 32 if name == "projection_in_weights" else 16 for name in ("x", *args)}
 
 
 triangle_multiplication_op = public_op(
@@ -115,10 +119,6 @@ triangle_multiplication_op = public_op(
         ),
         grad_reduces=lambda x: x.shape[0] * x.shape[1],  # the weights' gradients sum over every pair
         scale=4,
-        # bfloat16 rounds the projections before both layer norms, and the output layer norm
-        # divides by a small spread: over 60 seeds of the test shapes, the gradient of
-        # projection_in_weights needed up to 14.3x the table's atol after the sqrt(N*N)
-        # growth, the others up to 6.7x (8 before failed about one seed in 30); about 2x that
-        grad_scale={name: 32 if name == "projection_in_weights" else 16 for name in _DIFFERENTIABLE},
+        grad_scale=_grad_scale,
     ),
 )
