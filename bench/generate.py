@@ -20,7 +20,8 @@ The model is random (LlamaConfig: hidden 64, 2 layers, vocab 128); nothing is do
   rows       the token rows each swapped norm and MLP call computes in one decode step
              (batch 1: one true row), and the key/value positions of each attention call,
              under the row schedules: exact (buckets=False), multiple_of(128) (the shipped
-             kernels' row buckets before issue 24) and powers_of_two(128) (now)
+             kernels' row buckets before issue 24), powers_of_two(128) (a row pads to 8),
+             and the integration's: powers_of_two(128) with one row as is
   per call   each op call of the step again, through tpu_kernels, and its own JAX function
              jitted and called directly on JAX arrays: the floor of a call that crosses
              from torch to JAX; and what the call adds in the model (a model with only
@@ -111,8 +112,9 @@ def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
     }
 
 
-# Row schedules for the norms' and MLPs' token rows (tpu_kernels.integrations.transformers.layers.ROWS).
-SCHEDULES = ("exact", "multiple_of(128)", "powers_of_two(128)")
+# Row schedules for the norms' and MLPs' token rows (tpu_kernels.integrations.transformers.layers.ROWS
+# and ONE_ROW_AS_IS); the last is the integration's own.
+SCHEDULES = ("exact", "multiple_of(128)", "powers_of_two(128)", "powers_of_two(128), one row as is")
 ONLY = {  # op -> the model with only its kind of module swapped
     "tokamax::layer_norm": "norms only",
     "tokamax::gated_linear_unit": "MLPs only",
@@ -163,12 +165,13 @@ def rows_per_decode_step(base) -> dict[str, list]:
     for schedule in SCHEDULES:
         model = copy.deepcopy(base)
         apply_tpu_kernels(model, buckets=schedule != "exact")
-        saved = layers.ROWS
+        saved = layers.ROWS, layers.ONE_ROW_AS_IS
         layers.ROWS = multiple_of(128) if schedule == "multiple_of(128)" else powers_of_two(128)
+        layers.ONE_ROW_AS_IS = schedule.endswith("one row as is")
         try:
             calls = step.record_decode_step(model)
         finally:
-            layers.ROWS = saved
+            layers.ROWS, layers.ONE_ROW_AS_IS = saved
         rows[schedule] = [(c.op, *c.rows()) for c in calls]
     return rows
 

@@ -17,9 +17,12 @@ from tpu_kernels.tokamax import gated_linear_unit, layer_norm
 # Token rows of the norms and gated MLPs, padded like the shipped kernels' rows
 # (docs/buckets.md): a prefill's rows to a power of two up to 128 (at least the dtype's
 # sublane tile), then multiples of 128, so a new prompt length in a bucket compiles
-# nothing; a decode step's one row pads to the tile (8 rows of float32) and shares the
-# executable of every prompt up to it.
+# nothing. One row - a decode step at batch 1, generation's most frequent call - runs as
+# it is (ONE_ROW_AS_IS): its own executable, compiled once per generation, rather than a
+# pad to the tile and a slice on every step (bench/generate.py --breakdown prints the rows
+# and the step time; the README has the figures).
 ROWS = powers_of_two(128)
+ONE_ROW_AS_IS = True
 
 # HF activation name (ACT2FN key) -> tokamax.gated_linear_unit's. Others leave the MLP as HF's.
 # "gelu_pytorch_tanh" is F.gelu(approximate="tanh") and "gelu" the exact erf GELU in HF, as
@@ -38,17 +41,21 @@ def on_padded_rows(
 ):
     """fn(x, *args, **kwargs) for a row-wise fn (each row of x's last dim on its own), with
     x's rows flattened and padded with zeros to their bucket (ROWS), the result's rows
-    sliced back. Unpadded when the module was patched with buckets=False, or when the
-    sizes are symbolic (torch.compile with dynamic shapes: one graph serves every length)."""
+    sliced back. Unpadded when the module was patched with buckets=False, when the sizes
+    are symbolic (torch.compile with dynamic shapes: one graph serves every length), or for
+    a single row (ONE_ROW_AS_IS)."""
     if not getattr(module, "_tpu_kernels_buckets", True) or not all(isinstance(d, int) for d in x.shape):
         return fn(x, *args, **kwargs)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    size = bucket_size(rows, ROWS, x.dtype)
+    size = rows if rows == 1 and ONE_ROW_AS_IS else bucket_size(rows, ROWS, x.dtype)
     # always the 2-D [rows, hidden] call, padded or not: a length that fills its bucket
     # exactly (a prompt of 8 tokens) then shares the bucket's executable with the shorter ones
     flat = x.reshape(rows, x.shape[-1])
-    out = fn(flat if size == rows else F.pad(flat, (0, 0, 0, size - rows)), *args, **kwargs)
-    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
+    if size == rows:
+        out = fn(flat, *args, **kwargs)
+    else:
+        out = fn(F.pad(flat, (0, 0, 0, size - rows)), *args, **kwargs)[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def llama_rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
