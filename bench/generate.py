@@ -112,9 +112,20 @@ def child(path: str, new_tokens: int, repeat: int, threads: int) -> dict:
     }
 
 
-# Row schedules for the norms' and MLPs' token rows (tpu_kernels.integrations.transformers.layers.ROWS
-# and ONE_ROW_AS_IS); the last is the integration's own.
-SCHEDULES = ("exact", "multiple_of(128)", "powers_of_two(128)", "powers_of_two(128), one row as is")
+def schedules() -> dict[str, tuple]:
+    """Row schedules for the norms' and MLPs' token rows: name -> (apply_tpu_kernels'
+    buckets=, tpu_kernels.integrations.transformers.layers.ROWS, layers.ONE_ROW_AS_IS); the
+    last is the integration's own. (A function: tpu_kernels is imported in the children.)"""
+    from tpu_kernels.buckets import multiple_of, powers_of_two
+
+    return {
+        "exact": (False, powers_of_two(128), False),
+        "multiple_of(128)": (True, multiple_of(128), False),
+        "powers_of_two(128)": (True, powers_of_two(128), False),
+        "powers_of_two(128), one row as is": (True, powers_of_two(128), True),
+    }
+
+
 ONLY = {  # op -> the model with only its kind of module swapped
     "tokamax::layer_norm": "norms only",
     "tokamax::gated_linear_unit": "MLPs only",
@@ -158,16 +169,14 @@ def rows_per_decode_step(base) -> dict[str, list]:
 
     import _decode_step as step
 
-    from tpu_kernels.buckets import multiple_of, powers_of_two
     from tpu_kernels.integrations.transformers import apply_tpu_kernels, layers
 
     rows = {}
-    for schedule in SCHEDULES:
+    for schedule, (buckets, schedule_rows, one_row_as_is) in schedules().items():
         model = copy.deepcopy(base)
-        apply_tpu_kernels(model, buckets=schedule != "exact")
+        apply_tpu_kernels(model, buckets=buckets)
         saved = layers.ROWS, layers.ONE_ROW_AS_IS
-        layers.ROWS = multiple_of(128) if schedule == "multiple_of(128)" else powers_of_two(128)
-        layers.ONE_ROW_AS_IS = schedule.endswith("one row as is")
+        layers.ROWS, layers.ONE_ROW_AS_IS = schedule_rows, one_row_as_is
         try:
             calls = step.record_decode_step(model)
         finally:

@@ -45,7 +45,8 @@ def test_table(generate):
 def test_rows_per_decode_step_under_each_schedule(generate):
     """A decode step (batch 1) through the patched tiny Llama: 5 norm and 2 MLP calls, each on
     1 row exact, 128 rows under multiple_of(128), 8 under powers_of_two(128) (float32's tile),
-    1 again under the integration's schedule (powers of two, one row as is); attention on 12 key/value positions exact, on the 64-position bucket otherwise."""
+    1 again under the integration's schedule (powers of two, one row as is); attention on 12
+    key/value positions exact, on the 64-position bucket otherwise."""
     rows = generate.rows_per_decode_step(generate.tiny_llama(torch.get_num_threads()))
     want_rows = {"exact": 1, "multiple_of(128)": 128, "powers_of_two(128)": 8,
                  "powers_of_two(128), one row as is": 1}  # fmt: skip
