@@ -50,11 +50,17 @@ CASES = [
 )
 def test_matches_the_formula(name, dtype, triangle_type):
     n, c, h, d = shapes.TEST[name]
-    # bfloat16 sets these scales: it rounds the projections before both layer norms, and the
-    # output layer norm divides by a small spread. Measured over 60 seeds: outputs within 0.07
-    # (scale 16: atol 0.13), the x gradient within 0.16 (scale 48: 0.38), weight gradients,
-    # sums over all N*N pairs, within 2.0 (scale 8*N*N: 4.1). float32 stays within 2.4e-5.
-    big = 8 * n * n
+    # The 16-bit types set these scales: they round the projections before both layer norms,
+    # and the output layer norm divides by a small spread, which gives the errors a long tail.
+    # Measured without checked mode over 1000 seeds for each 16-bit dtype, shape and triangle
+    # type (7 cases, 7000 draws; a test draws once): outputs within 10.4 atol, the x gradient
+    # within 113 (p99 14), projection_in_weights within 6.8*N*N (it sums over all N*N pairs;
+    # 438 at N=8), the other weight gradients within 2.1*N*N; the scales are about 2x above.
+    # float32 (3000 draws): outputs 0.55, x 2.2, weights 18 atol: its scales stay at 16 / 48 /
+    # 8*N*N. The checked-mode declaration in triangle/op.py has its own measurement.
+    sixteen = dtype in (torch.bfloat16, torch.float16)
+    weights = 8 * n * n
+    x_scale, projection_in = (256, 16 * n * n) if sixteen else (48, weights)
     check_against_reference(
         "triangle_multiplication",
         f"{name}_{triangle_type}",
@@ -62,8 +68,8 @@ def test_matches_the_formula(name, dtype, triangle_type):
         lambda *a: reference.triangle_multiplication(*a, triangle_type),
         _inputs(n, c, h, d, dtype),
         dtype,
-        out_scale=16,
-        grad_scale=[48, big, big, big, big, big, big, big, big],
+        out_scale=24 if sixteen else 16,
+        grad_scale=[x_scale, projection_in, *[weights] * 7],
     )
 
 
