@@ -82,11 +82,10 @@ def _per_call_us(fn: Callable[[], Any], calls: int = 200, rounds: int = 7) -> fl
     return statistics.median(times)
 
 
-def direct_jax(call: OpCall) -> Callable[[], Any]:
-    """The op's JAX function, jitted, on JAX arrays of the call's tensors: what the call costs
-    without tpu_kernels' layers (blocking on the result, as a torch call's result is ready)."""
+def _jitted(call: OpCall) -> tuple[Callable[[dict], Any], dict[str, torch.Tensor]]:
+    """The op's JAX function jitted with the call's statics, taking its tensors by name; and
+    the call's tensors."""
     from tpu_kernels import registered_ops
-    from tpu_kernels.bridge import to_jax_cpu
 
     kop = registered_ops()[call.op]
     values = kop.signature.values(call.args, call.kwargs)
@@ -95,10 +94,35 @@ def direct_jax(call: OpCall) -> Callable[[], Any]:
     statics = {n: v for n, v in zip(names, values) if not isinstance(v, torch.Tensor) and n not in tensors}
     statics = {p.name: statics[p.name] for p in kop.signature.static_params}
     absent = {n: None for n in names if n not in tensors and n not in statics}  # optional tensors
-    jitted = jax.jit(lambda arrays: kop.fn(**arrays, **statics, **absent))
+    return jax.jit(lambda arrays: kop.fn(**arrays, **statics, **absent)), tensors
+
+
+def direct_jax(call: OpCall) -> Callable[[], Any]:
+    """The op's JAX function, jitted, on JAX arrays of the call's tensors: what the call costs
+    without tpu_kernels' layers (blocking on the result, as a torch call's result is ready)."""
+    from tpu_kernels.bridge import to_jax_cpu
+
+    jitted, tensors = _jitted(call)
     arrays = {n: to_jax_cpu(t.contiguous()) for n, t in tensors.items()}
-    jitted(arrays).block_until_ready()
-    return lambda: jitted(arrays).block_until_ready()
+    jax.block_until_ready(jitted(arrays))
+    return lambda: jax.block_until_ready(jitted(arrays))
+
+
+def bare_crossing(call: OpCall) -> Callable[[], Any]:
+    """The call's crossing and nothing else: a view of each tensor (bridge.host_view, as
+    tpu_kernels views a fresh activation), the op's jitted JAX function, the results
+    exported to torch (bridge.to_torch_cpu, which waits for them)."""
+    from tpu_kernels.bridge import host_view, to_torch_cpu
+
+    jitted, tensors = _jitted(call)
+    tensors = {n: t.contiguous() for n, t in tensors.items()}
+
+    def crossing() -> list[torch.Tensor]:
+        out = jitted({n: host_view(t) for n, t in tensors.items()})
+        return [to_torch_cpu(a) for a in jax.tree_util.tree_leaves(out)]
+
+    crossing()
+    return crossing
 
 
 def through_tpu_kernels(call: OpCall) -> Callable[[], Any]:
@@ -138,62 +162,201 @@ def decode_step_us(models: dict[str, torch.nn.Module], rounds: int = 9, steps: i
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-class _SwappedTime:
-    """Wall time spent inside the modules and the attention function that apply_tpu_kernels
-    swaps (the RMSNorms, the gated MLPs, HF's attention function of `attn_implementation`),
-    while installed on an unpatched model: what HF's own versions of the swapped calls cost
-    in its decode step. Each is wrapped on the instance (or the interface entry) and
-    restored on exit; the clock's own cost is about 0.1 us a call."""
+class Clocks:
+    """Wall time inside named groups of callables, each wrapped where the step looks it up (an
+    instance or module attribute, a mapping entry) and restored on exit. A clock counts only
+    its outermost call (a wrapped callable that calls another of its group is timed once);
+    clocks of different names nest (an op call's time includes its crossing's). The clock's
+    own cost is about 0.1-0.3 us a call."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._depth: dict[str, int] = {}
+        self._restore: list[Callable[[], None]] = []
 
-        from tpu_kernels.integrations.transformers.families import family_of_config
+    def reset(self) -> None:
+        for counts in (self.seconds, self.calls):
+            for k in counts:
+                counts[k] = 0
 
-        norm_cls, mlp_cls, _ = family_of_config(model.config).classes()
-        self.modules = [m for m in model.modules() if isinstance(m, (norm_cls, mlp_cls))]
-        self.interface, self.attn = ALL_ATTENTION_FUNCTIONS, model.config._attn_implementation
-        self.seconds = 0.0
-        self.calls = 0
+    def timer(self, name: str, fn: Callable) -> Callable:
+        """`fn`, timed under `name`."""
+        self.seconds.setdefault(name, 0.0)
+        self.calls.setdefault(name, 0)
+        self._depth.setdefault(name, 0)
+        clock, depth, seconds, calls = time.perf_counter, self._depth, self.seconds, self.calls
 
-    def _timed(self, fn: Callable) -> Callable:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
+            if depth[name]:
+                return fn(*args, **kwargs)
+            depth[name] = 1
+            t = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - t
-                self.calls += 1
+                seconds[name] += clock() - t
+                calls[name] += 1
+                depth[name] = 0
 
         return timed
 
-    def __enter__(self) -> _SwappedTime:
-        for m in self.modules:
-            m.forward = self._timed(m.forward)
-        self.saved = self.interface[self.attn]
-        self.interface[self.attn] = self._timed(self.saved)
+    def attr(self, obj: Any, attr: str, name: str, wrap: Callable | None = None) -> None:
+        """Time `obj.attr` (an attribute the caller looks up at each call) under `name`;
+        `wrap(timed)`, if given, is installed instead of the timed callable."""
+        own = vars(obj)
+        had, saved = attr in own, own.get(attr)
+        timed = self.timer(name, getattr(obj, attr))
+        setattr(obj, attr, wrap(timed) if wrap else timed)
+        self._restore.append(lambda: setattr(obj, attr, saved) if had else delattr(obj, attr))
+
+    def item(self, mapping: Any, key: str, name: str, wrap: Callable | None = None) -> None:
+        saved = mapping[key]
+        timed = self.timer(name, saved)
+        mapping[key] = wrap(timed) if wrap else timed
+        self._restore.append(lambda: mapping.__setitem__(key, saved))
+
+    def __enter__(self) -> Clocks:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for m in self.modules:
-            del m.forward  # the class's forward again
-        self.interface[self.attn] = self.saved
+        while self._restore:
+            self._restore.pop()()
+
+
+def time_swapped_calls(
+    model: torch.nn.Module, clocks: Clocks, name: str = "swapped", wrap: Callable | None = None
+) -> None:
+    """Time, under `name`, the modules and the attention function that apply_tpu_kernels swaps
+    (the RMSNorms, the gated MLPs, the attention function of `attn_implementation`), in an
+    unpatched model (HF's versions) or a patched one (tpu_kernels'); `wrap` as `Clocks.attr`'s."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from tpu_kernels.integrations.transformers.families import family_of_config
+
+    norm_cls, mlp_cls, _ = family_of_config(model.config).classes()
+    for m in model.modules():
+        if isinstance(m, (norm_cls, mlp_cls)):
+            clocks.attr(m, "forward", name, wrap)
+    clocks.item(ALL_ATTENTION_FUNCTIONS, model.config._attn_implementation, name, wrap)
+
+
+def _per_step(
+    model: torch.nn.Module,
+    clocks: Clocks,
+    rounds: int,
+    steps: int,
+    variants: dict[str, Callable[[], None]] | None = None,
+) -> list[dict[str, float]]:
+    """Per round: us per decode step of the whole step ("step") and of each clock, and each
+    clock's calls per step ("<clock> calls"). `variants`: name -> a setter run before that
+    variant's steps; each round measures every variant in turn, its keys prefixed
+    "<name> " (interleaved, since this machine's speed drifts within minutes)."""
+    token, cache, length = decode_step_inputs(model)
+    position = torch.tensor([[length - 1]])
+    variants = variants or {"": lambda: None}
+    out = []
+    with torch.no_grad():
+        for setup in variants.values():  # warm: every executable compiled
+            setup()
+            model(token, cache=cache, position_ids=position)
+            cache.crop(-1)
+        for _ in range(rounds):
+            r: dict[str, float] = {}
+            for name, setup in variants.items():
+                setup()
+                clocks.reset()
+                t = time.perf_counter()
+                for _ in range(steps):
+                    model(token, cache=cache, position_ids=position)
+                    cache.crop(-1)
+                seconds = time.perf_counter() - t
+                prefix = f"{name} " if name else ""
+                r[f"{prefix}step"] = seconds / steps * 1e6
+                r.update({f"{prefix}{k}": v / steps * 1e6 for k, v in clocks.seconds.items()})
+                r.update({f"{prefix}{k} calls": v / steps for k, v in clocks.calls.items()})
+            out.append(r)
+    return out
 
 
 def hf_swapped_us(model: torch.nn.Module, rounds: int = 9, steps: int = 20) -> float:
     """Median us per decode step that an unpatched `model` spends in the calls apply_tpu_kernels
     would swap (HF's norms, MLPs and attention function): subtracted from its step, it leaves
     what a patched step keeps of HF's own work."""
-    token, cache, length = decode_step_inputs(model)
-    per_step = []
-    with torch.no_grad(), _SwappedTime(model) as clock:
-        for _ in range(rounds):
-            clock.seconds = 0.0
-            for _ in range(steps):
-                model(token, cache=cache, position_ids=torch.tensor([[length - 1]]))
-                cache.crop(-1)
-            per_step.append(clock.seconds / steps * 1e6)
-    return statistics.median(per_step)
+    with Clocks() as clocks:
+        time_swapped_calls(model, clocks)
+        rounds_ = _per_step(model, clocks, rounds, steps)
+    return statistics.median(r["swapped"] for r in rounds_)
+
+
+def bare_crossings_us(
+    model: torch.nn.Module, calls: list[OpCall], rounds: int = 9, steps: int = 20
+) -> dict[str, float]:
+    """An unpatched `model`'s decode step with, after each call apply_tpu_kernels would swap,
+    the bare crossing (`bare_crossing`) of the tpu_kernels call that takes its place (`calls`,
+    recorded from the patched model's step, in the step's order): the crossing timed among a
+    real step's work, without tpu_kernels' layers. In interleaved rounds, with the crossings
+    ("with ...") and without ("without ..."); medians, us per step: "step", "swapped" (HF's
+    own swapped calls) and "crossing", and "crossing calls" per step. "with step" minus "with
+    swapped" is the step with each swapped call replaced by its crossing; "without step" is
+    sdpa's step in the same rounds."""
+    crossings = [bare_crossing(c) for c in calls]
+    state = {"next": 0, "on": True}
+
+    def next_crossing() -> None:
+        i = state["next"]
+        state["next"] = (i + 1) % len(crossings)
+        crossings[i]()
+
+    with Clocks() as clocks:
+        cross = clocks.timer("crossing", next_crossing)
+
+        def then_cross(timed: Callable) -> Callable:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                out = timed(*args, **kwargs)
+                if state["on"]:
+                    cross()
+                return out
+
+            return call
+
+        time_swapped_calls(model, clocks, wrap=then_cross)
+        # every forward (generate()'s, the warm-up, each step) makes the swapped calls in the
+        # recorded order, so the cycle stays in step; "with crossing calls" per step shows it
+        variants = {"with": lambda: state.update(on=True), "without": lambda: state.update(on=False)}
+        rounds_ = _per_step(model, clocks, rounds, steps, variants)
+    return {k: statistics.median(r[k] for r in rounds_) for k in rounds_[0]}
+
+
+def in_model_split_us(
+    model: torch.nn.Module, ops: list[str], rounds: int = 9, steps: int = 20
+) -> dict[str, float]:
+    """Where a patched model's decode step goes, timed inside the step (medians over rounds, us
+    per step): "step", "swapped" (the patched norms, MLPs and attention function), "ops" (the
+    tpu_kernels.tokamax functions they call), "views" (the arguments' JAX views) and "call"
+    (the JAX call and the result's export to torch) of `ops`' calls - the crossing, as it
+    costs among the step's other work rather than in a loop of its own; and "call calls",
+    the JAX calls per step."""
+    from tpu_kernels import registered_ops, tokamax
+    from tpu_kernels.integrations.transformers import attention, layers
+
+    public = {id(getattr(tokamax, n)) for n in tokamax.__all__}
+    with Clocks() as clocks:
+        time_swapped_calls(model, clocks)
+        for module in (layers, attention):  # the public functions, as the patched forwards call them
+            for n, v in list(vars(module).items()):
+                if id(v) in public:
+                    clocks.attr(module, n, "ops")
+        for name in dict.fromkeys(ops):
+            shortcut = registered_ops()[name]._eager_cpu
+            executor = shortcut.executor
+            # the shortcut's bound views and run, and the executor's own (its full path)
+            for obj in (shortcut, executor):
+                clocks.attr(obj, "_to_jax", "views")
+            clocks.attr(shortcut, "_run", "call")
+            clocks.attr(executor, "run", "call")
+        rounds_ = _per_step(model, clocks, rounds, steps)
+    return {k: statistics.median(r[k] for r in rounds_) for k in rounds_[0]}
 
 
 def op_calls_us(calls: list[OpCall]) -> list[dict]:
@@ -210,11 +373,15 @@ def op_calls_us(calls: list[OpCall]) -> list[dict]:
 
 
 __all__ = [
+    "Clocks",
     "OpCall",
+    "bare_crossing",
+    "bare_crossings_us",
     "decode_step_inputs",
     "decode_step_us",
     "direct_jax",
     "hf_swapped_us",
+    "in_model_split_us",
     "op_calls_us",
     "record_decode_step",
 ]
