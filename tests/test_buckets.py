@@ -12,8 +12,8 @@ import tpu_kernels
 from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two, tpu_kernel
 from tpu_kernels import buckets as bucketing
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError
-from tpu_kernels.kernels.scale_add import scale_add
 from tpu_kernels.kernels.rmsnorm import rmsnorm
+from tpu_kernels.kernels.scale_add import scale_add
 from tpu_kernels.kernels.softmax import softmax
 from tpu_kernels.testing import compile_counted, opcheck
 

@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 
 from tpu_kernels import tokamax as tk
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
-from tpu_kernels.kernels.scale_add import reference as scale_add_ref
 from tpu_kernels.kernels.matmul import reference as matmul_ref
 from tpu_kernels.kernels.rmsnorm import reference as rmsnorm_ref
+from tpu_kernels.kernels.scale_add import reference as scale_add_ref
 from tpu_kernels.kernels.softmax import reference as softmax_ref
 from tpu_kernels.op import KernelOp
 from tpu_kernels.testing import assert_close

@@ -296,10 +296,10 @@ def _worker_derived(rank: int, port: int) -> None:
 
     from tpu_kernels import ShardingRuleError
     from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
-    from tpu_kernels.kernels.scale_add import pallas as add_pallas
     from tpu_kernels.kernels.matmul import pallas as mm_pallas
     from tpu_kernels.kernels.matmul import reference as mm_reference
     from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
+    from tpu_kernels.kernels.scale_add import pallas as add_pallas
     from tpu_kernels.kernels.softmax import pallas as sm_pallas
 
     rows = ((7, 16),), ((4, 6, 16),)

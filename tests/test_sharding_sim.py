@@ -22,10 +22,10 @@ from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
 from tpu_kernels import sharding_sim as sim
 from tpu_kernels.check.examples import forward_of
-from tpu_kernels.kernels.scale_add import pallas as add_pallas
 from tpu_kernels.kernels.matmul import pallas as mm_pallas
 from tpu_kernels.kernels.matmul import reference as mm_reference
 from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
+from tpu_kernels.kernels.scale_add import pallas as add_pallas
 from tpu_kernels.kernels.softmax import pallas as sm_pallas
 from tpu_kernels.sharding_derive import DEPENDENT, UNDECIDED, derive
 
