@@ -108,10 +108,11 @@ def attention_forward(
                 mask = F.pad(mask, (0, kv_pad, 0, q_pad), value=False)
             else:  # padded keys get the dtype's lowest value: exp() of it is 0 after the max shift
                 bias = F.pad(bias, (0, kv_pad, 0, q_pad), value=torch.finfo(bias.dtype).min)
-    query, key, value = (t.contiguous() for t in (query, key, value))
+    # each torch call here is paid per layer and per decode step: only the ones that do work
+    query, key, value = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
     out = dot_product_attention(query, key, value, bias, mask, scale=scaling, logits_soft_cap=softcap)
     # Padded query rows (all keys masked) hold the mean of value; they are dropped here.
-    return out[:, :q_len].contiguous(), None
+    return (out if out.shape[1] == q_len else out[:, :q_len].contiguous()), None
 
 
 def attention_forward_unpadded(module, query, key, value, attention_mask, **kwargs):

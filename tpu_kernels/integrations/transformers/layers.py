@@ -47,7 +47,9 @@ def on_padded_rows(
     if not getattr(module, "_tpu_kernels_buckets", True) or not all(isinstance(d, int) for d in x.shape):
         return fn(x, *args, **kwargs)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    size = rows if rows == 1 and ONE_ROW_AS_IS else bucket_size(rows, ROWS, x.dtype)
+    if rows == 1 and ONE_ROW_AS_IS:  # as it is, not even reshaped: a decode step's [1, 1, C]
+        return fn(x, *args, **kwargs)
+    size = bucket_size(rows, ROWS, x.dtype)
     # always the 2-D [rows, hidden] call, padded or not: a length that fills its bucket
     # exactly (a prompt of 8 tokens) then shares the bucket's executable with the shorter ones
     flat = x.reshape(rows, x.shape[-1])
@@ -63,10 +65,10 @@ def llama_rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     multiply by the weight, in that order. Moving the weight inside the float32 kernel
     changes bfloat16 outputs by up to 9.8e-3 (issue 17)."""
     input_dtype = hidden_states.dtype
-    normed = on_padded_rows(
-        self, layer_norm, hidden_states.to(torch.float32), eps=self.variance_epsilon, subtract_mean=False
-    )
-    return self.weight * normed.to(input_dtype)
+    wide = hidden_states if input_dtype is torch.float32 else hidden_states.to(torch.float32)
+    normed = on_padded_rows(self, layer_norm, wide, eps=self.variance_epsilon, subtract_mean=False)
+    # the casts only where they cast: each .to() is a torch call, 5 norms a decode step
+    return self.weight * (normed if input_dtype is torch.float32 else normed.to(input_dtype))
 
 
 def gemma_rms_norm_forward(self, x: torch.Tensor) -> torch.Tensor:
