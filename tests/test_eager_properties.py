@@ -106,7 +106,9 @@ def _tensor(shape: tuple[int, ...], dtype: torch.dtype, layout: str, grad: bool,
 
 
 @st.composite
-def calls(draw: st.DrawFn) -> tuple[str, tuple, dict]:
+def all_values(draw: st.DrawFn) -> tuple[str, list[Any]]:
+    """An op and one value per parameter, in order: tensors of any layout, dtype or device
+    (or None), statics of the right type or now and then of a wrong one."""
     name = draw(st.sampled_from(sorted(OPS)))
     op, shapes_of, statics = OPS[name]
     shapes = shapes_of(draw(st.sampled_from(ROWS)))
@@ -125,6 +127,13 @@ def calls(draw: st.DrawFn) -> tuple[str, tuple, dict]:
             values.append(draw(st.sampled_from(WRONG_STATICS[p.schema_type])))
         else:
             values.append(draw(st.sampled_from(statics[p.name])))
+    return name, values
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> tuple[str, tuple, dict]:
+    name, values = draw(all_values())
+    op = OPS[name][0]
     params = op.signature.params
     # How many arguments go positionally: usually all positional params (the shortcut's
     # case), sometimes fewer, sometimes keyword-only ones too, sometimes one too many.
@@ -192,3 +201,38 @@ def test_op_call_and_torch_ops_agree() -> None:
 
     agree()
     assert seen["shortcut"] >= 10 and seen["declined"] >= 10 and seen["raised"] >= 10, seen
+
+
+def test_try_all_and_torch_ops_agree() -> None:
+    """KernelOp.try_all (what tokamax's call_op hands every parameter's value) against the
+    registered operator called with the same values, positional parameters by position and
+    keyword-only ones by name: the same result or exception type, or DECLINED."""
+    from tpu_kernels.eager import DECLINED
+
+    seen = {"shortcut": 0, "declined": 0}
+
+    @PROPERTY_SETTINGS
+    @given(all_values())
+    def agree(call: tuple[str, list[Any]]) -> None:
+        name, values = call
+        op = OPS[name][0]
+        params = op.signature.params
+        args = [v for p, v in zip(params, values) if not p.keyword_only]
+        kwargs = {p.name: v for p, v in zip(params, values) if p.keyword_only}
+        registered = getattr(getattr(torch.ops, op.ns), op.short_name)
+        shortcut = _outcome(lambda: op.try_all(tuple(values)))
+        if shortcut[0] == "returned" and shortcut[1] is DECLINED:
+            seen["declined"] += 1
+            return
+        seen["shortcut"] += 1
+        dispatcher = _outcome(lambda: _visible(op, registered(*args, **kwargs)))
+        if shortcut[0] == "raised" or dispatcher[0] == "raised":
+            assert (shortcut[0], type(shortcut[1])) == (dispatcher[0], type(dispatcher[1])), (
+                shortcut,
+                dispatcher,
+            )
+        else:
+            assert _same(shortcut[1], dispatcher[1]), (shortcut[1], dispatcher[1])
+
+    agree()
+    assert seen["shortcut"] >= 10 and seen["declined"] >= 10, seen

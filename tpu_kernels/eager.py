@@ -249,6 +249,23 @@ class EagerCpuCall:
             args = self.complete(args, kwargs)
             if args is None:
                 return DECLINED
+        return self._call(args)
+
+    def try_all(self, values: tuple) -> Any:
+        """`try_call` for a call that names every parameter (`values`: one per parameter, in
+        order, as `tokamax.wrap.call_op` has them from a public function's locals()): what
+        `try_call(args, kwargs)` does with those names as keywords, without building them.
+        Every float static given as an int is made a float, as the dispatcher converts an
+        argument it is given."""
+        if len(values) != self.n:
+            return DECLINED
+        for i in self.floats:
+            if type(values[i]) is int:
+                values = values[:i] + (float(values[i]),) + values[i + 1 :]
+        return self._call(values)
+
+    def _call(self, args: tuple) -> Any:
+        """The op's result for complete arguments (one per parameter), or `DECLINED`."""
         key = self.key(args)
         if key is None:
             return DECLINED

@@ -124,6 +124,7 @@ class KernelOp:
         # read by every call (__call__): bound once
         self._n_visible = spec.n_visible
         self._all_visible = spec.n_visible == sig.n_outputs
+        self._param_names = tuple(p.name for p in sig.params)
         self._derived_fake = fake.DerivedFake(
             sig,
             fake.jax_shape_fn(spec.fn, sig),
@@ -310,6 +311,26 @@ class KernelOp:
         if out is eager.DECLINED:
             self.signature.check_statics(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
+        return self._visible(out)
+
+    def try_all(self, values: tuple) -> Any:
+        """The eager shortcut for a call that names every parameter: `values` one per
+        parameter in the signature's order (`param_names`), as if each were passed by name.
+        The op's (visible) result, or `eager.DECLINED` when the shortcut cannot take the call
+        (then call the op as usual: the dispatcher decides). tokamax/wrap.py's `call_op` uses
+        it: a public function's locals() already hold every argument."""
+        shortcut = self._eager_cpu
+        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling():
+            return eager.DECLINED
+        out = shortcut.try_all(values)
+        return out if out is eager.DECLINED else self._visible(out)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The signature's parameter names, in order (tensors first, then statics)."""
+        return self._param_names
+
+    def _visible(self, out: Any) -> Any:
         if self._all_visible:
             return out
         n = self._n_visible

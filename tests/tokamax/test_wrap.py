@@ -129,6 +129,51 @@ def test_signature_alone_keeps_the_declared_order_and_runs_the_given_body():
     assert torch.equal(call_op(op, dict(x=x, factor=3.0, implementation=None)), x * 3.0)
 
 
+def test_call_op_takes_the_eager_shortcut_with_every_parameter_named_and_steps_aside_as_the_op_does(
+    monkeypatch,
+):
+    """call_op hands the shortcut the public function's values in the op's parameter order
+    (KernelOp.try_all): the same result as the dispatcher, an int for a float static made a
+    float, the implementation resolved for the tensors' device; gradients, checked mode and
+    meta tensors go through the dispatcher."""
+    from tpu_kernels import checked, eager
+    from tpu_kernels.tokamax.wrap import public_op
+
+    seen = []
+
+    def body(x, weight, *, eps, implementation):
+        seen.append(implementation)
+        return x * eps + weight
+
+    def shifted_rows(
+        x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1.0, implementation: str | None = None
+    ) -> torch.Tensor:
+        return call_op(op, locals())
+
+    shifted_rows.__name__ = fresh_name("test_public_shifted")
+    op = public_op(shifted_rows, calls=body, table="layer_norm")
+    assert op.param_names == ("x", "weight", "eps", "implementation")
+    x, w = torch.arange(6, dtype=torch.int32).reshape(2, 3), rand(3)
+    want = op.overload(x, w, eps=2, implementation="xla")
+    dispatched = []
+    monkeypatch.setattr(op, "overload", lambda *a, **k: dispatched.append(1) or want)
+    got = shifted_rows(x, w, eps=2)  # an int for the float eps
+    assert not dispatched and torch.equal(got, want) and got.dtype == torch.float32
+    assert seen[-1] == "xla"  # None resolved for cpu, as Tokamax takes it
+    assert op.try_all((x, w, 2.0, "xla")) is not eager.DECLINED
+    assert op.try_all((x, w, 2.0)) is eager.DECLINED  # not every parameter: the dispatcher's
+    with checked():
+        assert op.try_all((x, w, 2.0, "xla")) is eager.DECLINED
+    monkeypatch.undo()
+
+    xf = rand(2, 3, requires_grad=True)
+    out = shifted_rows(xf, w, eps=3.0)  # a gradient needed: the dispatcher and autograd
+    (grad,) = torch.autograd.grad(out.sum(), xf)
+    assert torch.allclose(grad, torch.full_like(xf, 3.0))
+    meta = shifted_rows(torch.empty(2, 3, device="meta"), torch.empty(3, device="meta"))
+    assert meta.device.type == "meta" and meta.shape == (2, 3)
+
+
 def test_call_op_also_calls_an_op_not_made_by_tokamax_op():
     @tpu_kernel(uname("shifted"))
     def shifted(x: jax.Array, y: jax.Array, *, by: float) -> jax.Array:

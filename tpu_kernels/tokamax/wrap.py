@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, eager
 from tpu_kernels.op import KernelOp
 from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax import implementation
@@ -163,18 +163,22 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     there is an error naming the op)."""
     positional, keyword = op.call_names
     try:
-        args = [arguments[name] for name in positional]
-        kwargs = {name: arguments[name] for name in keyword}
+        values = [arguments[name] for name in op.param_names]
     except KeyError:
         missing = [name for name in positional + keyword if name not in arguments]
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
-    table = op.implementation_table
-    if table is not None and "implementation" in kwargs:
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        kwargs["implementation"] = implementation.resolve_implementation(
-            table, device, kwargs["implementation"]
-        )
-    return op(*args, **kwargs)
+    table, names = op.implementation_table, op.param_names
+    if table is not None and "implementation" in names:
+        where = names.index("implementation")
+        device = next(v.device for v in values if isinstance(v, torch.Tensor))
+        values[where] = implementation.resolve_implementation(table, device, values[where])
+    # every parameter named: the eager shortcut takes them as they are (KernelOp.try_all);
+    # any other call goes through the op's schema as it takes them
+    out = op.try_all(tuple(values))
+    if out is not eager.DECLINED:
+        return out
+    named = dict(zip(names, values))
+    return op(*[named[name] for name in positional], **{name: named[name] for name in keyword})
 
 
 def public_op(
