@@ -261,6 +261,23 @@ def test_norm_and_mlp_rows_pad_to_buckets():
     assert norm_op.cache_info().misses == 4 and glu_op.cache_info().misses == 4  # 3 exact + 16 rows
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_patched_norms_and_mlps_take_every_shape_hf_takes(dtype):
+    """The patched RMSNorm and gated MLP against HF's on hidden states of every rank and row
+    count the padding treats differently: a 1-D vector (nn.Linear takes one), one row as
+    [1, C] and [1, 1, C] (run as they are), a few rows (padded to 8), a bucket exactly."""
+    ref, patched = pair("llama", dtype)
+    c = ref.config.hidden_size
+    tol = 2e-6 if dtype == torch.float32 else 2e-2
+    for shape in [(c,), (1, c), (1, 1, c), (3, c), (2, 1, c), (2, 4, c)]:
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape))).to(dtype)
+        for name in ("input_layernorm", "mlp"):
+            want = getattr(ref.model.layers[0], name)(x)
+            got = getattr(patched.model.layers[0], name)(x)
+            assert got.shape == want.shape and got.dtype == want.dtype, (shape, name)
+            assert (got.float() - want.float()).abs().max().item() < tol, (shape, name)
+
+
 def test_the_lm_head_loss_step_copies_no_weight():
     """The fused loss on the LM head's [vocab, hidden] weight as stored: a forward and backward
     allocates nothing weight-sized in torch (tests/tokamax/test_weight_layout.py checks XLA's

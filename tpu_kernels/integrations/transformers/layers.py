@@ -47,9 +47,12 @@ def on_padded_rows(
     if not getattr(module, "_tpu_kernels_buckets", True) or not all(isinstance(d, int) for d in x.shape):
         return fn(x, *args, **kwargs)
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows == 1 and ONE_ROW_AS_IS:  # as it is, not even reshaped: a decode step's [1, 1, C]
-        return fn(x, *args, **kwargs)
-    size = bucket_size(rows, ROWS, x.dtype)
+    if rows == 1 and ONE_ROW_AS_IS:
+        if x.dim() >= 2:  # as it is, not even reshaped: a decode step's [1, 1, C]
+            return fn(x, *args, **kwargs)
+        size = 1  # a 1-D [C] (nn.Linear takes one): the ops want [rows, C]
+    else:
+        size = bucket_size(rows, ROWS, x.dtype)
     # always the 2-D [rows, hidden] call, padded or not: a length that fills its bucket
     # exactly (a prompt of 8 tokens) then shares the bucket's executable with the shorter ones
     flat = x.reshape(rows, x.shape[-1])
