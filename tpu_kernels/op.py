@@ -124,7 +124,6 @@ class KernelOp:
         # read by every call (__call__): bound once
         self._n_visible = spec.n_visible
         self._all_visible = spec.n_visible == sig.n_outputs
-        self._param_names = tuple(p.name for p in sig.params)
         self._derived_fake = fake.DerivedFake(
             sig,
             fake.jax_shape_fn(spec.fn, sig),
@@ -182,6 +181,7 @@ class KernelOp:
     noncontiguous = _spec_field("noncontiguous")
     backward_of = _spec_field("backward_of")
     call_names = _spec_field("call_names")
+    param_names = _spec_field("param_names")
     implementation_table = _spec_field("implementation_table")
     symbolic_fake = _spec_field("symbolic_fake")
 
@@ -324,11 +324,6 @@ class KernelOp:
             return eager.DECLINED
         out = shortcut.try_all(values)
         return out if out is eager.DECLINED else self._visible(out)
-
-    @property
-    def param_names(self) -> tuple[str, ...]:
-        """The signature's parameter names, in order (tensors first, then statics)."""
-        return self._param_names
 
     def _visible(self, out: Any) -> Any:
         if self._all_visible:

@@ -47,6 +47,9 @@ class OpSpec:
     bucket_plan: bucketing.Plan | None  # the dims device kernels pad (tpu_kernels.buckets)
     # (positional, keyword-only) parameter names: how a call by name is laid out (call_op)
     call_names: tuple[tuple[str, ...], tuple[str, ...]]
+    # every parameter's name in the signature's order: the values a call by name hands the
+    # eager shortcut (call_op -> KernelOp.try_all)
+    param_names: tuple[str, ...]
     backward_of: Any = None  # the forward KernelOp of a backward op built by the toolkit
     # Tokamax ops (tpu_kernels.tokamax.wrap): the implementation table `call_op` resolves
     # `implementation` with, and the fake used while sizes are symbolic
@@ -139,6 +142,7 @@ def make_spec(
             tuple(p.name for p in params if not p.keyword_only),
             tuple(p.name for p in params if p.keyword_only),
         ),
+        param_names=tuple(p.name for p in params),
         backward_of=backward_of,
         implementation_table=implementation_table,
         symbolic_fake=symbolic_fake,
