@@ -298,8 +298,9 @@ def bare_crossings_us(
     real step's work, without tpu_kernels' layers. In interleaved rounds, with the crossings
     ("with ...") and without ("without ..."); medians, us per step: "step", "swapped" (HF's
     own swapped calls) and "crossing", and "crossing calls" per step. "with step" minus "with
-    swapped" is the step with each swapped call replaced by its crossing; "without step" is
-    sdpa's step in the same rounds."""
+    swapped" is the step with each swapped call replaced by its crossing - nearly: HF's calls
+    still run beside the crossings, so what they do to the caches stays in (the floor errs
+    high by that); "without step" is sdpa's step in the same rounds."""
     crossings = [bare_crossing(c) for c in calls]
     state = {"next": 0, "on": True}
 

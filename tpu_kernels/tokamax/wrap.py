@@ -161,13 +161,12 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     implementation table (`tokamax_op(table=)`), `implementation` is resolved by the first
     tensor's device (`resolve_implementation`: None chooses by device; a name that cannot run
     there is an error naming the op)."""
-    positional, keyword = op.call_names
+    names, table = op.param_names, op.implementation_table
     try:
-        values = [arguments[name] for name in op.param_names]
+        values = [arguments[name] for name in names]
     except KeyError:
-        missing = [name for name in positional + keyword if name not in arguments]
+        missing = [name for name in names if name not in arguments]
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
-    table, names = op.implementation_table, op.param_names
     if table is not None and "implementation" in names:
         where = names.index("implementation")
         device = next(v.device for v in values if isinstance(v, torch.Tensor))
@@ -177,6 +176,7 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
     out = op.try_all(tuple(values))
     if out is not eager.DECLINED:
         return out
+    positional, keyword = op.call_names
     named = dict(zip(names, values))
     return op(*[named[name] for name in positional], **{name: named[name] for name in keyword})
 
