@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "autotune": "tpu_kernels.tuner",
+    "TuningNote": "tpu_kernels.tuning",
     "bucket_rows": "tpu_kernels.buckets",
     "bucket_size": "tpu_kernels.buckets",
     "buckets_of": "tpu_kernels.buckets",
@@ -49,6 +51,8 @@ _EXPORTS = {
 }
 
 __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
+    "TuningNote",
+    "autotune",
     "BackendUnavailableError",
     "CacheInfo",
     "CheckFailure",
@@ -112,3 +116,5 @@ if TYPE_CHECKING:
     from tpu_kernels.sharding import pointwise, rowwise
     from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
     from tpu_kernels.tolerance import Reference
+    from tpu_kernels.tuner import autotune
+    from tpu_kernels.tuning import TuningNote

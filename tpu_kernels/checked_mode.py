@@ -410,6 +410,28 @@ _NO_REDUCTION = (
 )
 
 
+def reference_outputs(op: KernelOp, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+    """The op's reference outputs (its visible ones) for a call, in float64 on the CPU: what
+    checked mode compares the call with; None when the op has no reference or the reference
+    does not cover the call (the autotuner then compares with the default config)."""
+    ref = op.check_reference
+    if ref is None:
+        return None
+    values = op.signature.bind(args, kwargs)
+    kwargs_ = _reference_kwargs(op, ref, [_wide(v) for v in values])
+    if kwargs_ is None:
+        return None
+    try:
+        if ref.jax:
+            expected, _ = _jax_call(ref.fn, kwargs_, None)
+        else:
+            with torch.no_grad():
+                expected = _as_list(ref.fn(**kwargs_))
+    except NotImplementedError:
+        return None
+    return [e.detach().to(torch.float64) if e.is_floating_point() else e for e in expected[: op.n_visible]]
+
+
 # ---- the hooks ------------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ import jax
 import torch
 
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checked_mode, dtypes, eager, fake
+from tpu_kernels import autograd, checked_mode, dtypes, eager, fake, tuning
 from tpu_kernels import buckets as bucketing
 from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
@@ -38,6 +38,7 @@ from tpu_kernels.fake import has_symbolic
 from tpu_kernels.options import OpOptions
 from tpu_kernels.signature import Kind, Signature, parse
 from tpu_kernels.spec import check_differentiable, make_source, make_spec
+from tpu_kernels.tuning import capture
 
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -148,6 +149,12 @@ class KernelOp:
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
+        # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tuning)
+        self.tuned = (
+            tuning.Tuned(spec.tunables, sig, _home(spec.source.signature_fn), self._validate_config, self)
+            if spec.tunables is not None
+            else None
+        )
         o = spec.options
         if o.backward == "vjp" or o.reference is not None:
             self._derive_backward(o.reference or spec.fn)
@@ -184,6 +191,7 @@ class KernelOp:
     param_names = _spec_field("param_names")
     implementation_table = _spec_field("implementation_table")
     symbolic_fake = _spec_field("symbolic_fake")
+    tunables = _spec_field("tunables")
 
     # ---- what autograd.py, vmap.py and tokamax/wrap.py read (tests/test_layers.py) ----
     @property
@@ -248,6 +256,11 @@ class KernelOp:
         torch.library.register_fake(self.name, self._fake, lib=lib)
         return lib
 
+    def _validate_config(self, args: tuple, kwargs: dict) -> None:
+        """Does the kernel accept this call with these statics (a trace at its shapes)? Raises
+        what the kernel raises; the tuned lookup falls back to the defaults then."""
+        self.eval_shape(*args, **kwargs)
+
     def _no_kernel(self, *args: Any, **kwargs: Any) -> Any:
         values = self.signature.values(args, kwargs)
         self.signature.check_tensors(values)
@@ -303,6 +316,10 @@ class KernelOp:
         # The shortcut takes only statics of their schema types; every other path checks
         # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
         # reads is_compiling() as True and traces only the dispatcher's path.
+        if capture.ACTIVE:  # tpu_kernels.autotune is watching which ops a function calls
+            capture.record(self, args, kwargs)
+        if self.tuned is not None:  # tunables the call leaves out, as ordinary statics
+            kwargs = self.tuned.fill(args, kwargs)
         shortcut = self._eager_cpu
         checked = checked_mode.ARMED and checked_mode.active()  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
@@ -320,7 +337,7 @@ class KernelOp:
         (then call the op as usual: the dispatcher decides). tokamax/wrap.py's `call_op` uses
         it: a public function's locals() already hold every argument."""
         shortcut = self._eager_cpu
-        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling():
+        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling() or capture.ACTIVE:
             return eager.DECLINED
         out = shortcut.try_all(values)
         return out if out is eager.DECLINED else self._visible(out)
@@ -525,6 +542,17 @@ class KernelOp:
         return self
 
 
+def _home(fn: Callable) -> Any:
+    """The folder of the module that defines `fn` (where its tuning table lives), or None."""
+    from pathlib import Path
+
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    return Path(path).resolve().parent if path and not path.startswith("<") else None
+
+
 def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -535,7 +563,7 @@ def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     mutates arguments returns, after its outputs, the new value of each.
 
     The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
-    `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `autotune`,
+    `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `tune`, `tune_key`, `autotune`,
     `autocast`, `sharding`, `sharding_examples`, `buckets`, `length`) are documented once, in
     tpu_kernels.options.OpOptions.
     """

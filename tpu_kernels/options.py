@@ -34,6 +34,14 @@ class OpOptions:
       examples: a function returning representative calls, [(args, kwargs), ...],
         with jax.ShapeDtypeStructs (or tensors) for the tensor arguments; the TPU
         lowering check (`tpu-kernels check`) lowers the kernel at each.
+      tune: the statics the op may tune (docs/autotuning.md): a dict of candidate lists,
+        {"block_rows": [128, 256, 512]} (every combination is a candidate), or a list of
+        configs, [{"block_m": 128, "block_n": 256}, ...]. Each names a static with a default,
+        the value calls get until a tuned table says otherwise. `tpu_kernels.autotune` finds
+        the best per chip, dtypes and shape bucket; calls read the op's tables.
+      tune_key: which calls share a tuned config: a function of the op's arguments by keyword
+        returning a tuple (the shape bucket); default: every tensor dim rounded up to a power
+        of two (tpu_kernels.tuning.bucket).
       autotune: Helion kernels only: let Helion autotune on the first call per shape
         (results cached on disk); by default a fixed or the default config is used.
       float_only: Helion kernels only: tensor parameters that must be floating point; an
@@ -75,6 +83,8 @@ class OpOptions:
     noncontiguous: str = "copy"
     tags: Sequence[torch.Tag] = ()
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None
+    tune: Any = None  # {name: [candidates]} or [{name: value, ...}, ...]
+    tune_key: Callable[..., tuple] | None = None
     autotune: bool = False
     float_only: Sequence[str] = ()
     autocast: str = "keep"

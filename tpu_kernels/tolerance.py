@@ -170,6 +170,14 @@ class Reference:
         growth = reduction_scale(int(_number(n, args, "reduces", name)), self.tolerance_dtype(dtype, args))
         return _number(s, args, "scale", name) * growth
 
+    def reduction(self, args: dict[str, Any], name: str | None = None) -> int:
+        """How many terms the output `name` sums for this call (`reduces`, evaluated)."""
+        return int(_number(self.reduces, args, "reduces", name))
+
+    def size(self, args: dict[str, Any], name: str | None = None) -> float:
+        """The size of the output `name`'s terms for this call (`scale`, evaluated)."""
+        return _number(self.scale, args, "scale", name)
+
     def functions(self) -> dict[str, Callable]:
         """The declared functions of the call's arguments, by field name."""
         fields = ("scale", "grad_scale", "reduces", "grad_reduces", "computes_in")

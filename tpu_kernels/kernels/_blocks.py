@@ -21,6 +21,11 @@ SUBLANES = 8  # second-to-last block dimension: a multiple of this
 LANES = 128  # last block dimension: a multiple of this
 
 
+ROW_BLOCKS = {"block_rows": [64, 128, 256, 512, 1024]}
+"""The row-kernel families' tunable (`tune=`): rows per block that `tpu_kernels.autotune` tries
+(row_block rounds each to the sublane multiple and caps it at the rows there are)."""
+
+
 def row_block(rows: int, target: int) -> int:
     """Rows per block: `target` rounded to the sublane multiple, or all rows if fewer."""
     if export.is_symbolic_dim(rows):

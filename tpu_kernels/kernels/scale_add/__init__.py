@@ -6,6 +6,7 @@ jax.custom_vjp whose backward runs the same Pallas kernel.
 
 from tpu_kernels.buckets import bucket_rows
 from tpu_kernels.kernels import registry
+from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.scale_add import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -32,6 +33,7 @@ scale_add = tpu_kernel(
     sharding="pointwise",
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "out"),
+    tune=ROW_BLOCKS,
 )(pallas.scale_add)
 
 registry.register(
