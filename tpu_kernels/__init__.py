@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "autotune": "tpu_kernels.tuner",
+    "autotune": "tpu_kernels.tuner",  # a layer above the core: this facade names it, imports it on use
     "TuningNote": "tpu_kernels.tuning",
     "bucket_rows": "tpu_kernels.buckets",
     "bucket_size": "tpu_kernels.buckets",
@@ -51,8 +51,6 @@ _EXPORTS = {
 }
 
 __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
-    "TuningNote",
-    "autotune",
     "BackendUnavailableError",
     "CacheInfo",
     "CheckFailure",
@@ -65,7 +63,9 @@ __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py chec
     "Reference",
     "ShardingRuleError",
     "TpuKernelsError",
+    "TuningNote",
     "UnsupportedError",
+    "autotune",
     "bucket_rows",
     "bucket_size",
     "buckets_of",

@@ -137,6 +137,11 @@ EXIT_MEANINGS: dict[str, dict[int | str, str]] = {
         0: "the kernel package was written (or `--list` printed the templates)",
         "EXIT_USAGE": "a missing NAME or `--template`, an unknown template or backend, or a folder that cannot be written",
     },
+    "tune": {
+        0: "every call was tuned (its table entries written unless `--no-save`)",
+        "EXIT_NONE_SURVIVED": "at some call no candidate both ran and was right: the op keeps its defaults there",
+        "EXIT_USAGE": "a target that does not import or calls no tunable op, a bad option, or a chip that can be neither measured nor predicted here",
+    },
     "cache": {
         0: "done (`info` also when the cache is off)",
         "EXIT_USAGE": "`clear` while the on-disk cache is off, or a `--dir` that is not a readable directory",
@@ -273,6 +278,22 @@ def shipped_ops() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tunables() -> str:
+    """The shipped ops' tunables (`tune=`): each tunable, its declared default, its candidates."""
+    from tpu_kernels.kernels import FAMILIES
+
+    lines = ["| op | tunable | default | candidates `tpu_kernels.autotune` tries |", "|---|---|---|---|"]
+    for f in FAMILIES.values():
+        t = f.op.tunables
+        if t is None:
+            continue
+        space = t.space()
+        for i, name in enumerate(t.names):
+            values = ", ".join(repr(v) for v in space[name])
+            lines.append(f"| `{f.op.name}` | `{name}` | `{t.default[i]!r}` | {values} |")
+    return "\n".join(lines) + "\n"
+
+
 def _shapes(table: dict, bold: str | None = None) -> str:
     return ", ".join(f"**{n}**" if n == bold else n for n in table) or "-"
 
@@ -342,6 +363,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "kernel-families": kernel_families,
     "devices": device_table,
     "tolerances": tolerances,
+    "tunables": tunables,
 }
 
 

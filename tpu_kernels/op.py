@@ -330,6 +330,16 @@ class KernelOp:
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         return self._visible(out)
 
+    def resolve_statics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The keyword statics a call with these arguments runs with: those given, plus, for an
+        op with `tune=`, the tuned values of the tunables the call leaves out (its chip's table;
+        docs/autotuning.md). What the benchmark's raw-JAX baseline binds, to time the same config."""
+        given = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+        if self.tuned is None:
+            return given
+        filled = self.tuned.fill(args, kwargs)
+        return {k: v for k, v in filled.items() if not isinstance(v, torch.Tensor)}
+
     def try_all(self, values: tuple) -> Any:
         """The eager shortcut for a call that names every parameter: `values` one per
         parameter in the signature's order (`param_names`), as if each were passed by name.

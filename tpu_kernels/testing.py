@@ -12,6 +12,7 @@ tpu_kernels is installed:
     testing.compile_dynamic_matches_eager(model, [[x], [x2], [x3]])  # at three sizes: 2 graphs
     testing.assert_lowers_for_tpu(my_op)                       # every example call lowers for TPU
     testing.assert_sharding_rule(my_op)                        # its DTensor rule, simulated
+    testing.assert_tunes(my_op, x)                             # every tune= candidate runs and is right
 """
 
 from __future__ import annotations
@@ -326,3 +327,25 @@ def assert_sharding_rule(
         why = "; ".join(report.skipped) or "its rule offers only all-Replicate at these calls"
         raise AssertionError(f"{op.name}: no sharded strategy was simulated ({why}).")
     return report
+
+
+def assert_tunes(op: KernelOp, *args: Any, **kwargs: Any) -> Any:
+    """`op` (declared with `tune=`) tunes at this call: `tpu_kernels.autotune` runs every
+    candidate config the kernel accepts at these shapes, each matches the op's reference (the
+    benchmark's correctness criterion) and is timed (a few short rounds: this checks the
+    candidates, not which is fastest), and a config is chosen. Nothing is saved. Raises naming
+    the wrong or failing candidates; returns the `TuningResult` (`.report()` shows it)."""
+    from tpu_kernels.bench.timing import Settings
+    from tpu_kernels.tuner import autotune
+
+    if op.tunables is None:
+        raise AssertionError(f"{op.name}: declares no tunables (tune=...).")
+    smoke = Settings(rounds=2, min_sample_s=0.0005, warmup_s=0.0, warmup_calls=2, lead_in_s=0.0)
+    result = autotune(lambda: op(*args, **kwargs), save=False, settings=smoke, tokamax=False, helion=False)
+    outcomes = [o for o in result.outcomes if o.op == op.name]
+    if not outcomes:
+        raise AssertionError(f"{op.name}: the call was not tuned.\n{result.report()}")
+    bad = [c for o in outcomes for c in o.candidates if c.status in ("wrong", "failed")]
+    if bad or any(o.choice is None for o in outcomes):
+        raise AssertionError(f"{op.name}: tuning found wrong or failing candidates:\n{result.report()}")
+    return result

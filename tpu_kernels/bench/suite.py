@@ -71,6 +71,28 @@ def _spec(t: Any) -> Any:
     return jax.ShapeDtypeStruct(tuple(t.shape), TORCH_TO_JAX[t.dtype]) if isinstance(t, torch.Tensor) else t
 
 
+def _jax_candidate(op: Any, kw: dict) -> Candidate:
+    """The op's kernel as a plain jitted JAX function, with the statics the op's call gets at
+    these inputs: the given ones and, for a tuned op, the tuned values of the tunables it
+    leaves out (the same config as the `tpu_kernels` candidate, so the two differ only by the
+    bridge). One jitted function per config."""
+    jitted: dict[tuple, Callable] = {}
+    chosen: list[Callable] = []
+
+    def prepare(xs: tuple) -> tuple:
+        statics = op.resolve_statics(*xs, **kw)
+        key = tuple(sorted(statics.items()))
+        if key not in jitted:
+            jitted[key] = op.jax_function(**statics)
+        chosen[:] = [jitted[key]]
+        return tuple(to_jax(t) for t in xs)
+
+    def run(*arrays: Any) -> Any:
+        return chosen[0](*arrays)
+
+    return Candidate("jax", run, prepare=prepare, to_torch=correctness.as_tensor)
+
+
 def kernel_benchmark(
     name: str,
     op: Any,  # a tpu_kernels KernelOp
@@ -109,15 +131,7 @@ def kernel_benchmark(
         if not quick:
             cands.append(Candidate("torch.compile", compiled_baseline(reference, rkw)))
         if devices.get(device_type).jax_baseline:
-            jitted = op.jax_function(**kw)
-            cands.append(
-                Candidate(
-                    "jax",
-                    jitted,
-                    prepare=lambda xs: tuple(to_jax(t) for t in xs),
-                    to_torch=correctness.as_tensor,
-                )
-            )
+            cands.append(_jax_candidate(op, kw))
         if extra:
             cands.extend(extra(p))
         return cands

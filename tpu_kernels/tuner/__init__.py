@@ -27,7 +27,33 @@ from tpu_kernels.tuner.point import TUNING, Outcome, Timer, measure_call, predic
 from tpu_kernels.tuner.result import TuningResult
 from tpu_kernels.tuning import lookup
 
-Progress = Callable[[str], None]
+
+
+class Progress:
+    """What a tuning run reports while it works: `start(units)` (one unit per op call and chip,
+    plus one per Tokamax or Helion batch), `step(text)` for what it is doing, `advance(text)`
+    when a unit is done, `stop()`. The default says nothing; `tpu-kernels tune` draws a bar."""
+
+    def start(self, total: int) -> None: ...
+
+    def step(self, text: str) -> None: ...
+
+    def advance(self, text: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Lines(Progress):
+    """Each step and finished unit as a line through `say` (e.g. print)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    def step(self, text: str) -> None:
+        self.say(text)
+
+    def advance(self, text: str) -> None:
+        self.say(f"done: {text}")
 
 
 def _chips_for(call: Call, chips: Iterable[str] | None) -> tuple[str | None, list[str]]:
@@ -52,45 +78,53 @@ def tune_calls(
     chips: Iterable[str] | None = None,
     settings: timing.Settings = TUNING,
     timer: Timer | None = None,
-    progress: Progress | None = None,
+    progress: Progress | Callable[[str], None] | None = None,
     tokamax: bool = True,
     helion: bool = True,
 ) -> TuningResult:
     """Tune captured calls (see `autotune`)."""
     result = TuningResult()
-    say = progress or (lambda text: None)
+    bar = progress if isinstance(progress, Progress) else Lines(progress) if progress else Progress()
     devices: dict[str, Device] = {}
     tunable = [c for c in calls if c.kind == "tunable"]
-    for i, call in enumerate(tunable, 1):
-        result._ops[call.op.name] = call.op
-        measure, predict = _chips_for(call, chips)
-        where = f"[{i}/{len(tunable)}] {call.op.name}"
-        if measure is not None:
-            kind = call.device.type
-            device = devices.get(kind) or devices.setdefault(kind, resolve_device(kind))
-            say(f"{where}: measuring {len(call.op.tunables.configs)} candidates on {measure}")
-            result.outcomes.append(
-                measure_call(
-                    call.op,
-                    call.args,
-                    call.kwargs,
-                    device,
-                    settings=settings,
-                    timer=timer,
-                    on_step=lambda what, w=where: say(f"{w}: {what}"),
+    toka = [c for c in calls if c.kind == "tokamax"] if tokamax else []
+    hel = [c for c in calls if c.kind == "helion"] if helion else []
+    plan = [(call, _chips_for(call, chips)) for call in tunable]
+    bar.start(sum((m is not None) + len(p) for _, (m, p) in plan) + bool(toka) + bool(hel))
+    try:
+        for call, (measure, predict) in plan:
+            result._ops[call.op.name] = call.op
+            if measure is not None:
+                kind = call.device.type
+                device = devices.get(kind) or devices.setdefault(kind, resolve_device(kind))
+                where = f"{call.op.name} on {measure}"
+                bar.step(f"{where}: {len(call.op.tunables.configs)} candidates")
+                result.outcomes.append(
+                    measure_call(
+                        call.op,
+                        call.args,
+                        call.kwargs,
+                        device,
+                        settings=settings,
+                        timer=timer,
+                        on_step=lambda what, w=where: bar.step(f"{w}: {what}"),
+                    )
                 )
-            )
-        for chip in predict:
-            say(f"{where}: predicting for {chip}")
-            result.outcomes.append(predict_call(call.op, call.args, call.kwargs, chip))
-    toka = [c for c in calls if c.kind == "tokamax"]
-    if toka and tokamax:
-        say(f"tokamax: {len(toka)} call(s) to Tokamax's autotuner")
-        result.tokamax = delegate.tune_tokamax(toka)
-    hel = [c for c in calls if c.kind == "helion"]
-    if hel and helion:
-        say(f"helion: {len(hel)} call(s) to Helion's autotuner")
-        result.helion = delegate.tune_helion(hel)
+                bar.advance(where)
+            for chip in predict:
+                bar.step(f"{call.op.name}: predicting for {chip}")
+                result.outcomes.append(predict_call(call.op, call.args, call.kwargs, chip))
+                bar.advance(f"{call.op.name} for {chip} (predicted)")
+        if toka:
+            bar.step(f"tokamax: {len(toka)} call(s) to Tokamax's autotuner")
+            result.tokamax = delegate.tune_tokamax(toka)
+            bar.advance("tokamax")
+        if hel:
+            bar.step(f"helion: {len(hel)} call(s) to Helion's autotuner")
+            result.helion = delegate.tune_helion(hel)
+            bar.advance("helion")
+    finally:
+        bar.stop()
     if not calls:
         result.notes.append("the function called no tunable op (tune=, Tokamax or Helion)")
     return result
@@ -104,7 +138,7 @@ def autotune(
     directory: str | Path | None = None,
     settings: timing.Settings = TUNING,
     timer: Timer | None = None,
-    progress: Progress | None = None,
+    progress: Progress | Callable[[str], None] | None = None,
     tokamax: bool = True,
     helion: bool = True,
     **kwargs: Any,
@@ -152,4 +186,4 @@ def _online(op: Any, args: tuple, kwargs: dict) -> bool:
 
 lookup.ONLINE_TUNER[0] = _online
 
-__all__ = ["Outcome", "TuningResult", "autotune", "capture", "tune_calls", "tune_op"]
+__all__ = ["Lines", "Outcome", "Progress", "TuningResult", "autotune", "capture", "tune_calls", "tune_op"]

@@ -355,7 +355,7 @@ def _call(op: Any, config: tuple, names: tuple[str, ...]) -> Callable:
     statics = dict(zip(names, config))
 
     def run(a: tuple, kw: dict) -> Any:
-        return op(*a, **kw, **statics)
+        return op(*a, **{**kw, **statics})
 
     return run
 

@@ -1,12 +1,13 @@
 """Which measured candidate wins: the fastest median, unless the timings cannot tell.
 
 Each candidate's samples (interleaved rounds, `bench.timing.measure`) give a median and a
-spread (p10-p90). The fastest median wins outright when its p90 is below every other
-candidate's p10: the two spreads do not overlap, so the difference is more than the noise of
-this run. Otherwise the candidates whose p10 reaches the fastest's p90 are *tied* with it,
-and the tie goes to the first of them in the op's declared order, which starts with the
-declared default: tuning never moves an op off its default on noise, and the same timings
-always give the same choice.
+spread (p10-p90). One candidate is *decisively faster* than another when its p90 is below the
+other's p10: the spreads do not overlap, so the difference is more than this run's noise. The
+candidates no other candidate is decisively faster than (p10 at most the smallest p90) are
+tied, and the tie goes to the first of them in the op's declared order, which starts with the
+declared default. So the fastest median wins outright when it is decisively faster than every
+other; tuning never moves an op off its default on noise, never keeps a candidate something is
+decisively faster than, and the same timings always give the same choice.
 
 Predicted rankings (`predict.py`) have no spread: the fastest prediction wins, ties (equal
 predictions, to 1e-12 relative) by declared order too.
@@ -24,8 +25,8 @@ from tpu_kernels.bench.stats import Summary
 @dataclass(frozen=True)
 class Choice:
     config: Any  # the winner
-    tied: tuple  # every candidate tied with the fastest (the winner among them), declared order
-    decisive: bool  # the fastest won outright: its spread overlaps no other's
+    tied: tuple  # every candidate nothing is decisively faster than (the winner first), declared order
+    decisive: bool  # one candidate was decisively faster than every other
 
 
 def choose(order: Sequence[Any], timings: Mapping[Any, Summary]) -> Choice:
@@ -33,12 +34,11 @@ def choose(order: Sequence[Any], timings: Mapping[Any, Summary]) -> Choice:
     if not timings:
         raise ValueError("choose: no measured candidate")
     rank = {c: i for i, c in enumerate(order)}
-    fastest = min(timings, key=lambda c: (timings[c].median, rank.get(c, len(rank))))
-    ceiling = timings[fastest].p90
+    ceiling = min(t.p90 for t in timings.values())
     tied = tuple(
         sorted((c for c in timings if timings[c].p10 <= ceiling), key=lambda c: rank.get(c, len(rank)))
     )
-    return Choice(tied[0], tied, decisive=tied == (fastest,))
+    return Choice(tied[0], tied, decisive=len(tied) == 1)
 
 
 def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float]) -> Choice:

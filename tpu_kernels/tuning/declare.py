@@ -4,7 +4,8 @@
     def rownorm(x: torch.Tensor, *, block_rows: int = 256) -> torch.Tensor: ...
 
 A tunable is a static parameter with a default (the declared default, what a call gets when
-nothing is tuned); its candidates are values of the parameter's type. `tune` is either a dict
+nothing is tuned); its candidates are values of the parameter's type (None too for an
+`Optional` one, e.g. `block_rows: int | None = None` where None means "the kernel sizes it"). `tune` is either a dict
 of candidate lists (every combination is a candidate config, as Helion's config space and
 Tokamax's `autotuning_configs` are products of per-parameter choices) or a list of configs
 (dicts, as Triton's `@autotune(configs=[...])`; a config may leave a tunable at its default).
@@ -157,7 +158,7 @@ def _names(op: str, params: dict[str, tuple[int, Param]], given: Any) -> tuple[s
                 f"{op}: tune= names {n!r}, a tensor parameter; only statics (compile-time values such "
                 "as block sizes) can be tuned."
             )
-        if p.schema_type not in _TYPES:
+        if p.schema_type.removesuffix("?") not in _TYPES:
             raise OpDefinitionError(
                 f"{op}: tune= names {n!r} of type {p.schema_type}; tunables are int, float, bool or str "
                 "statics."
@@ -171,12 +172,15 @@ def _names(op: str, params: dict[str, tuple[int, Param]], given: Any) -> tuple[s
 
 
 def _value(op: str, p: Param, v: Any) -> Any:
-    types = _TYPES[p.schema_type]
+    base = p.schema_type.removesuffix("?")
+    if v is None and p.schema_type.endswith("?"):
+        return None
+    types = _TYPES[base]
     if isinstance(v, bool) and bool not in types or not isinstance(v, types):
         raise OpDefinitionError(
             f"{op}: tune= gives {p.name!r} the candidate {v!r}; {p.name} is a {p.schema_type} static."
         )
-    if p.schema_type == "float":
+    if base == "float":
         v = float(v)
         if not math.isfinite(v):
             raise OpDefinitionError(f"{op}: tune= gives {p.name!r} the non-finite candidate {v!r}.")
