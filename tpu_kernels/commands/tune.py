@@ -45,7 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a suite's quick points, and fewer timing rounds")
     p.add_argument("--rounds", type=int, help="interleaved timing rounds per candidate set")
     p.add_argument("--filter", help="only ops (or a suite's benchmarks) whose name matches this regex")
-    p.add_argument("--device", metavar="TYPE", help="for a suite: the device its inputs go to (default: as bench)")
+    p.add_argument(
+        "--device", metavar="TYPE", help="for a suite: the device its inputs go to (default: as bench)"
+    )
     p.add_argument("--out", type=Path, metavar="DIR", help="write the tables here")
     p.add_argument("--no-save", action="store_true", help="report only; write no table")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the result (every op's table) here")
@@ -60,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 200, stderr=False)
     problem = (
-        regex_problem("--filter", args.filter) or folder_problem("--out", args.out) or file_problem("--json", args.json)
+        regex_problem("--filter", args.filter)
+        or folder_problem("--out", args.out)
+        or file_problem("--json", args.json)
     )
     if problem:
         print(f"tpu-kernels tune: {problem}", file=sys.stderr)
@@ -76,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.filter:
         calls = [c for c in calls if re.search(args.filter, c.op.name)]
-    console.print(f"tuning {len(calls)} op call(s) from {what}" + (f" for {', '.join(chips)}" if chips else ""))
+    console.print(
+        f"tuning {len(calls)} op call(s) from {what}" + (f" for {', '.join(chips)}" if chips else "")
+    )
     if not calls:
         print(f"tpu-kernels tune: {what} calls no tunable op", file=sys.stderr)
         return EXIT_USAGE
@@ -176,16 +182,25 @@ def _example_calls(module: Any, args: argparse.Namespace) -> list:
             continue
         for ex_args, ex_kwargs in op.examples():
 
-            def tensor(v: Any) -> Any:
+            def tensor(v: Any, op: Any = op) -> Any:
                 if isinstance(v, jax.ShapeDtypeStruct):
                     dtype = dtypes.to_torch(op.name, v.dtype)
                     if not measure:
                         return torch.empty(v.shape, dtype=dtype, device="meta")
-                    return torch.randn(v.shape).to(dtype) if dtype.is_floating_point else torch.zeros(v.shape, dtype=dtype)
+                    return (
+                        torch.randn(v.shape).to(dtype)
+                        if dtype.is_floating_point
+                        else torch.zeros(v.shape, dtype=dtype)
+                    )
                 return v
 
             calls.append(
-                Call(op, tuple(tensor(a) for a in ex_args), {k: tensor(v) for k, v in ex_kwargs.items()}, "tunable")
+                Call(
+                    op,
+                    tuple(tensor(a) for a in ex_args),
+                    {k: tensor(v) for k, v in ex_kwargs.items()},
+                    "tunable",
+                )
             )
     return calls
 

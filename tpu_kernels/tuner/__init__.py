@@ -28,7 +28,6 @@ from tpu_kernels.tuner.result import TuningResult
 from tpu_kernels.tuning import lookup
 
 
-
 class Progress:
     """What a tuning run reports while it works: `start(units)` (one unit per op call and chip,
     plus one per Tokamax or Helion batch), `step(text)` for what it is doing, `advance(text)`
