@@ -122,8 +122,11 @@ def _calls(args: argparse.Namespace, capture: Any) -> tuple[list, str]:
         paths = []
     if paths:
         return _suite_calls(paths, args, capture), ", ".join(map(str, paths))
+    from tpu_kernels.op import registered_ops
+
+    before = set(registered_ops())
     module = _import(target)
-    return _example_calls(module, args), f"the examples of {target}"
+    return _example_calls(module, before, args), f"the examples of {target}"
 
 
 def _import(name: str) -> Any:
@@ -156,9 +159,10 @@ def _suite_calls(paths: list[Path], args: argparse.Namespace, capture: Any) -> l
     return calls
 
 
-def _example_calls(module: Any, args: argparse.Namespace) -> list:
-    """Each tunable op defined in `module` at its examples: meta tensors (shapes only) for a
-    prediction, random tensors when the attached chip is tuned too."""
+def _example_calls(module: Any, before: set[str], args: argparse.Namespace) -> list:
+    """Each tunable op with `examples=` that `module` defines (registered by importing it, or
+    whose kernel function it defines) at its examples: meta tensors (shapes only) when only
+    TPU chips are predicted, random tensors when the attached chip is measured too."""
     import jax
     import torch
 
@@ -169,17 +173,17 @@ def _example_calls(module: Any, args: argparse.Namespace) -> list:
     prefix = module.__name__
     ops = [
         op
-        for op in registered_ops().values()
-        if op.tunables is not None and getattr(op.__wrapped__, "__module__", "").startswith(prefix)
+        for name, op in registered_ops().items()
+        if op.tunables is not None
+        and op.examples is not None
+        and (name not in before or getattr(op.__wrapped__, "__module__", "").startswith(prefix))
     ]
     if not ops:
-        raise _UsageError(f"{prefix} defines no op with tune=")
+        raise _UsageError(f"{prefix} defines no op with tune= and examples=")
     chips = [c.strip() for c in (args.chips or "").split(",") if c.strip()]
     measure = not chips or tuning.chip_of("cpu") in chips
     calls = []
     for op in ops:
-        if op.examples is None:
-            continue
         for ex_args, ex_kwargs in op.examples():
 
             def tensor(v: Any, op: Any = op) -> Any:
@@ -187,20 +191,13 @@ def _example_calls(module: Any, args: argparse.Namespace) -> list:
                     dtype = dtypes.to_torch(op.name, v.dtype)
                     if not measure:
                         return torch.empty(v.shape, dtype=dtype, device="meta")
-                    return (
-                        torch.randn(v.shape).to(dtype)
-                        if dtype.is_floating_point
-                        else torch.zeros(v.shape, dtype=dtype)
-                    )
+                    if dtype.is_floating_point:
+                        return torch.randn(v.shape).to(dtype)
+                    return torch.zeros(v.shape, dtype=dtype)
                 return v
 
             calls.append(
-                Call(
-                    op,
-                    tuple(tensor(a) for a in ex_args),
-                    {k: tensor(v) for k, v in ex_kwargs.items()},
-                    "tunable",
-                )
+                Call(op, tuple(tensor(a) for a in ex_args), {k: tensor(v) for k, v in ex_kwargs.items()}, "tunable")
             )
     return calls
 
