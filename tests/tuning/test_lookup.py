@@ -211,3 +211,41 @@ def test_a_table_written_by_one_process_is_used_by_another(tuning_dir):
         timeout=120,
     )
     assert "USED 8" in out.stdout, out.stderr[-2000:]
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, op, **statics):
+        super().__init__()
+        self.op, self.statics = op, statics
+
+    def forward(self, x):
+        return self.op(x, **self.statics) + 1
+
+
+def _exported_statics(ep):
+    return [n.kwargs.get("block_rows") for n in ep.graph.nodes if "test_lookup" in str(n.target)]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_holds_the_tuned_value_as_a_constant(strict):
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256))
+    ep = torch.export.export(_Model(op), (rand(300, 128),), strict=strict)
+    assert _exported_statics(ep) == [256]
+    x = rand(300, 128)
+    torch.testing.assert_close(ep.module()(x), 2 * x + 1)
+
+
+def test_a_dynamic_export_of_a_tuned_op_is_bounded_by_its_bucket_unless_the_tunable_is_given():
+    from torch.export import Dim
+
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256))
+    with pytest.raises(Exception, match=r"257 <= .*size\(\)\[0\].* <= 512"):
+        torch.export.export(_Model(op), (rand(300, 128),), dynamic_shapes={"x": {0: Dim("rows")}})
+    rows = Dim("rows", min=257, max=512)
+    ep = torch.export.export(_Model(op), (rand(300, 128),), dynamic_shapes={"x": {0: rows}})
+    assert _exported_statics(ep) == [256]
+    ep = torch.export.export(_Model(op, block_rows=8), (rand(300, 128),), dynamic_shapes={"x": {0: Dim("r")}})
+    assert _exported_statics(ep) == [8]
+    torch.testing.assert_close(ep.module()(x := rand(1000, 128)), 2 * x + 1)
