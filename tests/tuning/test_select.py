@@ -1,7 +1,6 @@
 """The choice among measured candidates: decisive timings pick the fastest, ties keep the
 declared order (the default first), and the same timings always give the same choice."""
 
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

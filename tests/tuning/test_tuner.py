@@ -51,7 +51,12 @@ def test_decisive_timings_pick_the_fastest_and_the_table_says_why(tuning_dir):
     assert op.tuned.fill((x,), {})["block_rows"] == 256  # saved, and used by this process at once
     doc = json.loads((tuning_dir / table.filename(op.name)).read_text())
     (entry,) = doc["entries"]
-    assert (entry["chip"], entry["dtypes"], entry["bucket"], entry["source"]) == ("cpu", ["float32"], [[512, 128]], "measured")
+    assert (entry["chip"], entry["dtypes"], entry["bucket"], entry["source"]) == (
+        "cpu",
+        ["float32"],
+        [[512, 128]],
+        "measured",
+    )
     assert entry["shape"] == [[300, 128]] and entry["config"] == {"block_rows": 256}
     assert {c["status"] for c in entry["candidates"]} == {"measured", "chosen"}
     assert "block_rows=256" in result.report() and "decisive" in result.report()
@@ -59,7 +64,9 @@ def test_decisive_timings_pick_the_fastest_and_the_table_says_why(tuning_dir):
 
 def test_ties_keep_the_default(tuning_dir):
     op = make_op(uname(), default=64)
-    result = autotune(op, rand(300, 128), timer=StubTimer({8: 1e-3, 64: 1.001e-3, 256: 1.002e-3}), settings=FAST)
+    result = autotune(
+        op, rand(300, 128), timer=StubTimer({8: 1e-3, 64: 1.001e-3, 256: 1.002e-3}), settings=FAST
+    )
     _, outcome = _status(result)
     assert outcome.chosen == {"block_rows": 64} and not outcome.choice.decisive
 
@@ -167,3 +174,47 @@ def test_chips_that_cannot_be_predicted_are_an_error():
     op = make_op(uname())
     with pytest.raises(ValueError, match=r"chip 'cuda:X' is not attached here \('cpu'\)"):
         autotune(op, rand(8, 128), chips=["cuda:X"])
+
+
+_HELION_SCRIPT = """
+import torch, helion, helion.language as hl
+import tpu_kernels
+from tpu_kernels import tpu_kernel
+
+@helion.kernel(backend="pallas", autotune_effort="quick", autotune_budget_seconds=20)
+def rowsum(x: torch.Tensor) -> torch.Tensor:
+    n, _ = x.size()
+    out = torch.empty([n], dtype=x.dtype, device=x.device)
+    for tile in hl.tile(n):
+        out[tile] = torch.sum(x[tile, :], dim=-1)
+    return out
+
+op = tpu_kernel("tuner_helion::rowsum")(rowsum)
+x = torch.randn(64, 128)
+result = tpu_kernels.autotune(lambda: op(x), save=False)
+print("HELION", result.helion)
+"""
+
+
+@pytest.mark.slow
+def test_helion_kernels_go_to_helions_autotuner(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from ..helpers import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "HELION_DISALLOW_AUTOTUNING"}
+    env.update(
+        HELION_CACHE_DIR=str(tmp_path / "helion"),
+        HELION_AUTOTUNE_PALLAS_RANK_BY="wall_time",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(ROOT),
+        TPU_KERNELS_TUNING_DIR=str(tmp_path / "tuning"),
+    )
+    script = tmp_path / "tune.py"
+    script.write_text(_HELION_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "HELION ['tuner_helion::rowsum on cpu: Helion chose" in out.stdout, out.stdout[-2000:]
+    assert list((tmp_path / "helion").rglob("*.best_config")), "Helion's autotuner wrote no config"

@@ -400,21 +400,27 @@ class HelionSource:
         ]
         return outs
 
-    def ensure_tuned(self, values: list[Any]) -> None:
+    def ensure_tuned(self, values: list[Any], *, asked: bool = False) -> None:
         """Autotune the CPU (interpret) variant for these real arguments, once per shape.
 
         Helion's on-disk cache makes this a lookup in later processes. The tuned
         config is kept as a variant with that single config, which the JAX path
-        (`jax_fn`, no real data) then compiles without tuning again."""
+        (`jax_fn`, no real data) then compiles without tuning again. `asked`: an explicit
+        `op.autotune(...)`, which tunes even an op declared without autotune=True (whose
+        own variants never search: Helion's `autotune_effort="none"`)."""
         import helion
+        from helion.runtime.settings import RefMode
 
         key = _shape_key(values)
         if key in self._tuned:
             return
+        tuner = self.interpret
+        if asked and not self.autotune_enabled:
+            tuner = variant(self.kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF)
         # A first call on real tensors goes through Helion's own autotuning entry point,
         # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
-        self.interpret(*values)
-        config = self.interpret.bind(tuple(values))._config
+        tuner(*values)
+        config = tuner.bind(tuple(values))._config
         self._tuned[key] = helion.Kernel(
             self.kernel.fn,
             configs=[config],
@@ -426,7 +432,8 @@ class HelionSource:
         """Tune the variant that runs on `device` for these arguments; Helion caches the result."""
         if device == "cpu":
             values = self.interpret.normalize_args(*args, **kwargs)
-            self.ensure_tuned(list(values))
+            self.ensure_tuned(list(values), asked=True)
+            self.cache_clear()  # executables built before with the default config: rebuilt with it
             return self._tuned[_shape_key(list(values))].configs[0]
         k = self.device_variants.get(device)
         if k is None:
