@@ -253,7 +253,8 @@ class Tuned:
         self.slots = tuple(zip(tunables.names, tunables.slots))
         self.validate = validate
         self._memo: dict[tuple, dict[str, Any]] = {}
-        self._memo_generation = -1
+        self._memo_generation = -1  # the _GENERATION the memo and _live were computed at
+        self._live = False  # some table or the online tuner may give this op a config
         _TUNED[self.op_name] = self
 
     def paths(self) -> list[Path]:
@@ -261,22 +262,15 @@ class Tuned:
 
     # the hot path
     def fill(self, args: tuple, kwargs: dict) -> dict:
-        n = len(args)
-        given = tuple(
-            kwargs[name] if name in kwargs else (args[i] if not kw and i < n else _MISSING)
-            for name, (i, kw) in self.slots
-        )
-        if _MISSING not in given:
-            return kwargs
-        tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
-        first = _first_tensor(tensors)
-        if first is None:
-            return kwargs  # the dispatcher's error for a call without tensors
         if torch.compiler.is_compiling():
-            return self._fill_traced(args, kwargs, tensors, first.device, given)
+            return self._fill_traced(args, kwargs)
         if self._memo_generation != _GENERATION[0]:
-            self._memo = {}
-            self._memo_generation = _GENERATION[0]
+            self._refresh()
+        if not self._live and not _OVERLAYS.get():
+            return kwargs  # no table holds an entry for this op, none is overlaid: the defaults
+        given, tensors, first = self._call_parts(args, kwargs)
+        if first is None:
+            return kwargs
         memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get())
         chosen = self._memo.get(memo_key)
         if chosen is None:
@@ -285,6 +279,27 @@ class Tuned:
                 self._memo.clear()
             self._memo[memo_key] = chosen
         return {**kwargs, **chosen} if chosen else kwargs
+
+    def _refresh(self) -> None:
+        """After any change to what lookups may find (tables read or written, reload): forget
+        the memo and find out again whether this op has entries at all (reading its tables)."""
+        generation = _GENERATION[0]
+        self._memo = {}
+        self._live = bool(_loaded(self.op_name, self.paths())) or os.environ.get(AUTOTUNE_ENV) == "1"
+        self._memo_generation = generation
+
+    def _call_parts(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, Any]:
+        """(each tunable's given value or _MISSING, the tensor arguments, the first tensor or
+        None when every tunable is given or no tensor is)."""
+        n = len(args)
+        given = tuple(
+            kwargs[name] if name in kwargs else (args[i] if not kw and i < n else _MISSING)
+            for name, (i, kw) in self.slots
+        )
+        if _MISSING not in given:
+            return given, (), None
+        tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
+        return given, tensors, _first_tensor(tensors)  # no tensor: the dispatcher's error
 
     def _key(self, args: tuple, kwargs: dict, tensors: tuple) -> tuple:
         fn = self.tunables.key
@@ -379,8 +394,12 @@ class Tuned:
             tuner = ONLINE_TUNER[0]
         return bool(tuner(self.online_target, args, kwargs))
 
-    def _fill_traced(self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple) -> dict:
+    def _fill_traced(self, args: tuple, kwargs: dict) -> dict:
         """Under torch.compile: the same choice, made at trace time and kept as constants."""
+        given, tensors, first = self._call_parts(args, kwargs)
+        if first is None:
+            return kwargs
+        device = first.device
         chip = _chip_constant(device.type if device.index is None else str(device))
         if not _has_entries(self.op_name, chip):
             return kwargs
