@@ -73,6 +73,18 @@ def _eligible(t: Any, device_type: str) -> bool:
     )
 
 
+def dtype_under(policy: str, device_type: str, values: Any) -> Callable[[Any], torch.dtype] | None:
+    """What each tensor of this call will be after the policy's cast, as a function of the
+    tensor (None when autocast is off on `device_type` or the policy casts nothing): the
+    dtypes the kernel will see, which the tuned lookup keys by."""
+    if policy == "keep" or not torch.is_autocast_enabled(device_type):
+        return None
+    dtype = target_dtype(policy, device_type, values)
+    if dtype is None:
+        return None
+    return lambda t: dtype if _eligible(t, device_type) else t.dtype
+
+
 def _leaves(values: Any) -> list[Any]:
     out = []
     for v in values:
@@ -139,4 +151,4 @@ def register(op: KernelOp, lib: torch.library.Library, policy: str) -> None:
         op.overload.py_impl(getattr(_compat.get("DispatchKey"), key_name))(kernel)
 
 
-__all__ = ["POLICIES", "cast", "check_policy", "register", "target_dtype"]
+__all__ = ["POLICIES", "cast", "check_policy", "dtype_under", "register", "target_dtype"]

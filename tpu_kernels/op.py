@@ -151,7 +151,9 @@ class KernelOp:
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
         # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tuning)
         self.tuned = (
-            tuning.Tuned(spec.tunables, sig, _home(spec.source.signature_fn), self._validate_config, self)
+            tuning.Tuned(
+                spec.tunables, sig, _home(spec.source.signature_fn), self._validate_config, self, spec.autocast
+            )
             if spec.tunables is not None
             else None
         )

@@ -249,3 +249,28 @@ def test_a_dynamic_export_of_a_tuned_op_is_bounded_by_its_bucket_unless_the_tuna
     ep = torch.export.export(_Model(op, block_rows=8), (rand(300, 128),), dynamic_shapes={"x": {0: Dim("r")}})
     assert _exported_statics(ep) == [8]
     torch.testing.assert_close(ep.module()(x := rand(1000, 128)), 2 * x + 1)
+
+
+def test_under_autocast_the_lookup_keys_by_the_dtypes_the_kernel_runs_in():
+    op = make_op(uname(), autocast="lower_precision_fp")
+    _put(op, _e(((512, 128),), 256, dtypes=("bfloat16",)), _e(((512, 128),), 8))
+    x = rand(300, 128)
+    assert _used(op, x) == 8
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _used(op, x) == 256  # the kernel sees bfloat16
+        y = op(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), 2 * x.bfloat16().float())
+    assert _used(op, x) == 8
+
+
+def test_checked_mode_and_vmap_run_tuned_calls():
+    import tpu_kernels
+
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256), _e(((16, 128),), 8))
+    x = rand(300, 128)
+    with tpu_kernels.checked(strict=True):  # the reference ignores the tunable
+        torch.testing.assert_close(op(x), 2 * x)
+    xs = rand(3, 16, 128)
+    torch.testing.assert_close(torch.vmap(op)(xs), 2 * xs)

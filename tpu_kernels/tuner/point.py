@@ -121,7 +121,9 @@ def call_metadata(op: Any, args: tuple, kwargs: dict) -> tuple[list, tuple, tupl
     n = len(args)
     tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in tuned.tensor_slots)
     shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
-    return shapes, _dtypes(tensors), _plain(tuned._key(args, kwargs, tensors))
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    dtypes = tuned.dtypes(tensors, first.device) if first is not None else _dtypes(tensors)
+    return shapes, dtypes, _plain(tuned._key(args, kwargs, tensors))
 
 
 def candidates_for(op: Any, kwargs: dict) -> list[tuple]:

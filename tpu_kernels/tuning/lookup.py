@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels.autocast import dtype_under
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
@@ -240,10 +241,12 @@ class Tuned:
         home: Path | None,
         validate: Callable[[tuple, dict], None],
         online_target: Any = None,
+        autocast: str = "keep",
     ) -> None:
         self.op_name = tunables.op
         self.signature = signature
         self.online_target = online_target  # what the online tuner is handed (the op)
+        self.autocast = autocast  # the op's policy: under torch.autocast the kernel sees cast dtypes
         self.tunables = tunables
         self.home = home
         # (index, name, keyword-only) per tensor parameter: where a call passes its tensors
@@ -271,7 +274,7 @@ class Tuned:
         given, tensors, first = self._call_parts(args, kwargs)
         if first is None:
             return kwargs
-        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get())
+        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
         chosen = self._memo.get(memo_key)
         if chosen is None:
             chosen = self._resolve(args, kwargs, tensors, first.device, given)
@@ -279,6 +282,18 @@ class Tuned:
                 self._memo.clear()
             self._memo[memo_key] = chosen
         return {**kwargs, **chosen} if chosen else kwargs
+
+    def _autocast_state(self, device: Any) -> Any:
+        """What of torch.autocast changes the dtypes this op's kernel sees (a memo key part)."""
+        if self.autocast == "keep" or not torch.is_autocast_enabled(device.type):
+            return None
+        return torch.get_autocast_dtype(device.type)
+
+    def dtypes(self, tensors: tuple, device: Any) -> tuple:
+        """The dtypes the kernel will run in: the tensors', or their casts under torch.autocast
+        when the op's autocast policy casts (the lookup keys by these)."""
+        under = dtype_under(self.autocast, device.type, tensors)
+        return _dtypes(tensors, under)
 
     def _refresh(self) -> None:
         """After any change to what lookups may find (tables read or written, reload): forget
@@ -315,7 +330,7 @@ class Tuned:
         op = self.op_name
         chip = chip_of(device)
         entries = entries_for(op, self.paths())
-        dtypes = _dtypes(tensors)
+        dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
         entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
         if how != "exact" and os.environ.get(AUTOTUNE_ENV) == "1":
@@ -403,7 +418,7 @@ class Tuned:
         chip = _chip_constant(device.type if device.index is None else str(device))
         if not _has_entries(self.op_name, chip):
             return kwargs
-        dtypes = _dtypes(tensors)
+        dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
         config = _traced_config(self.op_name, chip, dtypes, bucket)
         if config is None:
@@ -435,10 +450,10 @@ def _metadata(tensors: tuple) -> tuple:
     )
 
 
-def _dtypes(tensors: tuple) -> tuple:
+def _dtypes(tensors: tuple, under: Callable[[Any], Any] | None = None) -> tuple:
     def name(t: Any) -> Any:
         if isinstance(t, torch.Tensor):
-            return str(t.dtype).removeprefix("torch.")
+            return str(under(t) if under is not None else t.dtype).removeprefix("torch.")
         if isinstance(t, (list, tuple)):
             return tuple(name(x) for x in t)
         return None
