@@ -14,16 +14,21 @@ from tpu_kernels.bench import runner
 from tpu_kernels.bench.results import PointResult, Report
 
 
+def progress_bar(console: Console) -> Progress:
+    """The bar long runs draw in a terminal (the benchmarks', tuning's): what, how far, how long."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 class RichProgress(runner.Progress):
     def __init__(self, console: Console) -> None:
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
+        self._progress = progress_bar(console)
         self._task = None
         self._where = ""
 

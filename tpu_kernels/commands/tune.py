@@ -206,18 +206,11 @@ class _BarProgress:
     """A rich progress bar on a terminal, one line per finished unit elsewhere."""
 
     def __init__(self, console: Any) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from tpu_kernels.bench.console import progress_bar
 
         self.console = console
         self.live = console.is_terminal
-        self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
+        self.bar = progress_bar(console)
         self.task = None
 
     def start(self, total: int) -> None:

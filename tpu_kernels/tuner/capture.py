@@ -50,7 +50,8 @@ def kind_of(op: Any) -> str | None:
     return None
 
 
-def _copy(v: Any) -> Any:
+def copy_value(v: Any) -> Any:
+    """An argument with its tensors copied (new memory, same values); anything else as it is."""
     if isinstance(v, torch.Tensor):
         return v.detach().clone()
     if isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v):
@@ -91,7 +92,7 @@ def capture(fn: Callable, *inputs: Any, **kwargs: Any) -> list[Call]:
             return
         key = _signature_of(op, kind, args, kw)
         if key not in seen:
-            seen[key] = Call(op, tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kw.items()}, kind)
+            seen[key] = Call(op, tuple(copy_value(a) for a in args), {k: copy_value(v) for k, v in kw.items()}, kind)
 
     with hook.recording(keep), contextlib.ExitStack():
         torch.compiler.disable(fn, recursive=True)(*inputs, **kwargs)

@@ -366,12 +366,7 @@ def _input_sets(args: tuple, kwargs: dict, settings: timing.Settings, device: De
     """The call's tensors and copies of them (new memory, same values) to rotate through, so no
     candidate is timed on inputs the previous call left in a cache; kwargs tensors too."""
 
-    def clone(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.detach().clone()
-        if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
-            return type(v)(x.detach().clone() for x in v)
-        return v
+    from tpu_kernels.tuner.capture import copy_value as clone
 
     first = (tuple(args), dict(kwargs))
     size = timing.nbytes((args, list(kwargs.values())))

@@ -15,18 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tpu_kernels import tuning
+from tpu_kernels.bench.console import fmt_time
 from tpu_kernels.tuner.point import Outcome
 from tpu_kernels.tuning import lookup
 from tpu_kernels.tuning import table as tables
-
-
-def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
 
 
 @dataclass
@@ -109,9 +101,9 @@ class TuningResult:
             for c in o.candidates:
                 cfg = ", ".join(f"{n}={v}" for n, v in zip(o.names, c.config))
                 if c.timing is not None:
-                    t, spread = _fmt_s(c.timing.median), f"{_fmt_s(c.timing.p10)}-{_fmt_s(c.timing.p90)}"
+                    t, spread = fmt_time(c.timing.median), f"{fmt_time(c.timing.p10)}-{fmt_time(c.timing.p90)}"
                 elif c.prediction is not None:
-                    t, spread = _fmt_s(c.prediction.seconds), "-"
+                    t, spread = fmt_time(c.prediction.seconds), "-"
                 else:
                     t, spread = "-", "-"
                 ratio = "-" if c.error_ratio is None else f"{c.error_ratio:.2f}"

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,18 +227,11 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def replace_file(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically: a reader sees the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write `text` to `path` atomically: a reader sees the old file or the new one, whole (the
+    on-disk kernel cache's writer: a temporary file beside it, readable by all, then a rename)."""
+    from tpu_kernels.cache.store import write_atomic
+
+    write_atomic(path, text.encode())
 
 
 def _tuples(v: Any) -> Any:
