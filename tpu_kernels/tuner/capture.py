@@ -73,10 +73,13 @@ def _signature_of(op: Any, kind: str, args: tuple, kwargs: dict) -> tuple:
         tuple(sorted((k, meta(v)) for k, v in kwargs.items())),
     )
     if kind == "tunable":  # calls in one shape bucket share an entry
-        from tpu_kernels.tuner.point import call_metadata
-
         key += call_metadata(op, args, kwargs)[2:]
     return key
+
+
+def call_metadata(op: Any, args: tuple, kwargs: dict) -> tuple[list, tuple, tuple]:
+    """(the tensors' shapes, their dtypes, the call's shape bucket) as the op's lookup keys it."""
+    return op.tuned.key_of(args, kwargs)
 
 
 def capture(fn: Callable, *inputs: Any, **kwargs: Any) -> list[Call]:

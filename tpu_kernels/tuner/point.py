@@ -31,8 +31,9 @@ from tpu_kernels.bench import correctness, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.stats import Summary
 from tpu_kernels.tuner import predict as predictor
+from tpu_kernels.tuner.capture import call_metadata, copy_value
 from tpu_kernels.tuner.select import Choice, choose, choose_predicted
-from tpu_kernels.tuning.lookup import _dtypes, _plain, toolkit_version
+from tpu_kernels.tuning.lookup import toolkit_version
 
 # bench.timing.measure's signature: (device, {name: (fn, arg_sets)}, settings) -> {name: Timing}
 Timer = Callable[[Device, dict, timing.Settings], dict]
@@ -113,17 +114,6 @@ class Outcome:
 def _sig(v: Any) -> Any:
     """A measured or predicted figure to 4 significant digits (the table is for people)."""
     return float(f"{v:.4g}") if isinstance(v, float) else v
-
-
-def call_metadata(op: Any, args: tuple, kwargs: dict) -> tuple[list, tuple, tuple]:
-    """(the tensors' shapes, their dtypes, the call's shape bucket) as the op's lookup keys it."""
-    tuned = op.tuned
-    n = len(args)
-    tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in tuned.tensor_slots)
-    shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
-    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
-    dtypes = tuned.dtypes(tensors, first.device) if first is not None else _dtypes(tensors)
-    return shapes, dtypes, _plain(tuned._key(args, kwargs, tensors))
 
 
 def candidates_for(op: Any, kwargs: dict) -> list[tuple]:
@@ -366,13 +356,11 @@ def _input_sets(args: tuple, kwargs: dict, settings: timing.Settings, device: De
     """The call's tensors and copies of them (new memory, same values) to rotate through, so no
     candidate is timed on inputs the previous call left in a cache; kwargs tensors too."""
 
-    from tpu_kernels.tuner.capture import copy_value as clone
-
     first = (tuple(args), dict(kwargs))
     size = timing.nbytes((args, list(kwargs.values())))
     default_rotate = 2 * last_level_cache_bytes() if device.type == "cpu" else 256 << 20
     more = timing.input_sets(
-        lambda: (tuple(clone(a) for a in args), {k: clone(v) for k, v in kwargs.items()}),
+        lambda: (tuple(copy_value(a) for a in args), {k: copy_value(v) for k, v in kwargs.items()}),
         size,
         settings,
         default_rotate,

@@ -316,6 +316,16 @@ class Tuned:
         tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
         return given, tensors, _first_tensor(tensors)  # no tensor: the dispatcher's error
 
+    def key_of(self, args: tuple, kwargs: dict) -> tuple[list, tuple, tuple]:
+        """(the tensors' shapes, the dtypes the kernel runs in, the shape bucket) of a call:
+        what its table entry is keyed by (the autotuner keys what it tunes the same way)."""
+        n = len(args)
+        tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
+        shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+        first = _first_tensor(tensors)
+        dtypes = self.dtypes(tensors, first.device) if first is not None else _dtypes(tensors)
+        return shapes, dtypes, _plain(self._key(args, kwargs, tensors))
+
     def _key(self, args: tuple, kwargs: dict, tensors: tuple) -> tuple:
         fn = self.tunables.key
         if fn is None:
