@@ -434,6 +434,27 @@ def test_length_is_not_for_the_caller():
         masked_mean(torch.randn(2, 3), torch.tensor(3))
 
 
+def _row_max(x: jax.Array) -> jax.Array:
+    """Max over the last dim, which the op pads with -inf: the max of the true values,
+    whatever the bucket (no true length needed: -inf is neutral for a max)."""
+    return jnp.max(x, axis=-1)
+
+
+row_max = tpu_kernel(
+    "test_buckets::row_max", buckets={"x": {-1: multiple_of(16, pad=float("-inf"))}, "out": {}}
+)(_row_max)
+
+
+def test_padding_holds_the_declared_pad_value():
+    """Rows of negative values: padded with 0 instead of the declared -inf, each max would
+    be 0."""
+    row_max.cache_clear()
+    for n in (1, 5, 16, 17):
+        x = -torch.rand(3, n, dtype=torch.float64) - 0.5
+        torch.testing.assert_close(row_max(x), x.amax(-1), rtol=0, atol=0)
+    assert row_max.cache_info().misses == 2  # buckets 16 and 32
+
+
 # ---- explicit bucket lists, and outputs sliced by the derived shapes -----------------
 
 

@@ -141,6 +141,26 @@ def test_an_int_for_a_float_static_reaches_the_kernel_as_a_float_on_both_paths()
     assert torch.equal(first, times.overload(x, 2))
 
 
+def test_try_all_makes_an_int_for_a_float_static_a_float_as_the_dispatcher_does():
+    """KernelOp.try_all (every parameter's value, as tokamax's call_op passes them): an int
+    2 for `alpha: float` traced as an int keeps x's int32 where the dispatcher gives float32,
+    and 2 == 2.0 share a cache key, so a later alpha=2.0 would get that int32 entry too."""
+    from tpu_kernels.eager import DECLINED
+
+    @tpu_kernel("test_eager::times_all")
+    def times_all(x: torch.Tensor, alpha: float) -> torch.Tensor:
+        return x * alpha
+
+    x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    # the int first, before anything else compiles the key the two share
+    got = [times_all.try_all((x, 2)), times_all.try_all((x, 2.0))]
+    want = times_all.overload(x, 2.0)
+    assert want.dtype == torch.float32
+    for out in got:
+        assert out is not DECLINED and out.dtype == torch.float32, out
+        assert torch.equal(out, want)
+
+
 def test_a_missing_tensor_names_the_argument_on_both_paths():
     from tpu_kernels.kernels import rmsnorm, softmax
 

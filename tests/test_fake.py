@@ -85,3 +85,18 @@ def test_fake_results_are_cached_per_shape():
         f(torch.empty(5))
     info = f._derived_fake.cache.info()
     assert (info.misses, info.hits) == (2, 2)
+
+
+def test_fake_results_are_cached_per_dtype_too():
+    """A bfloat16 call after a float32 one of the same shape: its own entry, bfloat16 out
+    (a cache keyed on shapes alone would hand it the float32 result's dtype)."""
+
+    @tpu_kernel(uname())
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert f(torch.empty(4, 3, dtype=dtype, device="meta")).dtype == dtype
+        with FakeTensorMode():
+            assert f(torch.empty(4, 3, dtype=dtype)).dtype == dtype
+    assert f._derived_fake.cache.info().misses == 3
