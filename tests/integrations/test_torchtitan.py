@@ -204,6 +204,31 @@ def test_the_converter_swaps_norms_attention_and_feed_forward(model):
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "no-weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_rmsnorm_eps_none_means_what_torchtitans_norm_means(dtype, affine):
+    """torchtitan's RMSNorm is nn.RMSNorm, whose eps=None is the epsilon of the dtype
+    F.rms_norm computes in (float32's for 16-bit input, float64's for float64). Rows of mean
+    square 1e-6, where eps decides the result: 1e-6 for eps would be 25% off, bfloat16's own
+    epsilon (7.8e-3) 99% off."""
+    from torchtitan.models.common.nn_modules import RMSNorm
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsRMSNorm
+
+    config = dict(normalized_shape=64, eps=None, elementwise_affine=affine)
+    stock = RMSNorm(RMSNorm.Config(**config)).to(dtype)
+    ours = TpuKernelsRMSNorm(TpuKernelsRMSNorm.Config(**config)).to(dtype)
+    if affine:
+        with torch.no_grad():
+            stock.weight.copy_(torch.randn(64))
+            ours.weight.copy_(stock.weight)
+    x = (torch.randn(4, 8, 64) * 1e-3).to(dtype)
+    with torch.no_grad():
+        want, got = stock(x), ours(x)
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got, want)
+
+
 def test_converter_options_and_what_it_leaves_alone():
     from torchtitan.models.common.feed_forward import FeedForward, SigmoidGatedFeedForward
     from torchtitan.models.common.nn_modules import RMSNorm
