@@ -270,8 +270,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-block-not-checked",
-        "    check_aligned(name, block, multiple)\n    if dim % block:",
-        "    if dim % block:",
+        "    check_aligned(name, block, multiple)\n    if export.is_symbolic_dim(dim):",
+        "    if export.is_symbolic_dim(dim):",
         "misaligned block sizes reach Mosaic instead of a clear error",
     ),
     # ---- the shared row-block helper ----
