@@ -161,6 +161,34 @@ def test_try_all_makes_an_int_for_a_float_static_a_float_as_the_dispatcher_does(
         assert torch.equal(out, want)
 
 
+def test_an_op_with_optional_tensors_keys_each_dtype_apart_on_the_shortcut():
+    """An executor with optional tensors keys each tensor as (shape, dtype): a bfloat16 call
+    after a float32 one of the same shape is its own entry, bfloat16 in and out."""
+
+    @tpu_kernel("test_eager::maybe_shift")
+    def maybe_shift(x: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        return x * 2 if b is None else x + b
+
+    assert not maybe_shift._eager_cpu.simple  # the (shape, dtype) key layout
+    x = rand(8, 16)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for _ in range(2):  # the second call: the one-pass path, from the entry
+            out = maybe_shift(x.to(dtype))
+            assert out.dtype == dtype
+            torch.testing.assert_close(out, x.to(dtype) * 2, rtol=0, atol=0)
+
+
+def test_a_non_contiguous_input_is_right_when_its_key_is_compiled():
+    """The one-pass path hands contiguous tensors to the compiled entry; a transposed one of
+    the same shape and dtype goes to the executor, which makes it contiguous."""
+    x = rand(16, 24).t()  # (24, 16), non-contiguous
+    y = rand(24, 16)
+    torch.testing.assert_close(axpy(y, y, 1.5), y * 1.5 + y)  # compiles the key
+    for _ in range(2):
+        torch.testing.assert_close(axpy(x, y, 1.5), x * 1.5 + y, rtol=0, atol=0)
+        torch.testing.assert_close(axpy(y, x, 1.5), y * 1.5 + x, rtol=0, atol=0)
+
+
 def test_a_missing_tensor_names_the_argument_on_both_paths():
     from tpu_kernels.kernels import rmsnorm, softmax
 

@@ -100,3 +100,22 @@ def test_fake_results_are_cached_per_dtype_too():
         with FakeTensorMode():
             assert f(torch.empty(4, 3, dtype=dtype)).dtype == dtype
     assert f._derived_fake.cache.info().misses == 3
+
+
+def test_symbolic_shapes_are_derived_per_static():
+    """One op compiled with dynamic shapes at two values of a static that decides the output's
+    width: each value its own symbolic plan (a plan keyed without the statics hands k=3 the
+    k=2 plan's shapes)."""
+
+    @tpu_kernel(uname("first_k"))
+    def first_k(x: Tensor, k: int) -> Tensor:
+        return x[:, :k] * 2
+
+    for k in (2, 3):
+        compiled, counter = compile_counted(lambda x, k=k: first_k(x, k) + 1, dynamic=True)
+        for n in (4, 6, 9):
+            x = rand(n, 8)
+            out = compiled(x)
+            assert out.shape == (n, k)
+            torch.testing.assert_close(out, x[:, :k] * 2 + 1)
+        assert counter.frame_count == 1

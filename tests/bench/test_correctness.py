@@ -185,6 +185,29 @@ def test_the_baseline_factor_permits_a_few_times_torchs_error_and_no_more():
         assert checks["torch"].passed and checks["mine"].passed is passes, (factor, checks["mine"])
 
 
+def test_infinities_in_the_reference_agree_when_equal_and_leave_the_norms_finite():
+    """A log-softmax with masked (-inf) entries: a right result has the same infinities, which
+    agree (inf - inf would be NaN). The norms are taken over the finite entries: an offset of
+    every finite value by 2x the allowance (2-norm; far under it in the max-norm, beside a
+    large value) fails, where a 2-norm taken with the infinities would be inf and the error 0."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=g, dtype=torch.float64)
+    x[:, 200:] = float("-inf")
+    expected = torch.log_softmax(x, -1)
+    right = torch.log_softmax(x.float(), -1)
+    assert correctness.check(right, expected, torch.float32, reduction=256).passed
+
+    expected = torch.randn(4096, generator=g, dtype=torch.float64)
+    expected[7], expected[9] = 1000.0, float("-inf")
+    finite = expected.isfinite()
+    rms = float(expected[finite].pow(2).mean().sqrt())
+    a = correctness.a_priori(torch.float32, 1)
+    offset = (expected + 2 * a * rms).float()
+    got = correctness.check(offset, expected, torch.float32, reduction=1)
+    assert got.error_max < got.allowed_max  # the max-norm alone would pass it
+    assert not got.passed and got.error == pytest.approx(2 * a, rel=0.05), got
+
+
 def test_the_allowance_follows_the_dtype_the_reduction_and_the_scale():
     u32, u16 = 2.0**-24, 2.0**-8
     assert correctness.a_priori(torch.float32, 1024) == pytest.approx(

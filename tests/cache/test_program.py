@@ -125,6 +125,24 @@ def test_derivative_rules_are_not_part_of_the_forward_program():
     assert _digest(jax.nn.relu) == _digest(jax.nn.relu)  # custom_jvp
 
 
+@pytest.mark.parametrize("kind", ["custom_jvp", "custom_vjp"])
+def test_a_custom_derivative_functions_body_is_part_of_the_program(kind):
+    """Only the rules are skipped: the body lowering runs (`call_jaxpr`) counts, so two such
+    functions that differ in their body (with the same rule) never share a key."""
+
+    def make(scale):
+        if kind == "custom_jvp":
+            f = jax.custom_jvp(lambda x: x * scale)
+            f.defjvp(lambda primals, tangents: (f(*primals), tangents[0]))
+        else:
+            f = jax.custom_vjp(lambda x: x * scale)
+            f.defvjp(lambda x: (f(x), None), lambda _, g: (g,))
+        return f
+
+    assert _digest(make(2.0)) != _digest(make(3.0))
+    assert _digest(make(2.0)) == _digest(make(2.0))
+
+
 @pytest.mark.parametrize("family", kernel_families(), ids=family_id)
 def test_the_shipped_kernels_are_digestible_and_stable(family):
     op = family.op
