@@ -169,13 +169,19 @@ def test_an_op_with_optional_tensors_keys_each_dtype_apart_on_the_shortcut():
     def maybe_shift(x: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         return x * 2 if b is None else x + b
 
-    assert not maybe_shift._eager_cpu.simple  # the (shape, dtype) key layout
+    shortcut = maybe_shift._eager_cpu
+    assert not shortcut.simple  # the (shape, dtype) key layout
     x = rand(8, 16)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for _ in range(2):  # the second call: the one-pass path, from the entry
-            out = maybe_shift(x.to(dtype))
-            assert out.dtype == dtype
-            torch.testing.assert_close(out, x.to(dtype) * 2, rtol=0, atol=0)
+        for b in (None, rand(8, 16).to(dtype)):
+            args = (x.to(dtype), b)
+            # the executor's own key: a call the shortcut keys otherwise never finds its entry
+            assert shortcut.key(args) == shortcut.executor._arrays_and_key(list(args))[1]
+            for _ in range(2):  # the second call: the one-pass path, from the entry
+                out = maybe_shift(*args)
+                assert out.dtype == dtype
+                want = args[0] * 2 if b is None else args[0] + b
+                torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
 def test_a_non_contiguous_input_is_right_when_its_key_is_compiled():
