@@ -232,6 +232,20 @@ def helion_key_fn(kernel: Any) -> Any:
     return getattr(kernel, "_key_fn", None)
 
 
+def helion_tiles(kernel: Any, args: tuple) -> list[tuple[int, int]]:
+    """(dimension size, block size) of each dimension a Helion kernel tiles (`hl.tile`) for
+    these arguments under its first config (or its default one), read from the bound kernel's
+    config spec (`BlockSizeSpec.size_hint` and `block_id`, what Helion's autotuner reads);
+    [] when this Helion keeps them elsewhere, or cannot bind the arguments (the kernel's own
+    call then says what is wrong)."""
+    try:
+        spec = kernel.bind(args).config_spec
+        config = kernel.configs[0] if kernel.configs else spec.default_config()
+        return [(int(s.size_hint), int(config.block_sizes[s.block_id])) for s in spec.block_sizes]
+    except Exception:  # noqa: BLE001 - API drift or arguments Helion refuses: no check, its error
+        return []
+
+
 def helion_settings_copy(settings: Any, **overrides: Any) -> Any:
     """A copy of Helion `settings` with `overrides`, leaving `settings` untouched: its `copy`
     where it has one (helion 1.5, which also keeps track of which settings were explicit), else
@@ -322,6 +336,7 @@ __all__ = [
     "entries",
     "get",
     "helion_settings_copy",
+    "helion_tiles",
     "live",
     "local_mesh",
     "symbolic_terms",

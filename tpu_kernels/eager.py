@@ -26,7 +26,7 @@ import torch
 
 from tpu_kernels import _compat, precision
 from tpu_kernels.devices.jax_exec import JaxExecutor
-from tpu_kernels.signature import Kind
+from tpu_kernels.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -52,6 +52,7 @@ class _Static(NamedTuple):
     types: tuple[type, ...]
     optional: bool  # None is accepted
     is_list: bool  # a list (or tuple) of `types`, keyed as a tuple
+    is_int: bool  # an int (or int[]): a value outside int64 goes to the check that refuses it
 
 
 class _Tensor(NamedTuple):
@@ -110,9 +111,8 @@ class EagerCpuCall:
                 continue
             base, optional = p.schema_type.removesuffix("?"), p.schema_type.endswith("?")
             is_list = base in _LIST_TYPES
-            self.statics.append(
-                _Static(i, _LIST_TYPES[base] if is_list else _STATIC_TYPES[base], optional, is_list)
-            )
+            types = _LIST_TYPES[base] if is_list else _STATIC_TYPES[base]
+            self.statics.append(_Static(i, types, optional, is_list, base in ("int", "int[]")))
         # float params take an int as torch's schema does, converted to float as the
         # dispatcher converts it (an int static would trace differently: x * 2 keeps
         # an int dtype where x * 2.0 does not, and 2 == 2.0 share a cache key).
@@ -178,6 +178,8 @@ class EagerCpuCall:
             args = args + self.defaults[n:]
         for i in self.floats:  # given ones only: a default reaches the kernel as written
             if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):
+                if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
+                    return None  # no double holds it: Signature.check_statics says so
                 args = args[:i] + (float(args[i]),) + args[i + 1 :]
         return args
 
@@ -191,7 +193,7 @@ class EagerCpuCall:
         if len(args) != self.n or not plain_eager():
             return None  # `complete` first
         key: list = [self._mode() if self.executor is not None else None, _precision()]
-        for i, types, optional, is_list in self.statics:
+        for i, types, optional, is_list, is_int in self.statics:
             v = args[i]
             if v is None:
                 if not optional:
@@ -200,8 +202,10 @@ class EagerCpuCall:
             elif is_list:
                 if type(v) not in (list, tuple) or any(type(e) not in types for e in v):
                     return None
+                if is_int and any(not INT64_MIN <= e <= INT64_MAX for e in v):
+                    return None
                 key.append(tuple(v))
-            elif type(v) not in types:
+            elif type(v) not in types or (is_int and not INT64_MIN <= v <= INT64_MAX):
                 return None
             else:
                 key.append(v)
@@ -261,6 +265,8 @@ class EagerCpuCall:
             return DECLINED
         for i in self.floats:
             if type(values[i]) is int:
+                if not -DOUBLE_OVERFLOW < values[i] < DOUBLE_OVERFLOW:
+                    return DECLINED
                 values = values[:i] + (float(values[i]),) + values[i + 1 :]
         return self._call(values)
 

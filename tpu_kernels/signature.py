@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.errors import InvalidArgumentTypeError, OpDefinitionError
+from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, OpDefinitionError
 
 
 class Kind(enum.Enum):
@@ -167,6 +167,47 @@ _EXPECTED = {
 def _expected(schema_type: str) -> str:
     base = schema_type.removesuffix("?")
     return _EXPECTED.get(base, base) + (" or None" if schema_type.endswith("?") else "")
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""What an `int` static holds: torch's schema stores ints as signed 64-bit integers."""
+DOUBLE_OVERFLOW = 2**1024 - 2**970
+"""The smallest int magnitude float() cannot convert (it rounds to 2**1024): a `float` static
+(a double) given an int holds it only below this."""
+
+
+def range_problem(schema_type: str, value: Any) -> str | None:
+    """Why `value` is outside what a static of `schema_type` holds, or None. An `int` (and
+    each item of an `int[]`) is a signed 64-bit integer; a `float` is a double, which every
+    Python float is (inf and nan included), so only an int given for it can fall outside:
+    one too large to convert (2**1024 and up). Other types have no range."""
+    base = schema_type.removesuffix("?")
+    if base not in _RANGED:
+        return None
+    items = value if base.endswith("[]") and isinstance(value, (list, tuple)) else (value,)
+    for v in items:
+        if type(v) is not int:
+            continue
+        if base.startswith("int") and not INT64_MIN <= v <= INT64_MAX:
+            return (
+                f"{_shown(v)}outside what an int static holds: a signed 64-bit integer (-2**63 to 2**63 - 1)"
+            )
+        if base.startswith("float") and not -DOUBLE_OVERFLOW < v < DOUBLE_OVERFLOW:
+            return f"{_shown(v)}too large for a float static: a double (at most about 1.8e308)"
+    return None
+
+
+def _shown(v: int) -> str:
+    # Under torch.compile an int that changed between calls arrives symbolic, and Dynamo cannot
+    # trace its str(): the message leaves the value out there (fullgraph quotes it so; without
+    # fullgraph the call reruns eagerly and says it).
+    if torch.compiler.is_compiling():
+        return ""
+    text = str(v)
+    return (text if len(text) <= 24 else f"an int of {len(text.lstrip('-'))} digits") + ", "
+
+
+_RANGED = frozenset({"int", "int[]", "float", "float[]"})
 
 
 def _has_tensor(value: Any) -> bool:
@@ -325,16 +366,28 @@ class Signature:
         """A user's call (as `KernelOp.__call__` gets it), checked: a TypeError naming the op,
         the parameter and what it takes when a static gets a tensor (InvalidArgumentTypeError). torch's dispatcher
         would turn a one-element tensor into a number in eager and refuse it under
-        torch.compile; a static is a compile-time constant, so it is an error on every path."""
+        torch.compile; a static is a compile-time constant, so it is an error on every path.
+        A number outside its schema type's range (`range_problem`) is a ValueError naming the
+        op and the parameter (InvalidArgumentError), where torch's argument parser would say
+        "Expected a value of type 'int' ... but instead found type 'int'"."""
         statics = self._statics_by_position
         for i in range(min(len(args), len(statics))):
             p = statics[i]
-            if p is not None and _has_tensor(args[i]):
-                raise self._static_error(p, args[i])
+            if p is not None:
+                self._check_static(p, args[i])
         for name, v in kwargs.items():
             p = self._statics_by_name.get(name)
-            if p is not None and _has_tensor(v):
-                raise self._static_error(p, v)
+            if p is not None:
+                self._check_static(p, v)
+
+    def _check_static(self, p: Param, value: Any) -> None:
+        if _has_tensor(value):
+            raise self._static_error(p, value)
+        problem = range_problem(p.schema_type, value)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"{self.op}: argument '{p.name}' ({p.schema_type}) is {problem}, as torch's schema stores it."
+            )
 
     def _static_error(self, p: Param, value: Any) -> InvalidArgumentTypeError:
         got = (

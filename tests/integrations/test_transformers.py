@@ -417,6 +417,55 @@ def test_loss_matches_hf_with_ignore_index_and_num_items():
     assert labels[0, 0] == -100  # the caller's labels are untouched
 
 
+@pytest.mark.parametrize("pad", [True, False], ids=["buckets", "unpadded"])
+@pytest.mark.parametrize(
+    "q_len, kv_len",
+    [(1, 9), (1, 70), (6, 6), (3, 7)],
+    ids=["decode", "decode-long", "prefill", "prefill-cached"],
+)
+def test_attention_without_a_mask_means_what_sdpa_means(q_len, kv_len, pad):
+    """HF passes attention_mask=None where its sdpa path relies on is_causal (the registered
+    mask function always builds one, so a model never reaches this; a caller of the
+    attention function can): causal for a prefill, every key for a decode step's one
+    query. Against HF's own sdpa_attention_forward, grouped-query heads as HF gives them."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from tpu_kernels.integrations.transformers.attention import attention_forward
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    module.eval()
+    q = torch.randn(2, 4, q_len, 16, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, kv_len, 16, dtype=torch.float64) for _ in range(2))
+    want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=0.25)
+    got, _ = attention_forward(module, q, k, v, None, scaling=0.25, pad=pad)
+    assert got.shape == want.shape == (2, q_len, 4, 16)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("pad", [True, False], ids=["buckets", "unpadded"])
+@pytest.mark.parametrize("q_len, kv_len", [(1, 9), (6, 6), (5, 70)], ids=["decode", "prefill", "long"])
+def test_attention_with_an_additive_float_mask_or_is_causal_false_means_what_sdpa_means(q_len, kv_len, pad):
+    """A float mask (a user's mask function) is added to the scores; the bucket's padded keys
+    get the dtype's lowest value there, never 0 (which would attend them). is_causal=False
+    from the caller (an encoder's call) wins over the module's own flag."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from tpu_kernels.integrations.transformers.attention import attention_forward
+
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 2
+    module.eval()
+    q = torch.randn(2, 4, q_len, 16, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, kv_len, 16, dtype=torch.float64) for _ in range(2))
+    bias = torch.randn(2, 1, q_len, kv_len, dtype=torch.float64)
+    bias[..., : kv_len // 3] = torch.finfo(torch.float64).min  # some keys masked out
+    for mask, kwargs in ((bias, {}), (None, {"is_causal": False})):
+        want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25, **kwargs)
+        got, _ = attention_forward(module, q, k, v, mask, scaling=0.25, pad=pad, **kwargs)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
 def test_bad_input_errors():
     with pytest.raises(ValueError, match=r"labels must be in \[0, 128\) or -100"):
         causal_lm_loss(torch.randn(1, 3, 16), torch.randn(VOCAB, 16), torch.tensor([[1, 500, 2]]))

@@ -191,6 +191,7 @@ class CpuKernel:
         if self.source.autotune_enabled:
             # Helion's autotuner needs real tensors, which the JAX path does not have.
             self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
+        self.source.check_tiles(values)
         return self.pallas(*args, **kwargs)
 
     def _zero_size(self, values: list[Any]) -> Any:
@@ -309,6 +310,7 @@ class HelionSource:
             kernel, backend="pallas", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
         )
         self._tuned: dict[tuple, Any] = {}  # shape key -> the interpret variant with its tuned config
+        self._tiles_ok: set[tuple] = set()  # shape keys whose tiling check_tiles passed
         self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
         self.lowering_body = self._lowering_body()
         self._pallas: JaxExecutor | None = None
@@ -332,6 +334,34 @@ class HelionSource:
                     f"computes in floating point and accepts {FLOAT_DTYPES_TEXT}. Convert it first "
                     "(for example x.float())."
                 )
+
+    def check_tiles(self, values: list[Any]) -> None:
+        """InvalidArgumentError for a call Helion's Pallas backend cannot tile: Helion 1.5 runs
+        every `hl.tile` dimension in whole blocks of the config's size, so a dimension larger
+        than its block must be a multiple of it (its partial last block fails deep in JAX with
+        "Shapes must be 1D sequences of concrete values"). Checked once per shape."""
+        key = _shape_key(values)
+        if key in self._tiles_ok:
+            return
+        kernel = self._tuned.get(key, self.interpret)
+        for size, block in _compat.helion_tiles(kernel, tuple(values)):
+            if size > block and size % block:
+                shapes = ", ".join(
+                    f"{n}={list(v.shape)}"
+                    for n, v in zip(_param_names(self.kernel.fn), values)
+                    if isinstance(v, torch.Tensor)
+                )
+                raise InvalidArgumentError(
+                    f"{self.name}: {shapes}: the Helion kernel tiles a dimension of size {size} in "
+                    f"blocks of {block}, and Helion's Pallas backend runs whole blocks only: a tiled "
+                    f"dimension must be at most {block} or a multiple of it. Pad the input to a "
+                    f"multiple of {block}, give the kernel a block that divides {size} (its "
+                    "helion.Config), or run on CPU in Helion's eager mode "
+                    "(tpu_kernels.helion_cpu_mode('eager'))."
+                )
+        if len(self._tiles_ok) >= 1024:  # bounded, like the executors' caches
+            self._tiles_ok.clear()
+        self._tiles_ok.add(key)
 
     def _body(self, pick: Callable[[list[Any]], Any]) -> Callable:
         names = list(_param_names(self.kernel.fn))
