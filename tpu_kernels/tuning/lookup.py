@@ -430,9 +430,12 @@ class Tuned:
             return kwargs
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
-        config = _traced_config(self.op_name, chip, dtypes, bucket)
-        if config is None:
+        index = _traced_config(self.op_name, chip, dtypes, bucket)
+        if index is None:
             return kwargs
+        # the config read from the op's own declaration by index: values that Dynamo can guard on
+        # (it cannot take type() of a value assume_constant_result returned, as the range check does)
+        config = self.tunables.configs[index]
         fill = {name: v for (name, _), g, v in zip(self.slots, given, config) if g is _MISSING}
         return {**kwargs, **fill}
 
@@ -493,13 +496,14 @@ def _has_entries(op: str, chip: str) -> bool:
 
 
 @torch.compiler.assume_constant_result
-def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> tuple | None:
+def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | None:
+    """The index of the chosen config in the op's declared candidates, or None."""
     tuned = _TUNED[op]
     entry, _ = choose(entries_for(op, tuned.paths()), chip, dtypes, bucket, toolkit_version())
     if entry is None:
         return None
     config = tuned._config(entry, chip)
-    return None if config is None else tuple(config[n] for n in tuned.tunables.names)
+    return None if config is None else tuned.tunables.configs.index(tuned.tunables.config_of(config))
 
 
 def iter_entries(op: str, home: Path | None) -> Iterator[tables.Entry]:
