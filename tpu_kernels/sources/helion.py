@@ -414,7 +414,7 @@ class HelionSource:
         # A first call on real tensors goes through Helion's own autotuning entry point,
         # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
         self.interpret(*values)
-        config = self.interpret.bind(tuple(values))._config
+        config = _compat.helion_bound_config(self.interpret.bind(tuple(values)))
         self._tuned[key] = helion.Kernel(
             self.kernel.fn,
             configs=[config],
