@@ -8,13 +8,20 @@ def scale(x: torch.Tensor, *, alpha: float) -> torch.Tensor:
 
 The public names are imported on first use (PEP 562), so `import tpu_kernels` and the
 `tpu-kernels` command start without importing torch and JAX until they are needed; the
-command uses that to keep torch from auto-loading torch_tpu on a machine without a TPU.
+import uses that to keep torch_tpu and libtpu from probing for a TPU on a machine without
+one (`tpu_kernels.startup`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from tpu_kernels import startup
+
+# Before torch or JAX load: without a TPU, neither probes for one (torch_tpu's and libtpu's
+# start-up errors on every process); where one exists nothing changes (startup.py).
+startup.quiet_start()
 
 __version__ = "0.1.0"
 

@@ -16,6 +16,12 @@ A mismatch raises `CheckFailure` naming the op, its inputs' shapes and dtypes,
 the largest error and its index, or the NaNs/infs the kernel produced where the
 reference (rounded to the output's dtype) has none.
 
+An op that writes to its arguments (`mutates_args`) is checked on what it writes: the
+inputs are copied to float64 before the call, and the reference, given those copies,
+updates the mutated arguments' copies in place as the op does (a JAX reference returns
+their new values after its outputs); each mutated argument is compared with its copy.
+The caller's tensors are only ever written by the op (the copies are never views of them).
+
 Checked mode checks the caller's own calls, plus one spot check of its own per op and
 input shapes for ops with an `eps` (`Reference(spot_check=...)`): the call rerun with
 its first floating-point input scaled by a power of two to a mean square of about
@@ -176,9 +182,10 @@ def _can_check(values: list[Any]) -> bool:
 
 
 def _wide(t: Any) -> Any:
+    """A float64 CPU copy of a tensor (never a view of it: a mutating reference writes to it)."""
     if isinstance(t, torch.Tensor):
         t = t.detach().cpu()
-        return t.to(torch.float64) if t.is_floating_point() else t.clone()
+        return t.to(torch.float64, copy=True) if t.is_floating_point() else t.clone()
     if isinstance(t, (list, tuple)) and t and all(isinstance(x, torch.Tensor) for x in t):
         return [_wide(x) for x in t]
     return t
@@ -439,8 +446,13 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
     """`KernelOp.__call__` in checked mode: the dispatcher's result, checked."""
     if BOUNDS:
         _check_bounds(op, args, kwargs)
-    out = op.overload(*args, **kwargs)
     ref = op.check_reference
+    before = None
+    if op.mutates_args and ref is not None:
+        # the reference gets the inputs as they were before the op wrote to them
+        values = op.signature.bind(args, kwargs)
+        before = [_wide(v) for v in values] if _can_check(values) else None
+    out = op.overload(*args, **kwargs)
     values = op.signature.bind(args, kwargs)
     if not _can_check(values):
         return out
@@ -448,7 +460,7 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
         if op.backward_of is None:  # a backward op is checked by its forward's backward check
             _unchecked(op, "it declares no reference (check_reference= or reference=)", _DECLARE)
         return out
-    check_forward(op, ref, values, out)
+    check_forward(op, ref, values, out, before=before)
     return out
 
 
@@ -465,13 +477,25 @@ def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
 
 
 def check_forward(
-    op: KernelOp, ref: Reference, values: list[Any], out: Any, spot: tuple[str, int, float] | None = None
+    op: KernelOp,
+    ref: Reference,
+    values: list[Any],
+    out: Any,
+    spot: tuple[str, int, float] | None = None,
+    before: list[Any] | None = None,
 ) -> None:
-    """The call's outputs against the reference's; then, for a call that is not itself a
-    spot check (`spot`: the scaled input, its power of two and the eps), the op's spot check."""
-    wide = [_wide(v) for v in values]
+    """The call's outputs, and the arguments it mutated, against the reference's; then, for
+    a call that is not itself a spot check (`spot`: the scaled input, its power of two and
+    the eps), the op's spot check. `before`: for an op that mutates its arguments, float64
+    copies of the arguments taken before the call (the reference's inputs)."""
+    if op.mutates_args and before is None:
+        return
+    wide = before if before is not None else [_wide(v) for v in values]
     kwargs = _reference_kwargs(op, ref, wide)
     if kwargs is None:
+        return
+    mutated = _mutated_expected(op, ref, kwargs)
+    if mutated is None:
         return
     outs = _as_list(out)[: op.n_visible]
     try:
@@ -483,6 +507,18 @@ def check_forward(
     except NotImplementedError as e:
         _unchecked(op, f"its reference does not cover this call ({e})")
         return
+    if ref.jax and op.mutates_args:
+        # a JAX reference returns, after the outputs, each mutated argument's new value
+        new = expected[op.n_visible :]
+        if len(new) != len(op.mutates_args):
+            _fail(
+                op,
+                "output",
+                values,
+                f"the JAX reference returned {len(expected)} values; an op that mutates "
+                f"{list(op.mutates_args)} needs its {op.n_visible} outputs, then the new value of each",
+            )
+        mutated = dict(zip(op.mutates_args, new))
     expected = expected[: op.n_visible]
     if len(expected) != len(outs):
         _fail(op, "output", values, f"the reference returned {len(expected)} outputs, the op {len(outs)}")
@@ -496,8 +532,33 @@ def check_forward(
         )
         if why:
             _fail(op, op.output_names[k] if len(outs) > 1 else "output", values, why, extra)
+    for name, e in mutated.items():
+        o = values[op.signature.index(name)]
+        why = compare(o, e, ref.atol_scale(args, o.dtype, name=name), ref.tolerance_dtype(o.dtype, args))
+        if why:
+            _fail(op, f"mutated argument '{name}'", values, why, extra + _MUTATION_NOTE)
     if spot is None:
         _spot_check(op, ref, values)
+
+
+_MUTATION_NOTE = (
+    "\n  (the reference gets float64 copies of the inputs as they were before the call and "
+    "updates the mutated arguments' copies in place, as the op does; a JAX reference returns "
+    "their new values after its outputs: docs/autograd.md#checked-mode)"
+)
+
+
+def _mutated_expected(op: KernelOp, ref: Reference, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The reference's copies of the arguments the op mutates, by name (a torch reference
+    updates them in place when it runs; a JAX one returns them, filled in later); None when
+    the reference does not take one of them (the call cannot be checked)."""
+    if ref.jax:
+        return {}
+    missing = [n for n in op.mutates_args if n not in kwargs]
+    if missing:
+        _unchecked(op, f"its reference does not take the argument(s) it mutates {missing}")
+        return None
+    return {n: kwargs[n] for n in op.mutates_args}
 
 
 def check_backward(op: KernelOp, values: list[Any], grads_out: list[Any], grads_in: list[Any]) -> None:

@@ -23,6 +23,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tpu_kernels import _compat
+from tpu_kernels.commands._args import summary
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tpu_kernels.docs_tables"
 REGION = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -160,7 +163,7 @@ def _parsers() -> tuple[dict[str, argparse.ArgumentParser], dict[str, object], d
         before = set(sub.choices)
         module.add_parser(sub)
         modules.update({name: module for name in set(sub.choices) - before})
-    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    helps = {name: summary(name, module.__doc__ or "") for name, module in modules.items()}
     return dict(sub.choices), modules, helps
 
 
@@ -200,9 +203,7 @@ def cli_reference() -> str:
         summary = helps[name] or (p.description or "").split("\n")[0]
         out += [f"### `tpu-kernels {name}`", "", _cell(summary[0].upper() + summary[1:]) + ".", ""]
         out += ["| argument | values | what |", "|---|---|---|"]
-        for action in p._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
+        for action in _compat.parser_actions(p):
             out.append(f"| {_argument(action)} | {_default(action)} | {_cell(action.help or '-')} |")
         out += ["", "| exit status | meaning |", "|---|---|"]
         codes = []

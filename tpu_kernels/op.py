@@ -26,8 +26,8 @@ from typing import Any
 import jax
 import torch
 
+from tpu_kernels import _compat, autograd, checked_mode, dtypes, eager, fake, tuning
 from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checked_mode, dtypes, eager, fake, tuning
 from tpu_kernels import buckets as bucketing
 from tpu_kernels import options as options_mod
 from tpu_kernels import sharding as sharding_rules
@@ -238,7 +238,7 @@ class KernelOp:
         try:
             lib.define(self.short_name + schema, tags=tuple(tags))
         except RuntimeError as e:
-            lib._destroy()
+            _compat.destroy_library(lib)
             if "already" in str(e) or "multiple times" in str(e):
                 raise OpDefinitionError(
                     f"{self.name}: an operator of this name is already registered; pick "

@@ -31,7 +31,6 @@ the CPU the setting changes the compiled module, not the numbers.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -46,21 +45,21 @@ TORCH_TO_JAX = {"highest": "highest", "high": "high", "medium": "default"}
 TPU_TO_JAX = {"HIGHEST": "highest", "HIGH": "high", "DEFAULT": "default"}
 """torch_tpu's Precision member name -> JAX's name."""
 
-_TPU_IMPL = _compat.TORCH_TPU_PRECISION_MODULE
+_TPU_IMPL = _compat.TORCH_TPU_PRECISION_MODULE  # read from sys.modules only (_compat)
 
 
 def current() -> str:
     """The JAX matmul precision name ("highest", "high", "default") in effect for a call now."""
-    impl = sys.modules.get(_TPU_IMPL)
-    if impl is not None:
-        # _get_precision() is the innermost torch.tpu.precision(...) context, else
-        # torch_tpu's global. Where torch_tpu registered its device it patched
-        # torch.{set,get}_float32_matmul_precision to be that global; where it did not
-        # (imported without a TPU) torch's own setting moves apart from it, and only a
-        # context that differs from the global shows that a user asked for it. (A
-        # context equal to the unpatched global is indistinguishable from none.)
-        effective = impl._get_precision()
-        if effective != impl._get_global_precision():
+    tpu = _compat.torch_tpu_precision()
+    if tpu is not None:
+        # the innermost torch.tpu.precision(...) context, else torch_tpu's global. Where
+        # torch_tpu registered its device it patched torch.{set,get}_float32_matmul_precision
+        # to be that global; where it did not (imported without a TPU) torch's own setting
+        # moves apart from it, and only a context that differs from the global shows that a
+        # user asked for it. (A context equal to the unpatched global is indistinguishable
+        # from none.)
+        effective, global_ = tpu
+        if effective != global_:
             return TPU_TO_JAX[effective.name]
     # read through the torch module each call: torch_tpu replaces the function when it
     # loads. About 0.25 us with the lookups above.

@@ -250,10 +250,10 @@ class Derived:
                 derivation = derive(op, args, kwargs)
                 shardable |= len(derivation.strategies) > 1
                 undecided += [str(n) for n in derivation.undecided]
-                report.extend(sim.simulate_call(op, args, kwargs, fwd=self.fwd))
+                report.extend(sim.simulate_call(op, args, kwargs))
                 if derives_bwd:
                     bargs, bkwargs = sim.backward_calls(op, bwd, [(args, kwargs)])[0]
-                    report.extend(sim.simulate_call(bwd, bargs, bkwargs, fwd=op))
+                    report.extend(sim.simulate_call(bwd, bargs, bkwargs))
         sim.raise_failures(report)
         if not shardable and undecided:
             raise ShardingRuleError(

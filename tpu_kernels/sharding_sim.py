@@ -15,12 +15,15 @@ to), for a mesh of 2 and of 3 devices:
 3. the outputs are combined by the output placements: `Shard(d)` concatenated (each
    local size must be DTensor's chunk size), `Partial()` summed (in float64),
    `Replicate()` compared shard by shard;
-4. the result is compared with the unsharded call, within twice the op's tolerance
-   (the table of `tpu_kernels.testing` for the output's dtype, times the op's
-   `check_reference` scale: both calls are within it of the exact result).
+4. the result is compared with the unsharded call (`mismatch`): both are the same
+   kernel's, so within twice the rtol of `tpu_kernels.testing`'s table for the output's
+   dtype, relative to the element, the output's root mean square and, for `Partial()`,
+   the sum of the parts' magnitudes; no absolute term, which would pass any result
+   on outputs far smaller than 1 (softmax probabilities).
 
-A strategy that disagrees is a `Failure` naming the op, the strategy, the mesh size
-and the first wrong element; `verify` raises them as one `ShardingRuleError`.
+A strategy that disagrees is a `Failure` naming the op, the strategy, the mesh size,
+the first wrong element and the farthest (how far off, against what is allowed);
+`verify` raises them as one `ShardingRuleError`.
 
 The all-Replicate strategy runs the unsharded call on every rank, so it is not
 simulated. Inputs come from the caller, or from the op's examples
@@ -174,8 +177,6 @@ def _split(t: torch.Tensor, p: Any, n: int, gen: torch.Generator) -> list[torch.
     raise NotImplementedError(f"the placement {placement_text(p)} of a {t.dtype} input")
 
 
-
-
 def _index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     idx = []
     for d in reversed(shape):
@@ -184,40 +185,53 @@ def _index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
-def mismatch(
-    got: torch.Tensor, want: torch.Tensor, scale: float, magnitude: torch.Tensor | None = None
-) -> str | None:
-    """Why `got` is not `want`, naming the first wrong element; None when it is not.
+def mismatch(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor | None = None) -> str | None:
+    """Why `got` is not `want`, naming the first wrong element and the farthest; None when
+    it is not.
 
-    An element is wrong when it differs by more than twice the dtype's tolerance (atol
-    times `scale`, the op's check_reference scale; rtol) relative to the largest of: the
-    element, the output's largest element (a sum reordered by a smaller shard rounds by
-    that much: a 256-long float32 dot erred 7e-6 at 0.047) and, for a sum over shards,
-    `magnitude`, the sum of the parts' magnitudes (each part was rounded before the sum:
-    rmsnorm's bfloat16 weight gradient sums parts of about 11 into results of 0.15). A
-    wrong rule errs by about the values themselves."""
+    Both are the same kernel's results, so a right strategy differs only by rounding: an
+    element is wrong when it differs by more than twice the dtype's rtol relative to the
+    largest of the element, the unsharded output's root mean square (a sum that a shorter
+    shard reorders rounds relative to the size of its terms, not of its result: a 256-long
+    float32 dot erred 7e-6 at 0.047) and, for a sum over shards, `magnitude`, the sum of
+    the parts' magnitudes (each part was rounded before the sum: rmsnorm's bfloat16 weight
+    gradient sums parts of about 11 into results of 0.15). There is no absolute term: the
+    table's atol is sized for values of about 1, and outputs far smaller (a softmax over
+    8192 columns: 1e-4 each) would pass by it whatever a wrong strategy returned. A wrong
+    rule errs by about the values themselves."""
     if tuple(got.shape) != tuple(want.shape):
         return f"shape {list(got.shape)}, the unsharded call's is {list(want.shape)}"
     if not got.numel():
         return None
+    allowed = None
     if not want.is_floating_point():
         bad = got.to(want.dtype) != want
+        off = bad.to(torch.float64)
     else:
-        tol = tolerance.tol(want.dtype)
         g, w = got.to(torch.float64), want.to(torch.float64)
         finite = w[torch.isfinite(w)]
-        size = torch.maximum(w.abs(), finite.abs().max() if finite.numel() else torch.zeros(()))
+        unit = finite.square().mean().sqrt() if finite.numel() else torch.zeros((), dtype=torch.float64)
+        size = torch.maximum(w.abs(), unit)
         if magnitude is not None:
             size = torch.maximum(size, magnitude)
-        allowed = 2 * (tol.atol * scale + tol.rtol * size)
+        allowed = 2 * tolerance.tol(want.dtype).rtol * size
         same = (g == w) | (torch.isnan(g) & torch.isnan(w))
-        bad = ~same & ~((g - w).abs() <= allowed)
+        off = torch.where(same, torch.zeros_like(g), (g - w).abs().nan_to_num(nan=torch.inf))
+        bad = ~same & ~(off <= allowed)
     if not bool(bad.any()):
         return None
     i = int(bad.flatten().nonzero()[0])
-    return (
+    text = (
         f"{int(bad.sum())} of {want.numel()} elements differ; the first at index "
         f"{_index(i, want.shape)}: {got.flatten()[i].item()!r} sharded, {want.flatten()[i].item()!r} unsharded"
+    )
+    if allowed is None:
+        return text
+    ratio = torch.where(bad, off / allowed.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(off))
+    j = int(ratio.flatten().argmax())
+    return text + (
+        f"; the farthest at index {_index(j, want.shape)}: off by {off.flatten()[j].item():.3g}, "
+        f"{ratio.flatten()[j].item():.3g} times the {allowed.flatten()[j].item():.3g} allowed"
     )
 
 
@@ -259,21 +273,6 @@ def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _scale(op: KernelOp, fwd: KernelOp | None, values: dict[str, Any]) -> float:
-    """The op's tolerance scale (its check_reference's; a backward op's: the forward's, for
-    gradients), at this call's arguments."""
-    owner = fwd if fwd is not None else op
-    ref = owner.check_reference
-    if ref is None:
-        return 1.0
-    try:
-        return max(1.0, ref.atol_scale(values, grad=fwd is not None))
-    except (KeyError, TypeError, AttributeError, IndexError):
-        # a gradient scale written for the forward's arguments, which this backward op
-        # does not all take: the table's tolerance alone
-        return 1.0
-
-
 def _call(op: KernelOp, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     with torch.no_grad():
         return _as_list(op.overload(*args, **kwargs))
@@ -286,7 +285,6 @@ def simulate_call(
     *,
     shards: Sequence[int] = SHARDS,
     fn: Callable | None = None,
-    fwd: KernelOp | None = None,
 ) -> Report:
     """Every strategy of `op`'s rule (or of `fn`, a register_sharding function) at this
     call, simulated on each mesh size in `shards` (see the module docstring)."""
@@ -304,8 +302,6 @@ def simulate_call(
     names, values = _arguments(op, args, kwargs)
     n_pos = len(args)
     full = _call(op, args, kwargs)
-    by_name = {p.name: v for p, v in zip(op.signature.params, op.signature.values(args, kwargs))}
-    scale = _scale(op, fwd, by_name)
     gen = torch.Generator().manual_seed(SEED)
     for n in shards:
         with sharding.simulating():  # a derived rule's strategies at this call, all of them
@@ -315,7 +311,7 @@ def simulate_call(
                 continue
             text = strategy_text(names, ins, outs)
             report.checked.append((op.name, text, n))
-            why = _simulate_strategy(op, names, values, n_pos, ins, outs, full, n, scale, gen)
+            why = _simulate_strategy(op, names, values, n_pos, ins, outs, full, n, gen)
             if why is not None:
                 report.failures.append(Failure(op.name, text, n, why))
     return report
@@ -330,7 +326,6 @@ def _simulate_strategy(
     outs: list[Any],
     full: list[torch.Tensor],
     n: int,
-    scale: float,
     gen: torch.Generator,
 ) -> str | None:
     try:
@@ -351,7 +346,7 @@ def _simulate_strategy(
         per_shard = [r[j] for r in results]
         if type(p).__name__ == "Replicate":
             for s, got in enumerate(per_shard):
-                why = mismatch(got, want, scale)
+                why = mismatch(got, want)
                 if why is not None:
                     return f"output {j} (Replicate) on shard {s}: {why}"
             continue
@@ -360,7 +355,7 @@ def _simulate_strategy(
         if type(p).__name__ == "Partial" and want.is_floating_point():
             magnitude = sum(t.to(torch.float64).abs() for t in per_shard)
         if why is None:
-            why = mismatch(got, want, scale, magnitude)
+            why = mismatch(got, want, magnitude)
         if why is not None:
             return f"output {j} ({placement_text(p)}): {why}"
     return None
@@ -402,7 +397,7 @@ def simulate(
     bwd = op.backward_op
     if backward and isinstance(bwd, KernelOp):
         [(bargs, bkwargs)] = backward_calls(op, bwd, [(args, kwargs)])
-        report.extend(simulate_call(bwd, bargs, bkwargs, shards=shards, fwd=op))
+        report.extend(simulate_call(bwd, bargs, bkwargs, shards=shards))
     return report
 
 

@@ -107,6 +107,9 @@ class Reference:
     fn: a function of the op's parameters, by name, returning the op's visible
       outputs (residuals excluded); a torch function (differentiable by torch
       autograd) unless `jax=True` (then a JAX function with the op's signature).
+      For an op that mutates arguments, a torch `fn` updates its (float64) copies of
+      them in place, as the op does; a JAX one returns their new values after the
+      outputs.
     reduces, grad_reduces: how many terms each output (each gradient) sums: a
       K-long dot product reduces K; `reduction_scale` turns it into the tolerance's
       growth (n in float32, sqrt(n) in 16-bit types). Default 1 (an op that sums

@@ -61,6 +61,7 @@ def check_sharding(op: KernelOp) -> ShardingReport:
         return ShardingReport(op.name, rule, "skipped", reason="no example calls (give the op examples=)")
     report = ShardingReport(op.name, rule, "ok")
     fn = sharding.strategies_of(op)
+    not_simulated: list[str] = []
     for args, kwargs in calls:
         call = CallReport(describe_call(args, kwargs), None, [], [])
         report.calls.append(call)
@@ -72,16 +73,20 @@ def check_sharding(op: KernelOp) -> ShardingReport:
                 found = sharding_sim.strategies_at(op, fn, args, kwargs, 2)
             names = [p.name for p in op.signature.params[: len(args)]] + list(kwargs)
             call.rule = [sharding_sim.strategy_text(names, i, o) for o, i in found if _sharded(o, i)]
-            sim = sharding_sim.simulate_call(op, args, kwargs, fwd=fwd)
+            sim = sharding_sim.simulate_call(op, args, kwargs)
         except Exception as e:  # noqa: BLE001 - a rule or kernel error is this op's finding
             report.failures.append(f"{call.call}: {type(e).__name__}: {e}")
             continue
         report.checked += len(sim.checked)
         report.failures += [str(f) for f in sim.failures]
+        not_simulated += sim.skipped
     if fn is None:
         report.status, report.reason = "skipped", "no sharding rule (sharding=)"
     elif report.failures:
         report.status = "failed"
+    elif not report.checked and not_simulated:
+        # nothing was simulated (an op that mutates its arguments): not a pass
+        report.status, report.reason = "skipped", "; ".join(dict.fromkeys(not_simulated))
     return report
 
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import inspect
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from tpu_kernels import _compat, devices, precision
+from tpu_kernels import _compat, devices, precision, startup
 from tpu_kernels.errors import BackendUnavailableError
 from tpu_kernels.signature import Signature
 
@@ -48,7 +49,11 @@ DISPATCH_KEY = "PrivateUse1"
 def torch_tpu_pallas() -> Any:
     """`torch.tpu.pallas` (torch_tpu's public API), or BackendUnavailableError saying how to get it."""
     try:
-        import torch_tpu  # noqa: F401  (importing it installs torch.tpu)
+        with warnings.catch_warnings():
+            if not startup.has_tpu_device():
+                # its advice to preload tcmalloc is for TPU hosts (tpu_kernels.startup)
+                warnings.filterwarnings("ignore", message="<TorchTpu/Performance/TcMalloc/")
+            import torch_tpu  # noqa: F401  (importing it installs torch.tpu)
     except ImportError as e:
         raise BackendUnavailableError(
             f"TPU tensors need torch_tpu ({e}). Install it with: pip install torch-tpu"

@@ -450,7 +450,7 @@ class HelionSource:
         # A first call on real tensors goes through Helion's own autotuning entry point,
         # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
         tuner(*values)
-        config = tuner.bind(tuple(values))._config
+        config = _compat.helion_bound_config(tuner.bind(tuple(values)))
         self._tuned[key] = helion.Kernel(
             self.kernel.fn,
             configs=[config],
