@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a suite's quick points, and fewer timing rounds")
     p.add_argument("--rounds", type=int, help="interleaved timing rounds per candidate set")
-    p.add_argument("--filter", help="only ops (or a suite's benchmarks) whose name matches this regex")
+    p.add_argument("--filter", help="only ops (`ns::name` or `name`) and a suite's benchmarks whose name matches this regex")
     p.add_argument(
         "--device", metavar="TYPE", help="for a suite: the device its inputs go to (default: as bench)"
     )
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tpu-kernels tune: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.filter:
-        calls = [c for c in calls if re.search(args.filter, c.op.name)]
+        calls = [c for c in calls if re.search(args.filter, c.op.name) or re.search(args.filter, c.op.short_name)]
     console.print(
         f"tuning {len(calls)} op call(s) from {what}" + (f" for {', '.join(chips)}" if chips else "")
     )
