@@ -65,7 +65,7 @@ def test_toolkit_catalogue_applies_names_existing_tests_and_holds_issue_39s_surv
     assert len(set(ids)) == len(ids) and not set(ids) & {m.id for m in SHIPPED}
     assert ISSUE_39_SURVIVORS <= set(ids) and len(ids) >= len(ISSUE_39_SURVIVORS) + 12
     modules = {m.file for m in TOOLKIT}
-    for module in ("cache/", "eager.py", "fake.py", "buckets.py", "bench/correctness.py", "integrations/"):
+    for module in ("cache/", "eager.py", "fake.py", "buckets.py", "bench/correctness.py", "compare.py", "integrations/"):
         assert any(module in f for f in modules), module
     for m in TOOLKIT:
         text = (ROOT / m.file).read_text()

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tpu_kernels import _compat
+from tpu_kernels.compare import difference
 from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.signature import Kind
 from tpu_kernels.tolerance import Reference, rms, tol
@@ -324,78 +325,20 @@ def _torch_grads(ref: Reference, kwargs: dict[str, Any], n: int, cotangents: lis
 # ---- comparing -----------------------------------------------------------------------------
 
 
-def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    idx = []
-    for d in reversed(shape):
-        idx.append(flat % d)
-        flat //= d
-    return tuple(reversed(idx))
-
-
 def compare(
     got: torch.Tensor, want: torch.Tensor, scale: float = 1.0, dtype: torch.dtype | None = None
 ) -> str | None:
     """Why `got` (a kernel's result) is not `want` (a float64 reference) within the
-    tolerance of `dtype` (default: got's), its atol times `scale`, or None when it is."""
-    got = got.detach().cpu()
-    want = want.detach().cpu()
-    if tuple(got.shape) != tuple(want.shape):
-        return f"shape {list(got.shape)}, the reference's is {list(want.shape)}"
-    if got.numel() == 0:
-        return None
-    if not got.is_floating_point():
-        bad = got != want.to(got.dtype)
-        if bad.any():
-            return (
-                f"{int(bad.sum())} of {got.numel()} elements differ (exact compare for {got.dtype}); "
-                + _first(bad, got, want)
-            )
-        return None
+    tolerance of `dtype` (default: got's), its atol times `scale`, or None when it is
+    (`tpu_kernels.compare.difference`, the toolkit's one element-by-element rule)."""
     dtype = dtype or got.dtype
-    t = tol(dtype)
-    g, w = got.to(torch.float64), want.to(torch.float64)
-    # The common case in few passes over the data (NaN/inf anywhere fail it: NaN compares
-    # False, inf - inf is NaN); a failure is then diagnosed below.
-    if ((g - w).abs() <= t.atol * scale + t.rtol * w.abs()).all():
-        return None
-    w_rounded = want.to(got.dtype).to(torch.float64)  # what the output dtype can represent
-    g_bad = ~torch.isfinite(g)
-    same_special = (g == w_rounded) | (torch.isnan(g) & torch.isnan(w_rounded))
-    new_special = g_bad & ~same_special
-    if new_special.any():
-        n_nan = int((torch.isnan(g) & new_special).sum())
-        n_inf = int(new_special.sum()) - n_nan
-        return (
-            f"{n_nan} NaN and {n_inf} inf values the reference does not have (of {got.numel()}); "
-            + _first(new_special, g, w)
-        )
-    finite = torch.isfinite(g) & torch.isfinite(w)
-    err = torch.where(finite, (g - w).abs(), torch.zeros_like(g))
-    allowed = t.atol * scale + t.rtol * w.abs()
-    lost = ~g_bad & ~torch.isfinite(w)  # finite where the reference is NaN or inf
-    if lost.any():
-        return (
-            f"{int(lost.sum())} finite values where the reference has NaN or inf (of {got.numel()}); "
-            + _first(lost, g, w)
-        )
-    mismatched = finite & (err > allowed)
-    if not mismatched.any():
-        return None
-    i = int(err.flatten().argmax())
-    return (
-        f"max abs error {err.flatten()[i].item():.6g} at index {_index(i, got.shape)}: kernel "
-        f"{g.flatten()[i].item():.8g}, reference {w.flatten()[i].item():.8g}; "
-        f"{int(mismatched.sum())} of {got.numel()} elements beyond the {str(dtype).removeprefix('torch.')} "
-        f"tolerance (rtol {t.rtol:g}, atol {t.atol:g} x {scale:g})"
-    )
-
-
-def _first(mask: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> str:
-    """Where `mask` is first true, with the kernel's and the reference's values there."""
-    i = int(mask.flatten().nonzero()[0])
-    return (
-        f"first at index {_index(i, got.shape)}: kernel {got.flatten()[i].item()}, "
-        f"reference {want.flatten()[i].item()}"
+    t = tol(dtype) if got.is_floating_point() else tol(torch.float64)
+    return difference(
+        got,
+        want,
+        atol=t.atol * scale,
+        rtol=t.rtol,
+        rule=f"the {str(dtype).removeprefix('torch.')} tolerance (rtol {t.rtol:g}, atol {t.atol:g} x {scale:g})",
     )
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tpu_kernels import tolerance
+from tpu_kernels.compare import difference
 from tpu_kernels.errors import ShardingRuleError
 
 if TYPE_CHECKING:
@@ -177,14 +178,6 @@ def _split(t: torch.Tensor, p: Any, n: int, gen: torch.Generator) -> list[torch.
     raise NotImplementedError(f"the placement {placement_text(p)} of a {t.dtype} input")
 
 
-def _index(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
-    idx = []
-    for d in reversed(shape):
-        idx.append(flat % d)
-        flat //= d
-    return tuple(reversed(idx))
-
-
 def mismatch(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor | None = None) -> str | None:
     """Why `got` is not `want`, naming the first wrong element and the farthest; None when
     it is not.
@@ -199,40 +192,27 @@ def mismatch(got: torch.Tensor, want: torch.Tensor, magnitude: torch.Tensor | No
     table's atol is sized for values of about 1, and outputs far smaller (a softmax over
     8192 columns: 1e-4 each) would pass by it whatever a wrong strategy returned. A wrong
     rule errs by about the values themselves."""
-    if tuple(got.shape) != tuple(want.shape):
-        return f"shape {list(got.shape)}, the unsharded call's is {list(want.shape)}"
-    if not got.numel():
-        return None
-    allowed = None
     if not want.is_floating_point():
-        bad = got.to(want.dtype) != want
-        off = bad.to(torch.float64)
-    else:
-        g, w = got.to(torch.float64), want.to(torch.float64)
-        finite = w[torch.isfinite(w)]
-        unit = finite.square().mean().sqrt() if finite.numel() else torch.zeros((), dtype=torch.float64)
-        size = torch.maximum(w.abs(), unit)
-        if magnitude is not None:
-            size = torch.maximum(size, magnitude)
-        allowed = 2 * tolerance.tol(want.dtype).rtol * size
-        same = (g == w) | (torch.isnan(g) & torch.isnan(w))
-        off = torch.where(same, torch.zeros_like(g), (g - w).abs().nan_to_num(nan=torch.inf))
-        bad = ~same & ~(off <= allowed)
-    if not bool(bad.any()):
-        return None
-    i = int(bad.flatten().nonzero()[0])
-    text = (
-        f"{int(bad.sum())} of {want.numel()} elements differ; the first at index "
-        f"{_index(i, want.shape)}: {got.flatten()[i].item()!r} sharded, {want.flatten()[i].item()!r} unsharded"
+        return difference(got, want, atol=0.0, rtol=0.0, labels=_LABELS)
+    w = want.detach().cpu().to(torch.float64)
+    finite = w[torch.isfinite(w)]
+    unit = finite.square().mean().sqrt() if finite.numel() else torch.zeros((), dtype=torch.float64)
+    size = torch.maximum(w.abs(), unit)
+    if magnitude is not None:
+        size = torch.maximum(size, magnitude.detach().cpu().to(torch.float64))
+    rtol = 2 * tolerance.tol(want.dtype).rtol
+    return difference(
+        got.to(want.dtype),
+        want,
+        atol=0.0,
+        rtol=rtol,
+        size=size,
+        rule=f"twice the {str(want.dtype).removeprefix('torch.')} rtol ({rtol:g}) of each element's size",
+        labels=_LABELS,
     )
-    if allowed is None:
-        return text
-    ratio = torch.where(bad, off / allowed.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(off))
-    j = int(ratio.flatten().argmax())
-    return text + (
-        f"; the farthest at index {_index(j, want.shape)}: off by {off.flatten()[j].item():.3g}, "
-        f"{ratio.flatten()[j].item():.3g} times the {allowed.flatten()[j].item():.3g} allowed"
-    )
+
+
+_LABELS = ("sharded", "unsharded")
 
 
 def _combine(

@@ -54,16 +54,13 @@ def assert_close(
 ) -> None:
     """`actual` against a float64 `expected`, with `dtype`'s tolerance (default: actual's)
     and `scale` times its atol (the typical magnitude of the values, e.g. sqrt(K) for a
-    K-long dot product)."""
-    dtype = dtype or actual.dtype
-    tol = TOL[dtype]
-    torch.testing.assert_close(
-        actual.to(torch.float64),
-        expected.to(torch.float64),
-        rtol=tol.rtol,
-        atol=tol.atol * scale,
-        msg=lambda m: f"{what} ({dtype}): {m}",
-    )
+    K-long dot product): checked mode's rule (`tpu_kernels.compare.difference`), so a test
+    and checked mode agree on what is close enough."""
+    from tpu_kernels.checked_mode import compare
+
+    why = compare(actual, expected, scale, dtype or actual.dtype)
+    if why is not None:
+        raise AssertionError(f"{what} ({dtype or actual.dtype}): {why}" if what else why)
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

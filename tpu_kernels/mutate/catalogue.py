@@ -324,6 +324,8 @@ PROGRAM, BUILD, STORE = (
 )
 EAGER, FAKE, BUCKETS = "tpu_kernels/eager.py", "tpu_kernels/fake.py", "tpu_kernels/buckets.py"
 CORRECTNESS = "tpu_kernels/bench/correctness.py"
+COMPARE = "tpu_kernels/compare.py"  # the distances: normwise (the correctness column's) and element-wise
+T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
 TITAN = "tpu_kernels/integrations/torchtitan/modules.py"
 HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"
 
@@ -392,7 +394,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     ),
     _toolkit(
         "correctness-max-norm-over-2-norm",
-        CORRECTNESS,
+        COMPARE,
         "        float(diff.max()) / max(scale_max, tiny),",
         "        float(diff.max()) / max(scale2, tiny),",
         "the max-norm error divided by the reference's 2-norm: one wrong element passes",
@@ -559,7 +561,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     ),
     _toolkit(
         "correctness-infinities-disagree",
-        CORRECTNESS,
+        COMPARE,
         "    diff = torch.where(a == e, 0.0, (a - e).abs())",
         "    diff = (a - e).abs()",
         "equal infinities counted as an error (inf - inf is NaN): a right result with -inf entries fails",
@@ -568,12 +570,30 @@ TOOLKIT: tuple[Mutation, ...] = (
     ),
     _toolkit(
         "correctness-2-norm-over-infinities",
-        CORRECTNESS,
+        COMPARE,
         "    scale2 = float(e[finite].norm()) if bool(finite.any()) else 0.0",
         "    scale2 = float(e.norm())",
         "the reference's 2-norm taken with its infinities: every 2-norm error is 0 beside one inf",
         T_CORRECTNESS,
         CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "compare-finite-where-reference-is-nan",
+        COMPARE,
+        "    lost = ~g_special & ~torch.isfinite(w)",
+        "    lost = torch.zeros_like(g_special)",
+        "a finite result where the reference is NaN or inf passes the element-wise rule",
+        T_COMPARE,
+        "compar or mismatch or assert_close",
+    ),
+    _toolkit(
+        "compare-size-ignored",
+        COMPARE,
+        "    allowed = atol + rtol * (w.abs() if size is None else size.to(torch.float64))",
+        "    allowed = atol + rtol * w.abs()",
+        "the sharding simulation's allowance loses the output's own size: right strategies of small values fail",
+        T_COMPARE,
+        "compar or mismatch or assert_close",
     ),
     _toolkit(
         "correctness-either-norm-passes",
