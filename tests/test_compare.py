@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_kernels import checked_mode, compare, sharding_sim, testing, tuner
+from tpu_kernels import checked_mode, compare, testing, tuner
 from tpu_kernels.bench import correctness
+from tpu_kernels.sharding import simulate as sharding_sim
 from tpu_kernels.tolerance import tol
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tpu_kernels
 
 PACKAGE = Path(tpu_kernels.__file__).resolve().parent
@@ -23,6 +25,10 @@ ABOVE_CORE = (
     "bench",
     "tuner",  # finds tuned configs with the harness and the check; the core's tuning/ reads them
     "integrations",
+    # the ops built on the core: the shipped kernel families and the Tokamax ops define ops with
+    # @tpu_kernel and register themselves when imported; the core imports neither
+    "kernels",
+    "tokamax",
     "cli.py",
     "testing.py",
     "scaffold.py",
@@ -217,3 +223,116 @@ def test_only_the_integrations_import_the_libraries_they_wrap():
                 found.append(f"{'/'.join(parts)}:{line} imports {module}")
     assert not found, "\n".join(found)
     assert all((PACKAGE / "integrations" / name).is_dir() for name in INTEGRATED)
+
+
+# ---- the core without a circle: features see an op through a protocol, only op.py assembles ----
+
+# The module that assembles an op from its spec and registers every feature for it. No other
+# module of the core imports it (not even for a type: features annotate with protocol.Op).
+ASSEMBLY = "op.py"
+
+
+def _imports_op(module: str, names: list[str]) -> bool:
+    return module == "tpu_kernels.op" or (
+        module == "tpu_kernels" and bool({"op", "KernelOp", "tpu_kernel"} & set(names))
+    )
+
+
+def test_no_module_of_the_core_but_the_assembly_imports_op_py():
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line} imports {module} {names}"
+        for p in _core_files()
+        if p.relative_to(PACKAGE).as_posix() != ASSEMBLY
+        for line, module, names in _imports(p)
+        if _imports_op(module, names)
+    ]
+    assert not found, "a feature imports op.py (use tpu_kernels.protocol.Op):\n" + "\n".join(found)
+
+
+def _module_graph(package: Path) -> dict[str, set[str]]:
+    """Every module of the package -> the package's modules it imports, at any depth (the
+    facade `tpu_kernels/__init__.py` excluded: it imports on first use, by name)."""
+    files = {_module(p): p for p in package.rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for m, p in files.items():
+        out = set()
+        if m != package.name:
+            for _, module, names in _imports(p):
+                if not module.startswith(package.name):
+                    continue
+                for n in names or [""]:
+                    target = resolve(f"{module}.{n}" if f"{module}.{n}" in files else module)
+                    if target and target != m:
+                        out.add(target)
+        graph[m] = out
+    return graph
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """The package's import circles: its strongly connected components of more than one module."""
+    graph = _module_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_circle():
+    assert not import_cycles(), "import circles (each a set of modules importing each other):\n" + "\n".join(
+        map(str, import_cycles())
+    )
+
+
+def test_the_layer_tests_fail_on_a_feature_importing_op_py_and_on_a_circle(tmp_path):
+    pkg = tmp_path / "tpu_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "op.py").write_text("from tpu_kernels import autograd\nclass KernelOp: ...\n")
+    (pkg / "autograd.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tpu_kernels.op import KernelOp\n"
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        with pytest.raises(AssertionError, match=r"autograd.py:3 imports tpu_kernels.op"):
+            test_no_module_of_the_core_but_the_assembly_imports_op_py()
+        assert import_cycles(pkg) == [["tpu_kernels.autograd", "tpu_kernels.op"]]
+        (pkg / "autograd.py").write_text("from tpu_kernels.protocol import Op\n")
+        (pkg / "protocol.py").write_text("class Op: ...\n")
+        test_no_module_of_the_core_but_the_assembly_imports_op_py()
+        assert import_cycles(pkg) == []
+    finally:
+        PACKAGE = saved

@@ -1,5 +1,5 @@
 """Sharding rules against their kernels, in one process: the local simulation
-(`tpu_kernels.sharding_sim`), the derived rules (`tpu_kernels.sharding_derive`,
+(`tpu_kernels.sharding.simulate`), the derived rules (`tpu_kernels.sharding.derive`,
 `sharding="derived"`) and the errors that name the op, the placements and the rule.
 
 Every shipped op and Helion twin (from the registry: the ops `tpu-kernels check`
@@ -22,14 +22,14 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
-from tpu_kernels import sharding_sim as sim
 from tpu_kernels.check.examples import forward_of
 from tpu_kernels.kernels.matmul import pallas as mm_pallas
 from tpu_kernels.kernels.matmul import reference as mm_reference
 from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
 from tpu_kernels.kernels.scale_add import pallas as add_pallas
 from tpu_kernels.kernels.softmax import pallas as sm_pallas
-from tpu_kernels.sharding_derive import DEPENDENT, UNDECIDED, derive
+from tpu_kernels.sharding import simulate as sim
+from tpu_kernels.sharding.derive import DEPENDENT, UNDECIDED, derive
 
 
 def _family_ops(family) -> list:

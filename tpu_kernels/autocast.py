@@ -35,7 +35,7 @@ from tpu_kernels import _compat
 from tpu_kernels.errors import OpDefinitionError
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 POLICIES = ("keep", "lower_precision_fp", "fp32", "promote")
 
@@ -123,7 +123,7 @@ def cast(policy: str, device_type: str, args: tuple, kwargs: dict) -> tuple[tupl
     return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
 
-def _kernel(op: KernelOp, policy: str, key_name: str, device_type: str | None) -> Callable:
+def _kernel(op: Op, policy: str, key_name: str, device_type: str | None) -> Callable:
     key = getattr(_compat.get("DispatchKey"), key_name)
     excluded = _compat.get("DispatchKeySet")(key)
     privateuse1_name, exclude_guard = (
@@ -140,7 +140,7 @@ def _kernel(op: KernelOp, policy: str, key_name: str, device_type: str | None) -
     return autocast_kernel
 
 
-def register(op: KernelOp, lib: torch.library.Library, policy: str) -> None:
+def register(op: Op, lib: torch.library.Library, policy: str) -> None:
     """Register `policy` for `op` on every autocast key ("keep" registers nothing)."""
     if policy == "keep":
         return

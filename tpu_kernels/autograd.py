@@ -32,7 +32,7 @@ from tpu_kernels.errors import NoBackwardError, OpDefinitionError
 from tpu_kernels.signature import Kind, Param, Signature
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 
 def supported(sig: Signature) -> bool:
@@ -40,7 +40,7 @@ def supported(sig: Signature) -> bool:
     return not any(p.is_tensor and p.keyword_only for p in sig.params)
 
 
-def register(kop: KernelOp, lib: torch.library.Library, cpu_kernel: Callable | None = None) -> None:
+def register(kop: Op, lib: torch.library.Library, cpu_kernel: Callable | None = None) -> None:
     """Register the op's autograd formula; what it does is looked up at backward time,
     so `def_backward` may come after the decorator.
 
@@ -131,7 +131,7 @@ def _fast_path(impl: Callable, cpu_kernel: Callable, functorch_impl: Callable | 
     return autograd_kernel
 
 
-def _single_level_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:
+def _single_level_impl(kop: Op, backward: Callable, setup_context: Callable) -> Callable | None:
     """The autograd kernel's body for calls inside torch.func transforms.
 
     torch's generated kernel applies an `autograd.Function` with an old-style
@@ -198,7 +198,7 @@ class _Call:
         self.keyset, self.kwargs = keyset, kwargs
 
 
-def _autograd_impl(kop: KernelOp, backward: Callable, setup_context: Callable) -> Callable | None:
+def _autograd_impl(kop: Op, backward: Callable, setup_context: Callable) -> Callable | None:
     """torch's generated autograd kernel for this op (what `register_autograd` registers)."""
     if not _FAST_PATH_LIVE:  # pragma: no cover - depends on torch's internals
         return None
@@ -238,7 +238,7 @@ def _flatten(items: list[Any]) -> tuple[list[torch.Tensor], Callable[[list[torch
 # ---- explicit backward ------------------------------------------------------------
 
 
-def check_explicit(kop: KernelOp, bwd: Signature, wrt: tuple[str, ...]) -> None:
+def check_explicit(kop: Op, bwd: Signature, wrt: tuple[str, ...]) -> None:
     """Every backward parameter binds to something the forward provides, and it
     returns one gradient per `wrt` name (checked before the backward op is registered)."""
     fwd = kop.signature
@@ -268,7 +268,7 @@ def check_explicit(kop: KernelOp, bwd: Signature, wrt: tuple[str, ...]) -> None:
         )
 
 
-def _refuse_inputs_outside_wrt(ctx: Any, kop: KernelOp, wrt: tuple[str, ...], values: list[Any]) -> None:
+def _refuse_inputs_outside_wrt(ctx: Any, kop: Op, wrt: tuple[str, ...], values: list[Any]) -> None:
     """An input that requires grad, is not in `wrt`, and whose gradient this backward pass
     needs: raise, naming it, as torch does for an input whose derivative is not implemented
     ("the derivative for 'target' is not implemented"), instead of leaving its `.grad` None.
@@ -324,8 +324,8 @@ class Composite:
 class ExplicitBackward:
     """Calls the backward op with arguments bound by name; returns one grad per input."""
 
-    kop: KernelOp
-    bwd: KernelOp | Composite
+    kop: Op
+    bwd: Op | Composite
     wrt: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -465,8 +465,8 @@ def _NO_GRAD() -> jax.Array:
 
 @dataclasses.dataclass
 class DerivedBackward:
-    kop: KernelOp
-    bwd: KernelOp  # the registered vjp op
+    kop: Op
+    bwd: Op  # the registered vjp op
 
     def __post_init__(self) -> None:
         # how the forward's values are passed on, read once from its signature

@@ -47,7 +47,7 @@ from jax.extend import core as jex_core
 from tpu_kernels import _compat, bridge, dtypes, interpret, jaxprs
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 MAX_POINTS = 1_000_000  # grid points of one kernel whose index maps are evaluated (vectorised)
 
@@ -80,7 +80,7 @@ class Problem:
 # ---- one call's values ------------------------------------------------------------------------
 
 
-def split_call(op: KernelOp, call: tuple[tuple, dict]) -> tuple[list[Any], dict[str, Any], bool]:
+def split_call(op: Op, call: tuple[tuple, dict]) -> tuple[list[Any], dict[str, Any], bool]:
     """(tensor arguments, statics by name, whether JAX's x64 is needed) of one call."""
     args, kwargs = call
     sig = op.signature
@@ -94,7 +94,7 @@ def _x64(on: bool) -> contextlib.AbstractContextManager:
     return jax.enable_x64(True) if on else contextlib.nullcontext()
 
 
-def run_call(op: KernelOp, call: tuple[tuple, dict], params: pltpu.InterpretParams) -> None:
+def run_call(op: Op, call: tuple[tuple, dict], params: pltpu.InterpretParams) -> None:
     """Run one call (concrete JAX arrays) in the TPU interpreter `params`; its errors propagate."""
     tensors, statics, x64 = split_call(op, call)
 
@@ -246,7 +246,7 @@ def reads_scalar_prefetch(jaxpr: Any) -> bool:
     return any(eqn.params["grid_mapping"].num_index_operands for eqn in jaxprs.pallas_calls(jaxpr))
 
 
-def traced(op: KernelOp, tensors: list[Any], statics: dict[str, Any], x64: bool) -> Any:
+def traced(op: Op, tensors: list[Any], statics: dict[str, Any], x64: bool) -> Any:
     """The op's jaxpr at these arguments, its Pallas calls in the fast interpreter."""
     with _x64(x64):
         return jax.make_jaxpr(op.jax_function(interpret=True, **statics))(*tensors)
@@ -338,7 +338,7 @@ def _kernel_problem(eqn: Any, values: list[Any]) -> str | None:
     return None
 
 
-def reads_scalar_prefetch_in(op: KernelOp, call: tuple[tuple, dict]) -> bool:
+def reads_scalar_prefetch_in(op: Op, call: tuple[tuple, dict]) -> bool:
     """Does this call of `op` run a Pallas kernel whose index maps read scalar prefetch?"""
     tensors, statics, x64 = split_call(op, call)
     return reads_scalar_prefetch(traced(op, tensors, statics, x64).jaxpr)
@@ -361,7 +361,7 @@ def _index_map_problem(closed: Any, tensors: list[Any], x64: bool) -> str | None
 BOUNDS_PARAMS = pltpu.InterpretParams(out_of_bounds_reads="raise")
 
 
-def call_problem(op: KernelOp, call: tuple[tuple, dict]) -> Problem | None:
+def call_problem(op: Op, call: tuple[tuple, dict]) -> Problem | None:
     """Out-of-bounds accesses of one call (concrete JAX arrays): the scalar-prefetch index
     maps evaluated on the values this call computes, then the call in the TPU interpreter.
     None when everything is in bounds, or when the op reads no scalar prefetch (its index maps
@@ -385,7 +385,7 @@ def call_problem(op: KernelOp, call: tuple[tuple, dict]) -> Problem | None:
     return None
 
 
-def torch_call_problem(op: KernelOp, args: tuple, kwargs: dict) -> Problem | None:
+def torch_call_problem(op: Op, args: tuple, kwargs: dict) -> Problem | None:
     """`call_problem` for a call with torch tensors (checked mode): CPU copies of its tensors
     as JAX arrays, the caller's tensors untouched. A bounds run that fails otherwise (an op
     the TPU interpreter cannot run) warns, naming the op and the error, and checks nothing."""
@@ -400,7 +400,7 @@ def torch_call_problem(op: KernelOp, args: tuple, kwargs: dict) -> Problem | Non
         return None
 
 
-def _torch_call_problem(op: KernelOp, args: tuple, kwargs: dict) -> Problem | None:
+def _torch_call_problem(op: Op, args: tuple, kwargs: dict) -> Problem | None:
     def to_jax(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             return bridge.to_jax_cpu(v.detach().to("cpu", copy=True).contiguous())

@@ -70,7 +70,7 @@ from tpu_kernels.signature import Kind
 from tpu_kernels.tolerance import Reference, rms, tol
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 ENV = "TPU_KERNELS_CHECK"
 STRICT = "strict"  # TPU_KERNELS_CHECK=strict: checked mode, strict
@@ -192,7 +192,7 @@ def _wide(t: Any) -> Any:
     return t
 
 
-def _describe(op: KernelOp, values: list[Any]) -> str:
+def _describe(op: Op, values: list[Any]) -> str:
     parts = []
     for p, v in zip(op.signature.params, values):
         if isinstance(v, torch.Tensor):
@@ -208,7 +208,7 @@ def _describe(op: KernelOp, values: list[Any]) -> str:
 _WARNED: set[tuple[str, str]] = set()
 
 
-def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[str, Any] | None:
+def _reference_kwargs(op: Op, ref: Reference, values: list[Any]) -> dict[str, Any] | None:
     """The op's arguments the reference takes, by name; None when the call cannot be checked."""
     params = op.signature.params
     if ref.jax:
@@ -229,7 +229,7 @@ def _reference_kwargs(op: KernelOp, ref: Reference, values: list[Any]) -> dict[s
 _PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # warnings point at the first frame outside it
 
 
-def _unchecked(op: KernelOp, why: str, fix: str = "") -> None:
+def _unchecked(op: Op, why: str, fix: str = "") -> None:
     """A call checked mode cannot check: in strict mode an error, else a warning, once per
     op and reason, that such calls run unchecked."""
     if is_strict():
@@ -342,7 +342,7 @@ def compare(
     )
 
 
-def _fail(op: KernelOp, what: str, values: list[Any], why: str, extra: str = "") -> None:
+def _fail(op: Op, what: str, values: list[Any], why: str, extra: str = "") -> None:
     raise CheckFailure(
         f"checked mode: {op.name} {what} differs from its reference: {why}\n"
         f"  inputs: {_describe(op, values)}{extra}\n"
@@ -350,7 +350,7 @@ def _fail(op: KernelOp, what: str, values: list[Any], why: str, extra: str = "")
     )
 
 
-def _args(op: KernelOp, values: list[Any]) -> dict[str, Any]:
+def _args(op: Op, values: list[Any]) -> dict[str, Any]:
     return {p.name: v for p, v in zip(op.signature.params, values)}
 
 
@@ -360,7 +360,7 @@ _NO_REDUCTION = (
 )
 
 
-def reference_outputs(op: KernelOp, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+def reference_outputs(op: Op, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
     """The op's reference outputs (its visible ones) for a call, in float64 on the CPU: what
     checked mode compares the call with; None when the op has no reference or the reference
     does not cover the call (the autotuner then compares with the default config)."""
@@ -385,7 +385,7 @@ def reference_outputs(op: KernelOp, args: tuple, kwargs: dict) -> list[torch.Ten
 # ---- the hooks ------------------------------------------------------------------------------
 
 
-def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
+def call(op: Op, args: tuple, kwargs: dict) -> Any:
     """`KernelOp.__call__` in checked mode: the dispatcher's result, checked."""
     if BOUNDS:
         _check_bounds(op, args, kwargs)
@@ -407,7 +407,7 @@ def call(op: KernelOp, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
+def _check_bounds(op: Op, args: tuple, kwargs: dict) -> None:
     from tpu_kernels import bounds
 
     found = bounds.torch_call_problem(op, args, kwargs)
@@ -420,7 +420,7 @@ def _check_bounds(op: KernelOp, args: tuple, kwargs: dict) -> None:
 
 
 def check_forward(
-    op: KernelOp,
+    op: Op,
     ref: Reference,
     values: list[Any],
     out: Any,
@@ -491,7 +491,7 @@ _MUTATION_NOTE = (
 )
 
 
-def _mutated_expected(op: KernelOp, ref: Reference, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+def _mutated_expected(op: Op, ref: Reference, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The reference's copies of the arguments the op mutates, by name (a torch reference
     updates them in place when it runs; a JAX one returns them, filled in later); None when
     the reference does not take one of them (the call cannot be checked)."""
@@ -504,7 +504,7 @@ def _mutated_expected(op: KernelOp, ref: Reference, kwargs: dict[str, Any]) -> d
     return {n: kwargs[n] for n in op.mutates_args}
 
 
-def check_backward(op: KernelOp, values: list[Any], grads_out: list[Any], grads_in: list[Any]) -> None:
+def check_backward(op: Op, values: list[Any], grads_out: list[Any], grads_in: list[Any]) -> None:
     """The op's autograd backward in checked mode: its input gradients against the
     reference's for the same incoming gradients (`grads_in`: one per parameter)."""
     ref = op.check_reference
@@ -548,7 +548,7 @@ _SPOT_SEEN: set[tuple] = set()  # (op, argument shapes, dtypes and statics) alre
 _SPOT_LIMIT = 4096  # then no more spot checks: a process with endlessly new shapes pays nothing
 
 
-def _spot_eps(op: KernelOp, ref: Reference, values: list[Any]) -> float | None:
+def _spot_eps(op: Op, ref: Reference, values: list[Any]) -> float | None:
     """The mean square the op's spot check scales an input to (the op's eps), or None when
     the op gets no spot check."""
     if ref.spot_check is False or op.mutates_args:
@@ -573,7 +573,7 @@ def _key(v: Any) -> Any:
     return repr(v)
 
 
-def _spot_check(op: KernelOp, ref: Reference, values: list[Any]) -> None:
+def _spot_check(op: Op, ref: Reference, values: list[Any]) -> None:
     """Once per op and input shapes: the call rerun with its first floating-point tensor
     scaled by a power of two (exact) to a mean square of about the op's eps, and checked.
     At unit scale an eps moved outside a sqrt changes results by about eps, which no

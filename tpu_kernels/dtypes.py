@@ -37,6 +37,10 @@ JAX_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in TORCH_TO_JAX.items
 WIDE = frozenset({torch.float64, torch.int64})
 WIDE_JAX = frozenset(TORCH_TO_JAX[t] for t in WIDE)
 
+# The floating dtypes the shipped kernels (and Helion ops with float_only=) accept, as their
+# integer-input error says it (docs/dtypes.md).
+FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"
+
 
 def needs_x64(arrays: Any, statics: dict[str, Any] | None = None) -> bool:
     """Does a call need JAX's 64-bit mode: a 64-bit array (or spec) among `arrays`,

@@ -29,7 +29,7 @@ from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
@@ -137,7 +137,7 @@ class EagerCpuCall:
             self._to_jax = self.executor.transfer.to_jax
 
     @classmethod
-    def for_op(cls, op: KernelOp) -> EagerCpuCall | None:
+    def for_op(cls, op: Op) -> EagerCpuCall | None:
         kernel = op.cpu_kernel
         if kernel is None or op.mutates_args:
             return None

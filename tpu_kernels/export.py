@@ -20,10 +20,10 @@ from tpu_kernels.chips import Chip, targeting
 from tpu_kernels.errors import KernelError
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 
-def flat_kernel(kop: KernelOp, args: tuple, kwargs: dict) -> tuple[Callable, list[Any], bool]:
+def flat_kernel(kop: Op, args: tuple, kwargs: dict) -> tuple[Callable, list[Any], bool]:
     """(a function of the tensor arguments only, their ShapeDtypeStructs, whether x64 is needed)."""
     sig = kop.signature
     values = sig.bind(args, kwargs)
@@ -68,7 +68,7 @@ def x64_scope(x64: bool) -> contextlib.AbstractContextManager:
 
 
 def export_kernel(
-    kop: KernelOp, args: tuple, kwargs: dict, *, platform: str = "tpu", chip: Chip | None = None
+    kop: Op, args: tuple, kwargs: dict, *, platform: str = "tpu", chip: Chip | None = None
 ) -> jax.export.Exported:
     """Export `kop`'s kernel for `platform` at the shapes of the example arguments.
 

@@ -340,14 +340,14 @@ def assert_sharding_rule(
 ) -> Any:
     """`op`'s DTensor sharding rule agrees with its kernel: every strategy the rule returns
     (and its backward op's), simulated in this process on 2 and 3 shards, combines to the
-    unsharded call (`tpu_kernels.sharding_sim`, docs/distributed.md#verifying-a-rule).
+    unsharded call (`tpu_kernels.sharding.simulate`, docs/distributed.md#verifying-a-rule).
 
     At `args`/`kwargs` (tensors), or else at each of the op's example calls (shrunk, with
     random values; `sharding_examples=` where random values would not do). Raises
     `ShardingRuleError` naming the op, the strategy and the first wrong element; fails
     too when the op has no rule, or when its rule offers nothing but all-Replicate at
     every call (nothing would have been checked). Returns the simulation's report."""
-    from tpu_kernels import sharding_sim
+    from tpu_kernels.sharding import simulate as sharding_sim
 
     calls = [(tuple(args), dict(kwargs or {}))] if args is not None else sharding_sim.example_calls(op)
     if not calls:

@@ -36,7 +36,7 @@ from tpu_kernels.errors import KernelError, OpDefinitionError
 from tpu_kernels.signature import Kind, Param, Signature
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 # The twin's first parameter: one flag per tensor leaf (list elements
 # included, absent optionals skipped), True where the leaf is batched. A
@@ -50,7 +50,7 @@ def supported(sig: Signature) -> bool:
     return not any(p.is_tensor and p.keyword_only for p in sig.params)
 
 
-def register(kop: KernelOp) -> None:
+def register(kop: Op) -> None:
     """Register `kop`'s batching rule with torch (at definition; the rule is chosen per call)."""
     if not supported(kop.signature) or kop.mutates_args:
         return  # such ops keep torch's per-sample fallback
@@ -59,14 +59,14 @@ def register(kop: KernelOp) -> None:
     )
 
 
-def rule(kop: KernelOp, info: Any, in_dims: tuple, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+def rule(kop: Op, info: Any, in_dims: tuple, args: tuple, kwargs: dict) -> tuple[Any, Any]:
     """The batching rule: the declared one, else the derived one."""
     if kop.vmap_rule is not None:
         return kop.vmap_rule(info, in_dims, *args, **kwargs)
     return derived_rule(kop, in_dims, args, kwargs)
 
 
-def derived_rule(kop: KernelOp, in_dims: tuple, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+def derived_rule(kop: Op, in_dims: tuple, args: tuple, kwargs: dict) -> tuple[Any, Any]:
     sig = kop.signature
     values = sig.values(args, kwargs)
     dims = list(in_dims) + [None] * (len(values) - len(in_dims))  # dropped trailing defaults
@@ -103,7 +103,7 @@ def _to_front(t: torch.Tensor, d: int | None) -> torch.Tensor:
     return t if d is None or d == 0 else t.movedim(d, 0)
 
 
-def batched_op(kop: KernelOp) -> KernelOp:
+def batched_op(kop: Op) -> Op:
     """`kop`'s batched twin (made once, on the first batched call)."""
     twin = kop.vmap_twin
     if twin is not None:
@@ -114,9 +114,7 @@ def batched_op(kop: KernelOp) -> KernelOp:
     return kop.vmap_twin
 
 
-def _make_twin(kop: KernelOp) -> KernelOp:
-    from tpu_kernels.op import KernelOp
-
+def _make_twin(kop: Op) -> Op:
     fwd = kop.signature
     depth = sum(p.name.startswith(BATCHED) for p in fwd.params)
     flag_name = f"{BATCHED}{depth or ''}_"
@@ -126,7 +124,7 @@ def _make_twin(kop: KernelOp) -> KernelOp:
     flag = Param(flag_name, Kind.STATIC, "bool[]", inspect.Parameter.empty, keyword_only=False)
     sig = Signature(qualname, (flag,) + fwd.params, fwd.n_outputs, fwd.returns_tuple)
     n_res = kop.signature.n_outputs - kop.n_visible
-    twin = KernelOp(
+    twin = type(kop)(  # an op of the op's own class: this module never names op.py's
         qualname,
         batched_kernel(fwd, kop.fn, flag_name),
         signature=sig,
@@ -167,7 +165,7 @@ class BatchedBackward:
     backward ops use their batching rules too); gradients of shared
     (unbatched) inputs are summed over the batch."""
 
-    def __init__(self, kop: KernelOp) -> None:
+    def __init__(self, kop: Op) -> None:
         self.kop = kop
 
     def __call__(self, values: list[Any], outs: list[Any], grads: list[Any]) -> list[Any]:

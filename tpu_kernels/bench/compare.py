@@ -128,7 +128,7 @@ def verdict(change: Change) -> str:
 
 def markdown_table(changes: list[Change], threshold: float) -> str:
     """The comparison as a GitHub-flavoured Markdown table, for a pull request."""
-    from tpu_kernels.bench.console import fmt_time
+    from tpu_kernels.bench.stats import fmt_time
 
     bad = regressions(changes)
     lines = [

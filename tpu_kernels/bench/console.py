@@ -12,6 +12,7 @@ from rich.table import Table
 
 from tpu_kernels.bench import runner
 from tpu_kernels.bench.results import PointResult, Report
+from tpu_kernels.bench.stats import fmt_time as fmt_time  # shared by the reports and the tuner
 
 
 def progress_bar(console: Console) -> Progress:
@@ -70,15 +71,6 @@ class LineProgress(runner.Progress):
 
 def progress_for(console: Console) -> runner.Progress:
     return RichProgress(console) if console.is_terminal else LineProgress(console)
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
 
 
 def _num(x: float | None, spec: str = ".3g") -> str:

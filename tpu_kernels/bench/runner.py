@@ -184,7 +184,7 @@ def rotation_note(
     """What the rotation comparison measured, in words, either way: the median over `sets`
     rotating input sets against a plain loop over one set (`single`, per call). Slower with
     rotation is what caching predicts; faster is not, and the note does not pretend otherwise."""
-    from tpu_kernels.bench.console import fmt_time
+    from tpu_kernels.bench.stats import fmt_time
 
     where = ""
     if cache_bytes:

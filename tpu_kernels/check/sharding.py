@@ -1,12 +1,12 @@
 """`tpu-kernels check --sharding`: each op's DTensor rule, derived from its kernel and simulated.
 
 For every op (backward ops included) at each of its example calls, shrunk and filled
-with random values (`tpu_kernels.sharding_sim.example_calls`; a backward op's are the
+with random values (`tpu_kernels.sharding.simulate.example_calls`; a backward op's are the
 calls its forward's lead to):
 
 - the rule: what `sharding=` declared ("pointwise", "rowwise(...)", a function's
   name, "derived"), or "none";
-- the derived rule: the strategies `tpu_kernels.sharding_derive` reads off the
+- the derived rule: the strategies `tpu_kernels.sharding.derive` reads off the
   kernel, beside the rule's own (the same, or which strategies only one offers), and
   why each other dim is not shardable (dependent, or undecided);
 - the simulation: every strategy of the rule on 2 and 3 shards against the unsharded
@@ -47,8 +47,9 @@ class ShardingReport:
 
 def check_sharding(op: KernelOp) -> ShardingReport:
     """Derive and simulate `op`'s rule at its example calls (see the module docstring)."""
-    from tpu_kernels import sharding, sharding_sim
+    from tpu_kernels import sharding
     from tpu_kernels.check.examples import describe_call, forward_of
+    from tpu_kernels.sharding import simulate as sharding_sim
 
     rule = sharding.describe(sharding.rule_of(op))
     fwd = forward_of(op)
@@ -95,8 +96,8 @@ def _sharded(outs: list[Any], ins: list[Any]) -> bool:
 
 
 def _derive(op: KernelOp, args: tuple, kwargs: dict, call: CallReport) -> None:
-    from tpu_kernels import sharding_sim
-    from tpu_kernels.sharding_derive import derive
+    from tpu_kernels.sharding import simulate as sharding_sim
+    from tpu_kernels.sharding.derive import derive
 
     try:
         d = derive(op, args, kwargs)

@@ -60,7 +60,7 @@ def print_comparison(console, baseline, current, threshold: float, markdown: Pat
     from rich.table import Table
 
     from tpu_kernels.bench.compare import compare, markdown_table, regressions, verdict
-    from tpu_kernels.bench.console import fmt_time
+    from tpu_kernels.bench.stats import fmt_time
 
     changes = compare(baseline, current, threshold)
     if markdown is not None:

@@ -13,6 +13,8 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels.dtypes import FLOAT_DTYPES_TEXT  # the integer-input error's words (Helion ops say it too)
+
 # Kernel wrappers may be traced with symbolic sizes (the fake function under
 # torch.compile(dynamic=True)): decisions that need a concrete size fall back
 # to the requested block then, which gives the same output shapes.
@@ -35,7 +37,6 @@ def row_block(rows: int, target: int) -> int:
     return max(SUBLANES, target // SUBLANES * SUBLANES)
 
 
-FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"
 
 
 def require_float(op: str, **arrays: jax.Array) -> None:

@@ -323,7 +323,7 @@ class HelionSource:
 
     def check_float(self, values: list[Any]) -> None:
         """Raise the shipped ops' integer-input error for a `float_only` parameter."""
-        from tpu_kernels.kernels._blocks import FLOAT_DTYPES_TEXT
+        from tpu_kernels.dtypes import FLOAT_DTYPES_TEXT
 
         short = self.name.split("::")[-1]
         for n, v in zip(_param_names(self.kernel.fn), values):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_kernels import tuning
-from tpu_kernels.bench.console import fmt_time
+from tpu_kernels.bench.stats import fmt_time
 from tpu_kernels.tuner.point import Outcome
 from tpu_kernels.tuning import lookup
 from tpu_kernels.tuning import table as tables

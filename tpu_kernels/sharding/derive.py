@@ -32,7 +32,7 @@ outputs `Shard(d)` or `Partial()`.
 
 A derivation is a claim read off the kernel's structure: a body that mixes rows
 inside one block, or padding that is not neutral, passes the analysis and is
-caught only by the simulation (`tpu_kernels.sharding_sim`), which every derived
+caught only by the simulation (`tpu_kernels.sharding.simulate`), which every derived
 rule passes before DTensor sees it (`tpu_kernels.sharding.Derived`).
 """
 
@@ -48,7 +48,7 @@ from tpu_kernels import pallas_grid
 from tpu_kernels.signature import Kind
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 DEPENDENT, UNDECIDED = "dependent", "undecided"
 
@@ -645,7 +645,7 @@ def _identity(bm: Any, axis: int, dim: int, n_grid: int) -> bool:
 # ---- one call -------------------------------------------------------------------------------------
 
 
-def derive(op: KernelOp, args: tuple, kwargs: dict) -> Derivation:
+def derive(op: Op, args: tuple, kwargs: dict) -> Derivation:
     """The strategies `op`'s kernel shows at this call (tensors: anything with a shape and
     a dtype: torch tensors, jax.ShapeDtypeStructs, DTensorSpecs' metadata)."""
     import jax
@@ -723,7 +723,7 @@ def derive(op: KernelOp, args: tuple, kwargs: dict) -> Derivation:
     return Derivation(op.name, strategies, sorted(notes, key=lambda n: (names.index(n.tensor), n.dim)))
 
 
-def _spec(op: KernelOp, name: str, v: Any) -> Any:
+def _spec(op: Op, name: str, v: Any) -> Any:
     """A tensor, a DTensorSpec or a jax.ShapeDtypeStruct as the ShapeDtypeStruct to trace with."""
     import jax
 

@@ -16,9 +16,9 @@ collectives) and wraps the local outputs. A rule is one of
   takes: called with the op's arguments (tensors as `DTensorSpec`s, statics as
   values), it returns `[(output placements, input placements), ...]` for one mesh
   dim, an input list with one entry per argument passed (None for non-tensors).
-- `"derived"`: read off the Pallas kernel (`tpu_kernels.sharding_derive`) at each
+- `"derived"`: read off the Pallas kernel (`tpu_kernels.sharding.derive`) at each
   call's shapes, and offered only once it passed the local simulation
-  (`tpu_kernels.sharding_sim`) at the op's examples (`Derived`).
+  (`tpu_kernels.sharding.simulate`) at the op's examples (`Derived`).
 
 The backward op gets a rule derived from the forward's: an input's gradient is
 sharded like the input; the gradient of an input that is Replicate while the
@@ -44,22 +44,33 @@ costs about 0.6 s here, measured, which a program without DTensor should not pay
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.abc
 import importlib.util
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tpu_kernels.errors import OpDefinitionError, ShardingRuleError
+from tpu_kernels.sharding.registry import (
+    _RULE_OF,
+    _SIMULATING,
+    _STRATEGIES,
+    _is_spec,
+    _shape,
+    check_strategies,
+    given_text,
+    rule_of,
+    simulating,
+    strategies_of,
+    strategy_text,
+)
 from tpu_kernels.signature import Kind, Signature
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 _DTENSOR = "torch.distributed.tensor"
 
@@ -128,28 +139,9 @@ def describe(rule: Any) -> str:
 
 # ---- derived rules ---------------------------------------------------------------------
 
-# While simulating: derived rules return every strategy they derive, recorded here.
-_SIMULATING: ContextVar[set[tuple] | None] = ContextVar("tpu_kernels_sharding_simulating", default=None)
-
-
-@contextlib.contextmanager
-def simulating() -> Iterator[set[tuple]]:
-    """Inside: a derived rule offers every strategy it derives (the simulation checks them),
-    each recorded in the yielded set (the enclosing block's, when nested), instead of only
-    those verified at its examples."""
-    seen = _SIMULATING.get()
-    if seen is None:
-        seen = set()
-    token = _SIMULATING.set(seen)
-    try:
-        yield seen
-    finally:
-        _SIMULATING.reset(token)
-
-
 class Derived:
     """`sharding="derived"`: each call's strategies read off the kernel at the call's global
-    shapes (`tpu_kernels.sharding_derive.derive`), once the derived rule has passed the
+    shapes (`tpu_kernels.sharding.derive.derive`), once the derived rule has passed the
     local simulation at the op's example calls.
 
     On the first DTensor call (or `verify()`), in a fresh thread: the rule is derived
@@ -166,14 +158,14 @@ class Derived:
     name = "derived"
 
     def __init__(self) -> None:
-        self.op: KernelOp | None = None
-        self.fwd: KernelOp | None = None  # set when the rule is a backward op's own
+        self.op: Op | None = None
+        self.fwd: Op | None = None  # set when the rule is a backward op's own
         self._lock = threading.Lock()
         self._verified: set[tuple] | None = None
         self._error: BaseException | None = None
         self._warned: set[tuple] = set()
 
-    def bind(self, op: KernelOp, fwd: KernelOp | None = None) -> None:
+    def bind(self, op: Op, fwd: Op | None = None) -> None:
         if self.op is not None:
             raise OpDefinitionError(f"{op.name}: a Derived rule belongs to one op ({self.op.name}).")
         owner = fwd or op
@@ -187,7 +179,7 @@ class Derived:
     def __call__(self, *args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
         from torch.distributed.tensor import Replicate
 
-        from tpu_kernels.sharding_derive import derive
+        from tpu_kernels.sharding.derive import derive
 
         op = self.op
         if op is None:
@@ -214,23 +206,23 @@ class Derived:
 
     def verify(self) -> None:
         """Derive and simulate the rule at the op's example calls, once (see the class)."""
+        from tpu_kernels.sharding import simulate as sim
+
         with self._lock:
             if self._verified is not None:
                 return
             if self._error is not None:
                 raise self._error
-            from tpu_kernels.sharding_sim import in_fresh_thread
 
             try:
-                self._verified = in_fresh_thread(self._verify)
+                self._verified = sim.in_fresh_thread(self._verify)
             except ShardingRuleError as e:
                 self._error = e
                 raise
 
     def _verify(self) -> set[tuple]:
-        from tpu_kernels import sharding_sim as sim
-        from tpu_kernels.op import KernelOp
-        from tpu_kernels.sharding_derive import derive
+        from tpu_kernels.sharding import simulate as sim
+        from tpu_kernels.sharding.derive import derive
 
         op = self.op
         assert op is not None
@@ -244,7 +236,7 @@ class Derived:
         shardable = False
         undecided = []
         bwd = op.backward_op
-        derives_bwd = isinstance(bwd, KernelOp) and _RULE_OF.get(bwd.name) is self
+        derives_bwd = _is_kernel_op(bwd) and _RULE_OF.get(bwd.name) is self
         with simulating() as seen:
             for args, kwargs in calls:
                 derivation = derive(op, args, kwargs)
@@ -267,8 +259,6 @@ class Derived:
         if key in self._warned:
             return
         self._warned.add(key)
-        from tpu_kernels.sharding_sim import strategy_text
-
         assert self.op is not None
         warnings.warn(
             f"{self.op.name}: the derived strategy {strategy_text(list(ins), list(ins.values()), outs)} "
@@ -289,7 +279,7 @@ class Derived:
 class _Backward:
     """How a backward op's tensors relate to its forward op."""
 
-    fwd: KernelOp
+    fwd: Op
     wrt: tuple[str, ...]  # the forward input each output is the gradient of
 
 
@@ -304,17 +294,7 @@ def _layout(sig: Signature, args: tuple, kwargs: dict, by_name: dict[str, Any]) 
     return [by_name.get(n) if _is_spec(v) else None for n, v in zip(names, values)]
 
 
-def _is_spec(v: Any) -> bool:
-    from tpu_kernels import _compat
-
-    return isinstance(v, _compat.get("DTensorSpec"))
-
-
-def _shape(v: Any) -> tuple[int, ...]:
-    return tuple(v.tensor_meta.shape)
-
-
-def _output_shapes(kop: KernelOp, values: dict[str, Any]) -> list[tuple[int, ...]]:
+def _output_shapes(kop: Op, values: dict[str, Any]) -> list[tuple[int, ...]]:
     """Global output shapes, from the op's own shape function."""
     import jax
 
@@ -334,7 +314,7 @@ def _output_shapes(kop: KernelOp, values: dict[str, Any]) -> list[tuple[int, ...
 
 
 def _broadcast_strategies(
-    kop: KernelOp, rule: Broadcast, values: dict[str, Any], grads: bool
+    kop: Op, rule: Broadcast, values: dict[str, Any], grads: bool
 ) -> list[tuple[list[Any], dict[str, Any]]]:
     """Strategies of a Broadcast rule over this op's tensors.
 
@@ -387,7 +367,7 @@ def _broadcast_strategies(
 
 
 def _callable_strategies(
-    rule: Callable, bwd: _Backward | None, kop: KernelOp, args: tuple, kwargs: dict
+    rule: Callable, bwd: _Backward | None, kop: Op, args: tuple, kwargs: dict
 ) -> list[tuple[list[Any], dict[str, Any]]]:
     """A callable rule's strategies as (outputs, {param: placement}); for a backward op,
     derived from the forward's strategies."""
@@ -440,7 +420,7 @@ def _callable_strategies(
     return result
 
 
-def strategy_fn(kop: KernelOp, rule: Any, bwd: _Backward | None = None) -> Callable:
+def strategy_fn(kop: Op, rule: Any, bwd: _Backward | None = None) -> Callable:
     """The function given to register_sharding for `kop`: the rule's strategies, checked
     to fit the call (`check_strategies`); a rule that raises is reported with the call's
     placements."""
@@ -469,54 +449,7 @@ def strategy_fn(kop: KernelOp, rule: Any, bwd: _Backward | None = None) -> Calla
     return strategies
 
 
-def given_text(names: Sequence[str], values: Sequence[Any]) -> str:
-    """The placements of a call's DTensor arguments: `x: Shard(1), weight: Replicate()`."""
-    from tpu_kernels.sharding_sim import placement_text
-
-    parts = [
-        f"{n}: {', '.join(placement_text(p) for p in v.placements)}"
-        for n, v in zip(names, values)
-        if _is_spec(v)
-    ]
-    return ", ".join(parts) or "no DTensor arguments"
-
-
-def check_strategies(kop: KernelOp, names: Sequence[str], values: Sequence[Any], found: Any) -> None:
-    """`found` (register_sharding's form) fits this call: at least one strategy, one
-    placement per output, at most one per argument and None exactly for non-tensors,
-    and each Shard(d) inside its tensor; else ShardingRuleError naming the op, the
-    placements given and the strategies the rule returned."""
-    from tpu_kernels.sharding_sim import placement_text, strategy_text
-
-    n_out = kop.signature.n_outputs
-    problems = []
-    if not found:
-        problems.append("it returned no strategy (DTensor has none to pick; include the all-Replicate one)")
-    for outs, ins in found or ():
-        text = strategy_text(names, list(ins) + [None] * (len(names) - len(ins)), outs)
-        if len(outs) != n_out:
-            problems.append(f"{text}: {len(outs)} output placements for {n_out} outputs")
-        if len(ins) > len(values):
-            problems.append(f"{text}: {len(ins)} input placements for {len(values)} arguments")
-        for n, v, p in zip(names, values, ins):
-            if _is_spec(v) and p is None:
-                problems.append(f"{text}: no placement for the tensor {n}")
-            elif not _is_spec(v) and p is not None:
-                problems.append(f"{text}: a placement ({placement_text(p)}) for {n}, which is not a tensor")
-            elif type(p).__name__ == "Shard" and not -len(_shape(v)) <= p.dim < len(_shape(v)):
-                problems.append(f"{text}: {n} has {len(_shape(v))} dims, so no dim {p.dim} to shard")
-    if problems:
-        accepted = "; ".join(
-            strategy_text(names, list(i) + [None] * (len(names) - len(i)), o) for o, i in found or ()
-        )
-        raise ShardingRuleError(
-            f"{kop.name}: its sharding rule gives DTensor no usable strategy for this call:\n  "
-            + "\n  ".join(problems)
-            + f"\n  given: {given_text(names, values)}\n  the rule accepts: {accepted or 'nothing'}"
-        )
-
-
-def missing_rule_fn(kop: KernelOp, fwd: KernelOp | None = None) -> Callable:
+def missing_rule_fn(kop: Op, fwd: Op | None = None) -> Callable:
     def raise_missing(*args: Any, **kwargs: Any) -> Any:
         if fwd is None:
             how = (
@@ -541,11 +474,9 @@ def missing_rule_fn(kop: KernelOp, fwd: KernelOp | None = None) -> Callable:
 
 _PENDING: list[tuple[Any, Callable]] = []
 _LOCK = threading.Lock()
-_STRATEGIES: dict[str, Callable | None] = {}  # op name -> the function registered (None: no rule)
-_RULE_OF: dict[str, Any] = {}  # op name -> the rule object its strategies come from
 
 
-def register(kop: KernelOp, rule: Any, *, fwd: KernelOp | None = None, wrt: Sequence[str] = ()) -> None:
+def register(kop: Op, rule: Any, *, fwd: Op | None = None, wrt: Sequence[str] = ()) -> None:
     """Register `rule` (or the missing-rule error when None) for `kop`'s overload;
     `fwd`/`wrt` when `kop` is the backward op of `fwd`.
 
@@ -569,23 +500,12 @@ def register(kop: KernelOp, rule: Any, *, fwd: KernelOp | None = None, wrt: Sequ
     _schedule(kop, fn)
 
 
-def _takes_forward_arguments(fwd: KernelOp, bwd: KernelOp) -> bool:
+def _takes_forward_arguments(fwd: Op, bwd: Op) -> bool:
     names = {p.name for p in bwd.signature.params}
     return all(p.name in names for p in fwd.signature.params)
 
 
-def strategies_of(kop: KernelOp) -> Callable | None:
-    """The strategy function registered with DTensor for `kop` (register_sharding's form),
-    or None when it has no rule."""
-    return _STRATEGIES.get(kop.name)
-
-
-def rule_of(kop: KernelOp) -> Any:
-    """The rule `kop`'s strategies come from (a backward op's: its forward's, or its own)."""
-    return _RULE_OF.get(kop.name)
-
-
-def _schedule(kop: KernelOp, fn: Callable) -> None:
+def _schedule(kop: Op, fn: Callable) -> None:
     import torch.distributed
 
     if not torch.distributed.is_available():
@@ -598,7 +518,7 @@ def _schedule(kop: KernelOp, fn: Callable) -> None:
     _register_now(kop, fn)
 
 
-def _register_now(kop: KernelOp, fn: Callable) -> None:
+def _register_now(kop: Op, fn: Callable) -> None:
     from torch.distributed.tensor.experimental import register_sharding
 
     from tpu_kernels import _compat
@@ -656,9 +576,15 @@ def _remove_hook() -> None:
         sys.meta_path.remove(_HOOK)
 
 
-def backward_wrt(fwd_sig: Signature, bwd_kop: KernelOp) -> tuple[str, ...]:
+def backward_wrt(fwd_sig: Signature, bwd_kop: Op) -> tuple[str, ...]:
     """The forward input each output of a derived (vjp) backward op is the gradient of."""
     return tuple(p.name for p in fwd_sig.params if p.kind in (Kind.TENSOR, Kind.OPTIONAL_TENSOR))
 
 
 __all__ = ["Broadcast", "Derived", "check_strategies", "pointwise", "rowwise", "rule_of", "strategies_of"]
+
+
+def _is_kernel_op(op: object) -> bool:
+    """A kernel op (its own registration, simulated and derived) rather than a composite
+    backward (autograd.Composite: a torch function calling other ops) or None."""
+    return op is not None and hasattr(op, "overload") and hasattr(op, "spec")

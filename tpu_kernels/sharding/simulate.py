@@ -48,9 +48,16 @@ import torch
 from tpu_kernels import tolerance
 from tpu_kernels.compare import difference
 from tpu_kernels.errors import ShardingRuleError
+from tpu_kernels.sharding.registry import (
+    check_strategies,
+    placement_text,
+    simulating,
+    strategies_of,
+    strategy_text,
+)
 
 if TYPE_CHECKING:
-    from tpu_kernels.op import KernelOp
+    from tpu_kernels.protocol import Op
 
 SHARDS = (2, 3)  # mesh sizes simulated: even and uneven splits of most dims
 SEED = 0  # the same random inputs on every rank (a derived rule is verified on each)
@@ -87,28 +94,10 @@ class Report:
 # ---- describing placements ------------------------------------------------------------------
 
 
-def placement_text(p: Any) -> str:
-    if p is None:
-        return "-"
-    name = type(p).__name__
-    if name == "Shard":
-        return f"Shard({p.dim})"
-    if name == "Partial":
-        op = getattr(p, "reduce_op", "sum")
-        return "Partial()" if op == "sum" else f"Partial({op!r})"
-    return f"{name}()"
-
-
-def strategy_text(names: Sequence[str], ins: Sequence[Any], outs: Sequence[Any]) -> str:
-    """`x: Shard(0), weight: Replicate() -> Shard(0), Shard(0)` (non-tensor arguments left out)."""
-    left = ", ".join(f"{n}: {placement_text(p)}" for n, p in zip(names, ins) if p is not None)
-    return f"{left or '(no tensors)'} -> {', '.join(placement_text(p) for p in outs)}"
-
-
 # ---- one call's specs ------------------------------------------------------------------------
 
 
-def _arguments(op: KernelOp, args: tuple, kwargs: dict) -> tuple[list[str], list[Any]]:
+def _arguments(op: Op, args: tuple, kwargs: dict) -> tuple[list[str], list[Any]]:
     """The call's arguments in register_sharding's order (positional, then keywords), by name."""
     names = [p.name for p in op.signature.params[: len(args)]] + list(kwargs)
     return names, list(args) + list(kwargs.values())
@@ -133,17 +122,17 @@ def specs_of(values: Sequence[Any], mesh: Any) -> list[Any]:
 
 
 def strategies_at(
-    op: KernelOp, fn: Callable, args: tuple, kwargs: dict, shards: int
+    op: Op, fn: Callable, args: tuple, kwargs: dict, shards: int
 ) -> list[tuple[list[Any], list[Any]]]:
     """The strategies `fn` (a register_sharding function) returns for this call on a mesh
     of `shards` devices: [(output placements, input placements in argument order)]."""
-    from tpu_kernels import _compat, sharding
+    from tpu_kernels import _compat
 
     names, values = _arguments(op, args, kwargs)
     specs = specs_of(values, _compat.local_mesh(shards))
     n_pos = len(args)
     found = fn(*specs[:n_pos], **dict(zip(names[n_pos:], specs[n_pos:])))
-    sharding.check_strategies(op, names, specs, found)
+    check_strategies(op, names, specs, found)
     return [(list(outs), list(ins) + [None] * (len(values) - len(ins))) for outs, ins in found]
 
 
@@ -253,13 +242,13 @@ def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _call(op: KernelOp, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+def _call(op: Op, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     with torch.no_grad():
         return _as_list(op.overload(*args, **kwargs))
 
 
 def simulate_call(
-    op: KernelOp,
+    op: Op,
     args: tuple,
     kwargs: dict | None = None,
     *,
@@ -268,11 +257,9 @@ def simulate_call(
 ) -> Report:
     """Every strategy of `op`'s rule (or of `fn`, a register_sharding function) at this
     call, simulated on each mesh size in `shards` (see the module docstring)."""
-    from tpu_kernels import sharding
-
     kwargs = dict(kwargs or {})
     report = Report()
-    fn = fn if fn is not None else sharding.strategies_of(op)
+    fn = fn if fn is not None else strategies_of(op)
     if fn is None:
         report.skipped.append(f"{op.name}: no sharding rule")
         return report
@@ -284,7 +271,7 @@ def simulate_call(
     full = _call(op, args, kwargs)
     gen = torch.Generator().manual_seed(SEED)
     for n in shards:
-        with sharding.simulating():  # a derived rule's strategies at this call, all of them
+        with simulating():  # a derived rule's strategies at this call, all of them
             found = strategies_at(op, fn, args, kwargs, n)
         for outs, ins in found:
             if all(type(p).__name__ == "Replicate" for p in [*outs, *ins] if p is not None):
@@ -298,7 +285,7 @@ def simulate_call(
 
 
 def _simulate_strategy(
-    op: KernelOp,
+    op: Op,
     names: list[str],
     values: list[Any],
     n_pos: int,
@@ -345,7 +332,7 @@ def _simulate_strategy(
 
 
 def backward_call(
-    fwd: KernelOp, bwd: KernelOp, args: tuple, kwargs: dict, outputs: list[Any], grads: list[Any]
+    fwd: Op, bwd: Op, args: tuple, kwargs: dict, outputs: list[Any], grads: list[Any]
 ) -> tuple[tuple, dict]:
     """The call of `bwd` (the forward's backward op) that the forward call leads to: its
     parameters bound by name to the forward's inputs, its outputs (residuals included)
@@ -361,7 +348,7 @@ def backward_call(
 
 
 def simulate(
-    op: KernelOp,
+    op: Op,
     args: tuple,
     kwargs: dict | None = None,
     *,
@@ -370,18 +357,17 @@ def simulate(
 ) -> Report:
     """`simulate_call` of `op` at this call and, with `backward`, of its backward op
     (a kernel op, not a composite) at the backward call it leads to."""
-    from tpu_kernels.op import KernelOp
 
     kwargs = dict(kwargs or {})
     report = simulate_call(op, args, kwargs, shards=shards)
     bwd = op.backward_op
-    if backward and isinstance(bwd, KernelOp):
+    if backward and _is_kernel_op(bwd):
         [(bargs, bkwargs)] = backward_calls(op, bwd, [(args, kwargs)])
         report.extend(simulate_call(bwd, bargs, bkwargs, shards=shards))
     return report
 
 
-def _grads(op: KernelOp, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _grads(op: Op, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Seeded random incoming gradients for the op's returned outputs (zeros for integer ones)."""
     gen = torch.Generator().manual_seed(SEED + 1)
     return [
@@ -393,7 +379,7 @@ def _grads(op: KernelOp, outputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def verify(
-    op: KernelOp,
+    op: Op,
     args: tuple,
     kwargs: dict | None = None,
     *,
@@ -426,7 +412,7 @@ def raise_failures(report: Report) -> None:
 # ---- the op's own calls -----------------------------------------------------------------------------
 
 
-def example_calls(op: KernelOp, seed: int = SEED) -> list[tuple[tuple, dict]] | None:
+def example_calls(op: Op, seed: int = SEED) -> list[tuple[tuple, dict]] | None:
     """Concrete calls of a forward op to simulate: its `sharding_examples` (concrete, as
     given), else its `examples`, shrunk and filled with random values; None when it has
     neither."""
@@ -451,7 +437,7 @@ def _key(call: tuple[tuple, dict]) -> str:
     return ", ".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
 
 
-def _concrete(op: KernelOp, args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
+def _concrete(op: Op, args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
     from tpu_kernels import dtypes
 
     def make(v: Any) -> Any:
@@ -480,7 +466,7 @@ def _is_spec(v: Any) -> bool:
 
 
 def backward_calls(
-    fwd: KernelOp, bwd: KernelOp, forward_calls: Sequence[tuple[tuple, dict]]
+    fwd: Op, bwd: Op, forward_calls: Sequence[tuple[tuple, dict]]
 ) -> list[tuple[tuple, dict]]:
     """The concrete backward calls the forward's concrete calls lead to."""
     calls = []
@@ -527,3 +513,9 @@ __all__ = [
     "strategy_text",
     "verify",
 ]
+
+
+def _is_kernel_op(op: object) -> bool:
+    """A kernel op (its own registration, simulated and derived) rather than a composite
+    backward (autograd.Composite: a torch function calling other ops) or None."""
+    return op is not None and hasattr(op, "overload") and hasattr(op, "spec")
