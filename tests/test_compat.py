@@ -431,3 +431,38 @@ def test_a_parsers_arguments_come_without_help():
     assert [a.dest for a in _compat.parser_actions(p)] == ["modules", "races"]
     with pytest.raises(_compat.CompatError, match=r"builtins\.object\._actions"):
         _compat.parser_actions(object())
+
+
+def test_assume_constant_result_sets_what_torchs_decorator_sets_without_importing_dynamo():
+    import subprocess
+    import sys
+
+    import torch
+
+    def ours():
+        return 1
+
+    def theirs():
+        return 1
+
+    _compat.assume_constant_result(ours)
+    torch.compiler.assume_constant_result(theirs)
+    assert {k: v for k, v in vars(ours).items()} == {k: v for k, v in vars(theirs).items()} != {}
+    # and importing the op (which decorates the tuning lookups) loads neither Dynamo nor DTensor
+    code = (
+        "import sys; import tpu_kernels.op; "
+        "print(sorted(m for m in ('torch._dynamo', 'torch.distributed.tensor') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_helion_tiles_reads_only_the_grid_tiles():
+    """A matmul's K is an inner loop's tile (its partial last block is masked, so K=384 with
+    256-wide blocks runs and is right): only M and N are grid tiles a call must fill."""
+    import torch
+
+    from tpu_kernels.kernels.helion_ops import matmul_helion
+
+    a, b = torch.randn(64, 384), torch.randn(384, 192)
+    assert _compat.helion_tiles(matmul_helion.source.kernel, (a, b)) == [(64, 128), (192, 128)]

@@ -237,17 +237,28 @@ def helion_key_fn(kernel: Any) -> Any:
 
 
 def helion_tiles(kernel: Any, args: tuple) -> list[tuple[int, int]]:
-    """(dimension size, block size) of each dimension a Helion kernel tiles (`hl.tile`) for
-    these arguments under its first config (or its default one), read from the bound kernel's
-    config spec (`BlockSizeSpec.size_hint` and `block_id`, what Helion's autotuner reads);
-    [] when this Helion keeps them elsewhere, or cannot bind the arguments (the kernel's own
-    call then says what is wrong)."""
+    """(dimension size, block size) of each dimension a Helion kernel tiles (`hl.tile`) into
+    its grid for these arguments under its first config (or its default one), read from the
+    bound kernel's config spec (`BlockSizeSpec.size_hint` and `block_id`, what Helion's
+    autotuner reads) and its device IR's `grid_block_ids` (the outer `hl.tile`s: an inner
+    loop's tile, such as a matmul's K, masks its partial last block and is left out). Every
+    tiled dimension when this Helion keeps the grid's ids elsewhere; [] when it keeps the
+    blocks elsewhere, or cannot bind the arguments (the kernel's own call then says what is
+    wrong)."""
     try:
-        spec = kernel.bind(args).config_spec
+        bound = kernel.bind(args)
+        spec = bound.config_spec
         config = kernel.configs[0] if kernel.configs else spec.default_config()
-        return [(int(s.size_hint), int(config.block_sizes[s.block_id])) for s in spec.block_sizes]
+        tiles = [
+            (s.block_id, int(s.size_hint), int(config.block_sizes[s.block_id])) for s in spec.block_sizes
+        ]
     except Exception:  # noqa: BLE001 - API drift or arguments Helion refuses: no check, its error
         return []
+    try:
+        grid = {int(i) for ids in bound.host_function.device_ir.grid_block_ids for i in ids}
+    except Exception:  # noqa: BLE001 - API drift: check every tiled dimension (refuses more)
+        grid = {i for i, _, _ in tiles}
+    return [(size, block) for i, size, block in tiles if i in grid]
 
 
 def helion_bound_config(bound: Any) -> Any:
@@ -255,6 +266,16 @@ def helion_bound_config(bound: Any) -> Any:
     autotuning chose on the first call), for sources/helion.py to keep as the tuned variant's
     one config (no stand-in: without it the tuned config cannot be reused)."""
     return _attribute(bound, "_config", "the config Helion chose for a bound kernel")
+
+
+def assume_constant_result(fn: Any) -> Any:
+    """`torch.compiler.assume_constant_result` without importing torch._dynamo: the public
+    decorator imports Dynamo (which imports torch.distributed.tensor, about a second here, and
+    breaks the DTensor import hook's contract that a program without DTensor never loads it)
+    just to set the private `_dynamo_marked_constant` flag it reads at trace time.
+    tests/test_compat.py pins that the public decorator sets exactly this flag."""
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 def destroy_library(lib: Any) -> None:

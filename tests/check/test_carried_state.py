@@ -161,6 +161,37 @@ def test_which_axes_carry_state(body, carries, why):
     assert {f.axis for f in hints} == {0, 1} - carries  # never a hint for a carry axis
 
 
+def _data_started_kernel(x_ref, o_ref, acc_ref):
+    @pl.when(x_ref[0, 0] > 0)  # started afresh where the data says (splash attention's bounds_start)
+    def _start():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += x_ref[...]
+    o_ref[...] = acc_ref[...]
+
+
+def _odd_started_kernel(x_ref, o_ref, acc_ref):
+    @pl.when(pl.program_id(1) % 2 == 0)
+    def _start():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += x_ref[...]
+    o_ref[...] = acc_ref[...]
+
+
+@pytest.mark.parametrize("body", [_data_started_kernel, _odd_started_kernel])
+def test_a_buffer_started_afresh_under_a_test_it_cannot_read_is_unknown_neither_failed_nor_hinted(body):
+    """Where the state starts afresh depends on data (or on more than a zero index): the check
+    cannot say which axes carry it, so it fails none (Tokamax's splash attention and KDA
+    kernels start theirs from a scalar-prefetched flag on 'parallel' axes, rightly) and
+    suggests none."""
+    for semantics in (("parallel", "parallel"), ("arbitrary", "arbitrary")):
+        fn = functools.partial(_scratch_call, body, semantics=semantics)
+        [eqn] = traced_pallas_calls(fn, jax.ShapeDtypeStruct((16, 256), F32))
+        assert 0 in carried(eqn).unknown, carried(eqn)
+        assert check_semantics(eqn) == [], semantics
+
+
 def _dma_kernel(x_hbm, o_ref, buf_ref, sem):
     copy = pltpu.make_async_copy(x_hbm.at[pl.ds(pl.program_id(0) * 8, 8)], buf_ref, sem)
     copy.start()

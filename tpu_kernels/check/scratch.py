@@ -12,7 +12,9 @@ starts from a scratch buffer no earlier step wrote (NaN in the TPU interpreter).
 
 Read from the kernel body's jaxpr, without running it: a read of a scratch buffer (`get`,
 `load`, `addupdate`) that no earlier unconditional write of this step precedes; a write
-inside `pl.when` counts for the start-afresh test above, not as this step's write. Nested
+inside `pl.when` counts for the start-afresh test above, not as this step's write; one under
+any other test (a scalar-prefetched flag, as Tokamax's splash attention and KDA kernels start
+their accumulators, or `program_id(b) % 2 == 0`) makes the buffer `unknown`. Nested
 bodies (jit, loops, `run_scoped`, both branches of a `cond`) are followed in order; a partial
 write (`acc[:4] = ...`) counts as writing the buffer. A buffer touched in a way this does not
 follow (a DMA, a semaphore, a body whose operands it cannot line up) is `unknown`: the check
@@ -157,6 +159,8 @@ def _walk(jaxpr: Any, refs: dict[Any, int], written: set[int], out: Carried) -> 
             if reset is not None:  # written when the test holds: the state starts afresh there
                 for k in after[1] - after[0]:
                     out.resets.setdefault(k, []).append(reset)
+            else:  # written under a test this cannot read (data, `% 2`): where it starts afresh is unknown
+                out.unknown |= set.union(*after) - set.intersection(*after)
             written = set.intersection(*after)
         elif _sub_jaxprs(eqn):
             for sub in _sub_jaxprs(eqn):

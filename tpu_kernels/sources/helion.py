@@ -337,8 +337,9 @@ class HelionSource:
 
     def check_tiles(self, values: list[Any]) -> None:
         """InvalidArgumentError for a call Helion's Pallas backend cannot tile: Helion 1.5 runs
-        every `hl.tile` dimension in whole blocks of the config's size, so a dimension larger
-        than its block must be a multiple of it (its partial last block fails deep in JAX with
+        every grid `hl.tile` dimension (an outer tile; an inner loop's tile masks its last
+        block) in whole blocks of the config's size, so a dimension larger than its block
+        must be a multiple of it (its partial last block fails deep in JAX with
         "Shapes must be 1D sequences of concrete values"). Checked once per shape."""
         key = _shape_key(values)
         if key in self._tiles_ok:

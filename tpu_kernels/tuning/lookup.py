@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels import _compat
 from tpu_kernels.autocast import dtype_under
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
@@ -483,19 +484,19 @@ def _plain(v: Any) -> Any:
     return v
 
 
-@torch.compiler.assume_constant_result
+@_compat.assume_constant_result
 def _chip_constant(device: str) -> str:
     return chip_of(torch.device(device))
 
 
 # Under torch.compile these run at trace time on constants (the op's name, the chip, the key)
 # and their results enter the graph as constants: Dynamo never traces the table reads.
-@torch.compiler.assume_constant_result
+@_compat.assume_constant_result
 def _has_entries(op: str, chip: str) -> bool:
     return any(e.chip == chip for e in entries_for(op, _TUNED[op].paths()).values())
 
 
-@torch.compiler.assume_constant_result
+@_compat.assume_constant_result
 def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | None:
     """The index of the chosen config in the op's declared candidates, or None."""
     tuned = _TUNED[op]
