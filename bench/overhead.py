@@ -38,7 +38,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
-from tpu_kernels import bridge, tpu_kernel  # noqa: E402
+from tpu_kernels import tpu_kernel  # noqa: E402
+from tpu_kernels.runtime import bridge
 
 SHAPE = (128, 128)
 

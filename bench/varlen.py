@@ -105,7 +105,7 @@ def run(mode: str, lens: list[int], hidden: int, backward: bool = False) -> dict
 
 
 def expected_buckets(lens: list[int]) -> int:
-    from tpu_kernels.buckets import bucket_size
+    from tpu_kernels.dispatch.buckets import bucket_size
     from tpu_kernels.kernels import rmsnorm
 
     rows = rmsnorm.options.buckets["x"][-2]  # as the op declares them

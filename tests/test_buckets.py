@@ -1,4 +1,4 @@
-"""Bounded dynamism (tpu_kernels.buckets): padded dims, one executable per bucket, true shapes above."""
+"""Bounded dynamism (tpu_kernels.dispatch.buckets): padded dims, one executable per bucket, true shapes above."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tpu_kernels
 from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two, tpu_kernel
-from tpu_kernels import buckets as bucketing
+from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError
 from tpu_kernels.kernels.rmsnorm import rmsnorm
 from tpu_kernels.kernels.scale_add import scale_add

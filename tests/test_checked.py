@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tests.registries import family_id, kernel_families
-from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checked_mode, tpu_kernel
-from tpu_kernels.checked_mode import UncheckedCallError, UncheckedWarning
+from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, tpu_kernel
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
+from tpu_kernels.verification import checked_mode
+from tpu_kernels.verification.checked_mode import UncheckedCallError, UncheckedWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,7 +190,8 @@ def _run_with_check_env(value: str, decorator: str, error: str) -> list[str]:
     `decorator`); it prints the mode, then whether the call raised `error` naming the op."""
     code = (
         "import torch\n"
-        "from tpu_kernels import tpu_kernel, checked_mode\n"
+        "from tpu_kernels import tpu_kernel\n"
+        "from tpu_kernels.verification import checked_mode\n"
         f"@tpu_kernel('env_checked::bad'{decorator})\n"
         "def bad(x: torch.Tensor) -> torch.Tensor:\n"
         "    return x + 1\n"

@@ -1,4 +1,4 @@
-"""One comparator (tpu_kernels/compare.py): checked mode, the sharding simulation, the test
+"""One comparator (tpu_kernels/verification/compare.py): checked mode, the sharding simulation, the test
 helpers and the benchmark's correctness column all judge with it, and agree."""
 
 import math
@@ -9,10 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_kernels import checked_mode, compare, testing, tuner
+from tpu_kernels import testing, tuner
 from tpu_kernels.bench import correctness
 from tpu_kernels.sharding import simulate as sharding_sim
-from tpu_kernels.tolerance import tol
+from tpu_kernels.verification import checked_mode, compare
+from tpu_kernels.verification.tolerance import tol
 
 
 def test_the_consumers_use_the_one_module():

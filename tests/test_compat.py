@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tpu_kernels import _compat, autograd, bridge
+from tpu_kernels import _compat
+from tpu_kernels.dispatch import autograd
+from tpu_kernels.runtime import bridge
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tpu_kernels"
 # The packages whose private names count: a module or attribute starting with "_".

@@ -8,7 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers import rand
 from tpu_kernels import tpu_kernel
-from tpu_kernels.eager import plain_eager
+from tpu_kernels.dispatch.eager import plain_eager
 from tpu_kernels.errors import InvalidArgumentTypeError
 
 
@@ -145,7 +145,7 @@ def test_try_all_makes_an_int_for_a_float_static_a_float_as_the_dispatcher_does(
     """KernelOp.try_all (every parameter's value, as tokamax's call_op passes them): an int
     2 for `alpha: float` traced as an int keeps x's int32 where the dispatcher gives float32,
     and 2 == 2.0 share a cache key, so a later alpha=2.0 would get that int32 entry too."""
-    from tpu_kernels.eager import DECLINED
+    from tpu_kernels.dispatch.eager import DECLINED
 
     @tpu_kernel("test_eager::times_all")
     def times_all(x: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -197,11 +197,11 @@ def test_the_modules_moved_into_the_core_keep_their_old_names():
     import tpu_kernels.check.chips
     import tpu_kernels.check.export
 
-    import tpu_kernels.chips
-    import tpu_kernels.export
+    import tpu_kernels.lowering.chips
+    import tpu_kernels.lowering.export
 
-    assert tpu_kernels.check.chips is tpu_kernels.chips
-    assert tpu_kernels.check.export is tpu_kernels.export
+    assert tpu_kernels.check.chips is tpu_kernels.lowering.chips
+    assert tpu_kernels.check.export is tpu_kernels.lowering.export
 
 
 # The optional libraries an integration wraps: only its own folder may import them.
@@ -246,7 +246,7 @@ def test_no_module_of_the_core_but_the_assembly_imports_op_py():
         for line, module, names in _imports(p)
         if _imports_op(module, names)
     ]
-    assert not found, "a feature imports op.py (use tpu_kernels.protocol.Op):\n" + "\n".join(found)
+    assert not found, "a feature imports op.py (use tpu_kernels.definition.protocol.Op):\n" + "\n".join(found)
 
 
 def _module_graph(package: Path) -> dict[str, set[str]]:
@@ -320,19 +320,74 @@ def test_the_layer_tests_fail_on_a_feature_importing_op_py_and_on_a_circle(tmp_p
     pkg = tmp_path / "tpu_kernels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "op.py").write_text("from tpu_kernels import autograd\nclass KernelOp: ...\n")
-    (pkg / "autograd.py").write_text(
+    for sub in ("dispatch", "definition"):
+        (pkg / sub).mkdir()
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "op.py").write_text("from tpu_kernels.dispatch import autograd\nclass KernelOp: ...\n")
+    (pkg / "dispatch" / "autograd.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tpu_kernels.op import KernelOp\n"
     )
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:
-        with pytest.raises(AssertionError, match=r"autograd.py:3 imports tpu_kernels.op"):
+        with pytest.raises(AssertionError, match=r"dispatch/autograd.py:3 imports tpu_kernels.op"):
             test_no_module_of_the_core_but_the_assembly_imports_op_py()
-        assert import_cycles(pkg) == [["tpu_kernels.autograd", "tpu_kernels.op"]]
-        (pkg / "autograd.py").write_text("from tpu_kernels.protocol import Op\n")
-        (pkg / "protocol.py").write_text("class Op: ...\n")
+        assert import_cycles(pkg) == [["tpu_kernels.dispatch.autograd", "tpu_kernels.op"]]
+        (pkg / "dispatch" / "autograd.py").write_text("from tpu_kernels.definition.protocol import Op\n")
+        (pkg / "definition" / "protocol.py").write_text("class Op: ...\n")
         test_no_module_of_the_core_but_the_assembly_imports_op_py()
         assert import_cycles(pkg) == []
+    finally:
+        PACKAGE = saved
+
+
+# The core's folders, bottom to top: each imports only the folders before it (and the core's
+# base modules at the top level: errors, _compat, _scoped, startup). spec.py and op.py, above
+# them all, assemble an op from every folder's parts.
+CORE_ORDER = ("definition", "lowering", "runtime", "verification", "dispatch", ("sharding", "tuning"))
+
+
+def _rank(module: str) -> int | None:
+    """The place in CORE_ORDER of the core folder `module` lies in, or None."""
+    parts = module.split(".")
+    if parts[0] != "tpu_kernels" or len(parts) < 2:
+        return None
+    for i, layer in enumerate(CORE_ORDER):
+        if parts[1] in (layer if isinstance(layer, tuple) else (layer,)):
+            return i
+    return None
+
+
+def test_the_cores_folders_import_only_the_folders_below_them():
+    found = []
+    for p in _core_files():
+        here = _rank(_module(p))
+        if here is None:
+            continue
+        for line, module, names in _imports(p):
+            targets = [f"{module}.{n}" for n in names] if module == "tpu_kernels" else [module]
+            for target in targets:
+                there = _rank(target)
+                if there is not None and there > here:
+                    found.append(f"{p.relative_to(PACKAGE)}:{line} imports {target}")
+                if target in ("tpu_kernels.op", "tpu_kernels.spec"):
+                    found.append(f"{p.relative_to(PACKAGE)}:{line} imports {target} (the assembly)")
+    assert not found, f"an import runs up the core's folders {CORE_ORDER}:\n" + "\n".join(found)
+
+
+def test_the_folder_order_test_fails_on_an_upward_import(tmp_path):
+    pkg = tmp_path / "tpu_kernels"
+    for sub in ("", "runtime", "dispatch"):
+        (pkg / sub).mkdir(exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "dispatch" / "eager.py").write_text("from tpu_kernels.runtime import bridge\n")
+    (pkg / "runtime" / "bridge.py").write_text("def f():\n    from tpu_kernels.dispatch.eager import g\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        with pytest.raises(AssertionError, match=r"runtime/bridge.py:2 imports tpu_kernels.dispatch.eager"):
+            test_the_cores_folders_import_only_the_folders_below_them()
+        (pkg / "runtime" / "bridge.py").write_text("")
+        test_the_cores_folders_import_only_the_folders_below_them()
     finally:
         PACKAGE = saved

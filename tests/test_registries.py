@@ -1,4 +1,4 @@
-"""The device registry (tpu_kernels.devices) and the kernel-language registry (tpu_kernels.sources)."""
+"""The device registry (tpu_kernels.runtime.devices) and the kernel-language registry (tpu_kernels.runtime.sources)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from tests.registries import device_names
-from tpu_kernels import devices, scaffold, sources, tpu_kernel
+from tpu_kernels import scaffold, tpu_kernel
 from tpu_kernels.bench import roofline
-from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import BackendUnavailableError
+from tpu_kernels.runtime import devices, sources
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 from tpu_kernels.tokamax.implementation import platform_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
 
     module = types.ModuleType("toy_language")
     module.recognizes = lambda fn: isinstance(fn, Toy)
-    jax_module = sys.modules["tpu_kernels.sources.jax"]
+    jax_module = sys.modules["tpu_kernels.runtime.sources.jax"]
     module.make_source = lambda op_name, fn, options: jax_module.JaxSource(lambda x: x + 1)
     monkeypatch.setitem(sys.modules, "toy_language", module)
     monkeypatch.setattr(sources, "_LANGUAGES", list(sources._LANGUAGES))
@@ -129,7 +130,7 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
 
 OUTSIDE_DEVICE_FIRST = """
 import torch
-from tpu_kernels import devices
+from tpu_kernels.runtime import devices
 
 cpu_kernel = lambda spec, body: (lambda *args, **kwargs: None)
 devices.register(devices.DeviceSpec("npu_test", "XPU", cpu_kernel, lambda: False, lambda: None))
@@ -244,7 +245,7 @@ def _documented_peaks(module) -> list[tuple[str, float, float]]:
 
 @pytest.mark.parametrize("device", ["cuda", "tpu"])
 def test_the_built_in_peaks_are_the_documented_ones(device):
-    module = sys.modules[f"tpu_kernels.devices.{device}"]
+    module = sys.modules[f"tpu_kernels.runtime.devices.{device}"]
     spec = devices.get(device)
     for name, tflops, gbps in _documented_peaks(module):
         got = roofline.peaks(device, name)
@@ -266,7 +267,7 @@ def test_the_built_in_peaks_read_the_names_torch_gives():
 def test_the_helion_table_gives_each_device_in_it_a_kernel_on_its_backend(monkeypatch):
     from tpu_kernels.kernels.helion_ops import softmax_helion
     from tpu_kernels.kernels.softmax import helion_kernel
-    from tpu_kernels.sources import helion as helion_source
+    from tpu_kernels.runtime.sources import helion as helion_source
 
     def backends(op) -> dict[str, str]:
         return {key: k.backend for key, k in op._kernels.items() if key != "CPU"}

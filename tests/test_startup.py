@@ -59,7 +59,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tpu_kernels import testing
-from tpu_kernels.devices import tpu
+from tpu_kernels.runtime.devices import tpu
 from tpu_kernels.kernels import softmax
 
 

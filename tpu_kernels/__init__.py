@@ -28,14 +28,14 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "autotune": "tpu_kernels.tuner",  # a layer above the core: this facade names it, imports it on use
     "TuningNote": "tpu_kernels.tuning",
-    "bucket_rows": "tpu_kernels.buckets",
-    "bucket_size": "tpu_kernels.buckets",
-    "buckets_of": "tpu_kernels.buckets",
-    "multiple_of": "tpu_kernels.buckets",
-    "powers_of_two": "tpu_kernels.buckets",
-    "CacheInfo": "tpu_kernels.cache",
-    "CheckFailure": "tpu_kernels.checked_mode",
-    "checked": "tpu_kernels.checked_mode",
+    "bucket_rows": "tpu_kernels.dispatch.buckets",
+    "bucket_size": "tpu_kernels.dispatch.buckets",
+    "buckets_of": "tpu_kernels.dispatch.buckets",
+    "multiple_of": "tpu_kernels.dispatch.buckets",
+    "powers_of_two": "tpu_kernels.dispatch.buckets",
+    "CacheInfo": "tpu_kernels.runtime.cache",
+    "CheckFailure": "tpu_kernels.verification.checked_mode",
+    "checked": "tpu_kernels.verification.checked_mode",
     "BackendUnavailableError": "tpu_kernels.errors",
     "InvalidArgumentError": "tpu_kernels.errors",
     "InvalidArgumentTypeError": "tpu_kernels.errors",
@@ -45,16 +45,16 @@ _EXPORTS = {
     "ShardingRuleError": "tpu_kernels.errors",
     "TpuKernelsError": "tpu_kernels.errors",
     "UnsupportedError": "tpu_kernels.errors",
-    "interpret_mode": "tpu_kernels.interpret",
-    "set_interpret_mode": "tpu_kernels.interpret",
+    "interpret_mode": "tpu_kernels.runtime.interpret",
+    "set_interpret_mode": "tpu_kernels.runtime.interpret",
     "KernelOp": "tpu_kernels.op",
     "registered_ops": "tpu_kernels.op",
     "tpu_kernel": "tpu_kernels.op",
     "pointwise": "tpu_kernels.sharding",
     "rowwise": "tpu_kernels.sharding",
-    "Reference": "tpu_kernels.tolerance",
-    "helion_cpu_mode": "tpu_kernels.sources.helion",
-    "set_helion_cpu_mode": "tpu_kernels.sources.helion",
+    "Reference": "tpu_kernels.verification.tolerance",
+    "helion_cpu_mode": "tpu_kernels.runtime.sources.helion",
+    "set_helion_cpu_mode": "tpu_kernels.runtime.sources.helion",
 }
 
 __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
@@ -104,9 +104,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
-    from tpu_kernels.cache import CacheInfo
-    from tpu_kernels.checked_mode import CheckFailure, checked
+    from tpu_kernels.dispatch.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
     from tpu_kernels.errors import (
         BackendUnavailableError,
         InvalidArgumentError,
@@ -118,10 +116,12 @@ if TYPE_CHECKING:
         TpuKernelsError,
         UnsupportedError,
     )
-    from tpu_kernels.interpret import interpret_mode, set_interpret_mode
     from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+    from tpu_kernels.runtime.cache import CacheInfo
+    from tpu_kernels.runtime.interpret import interpret_mode, set_interpret_mode
+    from tpu_kernels.runtime.sources.helion import helion_cpu_mode, set_helion_cpu_mode
     from tpu_kernels.sharding import pointwise, rowwise
-    from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
-    from tpu_kernels.tolerance import Reference
     from tpu_kernels.tuner import autotune
     from tpu_kernels.tuning import TuningNote
+    from tpu_kernels.verification.checked_mode import CheckFailure, checked
+    from tpu_kernels.verification.tolerance import Reference

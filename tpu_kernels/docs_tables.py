@@ -227,7 +227,7 @@ def cli_reference() -> str:
 
 
 def _backward_kind(op) -> str:
-    from tpu_kernels import autograd
+    from tpu_kernels.dispatch import autograd
 
     b = op.backward_impl
     if b is None:
@@ -322,9 +322,9 @@ def kernel_families() -> str:
 
 
 def device_table() -> str:
-    """`tpu_kernels.devices`: each registered device and the policies its registration gives."""
-    from tpu_kernels import devices
-    from tpu_kernels.sources import helion
+    """`tpu_kernels.runtime.devices`: each registered device and the policies its registration gives."""
+    from tpu_kernels.runtime import devices
+    from tpu_kernels.runtime.sources import helion
 
     lines = [
         "| device | dispatch key | aliases | benchmark clock | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
@@ -343,8 +343,8 @@ def device_table() -> str:
 
 
 def tolerances() -> str:
-    """`tpu_kernels.tolerance.TOL`, the tolerance table of checked mode, the tests and the benchmarks."""
-    from tpu_kernels.tolerance import TOL
+    """`tpu_kernels.verification.tolerance.TOL`, the tolerance table of checked mode, the tests and the benchmarks."""
+    from tpu_kernels.verification.tolerance import TOL
 
     lines = ["| dtype | rtol | atol |", "|---|---|---|"]
     lines += [

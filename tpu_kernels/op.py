@@ -26,19 +26,22 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, autograd, checked_mode, dtypes, eager, fake, tuning
-from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import buckets as bucketing
-from tpu_kernels import options as options_mod
+from tpu_kernels import _compat, tuning
 from tpu_kernels import sharding as sharding_rules
-from tpu_kernels import vmap as vmap_rules
-from tpu_kernels.cache import CacheInfo
+from tpu_kernels.definition import dtypes
+from tpu_kernels.definition import options as options_mod
+from tpu_kernels.definition.options import OpOptions
+from tpu_kernels.definition.signature import Kind, Signature, parse
+from tpu_kernels.dispatch import autocast as autocast_policies
+from tpu_kernels.dispatch import autograd, eager, fake
+from tpu_kernels.dispatch import buckets as bucketing
+from tpu_kernels.dispatch import vmap as vmap_rules
+from tpu_kernels.dispatch.fake import has_symbolic
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
-from tpu_kernels.fake import has_symbolic
-from tpu_kernels.options import OpOptions
-from tpu_kernels.signature import Kind, Signature, parse
+from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.spec import check_differentiable, make_source, make_spec
 from tpu_kernels.tuning import capture
+from tpu_kernels.verification import checked_mode
 
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -107,7 +110,7 @@ class KernelOp:
         symbolic_fake: Callable | None = None,
         **options: Any,
     ) -> None:
-        """`options`: tpu_kernels.options.OpOptions. The rest are for the ops the toolkit
+        """`options`: tpu_kernels.definition.options.OpOptions. The rest are for the ops the toolkit
         builds itself: `signature`, `returns_list` and `backward_of` (the forward op) for
         backward ops and batched twins, `implementation_table` and `symbolic_fake` for Tokamax
         ops (tpu_kernels.spec.OpSpec says what each is)."""
@@ -461,7 +464,7 @@ class KernelOp:
         """Hits and misses of the compiled-callable cache of one registered device type (or
         alias, or torch.device): each device whose calls tpu_kernels' own executor runs
         ("cpu", "cuda"); a TPU's calls are cached by torch_tpu."""
-        from tpu_kernels import devices
+        from tpu_kernels.runtime import devices
 
         kind = getattr(device, "type", device)
         try:
@@ -501,12 +504,12 @@ class KernelOp:
         Pallas calls inside run in `interpret` mode (default: the current
         tpu_kernels setting; None for none, on a real TPU), and dots at JAX
         `matmul_precision` (default: the one torch's setting gives now, as a call would
-        use; see tpu_kernels.precision). This is what the benchmarks' raw-JAX
+        use; see tpu_kernels.runtime.precision). This is what the benchmarks' raw-JAX
         baseline times: the same kernel without the bridge.
         """
-        from tpu_kernels import interpret as interpret_settings
-        from tpu_kernels import precision as precision_settings
-        from tpu_kernels.devices.jax_exec import pallas_interpret
+        from tpu_kernels.runtime import interpret as interpret_settings
+        from tpu_kernels.runtime import precision as precision_settings
+        from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 
         sig = self.signature
         missing = [
@@ -532,7 +535,7 @@ class KernelOp:
 
     def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
         """Export the kernel for `platform` at these example shapes (no device needed)."""
-        from tpu_kernels.export import export_kernel
+        from tpu_kernels.lowering.export import export_kernel
 
         return export_kernel(self, args, kwargs, platform=platform)
 
@@ -577,7 +580,7 @@ def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
     `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `tune`, `tune_key`, `autotune`,
     `autocast`, `sharding`, `sharding_examples`, `buckets`, `length`) are documented once, in
-    tpu_kernels.options.OpOptions.
+    tpu_kernels.definition.options.OpOptions.
     """
     OpOptions.of(name, options)  # an unknown option fails here, before the decorated function
 

@@ -17,13 +17,15 @@ import keyword
 from collections.abc import Callable
 from typing import Any
 
-from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, tolerance, tuning
-from tpu_kernels import buckets as bucketing
 from tpu_kernels import sharding as sharding_rules
+from tpu_kernels import tuning
+from tpu_kernels.definition.options import OpOptions
+from tpu_kernels.definition.signature import Kind, Signature, parse
+from tpu_kernels.dispatch import autocast as autocast_policies
+from tpu_kernels.dispatch import autograd
+from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
-from tpu_kernels.options import OpOptions
-from tpu_kernels.signature import Kind, Signature, parse
+from tpu_kernels.verification import tolerance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,18 +35,18 @@ class OpSpec:
     name: str  # "ns::op"
     ns: str
     short_name: str
-    options: OpOptions  # as given (tpu_kernels.options)
-    source: Any  # the kernel in its language (tpu_kernels.sources): signature_fn, jax_body, kernels()
+    options: OpOptions  # as given (tpu_kernels.definition.options)
+    source: Any  # the kernel in its language (tpu_kernels.runtime.sources): signature_fn, jax_body, kernels()
     signature: Signature
     returns_list: bool  # the schema returns Tensor[] (a derived backward of list inputs)
     output_names: tuple[str, ...]
     n_visible: int  # outputs a call returns (the rest are residuals)
     mutates_args: tuple[str, ...]
     mutated: tuple[int, ...]  # parameter indices of mutates_args, in that order
-    autocast: str  # the checked policy (tpu_kernels.autocast)
+    autocast: str  # the checked policy (tpu_kernels.dispatch.autocast)
     sharding: Any  # the normalized DTensor rule (tpu_kernels.sharding), or None
     check_reference: Any  # what checked mode compares with (tolerance.resolve), or None
-    bucket_plan: bucketing.Plan | None  # the dims device kernels pad (tpu_kernels.buckets)
+    bucket_plan: bucketing.Plan | None  # the dims device kernels pad (tpu_kernels.dispatch.buckets)
     # (positional, keyword-only) parameter names: how a call by name is laid out (call_op)
     call_names: tuple[tuple[str, ...], tuple[str, ...]]
     # every parameter's name in the signature's order: the values a call by name hands the
@@ -181,7 +183,7 @@ def split_name(qualname: str) -> tuple[str, str]:
 
 def make_source(name: str, fn: Any, options: OpOptions | None = None) -> Any:
     """The kernel `fn` in its language (sources.Language), with the options that shape it."""
-    from tpu_kernels import sources
+    from tpu_kernels.runtime import sources
 
     return sources.make_source(name, fn, options)
 

@@ -25,9 +25,9 @@ import torch
 
 # The tolerance table and its rule live in the core (checked mode reads them too); the
 # tests use the same objects, re-exported here.
-from tpu_kernels.tolerance import TOL as TOL
-from tpu_kernels.tolerance import Tol as Tol
-from tpu_kernels.tolerance import reduction_scale as reduction_scale
+from tpu_kernels.verification.tolerance import TOL as TOL
+from tpu_kernels.verification.tolerance import Tol as Tol
+from tpu_kernels.verification.tolerance import reduction_scale as reduction_scale
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -54,9 +54,9 @@ def assert_close(
 ) -> None:
     """`actual` against a float64 `expected`, with `dtype`'s tolerance (default: actual's)
     and `scale` times its atol (the typical magnitude of the values, e.g. sqrt(K) for a
-    K-long dot product): checked mode's rule (`tpu_kernels.compare.difference`), so a test
+    K-long dot product): checked mode's rule (`tpu_kernels.verification.compare.difference`), so a test
     and checked mode agree on what is close enough."""
-    from tpu_kernels.checked_mode import compare
+    from tpu_kernels.verification.checked_mode import compare
 
     why = compare(actual, expected, scale, dtype or actual.dtype)
     if why is not None:
@@ -107,7 +107,7 @@ def assert_ulps(
 
 def dot_scale(k: int, dtype: torch.dtype) -> float:
     """The `scale` for a K-term dot product of unit-sized inputs, checked against float64:
-    `tpu_kernels.tolerance.reduction_scale(K, dtype)`, the rule checked mode applies to every
+    `tpu_kernels.verification.tolerance.reduction_scale(K, dtype)`, the rule checked mode applies to every
     op's declared reduction (K for float32 and float64, sqrt(K) for 16-bit types)."""
     return reduction_scale(max(k, 1), dtype)
 

@@ -21,8 +21,9 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental import serialize_executable
 
-from tpu_kernels import cache, cli, tpu_kernel
-from tpu_kernels.cache import build, entry, store
+from tpu_kernels import cli, tpu_kernel
+from tpu_kernels.runtime import cache
+from tpu_kernels.runtime.cache import build, entry, store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -475,7 +476,8 @@ _SCALED = """
 import sys
 import torch
 import cfg
-from tpu_kernels import cache, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.runtime import cache
 
 cfg.Cfg.scale = float(sys.argv[1])  # from a command-line flag or a config file
 if len(sys.argv) > 2:
@@ -533,7 +535,8 @@ import sys, time
 import jax
 import torch
 from jax.experimental import pallas as pl
-from tpu_kernels import cache, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.runtime import cache
 
 lowered = []
 jax.monitoring.register_event_duration_secs_listener(

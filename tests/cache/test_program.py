@@ -9,7 +9,7 @@ import pytest
 from jax.experimental import pallas as pl
 
 from tests.registries import family_id, kernel_families
-from tpu_kernels.cache import program
+from tpu_kernels.runtime.cache import program
 
 X = jax.ShapeDtypeStruct((16, 128), jnp.float32)
 

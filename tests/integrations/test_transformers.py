@@ -204,7 +204,7 @@ def test_decode_steps_cross_attention_contiguous_on_the_eager_shortcut(monkeypat
     into Tokamax's layout before the crossing (a decode step's query without a copy, key and
     value in the padding's one copy), so every call takes the eager shortcut: the executor's
     full path, which copies a non-contiguous tensor again, runs only for the compiles."""
-    from tpu_kernels.devices.jax_exec import JaxExecutor
+    from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
     _, patched = pair("llama")
     attention = dot_product_attention_op._eager_cpu.executor

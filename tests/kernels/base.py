@@ -197,7 +197,7 @@ class KernelFamilyTests:
         tiles only: a shape it cannot tile is an InvalidArgumentError on both paths)."""
         if not self.fam.helion:
             pytest.skip(f"{self.family} has no Helion twin")
-        from tpu_kernels.sources.helion import helion_cpu_mode
+        from tpu_kernels.runtime.sources.helion import helion_cpu_mode
 
         twin = self.fam.helion_op()
         torch._dynamo.reset()

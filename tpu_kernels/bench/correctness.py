@@ -1,7 +1,7 @@
 """Is a candidate's result right? Its error against a float64 reference, normwise, within
 what the computation allows in its dtype (docs/benchmarking.md, "Correctness").
 
-The error is measured (`tpu_kernels.compare.errors`, the comparator every part of the toolkit
+The error is measured (`tpu_kernels.verification.compare.errors`, the comparator every part of the toolkit
 uses) in two norms, each relative to the reference's own norm:
 
 - the 2-norm, the whole output's accuracy. A per-element relative tolerance cannot judge a
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 # The normwise distances are measured by the one comparator module; the allowance is this one's.
-from tpu_kernels.compare import MISMATCH as MISMATCH
-from tpu_kernels.compare import Errors as Errors
-from tpu_kernels.compare import as_tensor as as_tensor
-from tpu_kernels.compare import errors as errors
+from tpu_kernels.verification.compare import MISMATCH as MISMATCH
+from tpu_kernels.verification.compare import Errors as Errors
+from tpu_kernels.verification.compare import as_tensor as as_tensor
+from tpu_kernels.verification.compare import errors as errors
 
 if TYPE_CHECKING:
     from tpu_kernels.bench.spec import Benchmark, Point

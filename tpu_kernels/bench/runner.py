@@ -9,12 +9,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tpu_kernels import devices, environment
+from tpu_kernels import environment
 from tpu_kernels.bench import correctness, roofline, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.results import CandidateResult, PointResult, Report
 from tpu_kernels.bench.spec import Benchmark, Point, jsonable, point_id
 from tpu_kernels.bench.stats import Summary
+from tpu_kernels.runtime import devices
 
 AGREEMENT = 0.10
 """A candidate's median and a plain loop over one input set that differ by more than this get a

@@ -23,17 +23,17 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import devices
 from tpu_kernels.bench import correctness
 from tpu_kernels.bench.cost import kernel_cost
 from tpu_kernels.bench.spec import Benchmark, Candidate, Point
-from tpu_kernels.dtypes import TORCH_TO_JAX
+from tpu_kernels.definition.dtypes import TORCH_TO_JAX
+from tpu_kernels.runtime import devices
 
 
 def to_jax(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
-    from tpu_kernels import bridge
+    from tpu_kernels.runtime import bridge
 
     if t.device.type == "cpu":
         return bridge.to_jax_cpu(t.contiguous())

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 from jax.extend import core as jex_core
 
-from tpu_kernels.jaxprs import kernel_name
+from tpu_kernels.lowering.jaxprs import kernel_name
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -94,8 +94,8 @@ def _origin(var: Any, jaxpr: Any, outer: list[_Origin] | None = None) -> _Origin
 
 def _coverage_checkable(eqn: Any, out: int) -> bool:
     """Whether check/coverage.py can tell if the grid writes every element of output `out`."""
-    from tpu_kernels import pallas_grid
     from tpu_kernels.check.vmem import _memory_space
+    from tpu_kernels.lowering import pallas_grid
 
     gm = eqn.params["grid_mapping"]
     if gm.num_index_operands or gm.num_dynamic_grid_bounds:

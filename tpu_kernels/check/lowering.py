@@ -6,7 +6,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels import bounds
 from tpu_kernels.check import aliasing, coverage, semantics, tiling, vmem
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check.explain import (
@@ -20,8 +19,9 @@ from tpu_kernels.check.explain import (
     Explanation,
     explain,
 )
-from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.lowering.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import bounds
 from tpu_kernels.check.examples import Call
 from tpu_kernels.check.explain import OUT_OF_BOUNDS, RACE, Explanation, explain
+from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

@@ -112,7 +112,7 @@ def _zero_tests(var: Any, producers: dict[Any, Any]) -> frozenset[int] | None:
 
 
 def _sub_jaxprs(eqn: Any) -> list[Any]:
-    from tpu_kernels.pallas_grid import sub_jaxprs
+    from tpu_kernels.lowering.pallas_grid import sub_jaxprs
 
     subs = []
     for value in eqn.params.values():

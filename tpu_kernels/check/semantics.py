@@ -37,8 +37,8 @@ from typing import Any
 # The readings of a pallas_call's grid live in the core, which the sharding-rule derivation
 # shares (the core never imports check/); the names stay importable from here.
 from tpu_kernels.check import scratch
-from tpu_kernels.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
-from tpu_kernels.pallas_grid import in_hbm as _in_hbm
+from tpu_kernels.lowering.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
+from tpu_kernels.lowering.pallas_grid import in_hbm as _in_hbm
 
 
 @dataclass(frozen=True)

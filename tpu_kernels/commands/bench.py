@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device",
         metavar="TYPE",
-        help="a registered device type (tpu_kernels.devices, listed in docs/adding-a-device.md, and any "
+        help="a registered device type (tpu_kernels.runtime.devices, listed in docs/adding-a-device.md, and any "
         "a suite's imports register); default: the available accelerator, else cpu",
     )
     p.add_argument("--out", type=Path, help="report folder (default: bench-results/<UTC time>)")

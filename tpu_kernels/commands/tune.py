@@ -166,7 +166,8 @@ def _example_calls(module: Any, before: set[str], args: argparse.Namespace) -> l
     import jax
     import torch
 
-    from tpu_kernels import dtypes, tuning
+    from tpu_kernels import tuning
+    from tpu_kernels.definition import dtypes
     from tpu_kernels.op import registered_ops
     from tpu_kernels.tuner.capture import Call
 

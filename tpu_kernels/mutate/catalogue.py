@@ -318,13 +318,13 @@ TITAN_FAST = "not five_steps"  # the training runs (one process, compile, 2 proc
 T_HF = ("tests/integrations/test_transformers.py",)
 HF_FAST = "not inductor"
 PROGRAM, BUILD, STORE = (
-    "tpu_kernels/cache/program.py",
-    "tpu_kernels/cache/build.py",
-    "tpu_kernels/cache/store.py",
+    "tpu_kernels/runtime/cache/program.py",
+    "tpu_kernels/runtime/cache/build.py",
+    "tpu_kernels/runtime/cache/store.py",
 )
-EAGER, FAKE, BUCKETS = "tpu_kernels/eager.py", "tpu_kernels/fake.py", "tpu_kernels/buckets.py"
+EAGER, FAKE, BUCKETS = "tpu_kernels/dispatch/eager.py", "tpu_kernels/dispatch/fake.py", "tpu_kernels/dispatch/buckets.py"
 CORRECTNESS = "tpu_kernels/bench/correctness.py"
-COMPARE = "tpu_kernels/compare.py"  # the distances: normwise (the correctness column's) and element-wise
+COMPARE = "tpu_kernels/verification/compare.py"  # the distances: normwise (the correctness column's) and element-wise
 T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
 TITAN = "tpu_kernels/integrations/torchtitan/modules.py"
 HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"

@@ -44,11 +44,11 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels import pallas_grid
-from tpu_kernels.signature import Kind
+from tpu_kernels.definition.signature import Kind
+from tpu_kernels.lowering import pallas_grid
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 DEPENDENT, UNDECIDED = "dependent", "undecided"
 
@@ -651,7 +651,7 @@ def derive(op: Op, args: tuple, kwargs: dict) -> Derivation:
     import jax
     from torch.distributed.tensor import Partial, Replicate, Shard
 
-    from tpu_kernels import dtypes
+    from tpu_kernels.definition import dtypes
 
     sig = op.signature
     values = sig.values(args, kwargs)
@@ -727,7 +727,7 @@ def _spec(op: Op, name: str, v: Any) -> Any:
     """A tensor, a DTensorSpec or a jax.ShapeDtypeStruct as the ShapeDtypeStruct to trace with."""
     import jax
 
-    from tpu_kernels import dtypes
+    from tpu_kernels.definition import dtypes
 
     meta = getattr(v, "tensor_meta", None)
     if meta is not None:  # a DTensorSpec: the global shape

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tpu_kernels.errors import ShardingRuleError
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 _STRATEGIES: dict[str, Callable | None] = {}  # op name -> the function registered (None: no rule)
 _RULE_OF: dict[str, Any] = {}  # op name -> the rule object its strategies come from

@@ -53,6 +53,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tpu_kernels.definition.signature import Kind, Signature
 from tpu_kernels.errors import OpDefinitionError, ShardingRuleError
 from tpu_kernels.sharding.registry import (
     _RULE_OF,
@@ -67,10 +68,9 @@ from tpu_kernels.sharding.registry import (
     strategies_of,
     strategy_text,
 )
-from tpu_kernels.signature import Kind, Signature
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 _DTENSOR = "torch.distributed.tensor"
 
@@ -298,7 +298,7 @@ def _output_shapes(kop: Op, values: dict[str, Any]) -> list[tuple[int, ...]]:
     """Global output shapes, from the op's own shape function."""
     import jax
 
-    from tpu_kernels import dtypes
+    from tpu_kernels.definition import dtypes
 
     args = []
     for p in kop.signature.params:

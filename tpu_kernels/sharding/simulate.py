@@ -45,8 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tpu_kernels import tolerance
-from tpu_kernels.compare import difference
 from tpu_kernels.errors import ShardingRuleError
 from tpu_kernels.sharding.registry import (
     check_strategies,
@@ -55,9 +53,11 @@ from tpu_kernels.sharding.registry import (
     strategies_of,
     strategy_text,
 )
+from tpu_kernels.verification import tolerance
+from tpu_kernels.verification.compare import difference
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 SHARDS = (2, 3)  # mesh sizes simulated: even and uneven splits of most dims
 SEED = 0  # the same random inputs on every rank (a derived rule is verified on each)
@@ -438,7 +438,7 @@ def _key(call: tuple[tuple, dict]) -> str:
 
 
 def _concrete(op: Op, args: tuple, kwargs: dict, gen: torch.Generator) -> tuple[tuple, dict]:
-    from tpu_kernels import dtypes
+    from tpu_kernels.definition import dtypes
 
     def make(v: Any) -> Any:
         if isinstance(v, (list, tuple)) and v and all(_is_spec(x) for x in v):

@@ -36,14 +36,15 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, eager
+from tpu_kernels import _compat
+from tpu_kernels.definition.signature import Kind, parse
+from tpu_kernels.dispatch import eager
 from tpu_kernels.op import KernelOp
-from tpu_kernels.signature import Kind, parse
 from tpu_kernels.tokamax import implementation, tuned
 from tpu_kernels.tokamax.implementation import tokamax_implementation
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.registry import FamilyExamples
-from tpu_kernels.tolerance import Reference, with_ignored
+from tpu_kernels.verification.tolerance import Reference, with_ignored
 
 
 def _symbolic(arrays: Any) -> bool:

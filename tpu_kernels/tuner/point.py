@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import checked_mode, tuning
+from tpu_kernels import tuning
 from tpu_kernels.bench import correctness, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.stats import Summary
@@ -34,6 +34,7 @@ from tpu_kernels.tuner import predict as predictor
 from tpu_kernels.tuner.capture import call_metadata, copy_value
 from tpu_kernels.tuner.select import Choice, choose, choose_predicted
 from tpu_kernels.tuning.lookup import toolkit_version
+from tpu_kernels.verification import checked_mode
 
 # bench.timing.measure's signature: (device, {name: (fn, arg_sets)}, settings) -> {name: Timing}
 Timer = Callable[[Device, dict, timing.Settings], dict]
@@ -150,7 +151,7 @@ def measure_call(
     for c in cands:
         _refuse_if_invalid(op, args, config_kwargs(c), c)
     if device.type == "tpu":
-        from tpu_kernels.chips import chip as tpu_chip
+        from tpu_kernels.lowering.chips import chip as tpu_chip
 
         target = tpu_chip(chip) if chip != "tpu" else None
         for c in cands:
@@ -200,8 +201,8 @@ def measure_call(
 
 def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
     """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py)."""
-    from tpu_kernels.chips import chip as tpu_chip
-    from tpu_kernels.export import flat_kernel, lowering_for_tpu, x64_scope
+    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
 
     t = op.tunables
     shapes, dtypes, bucket = call_metadata(op, args, kwargs)
@@ -257,7 +258,7 @@ def _refuse_if_invalid(op: Any, args: tuple, kwargs: dict, c: Candidate) -> None
 
 def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) -> None:
     from tpu_kernels.check.lowering import check_call
-    from tpu_kernels.chips import chip as tpu_chip
+    from tpu_kernels.lowering.chips import chip as tpu_chip
 
     result = check_call(op, args, kwargs, target or tpu_chip())
     if not result.ok:

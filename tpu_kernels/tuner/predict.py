@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from tpu_kernels import pallas_grid
+from tpu_kernels.lowering import pallas_grid
 
 STEP_OVERHEAD_S = 0.35e-6
 """Seconds per grid step beyond the step's data movement and compute (an assumption, see above)."""

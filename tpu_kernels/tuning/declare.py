@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_kernels.definition.signature import Kind, Param, Signature
 from tpu_kernels.errors import OpDefinitionError
-from tpu_kernels.signature import Kind, Param, Signature
 
 Config = tuple  # one value per tunable, in `Tunables.names` order
 

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.autocast import dtype_under
+from tpu_kernels.dispatch.autocast import dtype_under
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments

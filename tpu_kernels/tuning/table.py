@@ -229,7 +229,7 @@ def locked(path: Path) -> Iterator[None]:
 def replace_file(path: Path, text: str) -> None:
     """Write `text` to `path` atomically: a reader sees the old file or the new one, whole (the
     on-disk kernel cache's writer: a temporary file beside it, readable by all, then a rename)."""
-    from tpu_kernels.cache.store import write_atomic
+    from tpu_kernels.runtime.cache.store import write_atomic
 
     write_atomic(path, text.encode())
 

@@ -10,7 +10,7 @@ from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.op import tpu_kernel
-from tpu_kernels.tolerance import with_ignored
+from tpu_kernels.verification.tolerance import with_ignored
 
 # The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles;
 # blocks larger than a dimension become the whole dimension (pallas._block).

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import helion_kernel, reference
 from tpu_kernels.kernels.rmsnorm import sharding as rms_sharding

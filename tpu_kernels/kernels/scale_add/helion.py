@@ -5,7 +5,7 @@
 import jax
 import jax.numpy as jnp
 
-from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.scale_add import helion_kernel, reference
 from tpu_kernels.op import tpu_kernel

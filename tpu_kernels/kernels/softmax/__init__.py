@@ -1,13 +1,13 @@
 """Row softmax: torch.ops.tpu_kernels.softmax(x, *, block_rows=256), with an explicit
 backward kernel registered as torch.ops.tpu_kernels.softmax_backward."""
 
-from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
-from tpu_kernels.tolerance import with_ignored
+from tpu_kernels.verification.tolerance import with_ignored
 
 
 def _examples():

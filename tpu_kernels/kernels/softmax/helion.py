@@ -1,7 +1,7 @@
 """The Helion twin of softmax as a torch op (importing this module imports Helion):
 `tpu_kernels::softmax_helion(x)`; backward derived from the family's JAX reference."""
 
-from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.softmax import helion_kernel, reference
 from tpu_kernels.op import tpu_kernel

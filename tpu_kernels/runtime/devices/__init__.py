@@ -83,7 +83,7 @@ def _load() -> dict[str, DeviceSpec]:
     global _loaded
     if not _loaded:
         for name in _BUILT_IN:
-            importlib.import_module(f"tpu_kernels.devices.{name}")
+            importlib.import_module(f"tpu_kernels.runtime.devices.{name}")
         _loaded = True
     return _DEVICES
 

@@ -17,11 +17,13 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, dtypes, symbolic
-from tpu_kernels.bridge import describe
-from tpu_kernels.cache import CompileCache
+from tpu_kernels import _compat
+from tpu_kernels.definition import dtypes
+from tpu_kernels.definition.signature import Kind, Signature
+from tpu_kernels.dispatch import symbolic
 from tpu_kernels.errors import InvalidArgumentError, KernelError, wrapping
-from tpu_kernels.signature import Kind, Signature
+from tpu_kernels.runtime.bridge import describe
+from tpu_kernels.runtime.cache import CompileCache
 
 ShapeFn = Callable[[list[Any], dict[str, Any]], Any]
 """(tensor specs in param order, static kwargs) -> pytree of ShapeDtypeStructs."""
@@ -115,7 +117,7 @@ class DerivedFake:
 
     def _symbolic(self, tensors: list[Any], statics: dict) -> tuple:
         """Output sizes for symbolic inputs; the equalities the trace needs become torch
-        guards (tpu_kernels.symbolic)."""
+        guards (tpu_kernels.dispatch.symbolic)."""
         sizes = symbolic.Sizes(tensors)
         key = ("symbolic", _hashable(statics), sizes.key)
 

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from tpu_kernels import _compat, precision
-from tpu_kernels.devices.jax_exec import JaxExecutor
-from tpu_kernels.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
+from tpu_kernels import _compat
+from tpu_kernels.definition.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
+from tpu_kernels.runtime import precision
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided

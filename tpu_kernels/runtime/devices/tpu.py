@@ -37,9 +37,10 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import _compat, devices, precision, startup
+from tpu_kernels import _compat, startup
+from tpu_kernels.definition.signature import Signature
 from tpu_kernels.errors import BackendUnavailableError
-from tpu_kernels.signature import Signature
+from tpu_kernels.runtime import devices, precision
 
 # torch_tpu renames PrivateUse1 to "tpu" when it is imported; registering on the
 # dispatch key rather than the device name works whether or not it is loaded.

@@ -16,8 +16,8 @@ runs host callbacks, which a stored executable cannot carry); on a TPU kernels r
 torch_tpu, which compiles them itself.
 """
 
-from tpu_kernels.cache.memory import CacheInfo, CompileCache
-from tpu_kernels.cache.store import (
+from tpu_kernels.runtime.cache.memory import CacheInfo, CompileCache
+from tpu_kernels.runtime.cache.store import (
     ENV,
     STATS,
     TRUST_ENV,

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tpu_kernels.cache import entry
+from tpu_kernels.runtime.cache import entry
 
 ENV = "TPU_KERNELS_CACHE_DIR"
 TRUST_ENV = "TPU_KERNELS_CACHE_TRUST"

@@ -26,7 +26,7 @@ class OpOptions:
       check_reference: what checked mode (`tpu_kernels.checked()`) compares each
         call with: a torch function taking the op's parameters by name and returning
         its visible outputs, or a `tpu_kernels.Reference` (its reduction lengths and
-        tolerance scales, parameters it ignores; see tpu_kernels.tolerance).
+        tolerance scales, parameters it ignores; see tpu_kernels.verification.tolerance).
       cache_size: compiled callables kept per device (LRU).
       noncontiguous: "copy" (default: such inputs are copied to contiguous
         memory first) or "error".
@@ -52,7 +52,7 @@ class OpOptions:
         in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
         (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
         to float32, like CUDA's softmax and norms) or "promote" (to the widest
-        floating input dtype). See tpu_kernels.autocast.
+        floating input dtype). See tpu_kernels.dispatch.autocast.
       sharding: how the op runs on DTensors (docs/distributed.md): "pointwise",
         "rowwise" / `tpu_kernels.rowwise(*reduced_dims)`, a function giving
         strategies as `torch.distributed.tensor.experimental.register_sharding`

@@ -23,9 +23,9 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import bridge, devices
-from tpu_kernels.devices import jax_exec
 from tpu_kernels.errors import BackendUnavailableError
+from tpu_kernels.runtime import bridge, devices
+from tpu_kernels.runtime.devices import jax_exec
 
 
 def _check_backend() -> None:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tpu_kernels import dtypes
-from tpu_kernels.chips import Chip, targeting
+from tpu_kernels.definition import dtypes
 from tpu_kernels.errors import KernelError
+from tpu_kernels.lowering.chips import Chip, targeting
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 
 def flat_kernel(kop: Op, args: tuple, kwargs: dict) -> tuple[Callable, list[Any], bool]:

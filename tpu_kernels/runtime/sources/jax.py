@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpu_kernels import devices
-from tpu_kernels.cache import CacheInfo
-from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.runtime import devices
+from tpu_kernels.runtime.cache import CacheInfo
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
 
 class JaxSource:
@@ -21,7 +21,7 @@ class JaxSource:
         self._executors: dict[str, JaxExecutor] = {}
 
     def kernels(self, spec: Any) -> dict[str, Callable]:
-        # one kernel per registered device (tpu_kernels.devices); those run by tpu_kernels'
+        # one kernel per registered device (tpu_kernels.runtime.devices); those run by tpu_kernels'
         # own executor keep a compile cache, which cache_info reports
         made = {device: device.jax_kernel(spec, self.jax_body) for device in devices.all_devices()}
         self._executors = {d.name: k for d, k in made.items() if isinstance(k, JaxExecutor)}
@@ -38,7 +38,7 @@ class JaxSource:
             ex.cache.clear()
 
 
-# the language registry's hooks (tpu_kernels.sources): the catch-all, asked last
+# the language registry's hooks (tpu_kernels.runtime.sources): the catch-all, asked last
 def recognizes(fn: Any) -> bool:
     return True
 

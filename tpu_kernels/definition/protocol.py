@@ -24,7 +24,7 @@ class Op(Protocol):
     # the spec's fields (tpu_kernels.spec.OpSpec)
     name: str
     short_name: str
-    signature: Any  # tpu_kernels.signature.Signature
+    signature: Any  # tpu_kernels.definition.signature.Signature
     fn: Callable
     fn_name: str
     source: Any

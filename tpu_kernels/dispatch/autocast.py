@@ -16,7 +16,7 @@ another device type are left alone, and the casts are recorded by autograd, so
 gradients come back to float32 parameters in float32.
 
 The rule is registered as a kernel on the Autocast dispatch key of each
-registered device (tpu_kernels.devices) that has one: CPU, CUDA and PrivateUse1
+registered device (tpu_kernels.runtime.devices) that has one: CPU, CUDA and PrivateUse1
 (torch_tpu's "tpu"), and as the same keys' Python kernel, which torch.compile's tracing uses (this is what
 `torch.library.register_autocast` does, which only offers a fixed dtype:
 "lower_precision_fp" needs the autocast dtype of the moment). The kernel casts,
@@ -35,17 +35,17 @@ from tpu_kernels import _compat
 from tpu_kernels.errors import OpDefinitionError
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 POLICIES = ("keep", "lower_precision_fp", "fp32", "promote")
 
 
 def _keys() -> list[tuple[str, str | None]]:
     """(Autocast dispatch key, device type it casts) for each registered device whose dispatch
-    key has an Autocast twin in torch (tpu_kernels.devices: AutocastCPU, AutocastCUDA,
+    key has an Autocast twin in torch (tpu_kernels.runtime.devices: AutocastCPU, AutocastCUDA,
     AutocastPrivateUse1, ...); PrivateUse1's device type is None: its name is read when
     called (torch_tpu renames it "tpu")."""
-    from tpu_kernels import devices
+    from tpu_kernels.runtime import devices
 
     keys = _compat.get("DispatchKey").__members__
     return [
@@ -59,7 +59,7 @@ def check_policy(op: str, policy: Any) -> str:
     if policy not in POLICIES:
         raise OpDefinitionError(
             f"{op}: autocast={policy!r}; use one of {', '.join(repr(p) for p in POLICIES)} "
-            "(see tpu_kernels.autocast)."
+            "(see tpu_kernels.dispatch.autocast)."
         )
     return policy
 

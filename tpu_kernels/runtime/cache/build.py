@@ -21,7 +21,7 @@ import jax
 from jax.experimental import serialize_executable
 
 from tpu_kernels import _compat
-from tpu_kernels.cache import entry, program, store
+from tpu_kernels.runtime.cache import entry, program, store
 
 jax_config = _compat.get("jax_config")
 

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import jax
 import torch
 
+from tpu_kernels.definition.signature import Kind, Param, Signature
 from tpu_kernels.errors import KernelError, OpDefinitionError
-from tpu_kernels.signature import Kind, Param, Signature
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 # The twin's first parameter: one flag per tensor leaf (list elements
 # included, absent optionals skipped), True where the leaf is batched. A

@@ -56,8 +56,8 @@ from typing import Any
 
 import torch
 
+from tpu_kernels.definition.signature import Kind, Signature
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, TpuKernelsError
-from tpu_kernels.signature import Kind, Signature
 
 
 @dataclasses.dataclass(frozen=True)

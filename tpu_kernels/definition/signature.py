@@ -218,7 +218,7 @@ def _has_tensor(value: Any) -> bool:
 
 def _kernel_static(value: Any) -> Any:
     if isinstance(value, torch.dtype):
-        from tpu_kernels.dtypes import TORCH_TO_JAX
+        from tpu_kernels.definition.dtypes import TORCH_TO_JAX
 
         return TORCH_TO_JAX.get(value, value)
     return value

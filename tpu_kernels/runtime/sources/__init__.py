@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tpu_kernels.cache import CacheInfo
+from tpu_kernels.runtime.cache import CacheInfo
 
 
 class Source(Protocol):
@@ -55,8 +55,8 @@ class Language:
 # In the order they are asked; the last, JAX, takes any callable (a plain function is a
 # JAX function), so a new language goes before it.
 _LANGUAGES: list[Language] = [
-    Language("helion", "tpu_kernels.sources.helion", "helion"),
-    Language("jax", "tpu_kernels.sources.jax", "pallas"),
+    Language("helion", "tpu_kernels.runtime.sources.helion", "helion"),
+    Language("jax", "tpu_kernels.runtime.sources.jax", "pallas"),
 ]
 
 
@@ -92,8 +92,8 @@ def from_function(fn: Any) -> str:
 
 def make_source(op_name: str, fn: Any, options: Any = None) -> Source:
     """The source of the op `op_name` for the kernel `fn`, by the language it is written in;
-    `options` (tpu_kernels.options.OpOptions, default: none given) carries the language's
+    `options` (tpu_kernels.definition.options.OpOptions, default: none given) carries the language's
     settings (`autotune`, `float_only`), refused by a language they do not apply to."""
-    from tpu_kernels.options import OpOptions
+    from tpu_kernels.definition.options import OpOptions
 
     return _language_of(fn)[1].make_source(op_name, fn, options or OpOptions())

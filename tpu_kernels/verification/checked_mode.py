@@ -7,7 +7,7 @@
 While it is on, each call of a kernel op that has a reference goes through the
 dispatcher (never the eager shortcut), then its reference runs on float64 CPU
 copies of the same inputs, and each output is compared with the tolerance of
-`tpu_kernels.tolerance` for the output's dtype: the table's atol times the op's
+`tpu_kernels.verification.tolerance` for the output's dtype: the table's atol times the op's
 declared `scale` and the growth its declared reduction length gives
 (`Reference(reduces=...)`, one rule for every op). The backward (run by autograd
 inside checked mode) is compared with the reference's gradient (torch autograd
@@ -64,13 +64,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.compare import difference
+from tpu_kernels.definition.signature import Kind
 from tpu_kernels.errors import TpuKernelsError
-from tpu_kernels.signature import Kind
-from tpu_kernels.tolerance import Reference, rms, tol
+from tpu_kernels.verification.compare import difference
+from tpu_kernels.verification.tolerance import Reference, rms, tol
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 ENV = "TPU_KERNELS_CHECK"
 STRICT = "strict"  # TPU_KERNELS_CHECK=strict: checked mode, strict
@@ -94,7 +94,7 @@ ARMED: bool = _ENV_DEFAULT
 
 BOUNDS: bool = _env_mode(os.environ.get(BOUNDS_ENV))[0]
 """Checked mode also runs each call of an op whose kernels read scalar prefetch through
-`tpu_kernels.bounds` (its block indices against the arrays, then the TPU interpreter): set by
+`tpu_kernels.verification.bounds` (its block indices against the arrays, then the TPU interpreter): set by
 TPU_KERNELS_CHECK_BOUNDS=1, or assign it. Slow: for debugging index maps."""
 
 
@@ -226,7 +226,7 @@ def _reference_kwargs(op: Op, ref: Reference, values: list[Any]) -> dict[str, An
     return kwargs
 
 
-_PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # warnings point at the first frame outside it
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # warnings point at the first frame outside it
 
 
 def _unchecked(op: Op, why: str, fix: str = "") -> None:
@@ -330,7 +330,7 @@ def compare(
 ) -> str | None:
     """Why `got` (a kernel's result) is not `want` (a float64 reference) within the
     tolerance of `dtype` (default: got's), its atol times `scale`, or None when it is
-    (`tpu_kernels.compare.difference`, the toolkit's one element-by-element rule)."""
+    (`tpu_kernels.verification.compare.difference`, the toolkit's one element-by-element rule)."""
     dtype = dtype or got.dtype
     t = tol(dtype) if got.is_floating_point() else tol(torch.float64)
     return difference(
@@ -408,7 +408,7 @@ def call(op: Op, args: tuple, kwargs: dict) -> Any:
 
 
 def _check_bounds(op: Op, args: tuple, kwargs: dict) -> None:
-    from tpu_kernels import bounds
+    from tpu_kernels.verification import bounds
 
     found = bounds.torch_call_problem(op, args, kwargs)
     if found is not None:

@@ -24,11 +24,13 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels import _compat, dtypes, interpret, precision
-from tpu_kernels.bridge import describe
-from tpu_kernels.cache import CompileCache, build, store
+from tpu_kernels import _compat
+from tpu_kernels.definition import dtypes
+from tpu_kernels.definition.signature import Kind, Signature
 from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, KernelError, wrapping
-from tpu_kernels.signature import Kind, Signature
+from tpu_kernels.runtime import interpret, precision
+from tpu_kernels.runtime.bridge import describe
+from tpu_kernels.runtime.cache import CompileCache, build, store
 
 _precision = precision.current
 
@@ -297,7 +299,7 @@ class JaxExecutor:
             return []
         from jax.experimental.pallas import tpu as pltpu
 
-        from tpu_kernels import jaxprs
+        from tpu_kernels.lowering import jaxprs
 
         try:
             with jax.enable_x64(True) if x64 else contextlib.nullcontext():

@@ -9,9 +9,9 @@ import jax
 import torch
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import bridge, devices, interpret
-from tpu_kernels.devices import jax_exec
-from tpu_kernels.devices.jax_exec import pallas_interpret
+from tpu_kernels.runtime import bridge, devices, interpret
+from tpu_kernels.runtime.devices import jax_exec
+from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 
 
 class CpuTransfer:

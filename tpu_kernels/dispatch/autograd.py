@@ -27,12 +27,13 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels import _compat, checked_mode
+from tpu_kernels import _compat
+from tpu_kernels.definition.signature import Kind, Param, Signature
 from tpu_kernels.errors import NoBackwardError, OpDefinitionError
-from tpu_kernels.signature import Kind, Param, Signature
+from tpu_kernels.verification import checked_mode
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 
 def supported(sig: Signature) -> bool:

@@ -35,12 +35,8 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import _compat, devices
+from tpu_kernels import _compat
 from tpu_kernels._scoped import ScopedSetting
-from tpu_kernels.cache import CacheInfo
-from tpu_kernels.devices import cpu as cpu_device
-from tpu_kernels.devices import tpu as tpu_device
-from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -48,6 +44,11 @@ from tpu_kernels.errors import (
     OpDefinitionError,
     wrapping,
 )
+from tpu_kernels.runtime import devices
+from tpu_kernels.runtime.cache import CacheInfo
+from tpu_kernels.runtime.devices import cpu as cpu_device
+from tpu_kernels.runtime.devices import tpu as tpu_device
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
 CPU_MODES = ("pallas", "eager")
 
@@ -57,7 +58,7 @@ def is_helion_kernel(fn: Any) -> bool:
     return helion is not None and isinstance(fn, helion.Kernel)
 
 
-recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.sources)
+recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.runtime.sources)
 
 
 def make_source(op_name: str, fn: Any, options: Any) -> HelionSource:
@@ -77,7 +78,7 @@ _MODE = ScopedSetting(
 )
 
 
-# Public functions over _MODE, like tpu_kernels.interpret's over its own: functions, not
+# Public functions over _MODE, like tpu_kernels.runtime.interpret's over its own: functions, not
 # aliases of the methods, for their names, docstrings and types in the API.
 def set_helion_cpu_mode(mode: str) -> None:
     """How Helion kernels run on CPU tensors, process-wide: "pallas" (default) or "eager"."""
@@ -207,7 +208,7 @@ class CpuKernel:
             return self.eager(*values)
         import jax
 
-        from tpu_kernels import bridge
+        from tpu_kernels.runtime import bridge
 
         sig = self.pallas.sig
         kwargs = {
@@ -243,7 +244,7 @@ def _shape_key(values: list[Any]) -> tuple:
     return tuple(key)
 
 
-# Helion's backend on each device that has one, by the device's name (tpu_kernels.devices):
+# Helion's backend on each device that has one, by the device's name (tpu_kernels.runtime.devices):
 # every Helion op gets a kernel on the device's dispatch key, built on its first call. The
 # CPU is not here: it runs Helion's Pallas backend in interpret mode or its eager reference
 # mode (CpuKernel). A Helion backend for another device is one entry here.
@@ -323,7 +324,7 @@ class HelionSource:
 
     def check_float(self, values: list[Any]) -> None:
         """Raise the shipped ops' integer-input error for a `float_only` parameter."""
-        from tpu_kernels.dtypes import FLOAT_DTYPES_TEXT
+        from tpu_kernels.definition.dtypes import FLOAT_DTYPES_TEXT
 
         short = self.name.split("::")[-1]
         for n, v in zip(_param_names(self.kernel.fn), values):

@@ -25,7 +25,7 @@ Then the call runs in the TPU interpreter, which also sees the kernel body's own
 (`x_ref[pl.ds(i, 8)]` past the block, a DMA from an HBM ref). `call_problem` does both for one
 call and says what it found in one line: "index map of input 0 reads block (8, 0, 0) outside
 [0, 8) along dimension 0 ...". `tpu-kernels check --bounds` runs it on the op's examples,
-checked mode on every call when `TPU_KERNELS_CHECK_BOUNDS=1` (`tpu_kernels.checked_mode`).
+checked mode on every call when `TPU_KERNELS_CHECK_BOUNDS=1` (`tpu_kernels.verification.checked_mode`).
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ import torch
 from jax.experimental.pallas import tpu as pltpu
 from jax.extend import core as jex_core
 
-from tpu_kernels import _compat, bridge, dtypes, interpret, jaxprs
+from tpu_kernels import _compat
+from tpu_kernels.definition import dtypes
+from tpu_kernels.lowering import jaxprs
+from tpu_kernels.runtime import bridge, interpret
 
 if TYPE_CHECKING:
-    from tpu_kernels.protocol import Op
+    from tpu_kernels.definition.protocol import Op
 
 MAX_POINTS = 1_000_000  # grid points of one kernel whose index maps are evaluated (vectorised)
 
