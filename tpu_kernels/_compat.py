@@ -175,7 +175,7 @@ _ENTRIES: dict[str, Private] = {
     "dtensor_sharding_propagator": Private(
         "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
     ),
-    # ---- sharding_sim.py: a rule called in one process, as DTensor calls it
+    # ---- sharding/simulate.py: a rule called in one process, as DTensor calls it
     "TensorMeta": Private(
         "torch.distributed.tensor._dtensor_spec:TensorMeta", "the global shape and dtype in a simulated spec"
     ),

@@ -1,7 +1,7 @@
 """What one traced `pallas_call` says about its grid, read without running it.
 
 Shared by the TPU check (`check/semantics.py`: an accumulation axis marked
-"parallel") and the sharding-rule derivation (`sharding_derive.py`: which array
+"parallel") and the sharding-rule derivation (`sharding/derive.py`: which array
 dims a "parallel" axis walks block by block). Both need the same three readings of
 a `pallas_call` equation:
 

@@ -4,7 +4,7 @@
   expected value (`size`: the expected value's magnitude, or a larger one the caller gives),
   integers exactly, and NaN/inf only where the expected result has them (rounded to the
   result's dtype first). Checked mode (`checked_mode.compare`: the tolerance table's atol
-  and rtol for the dtype), the sharding simulation (`sharding_sim.mismatch`: a relative rule
+  and rtol for the dtype), the sharding simulation (`sharding.simulate.mismatch`: a relative rule
   with no absolute term) and the test helpers (`testing.assert_close`) all judge with it,
   each with its own allowance; the message says the same things in the same words for all.
 - **Normwise** (`errors`): the relative 2-norm and max-norm errors of a whole result against
