@@ -86,6 +86,7 @@ def kernel_benchmark(
     reduction: Callable[[Point], int] | None = None,
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0,
     quick_points: Sequence[Point] | None = None,
+    reduced_points: Sequence[Point] | None = None,
     quick: bool = False,
     device_type: str = "cpu",
     description: str = "",
@@ -142,5 +143,6 @@ def kernel_benchmark(
         reduction=reduction,
         tolerance_scale=tolerance_scale,
         quick_points=quick_points,
+        reduced_points=reduced_points,
         description=description,
     )
