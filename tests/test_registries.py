@@ -30,6 +30,7 @@ def test_the_built_in_devices_and_their_policies():
     assert by_name["cuda"].clock == "cuda_events" and by_name["cpu"].clock == "wall"
     assert by_name["tpu"].device_time and not by_name["tpu"].jax_baseline and by_name["cpu"].jax_baseline
     assert by_name["cpu"].available()
+    assert [by_name[n].bench_sweep for n in ("cpu", "cuda", "tpu")] == ["reduced", "full", "full"]
     assert devices.get("cuda:1") is by_name["cuda"]
     assert devices.get("privateuseone") is by_name["tpu"]  # before torch_tpu renames PrivateUse1
     assert platform_of("t", "privateuseone") == "tpu"
@@ -72,6 +73,13 @@ def test_a_kernel_family_is_checked_when_registered(tmp_path, monkeypatch):
         ValueError, match=r"half_family.shapes.QUICK must name one of BENCH's sizes \(a\), got 'b'"
     ):
         registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
+    for reduced in ("('c',)", "'a'", "()"):  # not a BENCH size; a string, not names; none
+        (package / "shapes.py").write_text(f"TEST = {{}}\nBENCH = {{'a': (8, 128)}}\nQUICK = 'a'\nREDUCED = {reduced}\n")
+        monkeypatch.delitem(sys.modules, "half_family.shapes")
+        with pytest.raises(
+            ValueError, match=r"half_family.shapes.REDUCED must be a non-empty tuple of BENCH's size names \(a\)"
+        ):
+            registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
     assert "half_family" not in FAMILIES
 
 
@@ -81,6 +89,8 @@ def test_a_device_name_or_key_is_registered_once():
         devices.register(devices.DeviceSpec("cpu2", "CPU", cpu.jax_kernel, cpu.available, cpu.synchronize))
     with pytest.raises(ValueError, match=r"clock must be 'wall' or 'cuda_events'"):
         devices.DeviceSpec("x", "X", cpu.jax_kernel, cpu.available, cpu.synchronize, clock="cycles")
+    with pytest.raises(ValueError, match=r"bench_sweep must be 'reduced' or 'full', got 'quick'"):
+        devices.DeviceSpec("x", "X", cpu.jax_kernel, cpu.available, cpu.synchronize, bench_sweep="quick")
 
 
 def test_a_registered_device_gets_a_kernel_in_every_new_op(monkeypatch):

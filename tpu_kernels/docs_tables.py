@@ -304,19 +304,21 @@ def _callable_name(fn) -> str:
 
 
 def kernel_families() -> str:
-    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes."""
+    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes (REDUCED:
+    the BENCH sizes a CPU times by default, all of them when the family names none)."""
     from tpu_kernels.kernels import FAMILIES
 
     lines = [
-        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) |",
-        "|---|---|---|---|---|---|---|",
+        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) | REDUCED (a CPU's default) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for f in FAMILIES.values():
         baseline = _callable_name(f.baseline or f.torch_reference)
         kwargs = ", ".join(f"`{k}={v!r}`" for k, v in f.kwargs.items()) or "-"
         lines.append(
             f"| `{f.name}` | `{f.op.name}` | {f'`{f.helion}`' if f.helion else '-'} | {baseline} | {kwargs} | "
-            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} |"
+            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} | "
+            f"{', '.join(getattr(f.shapes, 'REDUCED', f.shapes.BENCH))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -327,13 +329,13 @@ def device_table() -> str:
     from tpu_kernels.runtime.sources import helion
 
     lines = [
-        "| device | dispatch key | aliases | benchmark clock | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
-        "|---|---|---|---|---|---|---|",
+        "| device | dispatch key | aliases | benchmark clock | benchmark sizes by default | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     yes = {True: "yes", False: "no"}
     for d in devices.all_devices():
         lines.append(
-            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {yes[d.jax_baseline]} | "
+            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {d.bench_sweep} | {yes[d.jax_baseline]} | "
             f"{yes[d.device_time]} | {f'`{helion.HELION_BACKENDS[d.name]}`' if d.name in helion.HELION_BACKENDS else '-'} |"
         )
     return "\n".join(lines) + "\n"

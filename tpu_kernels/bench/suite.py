@@ -108,6 +108,7 @@ def kernel_benchmark(
     reduction: Callable[[Point], int] | None = None,
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0,
     quick_points: Sequence[Point] | None = None,
+    reduced_points: Sequence[Point] | None = None,
     quick: bool = False,
     device_type: str = "cpu",
     description: str = "",
@@ -156,5 +157,6 @@ def kernel_benchmark(
         reduction=reduction,
         tolerance_scale=tolerance_scale,
         quick_points=quick_points,
+        reduced_points=reduced_points,
         description=description,
     )

@@ -49,11 +49,19 @@ class DeviceSpec:
     # its peaks from its display name (describe()'s), for the benchmark's roofline; None where
     # a roofline is not meaningful (the CPU runs Pallas in an interpreter) or the model is unknown
     peaks: Callable[[str], Peaks | None] = no_peaks
+    # the sizes `tpu-kernels bench` times by default: "full" (every benchmark's points), or
+    # "reduced" (its `reduced_points`) where kernels run slowly, as in the CPU's interpreter;
+    # `--full` asks for the full sizes anywhere (docs/benchmarking.md, "Sizes per device")
+    bench_sweep: str = "full"
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "cuda_events"):
             raise ValueError(
                 f"device {self.name!r}: clock must be 'wall' or 'cuda_events', got {self.clock!r}"
+            )
+        if self.bench_sweep not in ("reduced", "full"):
+            raise ValueError(
+                f"device {self.name!r}: bench_sweep must be 'reduced' or 'full', got {self.bench_sweep!r}"
             )
 
 

@@ -73,5 +73,8 @@ SPEC = devices.register(
         available=lambda: True,
         synchronize=lambda: None,
         describe=lambda: (_cpu_name(), torch.device("cpu")),
+        # Pallas kernels run in an interpreter here (a 2048-cubed matmul takes seconds a call):
+        # smaller sizes show the bridge and the baselines as well, in minutes, not a quarter hour
+        bench_sweep="reduced",
     )
 )
