@@ -33,8 +33,8 @@ def _helion_twin(family: Family) -> Callable[[dict], list[bench.Candidate]]:
 def kernel_suite(family: Family, *, quick: bool, device_type: str) -> list[bench.Benchmark]:
     """The benchmark of a registered kernel family (tpu_kernels.kernels.FAMILIES), everything
     read from its registration: named as its op, the op over `shapes.BENCH` (under the point
-    key "shape") x FLOATS, or with --quick the one size `shapes.BENCH[shapes.QUICK]`, on the
-    family's `inputs`; beside torch (its `baseline`, default the reference `reference.<op>`)
+    key "shape") x FLOATS (on a CPU by default the sizes `shapes.REDUCED` names), or with
+    --quick the one size `shapes.BENCH[shapes.QUICK]`, on the family's `inputs`; beside torch (its `baseline`, default the reference `reference.<op>`)
     and its Helion twin, if it has one. The family's `kwargs` go to every call (the op, the
     reference, the twin); its `reduction` and `flops` take the point's shape."""
     kwargs = dict(family.kwargs)
@@ -45,6 +45,7 @@ def kernel_suite(family: Family, *, quick: bool, device_type: str) -> list[bench
             inputs=lambda p, dev: family.inputs(p["shape"], p["dtype"], dev),
             points=bench.grid(shape=list(family.shapes.BENCH.values()), dtype=FLOATS),
             quick_points=bench.grid(shape=[family.quick_shape()], dtype=FLOATS),
+            reduced_points=bench.grid(shape=family.reduced_shapes(), dtype=FLOATS),
             reference=family.baseline or family.torch_reference,
             statics=lambda p: kwargs,
             reference_kwargs=lambda p: kwargs,

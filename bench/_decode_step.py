@@ -104,7 +104,7 @@ def _jitted(call: OpCall) -> tuple[Callable[[dict], Any], dict[str, torch.Tensor
 def direct_jax(call: OpCall) -> Callable[[], Any]:
     """The op's JAX function, jitted, on JAX arrays of the call's tensors: what the call costs
     without tpu_kernels' layers (blocking on the result, as a torch call's result is ready)."""
-    from tpu_kernels.bridge import to_jax_cpu
+    from tpu_kernels.runtime.bridge import to_jax_cpu
 
     jitted, tensors = _jitted(call)
     arrays = {n: to_jax_cpu(t.contiguous()) for n, t in tensors.items()}
@@ -125,7 +125,7 @@ def bare_crossing(call: OpCall) -> Callable[[], Any]:
     """The call's crossing and nothing else: a view of each tensor (bridge.host_view, as
     tpu_kernels views a fresh activation), the op's jitted JAX function, the results
     exported to torch (bridge.to_torch_cpu, which waits for them)."""
-    from tpu_kernels.bridge import host_view, to_torch_cpu
+    from tpu_kernels.runtime.bridge import host_view, to_torch_cpu
 
     jitted, tensors = _jitted(call)
     tensors = {n: t.contiguous() for n, t in tensors.items()}

@@ -125,7 +125,7 @@ def schedules() -> dict[str, tuple]:
     """Row schedules for the norms' and MLPs' token rows: name -> (apply_tpu_kernels'
     buckets=, tpu_kernels.integrations.transformers.layers.ROWS, layers.ONE_ROW_AS_IS); the
     last is the integration's own. (A function: tpu_kernels is imported in the children.)"""
-    from tpu_kernels.buckets import multiple_of, powers_of_two
+    from tpu_kernels.dispatch.buckets import multiple_of, powers_of_two
 
     return {
         "exact": (False, powers_of_two(128), False),

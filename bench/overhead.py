@@ -46,7 +46,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import torch  # noqa: E402
 
-from tpu_kernels import bridge, tpu_kernel  # noqa: E402
+from tpu_kernels import tpu_kernel  # noqa: E402
+from tpu_kernels.runtime import bridge
 
 SHAPE = (128, 128)
 

@@ -72,7 +72,7 @@ def child(kernel: str) -> dict:
     out = call()
     first = time.perf_counter() - t3
     assert torch.isfinite(out if isinstance(out, torch.Tensor) else out[0]).all()
-    from tpu_kernels import cache
+    from tpu_kernels.runtime import cache
 
     result = {
         "imports": t1 - t0,

@@ -17,8 +17,10 @@ return several), on every device; the torch formulas are written for clarity
 baseline rather than a tuned one.
 
 The implementation Tokamax runs is shown beside the candidate ("xla" on CPU).
-On CPU the sizes are cut down (the real-workload sizes of each family's
-shapes.py, tpu_kernels/tokamax/<family>/shapes.py, are used on accelerators).
+The written cases' reduced sizes (CPU_* below: a CPU's default run) are cut down; a
+full run (accelerators, or `--full`) takes the real-workload sizes of each family's
+shapes.py (tpu_kernels/tokamax/<family>/shapes.py). The dtype follows the device:
+float32 on a CPU, bfloat16 elsewhere.
 """
 
 import inspect
@@ -51,6 +53,10 @@ CPU_ATTENTION = {
 CPU_NORM = {"2kx1k": (2048, 1024)}
 CPU_GLU = {"1kx512_to_1k": ((1024, 512), 1024)}
 CPU_LOSS = {"512_tokens_8k_vocab": (512, 256, 8192)}
+# Formulas left without a torch.compile baseline: Dynamo unrolls kimi_delta_attention's
+# token-by-token recurrence, and Inductor then spent 53 s compiling its one point on a 2-core
+# CPU (a third of the main job's run there), for a baseline no model would use.
+NOT_COMPILED = {"kimi_delta_attention"}
 
 
 def _impl(op: str, device_type: str) -> str:
@@ -228,7 +234,8 @@ def _formula_benchmarks(quick: bool, device_type: str) -> tuple[list[bench.Bench
         ),
     ]
     return [
-        _formula_benchmark(op, dtype, inputs, ours, theirs, device_type, quick, scale)
+        # the compiled baseline only where compiling the formula is worth timing (NOT_COMPILED)
+        _formula_benchmark(op, dtype, inputs, ours, theirs, device_type, quick or op in NOT_COMPILED, scale)
         for op, dtype, inputs, ours, theirs, scale in cases
     ], {op for op, *_ in cases}
 
@@ -237,13 +244,12 @@ def _written_benchmarks(quick: bool, device_type: str) -> tuple[list[bench.Bench
     """The written cases, and the ops (short names) they time."""
     cpu = device_type == "cpu"
     dtypes = [torch.float32] if cpu else [torch.bfloat16]
-    attn_shapes = CPU_ATTENTION if cpu else attention.shapes.BENCH
-    attn = list(attn_shapes)  # points name the shape; the sizes are looked up
-    norm = list((CPU_NORM if cpu else normalization.shapes.BENCH).values())
-    glu_shapes = list((CPU_GLU if cpu else glu.shapes.BENCH).values())
-    loss_shapes = list((CPU_LOSS if cpu else loss.shapes.BENCH).values())
-    if quick:
-        attn, norm, glu_shapes, loss_shapes = attn[:1], norm[:1], glu_shapes[:1], loss_shapes[:1]
+    attn_shapes = {**attention.shapes.BENCH, **CPU_ATTENTION}  # points name the shape; sizes are looked up
+    # (full sizes, reduced sizes) per case; --quick takes the first of the device's default
+    attn = (list(attention.shapes.BENCH), list(CPU_ATTENTION))
+    norm = (list(normalization.shapes.BENCH.values()), list(CPU_NORM.values()))
+    glu_shapes = (list(glu.shapes.BENCH.values()), list(CPU_GLU.values()))
+    loss_shapes = (list(loss.shapes.BENCH.values()), list(CPU_LOSS.values()))
 
     def attn_inputs(p, dev):
         s = attn_shapes[p["shape"]]
@@ -347,14 +353,16 @@ def _written_benchmarks(quick: bool, device_type: str) -> tuple[list[bench.Bench
     return [
         bench.Benchmark(
             name=f"tokamax_{name}",
-            points=bench.grid(shape=shapes, dtype=dtypes),
+            points=bench.grid(shape=sizes[0], dtype=dtypes),
+            reduced_points=bench.grid(shape=sizes[1], dtype=dtypes),
+            quick_points=bench.grid(shape=sizes[1 if cpu else 0][:1], dtype=dtypes),
             inputs=inputs,
             candidates=_candidates(impl_op, ours, torch_fn, device_type, quick),
             reference=reference,
             tolerance_scale=tolerance_scale,
             **measure,
         )
-        for name, shapes, inputs, (impl_op, ours), torch_fn, reference, measure, tolerance_scale in cases
+        for name, sizes, inputs, (impl_op, ours), torch_fn, reference, measure, tolerance_scale in cases
     ] + formulas, covered | formula_ops
 
 

@@ -14,7 +14,7 @@ from the other mode's results (the padded rows must change nothing).
 
 Goal (issue 12): at most one compile per bucket. Figures are printed, not asserted.
 
-    python bench/varlen.py [--lengths 24] [--max-len 512] [--hidden 256] [--backward] [--repeat N]
+    python bench/varlen.py [--lengths 24] [--max-len 512] [--hidden 256] [--backward] [--repeat N] [--json PATH]
 
 A plain script, not a `tpu-kernels bench` suite: it times first calls in new processes.
 """
@@ -105,7 +105,7 @@ def run(mode: str, lens: list[int], hidden: int, backward: bool = False) -> dict
 
 
 def expected_buckets(lens: list[int]) -> int:
-    from tpu_kernels.buckets import bucket_size
+    from tpu_kernels.dispatch.buckets import bucket_size
     from tpu_kernels.kernels import rmsnorm
 
     rows = rmsnorm.options.buckets["x"][-2]  # as the op declares them
@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             runs[mode].append(_run_child(mode, args))
             print(f"  {mode}: {runs[mode][-1]['seconds']:.2f} s", file=sys.stderr)
-    return finish(report(runs, lens, args.max_len), runs, args.json)
+    figures = {"lengths": lens, "max_len": args.max_len, "runs": runs}  # what `report` reads
+    return finish(report(runs, lens, args.max_len), figures, args.json)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from tpu_kernels.bench import correctness, discover
 from tpu_kernels.bench.suite import to_jax
-from tpu_kernels.devices.jax_exec import pallas_interpret
+from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 from tpu_kernels.testing import TOL, dot_scale
 
 ROOT = Path(__file__).resolve().parents[1]

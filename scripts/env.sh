@@ -62,7 +62,8 @@ fi
 # torch auto-loads torch_tpu (installed from the lock) in every process that imports
 # torch: seconds of start-up and libtpu log lines in each spawned worker. Without a
 # TPU (no /dev/accel* or /dev/vfio device) nothing needs it loaded, and code that wants it
-# imports it explicitly; docs/devices.md says why.
+# imports it explicitly; docs/devices.md says why. `import tpu_kernels` sets the same default
+# (and JAX_PLATFORMS=cpu: tpu_kernels/startup.py); this covers a process that imports torch first.
 if ! compgen -G "/dev/accel*" >/dev/null && ! compgen -G "/dev/vfio/[0-9]*" >/dev/null; then
   export TORCH_DEVICE_BACKEND_AUTOLOAD=${TORCH_DEVICE_BACKEND_AUTOLOAD:-0}
 fi

@@ -24,6 +24,12 @@ if os.environ.get("TPU_KERNELS_CACHE_DIR", "").lower() != "off":
     os.environ["TPU_KERNELS_CACHE_DIR"] = _CACHE_DIR
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
+# Tuning tables: the session reads and writes its own directory, never one a developer's
+# runs filled (tests of tuning point it at their own tmp_path). Tables beside the shipped
+# kernels would still be read: none are committed.
+os.environ["TPU_KERNELS_TUNING_DIR"] = tempfile.mkdtemp(prefix="tpu-kernels-test-tuning-")
+atexit.register(shutil.rmtree, os.environ["TPU_KERNELS_TUNING_DIR"], ignore_errors=True)
+
 # Inductor's caches (FX graph, AOTAutograd) key a compiled graph on the forward graph, not
 # on an op's Python backward: after a change to how tpu_kernels builds backward ops, a warm
 # cache replayed a backward call in the old calling convention (seen here: matmul_backward

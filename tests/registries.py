@@ -8,10 +8,10 @@ checks that each collected test list grows by them.
 
 from __future__ import annotations
 
-from tpu_kernels import devices
 from tpu_kernels.kernels import FAMILIES as KERNEL_FAMILIES
 from tpu_kernels.kernels.registry import Family
 from tpu_kernels.op import KernelOp
+from tpu_kernels.runtime import devices
 
 
 def kernel_families() -> list[Family]:
@@ -35,5 +35,5 @@ def op_id(op: KernelOp) -> str:
 
 
 def device_names() -> list[str]:
-    """Every registered device's name (tpu_kernels.devices)."""
+    """Every registered device's name (tpu_kernels.runtime.devices)."""
     return [d.name for d in devices.all_devices()]

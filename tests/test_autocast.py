@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from tests.helpers import assert_close, compile_counted, rand
 from tests.registries import family_id, kernel_families
-from tpu_kernels import autocast, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.dispatch import autocast
 from tpu_kernels.errors import OpDefinitionError
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 

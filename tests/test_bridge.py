@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tests.helpers import rand
-from tpu_kernels import bridge, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.runtime import bridge
 
 
 def test_the_low_level_dlpack_entry_points_are_in_use():

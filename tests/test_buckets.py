@@ -1,4 +1,4 @@
-"""Bounded dynamism (tpu_kernels.buckets): padded dims, one executable per bucket, true shapes above."""
+"""Bounded dynamism (tpu_kernels.dispatch.buckets): padded dims, one executable per bucket, true shapes above."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tpu_kernels
 from tpu_kernels import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two, tpu_kernel
-from tpu_kernels import buckets as bucketing
+from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError
 from tpu_kernels.kernels.rmsnorm import rmsnorm
 from tpu_kernels.kernels.scale_add import scale_add
@@ -317,6 +317,24 @@ def test_a_decode_step_pads_to_the_sublane_tile():
     assert recorded.cache_info().misses == 6
 
 
+def _record_pair(x: jax.Array, y: jax.Array) -> jax.Array:
+    _TRACED.append((tuple(x.shape), tuple(y.shape)))
+    return x + y
+
+
+recorded_pair = tpu_kernel("test_buckets::recorded_pair", buckets=bucket_rows("x", "y", "out"))(_record_pair)
+
+
+def test_a_size_1_dim_broadcasts_and_stays_unpadded():
+    """y's one row broadcasts over x's rows: the kernel sees it as it is, (1, D), beside x's
+    padded rows, never a row padded to the bucket (the module docstring's rule)."""
+    _TRACED.clear()
+    recorded_pair.cache_clear()
+    x, y = torch.randn(5, D), torch.randn(1, D)
+    torch.testing.assert_close(recorded_pair(x, y), x + y)
+    assert _TRACED == [((8, D), (1, D))]
+
+
 def test_shipped_ops_pad_a_decode_step_to_the_tile():
     """A decode step's one row and 8 rows share rmsnorm's 8-row executable (float32; 16 rows
     for bfloat16); 9 rows is the next bucket."""
@@ -432,6 +450,52 @@ def test_length_is_not_for_the_caller():
         ValueError, match=r"test_buckets::masked_mean: argument 'length' is filled in by the op"
     ):
         masked_mean(torch.randn(2, 3), torch.tensor(3))
+
+
+def _row_max(x: jax.Array) -> jax.Array:
+    """Max over the last dim, which the op pads with -inf: the max of the true values,
+    whatever the bucket (no true length needed: -inf is neutral for a max)."""
+    return jnp.max(x, axis=-1)
+
+
+row_max = tpu_kernel(
+    "test_buckets::row_max", buckets={"x": {-1: multiple_of(16, pad=float("-inf"))}, "out": {}}
+)(_row_max)
+
+
+def test_padding_holds_the_declared_pad_value():
+    """Rows of negative values: padded with 0 instead of the declared -inf, each max would
+    be 0."""
+    row_max.cache_clear()
+    for n in (1, 5, 16, 17):
+        x = -torch.rand(3, n, dtype=torch.float64) - 0.5
+        torch.testing.assert_close(row_max(x), x.amax(-1), rtol=0, atol=0)
+    assert row_max.cache_info().misses == 2  # buckets 16 and 32
+
+
+def _scaled_rows(x: jax.Array, w: jax.Array) -> jax.Array:
+    return x * w
+
+
+# every tensor padded with 1.0 (a pad that is not 0): the incoming gradients must still be 0
+# there, or the weight's gradient, a sum over rows, counts the padded rows
+ones_padded = tpu_kernel(
+    "test_buckets::ones_padded",
+    buckets=bucket_rows("x", "out", bucketing=multiple_of(8, pad=1.0)),
+    backward="vjp",
+)(_scaled_rows)
+
+
+def test_incoming_gradients_are_padded_with_zero_whatever_the_pad_value():
+    for n in (3, 8, 13):
+        x = torch.randn(n, D, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(D, dtype=torch.float64, requires_grad=True)
+        g = torch.randn(n, D, dtype=torch.float64)
+        out = ones_padded(x, w)
+        torch.testing.assert_close(out, x * w, rtol=0, atol=0)
+        gx, gw = torch.autograd.grad(out, (x, w), g)
+        torch.testing.assert_close(gx, g * w, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(gw, (g * x).sum(0), rtol=1e-12, atol=1e-12)
 
 
 # ---- explicit bucket lists, and outputs sliced by the derived shapes -----------------

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tests.registries import family_id, kernel_families
-from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, checked_mode, tpu_kernel
-from tpu_kernels.checked_mode import UncheckedCallError, UncheckedWarning
+from tpu_kernels import CheckFailure, OpDefinitionError, Reference, checked, tpu_kernel
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
+from tpu_kernels.verification import checked_mode
+from tpu_kernels.verification.checked_mode import UncheckedCallError, UncheckedWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,7 +190,8 @@ def _run_with_check_env(value: str, decorator: str, error: str) -> list[str]:
     `decorator`); it prints the mode, then whether the call raised `error` naming the op."""
     code = (
         "import torch\n"
-        "from tpu_kernels import tpu_kernel, checked_mode\n"
+        "from tpu_kernels import tpu_kernel\n"
+        "from tpu_kernels.verification import checked_mode\n"
         f"@tpu_kernel('env_checked::bad'{decorator})\n"
         "def bad(x: torch.Tensor) -> torch.Tensor:\n"
         "    return x + 1\n"
@@ -547,3 +549,76 @@ def test_correct_eps_ops_pass_their_spot_checks(dtype):
     with checked(strict=True):
         for op in ops:
             op()
+
+
+# ---- ops that write to their arguments: the mutated arguments are compared -----------------------
+
+
+def _append_reference(cache: torch.Tensor, new: torch.Tensor, pos: int) -> None:
+    cache[pos : pos + new.shape[0]] = new  # in place, on its float64 copy, as the op does
+
+
+@tpu_kernel("test_checked::kv_append", mutates_args=("cache",), check_reference=_append_reference)
+def kv_append(cache: torch.Tensor, new: torch.Tensor, pos: int) -> None:
+    return cache.at[pos : pos + new.shape[0]].set(new)
+
+
+@tpu_kernel("test_checked::kv_append_wrong", mutates_args=("cache",), check_reference=_append_reference)
+def kv_append_wrong(cache: torch.Tensor, new: torch.Tensor, pos: int) -> None:
+    return cache.at[pos + 1 : pos + 1 + new.shape[0]].set(new)  # one row late
+
+
+def _append_jax_reference(cache, new, pos):
+    return cache.at[pos : pos + new.shape[0]].set(new)  # a JAX reference returns the new value
+
+
+@tpu_kernel(
+    "test_checked::kv_append_wrong_jax_ref",
+    mutates_args=("cache",),
+    check_reference=Reference(_append_jax_reference, jax=True),
+)
+def kv_append_wrong_jax_ref(cache: torch.Tensor, new: torch.Tensor, pos: int) -> None:
+    return cache.at[pos : pos + new.shape[0]].set(new * 2)
+
+
+def _kv(seed: int, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(16, 8, generator=g).to(dtype), torch.randn(3, 8, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_wrong_in_place_append_fails_and_a_right_one_passes(strict):
+    cache, new = _kv(0)
+    want = cache.clone()
+    want[5:8] = new
+    with checked(strict=strict):
+        assert kv_append(cache, new, 5) is None
+    assert torch.equal(cache, want)  # written once, by the op
+    cache, new = _kv(1)
+    with checked(strict=strict), pytest.raises(CheckFailure) as info:
+        kv_append_wrong(cache, new, 5)
+    msg = str(info.value)
+    assert "test_checked::kv_append_wrong mutated argument 'cache' differs from its reference" in msg, msg
+    assert "inputs: cache: float32[16, 8], new: float32[3, 8], pos=5" in msg, msg
+    assert "updates the mutated arguments' copies in place" in msg, msg
+
+
+def test_a_jax_reference_of_a_mutating_op_returns_the_new_values():
+    cache, new = _kv(2)
+    with checked(), pytest.raises(CheckFailure, match=r"kv_append_wrong_jax_ref mutated argument 'cache'"):
+        kv_append_wrong_jax_ref(cache, new, 5)
+
+
+@tpu_kernel("test_checked::add_", mutates_args=("acc",), check_reference=lambda acc, x: acc.add_(x))
+def add_(acc: torch.Tensor, x: torch.Tensor) -> None:
+    return acc + x
+
+
+def test_the_reference_writes_to_copies_never_to_the_callers_tensor():
+    # float64: a float64 "copy" made with .to(float64) would be the caller's tensor itself,
+    # and the reference's add would land on it a second time
+    acc, x = _kv(3, torch.float64)
+    want = acc + x[:1]
+    with checked(strict=True):
+        add_(acc, x[:1].expand_as(acc).contiguous())
+    torch.testing.assert_close(acc, want, rtol=0, atol=0)

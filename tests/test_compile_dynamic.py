@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from tests.helpers import compile_counted, rand, uname
-from tpu_kernels import symbolic, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.dispatch import symbolic
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 from tpu_kernels.testing import MARK_DYNAMIC, compile_dynamic_matches_eager
 
@@ -40,7 +41,7 @@ def test_every_shipped_op_compiles_at_three_sizes_forward_and_backward(name, mod
 
 def test_every_helion_twin_compiles_at_three_sizes_forward_and_backward():
     from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
-    from tpu_kernels.sources.helion import helion_cpu_mode
+    from tpu_kernels.runtime.sources.helion import helion_cpu_mode
 
     def model(x, y, w, b):  # the four in one graph: each compile of a Helion op takes seconds here
         return add_helion(x, y, alpha=0.5) + softmax_helion(x) + rmsnorm_helion(

@@ -8,9 +8,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tpu_kernels import BackendUnavailableError
-from tpu_kernels.devices import cuda as cuda_device
-from tpu_kernels.devices import tpu as tpu_device
 from tpu_kernels.kernels import matmul, rmsnorm, softmax
+from tpu_kernels.runtime.devices import cuda as cuda_device
+from tpu_kernels.runtime.devices import tpu as tpu_device
 
 
 @pytest.mark.parametrize("op", [softmax, rmsnorm, matmul], ids=lambda o: o.short_name)
@@ -120,9 +120,9 @@ def test_a_mesh_op_goes_through_torch_tpu_with_partition_specs():
 
 
 def test_a_tpu_pallas_kernel_on_a_gpu_device_is_a_clear_error():
-    from tpu_kernels.devices import cpu as cpu_device
-    from tpu_kernels.devices.jax_exec import JaxExecutor
     from tpu_kernels.errors import KernelError
+    from tpu_kernels.runtime.devices import cpu as cpu_device
+    from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
     # CPU arrays, but a device's mode (no interpreter) and device type "cuda": what a shipped
     # TPU kernel meets on a GPU, where its lowering fails (JAX says only AssertionError)

@@ -134,3 +134,40 @@ def test_every_architecture_decision_names_tests_that_exist():
             assert file.is_file(), f"{title!r}: {path} does not exist"
             names = {n.name for n in ast.walk(ast.parse(file.read_text())) if isinstance(n, ast.FunctionDef)}
             assert name in names, f"{title!r}: {path} has no test {name}"
+
+
+CORE_FOLDERS = ("definition", "lowering", "runtime", "verification", "dispatch", "sharding", "tuning")
+
+
+def _package_table() -> list[list[str]]:
+    """The first cell of each row of docs/architecture.md's package table, as its paths."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.partition("## The package\n")[2].partition("\n## ")[0]
+    cells = [line[2:].partition(" | ")[0] for line in section.splitlines() if line.startswith("| `")]
+    return [re.findall(r"`([^`]+)`", cell) for cell in cells]
+
+
+def test_the_package_table_names_paths_that_exist_and_every_module_of_the_core():
+    package = ROOT / "tpu_kernels"
+    named: set[Path] = set()
+    for paths in _package_table():
+        folder = Path()
+        for i, rel in enumerate(paths):
+            rel = rel.replace("<family>", "softmax" if rel.startswith("kernels") else "attention")
+            path = package / rel if i == 0 or "/" in rel else package / folder / rel
+            assert path.exists(), f"docs/architecture.md names {rel}, which is not in tpu_kernels/"
+            folder = Path(rel).parent if i == 0 else folder
+            named.add(path.resolve())
+
+    def covered(p: Path) -> bool:  # named, inside a named folder, or a folder with a named part
+        return any(p == n or n in p.parents or p in n.parents for n in named)
+
+    top = [p for p in package.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")]
+    missing = [p.name for p in top if (p.suffix == ".py" or p.is_dir()) and not covered(p.resolve())]
+    for folder in CORE_FOLDERS:  # each module of the core's folders has a row, or its folder has
+        missing += [
+            str(p.relative_to(package))
+            for p in (package / folder).rglob("*.py")
+            if p.name != "__init__.py" and not any(p.resolve() == n or n in p.resolve().parents for n in named)
+        ]
+    assert not missing, f"docs/architecture.md's package table lacks {missing}"

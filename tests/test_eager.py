@@ -8,7 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers import rand
 from tpu_kernels import tpu_kernel
-from tpu_kernels.eager import plain_eager
+from tpu_kernels.dispatch.eager import plain_eager
 from tpu_kernels.errors import InvalidArgumentTypeError
 
 
@@ -139,6 +139,60 @@ def test_an_int_for_a_float_static_reaches_the_kernel_as_a_float_on_both_paths()
     first = times(x, 2)  # the shortcut compiles this key
     assert first.dtype == times.overload(x, 2).dtype == torch.float32
     assert torch.equal(first, times.overload(x, 2))
+
+
+def test_try_all_makes_an_int_for_a_float_static_a_float_as_the_dispatcher_does():
+    """KernelOp.try_all (every parameter's value, as tokamax's call_op passes them): an int
+    2 for `alpha: float` traced as an int keeps x's int32 where the dispatcher gives float32,
+    and 2 == 2.0 share a cache key, so a later alpha=2.0 would get that int32 entry too."""
+    from tpu_kernels.dispatch.eager import DECLINED
+
+    @tpu_kernel("test_eager::times_all")
+    def times_all(x: torch.Tensor, alpha: float) -> torch.Tensor:
+        return x * alpha
+
+    x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    # the int first, before anything else compiles the key the two share
+    got = [times_all.try_all((x, 2)), times_all.try_all((x, 2.0))]
+    want = times_all.overload(x, 2.0)
+    assert want.dtype == torch.float32
+    for out in got:
+        assert out is not DECLINED and out.dtype == torch.float32, out
+        assert torch.equal(out, want)
+
+
+def test_an_op_with_optional_tensors_keys_each_dtype_apart_on_the_shortcut():
+    """An executor with optional tensors keys each tensor as (shape, dtype): a bfloat16 call
+    after a float32 one of the same shape is its own entry, bfloat16 in and out."""
+
+    @tpu_kernel("test_eager::maybe_shift")
+    def maybe_shift(x: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        return x * 2 if b is None else x + b
+
+    shortcut = maybe_shift._eager_cpu
+    assert not shortcut.simple  # the (shape, dtype) key layout
+    x = rand(8, 16)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for b in (None, rand(8, 16).to(dtype)):
+            args = (x.to(dtype), b)
+            # the executor's own key: a call the shortcut keys otherwise never finds its entry
+            assert shortcut.key(args) == shortcut.executor._arrays_and_key(list(args))[1]
+            for _ in range(2):  # the second call: the one-pass path, from the entry
+                out = maybe_shift(*args)
+                assert out.dtype == dtype
+                want = args[0] * 2 if b is None else args[0] + b
+                torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+def test_a_non_contiguous_input_is_right_when_its_key_is_compiled():
+    """The one-pass path hands contiguous tensors to the compiled entry; a transposed one of
+    the same shape and dtype goes to the executor, which makes it contiguous."""
+    x = rand(16, 24).t()  # (24, 16), non-contiguous
+    y = rand(24, 16)
+    torch.testing.assert_close(axpy(y, y, 1.5), y * 1.5 + y)  # compiles the key
+    for _ in range(2):
+        torch.testing.assert_close(axpy(x, y, 1.5), x * 1.5 + y, rtol=0, atol=0)
+        torch.testing.assert_close(axpy(y, x, 1.5), y * 1.5 + x, rtol=0, atol=0)
 
 
 def test_a_missing_tensor_names_the_argument_on_both_paths():

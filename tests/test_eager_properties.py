@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tpu_kernels import KernelOp, tpu_kernel  # noqa: E402
+from tpu_kernels.definition.signature import Kind  # noqa: E402
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax  # noqa: E402
-from tpu_kernels.signature import Kind  # noqa: E402
 
 _RANDOM = os.environ.get("TPU_KERNELS_HYPOTHESIS_RANDOM") == "1"
 PROPERTY_SETTINGS = settings(
@@ -207,7 +207,7 @@ def test_try_all_and_torch_ops_agree() -> None:
     """KernelOp.try_all (what tokamax's call_op hands every parameter's value) against the
     registered operator called with the same values, positional parameters by position and
     keyword-only ones by name: the same result or exception type, or DECLINED."""
-    from tpu_kernels.eager import DECLINED
+    from tpu_kernels.dispatch.eager import DECLINED
 
     seen = {"shortcut": 0, "declined": 0}
 

@@ -85,3 +85,40 @@ def test_fake_results_are_cached_per_shape():
         f(torch.empty(5))
     info = f._derived_fake.cache.info()
     assert (info.misses, info.hits) == (2, 2)
+
+
+def test_fake_results_are_cached_per_dtype_too():
+    """A bfloat16 call after a float32 one of the same shape: its own entry, bfloat16 out
+    (a cache keyed on shapes alone would hand it the float32 result's dtype)."""
+
+    @tpu_kernel(uname())
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert f(torch.empty(4, 3, dtype=dtype, device="meta")).dtype == dtype
+        with FakeTensorMode():
+            assert f(torch.empty(4, 3, dtype=dtype)).dtype == dtype
+    assert f._derived_fake.cache.info().misses == 3
+
+
+def test_symbolic_shapes_are_derived_per_static():
+    """One op compiled with dynamic shapes at two values of a static that decides the output's
+    width: each value its own symbolic plan (a plan keyed without the statics hands k=3 the
+    k=2 plan's shapes)."""
+
+    @tpu_kernel(uname("first_k"))
+    def first_k(x: Tensor, k: int) -> Tensor:
+        return x[:, :k] * 2
+
+    def flat(x, k):
+        out = first_k(x, k)
+        # sizes read while tracing are the fake's: a plan of the wrong k reshapes to the wrong size
+        return out.reshape(out.shape[0] * out.shape[1]) + 1
+
+    for k in (2, 3):
+        compiled, counter = compile_counted(lambda x, k=k: flat(x, k), dynamic=True)
+        for n in (4, 6, 9):
+            x = rand(n, 8)
+            torch.testing.assert_close(compiled(x), (x[:, :k] * 2).reshape(n * k) + 1)
+        assert counter.frame_count == 1

@@ -161,9 +161,9 @@ def test_batched_call_is_compiled_once_per_batched_shape():
 
 def test_pallas_kernel_batches_with_a_grid_axis_not_a_loop():
     # jax.vmap of a pallas_call adds a grid dimension: one pallas_call in the batched program
-    from tpu_kernels import interpret
-    from tpu_kernels import vmap as vmap_rules
-    from tpu_kernels.devices.jax_exec import pallas_interpret
+    from tpu_kernels.dispatch import vmap as vmap_rules
+    from tpu_kernels.runtime import interpret
+    from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 
     fn = vmap_rules.batched_kernel(softmax.signature, softmax.fn)
     x = jnp.ones((B, 16, 128), jnp.float32)
@@ -287,7 +287,7 @@ def test_eager_backward_through_vmap_matches_a_loop():
 
 
 def test_batched_twin_passes_opcheck():
-    from tpu_kernels import vmap as vmap_rules
+    from tpu_kernels.dispatch import vmap as vmap_rules
     from tpu_kernels.testing import opcheck
 
     twin = vmap_rules.batched_op(scale_add)

@@ -165,7 +165,7 @@ def test_a_folder_without_wheels_is_a_usage_error_before_anything_is_written(tmp
 def test_the_preflight_names_a_missing_jax_cuda_backend(monkeypatch, capsys):
     """torch with a GPU but JAX without its CUDA backend (JAX_PLATFORMS=cpu here stands in for
     a CPU-only jaxlib): the answer names JAX, and the exit status is the no-GPU one."""
-    from tpu_kernels.devices import cuda
+    from tpu_kernels.runtime.devices import cuda
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert cuda.unavailable_reason().startswith("JAX has no CUDA backend: jax.devices('cuda') raised")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tpu_kernels
 
 PACKAGE = Path(tpu_kernels.__file__).resolve().parent
@@ -21,12 +23,20 @@ ABOVE_CORE = (
     "mutate",  # renders templates and runs tests on scratch copies: a tool on the core
     "commands",
     "bench",
+    "tuner",  # finds tuned configs with the harness and the check; the core's tuning/ reads them
     "integrations",
+    # the ops built on the core: the shipped kernel families and the Tokamax ops define ops with
+    # @tpu_kernel and register themselves when imported; the core imports neither
+    "kernels",
+    "tokamax",
     "cli.py",
     "testing.py",
     "scaffold.py",
     "__main__.py",
     "docs_tables.py",
+    # the package's facade: it names the public functions of every layer (`tpu_kernels.autotune`
+    # is the tuner's) and imports each on first use (PEP 562), so importing it loads no layer
+    "__init__.py",
 )
 
 
@@ -115,7 +125,7 @@ def test_the_scan_sees_the_core_reaching_for_testing(tmp_path):
     saved, PACKAGE = PACKAGE, pkg
     try:
         assert [_imports_above_core(m, n) for _, m, n in _imports(core)] == ["testing.py", "testing.py"]
-        assert [p.name for p in _core_files()] == ["__init__.py", "checked_mode.py"]
+        assert [p.name for p in _core_files()] == ["checked_mode.py"]  # the facade is not the core
     finally:
         PACKAGE = saved
 
@@ -187,11 +197,11 @@ def test_the_modules_moved_into_the_core_keep_their_old_names():
     import tpu_kernels.check.chips
     import tpu_kernels.check.export
 
-    import tpu_kernels.chips
-    import tpu_kernels.export
+    import tpu_kernels.lowering.chips
+    import tpu_kernels.lowering.export
 
-    assert tpu_kernels.check.chips is tpu_kernels.chips
-    assert tpu_kernels.check.export is tpu_kernels.export
+    assert tpu_kernels.check.chips is tpu_kernels.lowering.chips
+    assert tpu_kernels.check.export is tpu_kernels.lowering.export
 
 
 # The optional libraries an integration wraps: only its own folder may import them.
@@ -213,3 +223,171 @@ def test_only_the_integrations_import_the_libraries_they_wrap():
                 found.append(f"{'/'.join(parts)}:{line} imports {module}")
     assert not found, "\n".join(found)
     assert all((PACKAGE / "integrations" / name).is_dir() for name in INTEGRATED)
+
+
+# ---- the core without a circle: features see an op through a protocol, only op.py assembles ----
+
+# The module that assembles an op from its spec and registers every feature for it. No other
+# module of the core imports it (not even for a type: features annotate with protocol.Op).
+ASSEMBLY = "op.py"
+
+
+def _imports_op(module: str, names: list[str]) -> bool:
+    return module == "tpu_kernels.op" or (
+        module == "tpu_kernels" and bool({"op", "KernelOp", "tpu_kernel"} & set(names))
+    )
+
+
+def test_no_module_of_the_core_but_the_assembly_imports_op_py():
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line} imports {module} {names}"
+        for p in _core_files()
+        if p.relative_to(PACKAGE).as_posix() != ASSEMBLY
+        for line, module, names in _imports(p)
+        if _imports_op(module, names)
+    ]
+    assert not found, "a feature imports op.py (use tpu_kernels.definition.protocol.Op):\n" + "\n".join(found)
+
+
+def _module_graph(package: Path) -> dict[str, set[str]]:
+    """Every module of the package -> the package's modules it imports, at any depth (the
+    facade `tpu_kernels/__init__.py` excluded: it imports on first use, by name)."""
+    files = {_module(p): p for p in package.rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for m, p in files.items():
+        out = set()
+        if m != package.name:
+            for _, module, names in _imports(p):
+                if not module.startswith(package.name):
+                    continue
+                for n in names or [""]:
+                    target = resolve(f"{module}.{n}" if f"{module}.{n}" in files else module)
+                    if target and target != m:
+                        out.add(target)
+        graph[m] = out
+    return graph
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """The package's import circles: its strongly connected components of more than one module."""
+    graph = _module_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_circle():
+    assert not import_cycles(), "import circles (each a set of modules importing each other):\n" + "\n".join(
+        map(str, import_cycles())
+    )
+
+
+def test_the_layer_tests_fail_on_a_feature_importing_op_py_and_on_a_circle(tmp_path):
+    pkg = tmp_path / "tpu_kernels"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for sub in ("dispatch", "definition"):
+        (pkg / sub).mkdir()
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "op.py").write_text("from tpu_kernels.dispatch import autograd\nclass KernelOp: ...\n")
+    (pkg / "dispatch" / "autograd.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tpu_kernels.op import KernelOp\n"
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        with pytest.raises(AssertionError, match=r"dispatch/autograd.py:3 imports tpu_kernels.op"):
+            test_no_module_of_the_core_but_the_assembly_imports_op_py()
+        assert import_cycles(pkg) == [["tpu_kernels.dispatch.autograd", "tpu_kernels.op"]]
+        (pkg / "dispatch" / "autograd.py").write_text("from tpu_kernels.definition.protocol import Op\n")
+        (pkg / "definition" / "protocol.py").write_text("class Op: ...\n")
+        test_no_module_of_the_core_but_the_assembly_imports_op_py()
+        assert import_cycles(pkg) == []
+    finally:
+        PACKAGE = saved
+
+
+# The core's folders, bottom to top: each imports only the folders before it (and the core's
+# base modules at the top level: errors, _compat, _scoped, startup). spec.py and op.py, above
+# them all, assemble an op from every folder's parts.
+CORE_ORDER = ("definition", "lowering", "runtime", "verification", "dispatch", ("sharding", "tuning"))
+
+
+def _rank(module: str) -> int | None:
+    """The place in CORE_ORDER of the core folder `module` lies in, or None."""
+    parts = module.split(".")
+    if parts[0] != "tpu_kernels" or len(parts) < 2:
+        return None
+    for i, layer in enumerate(CORE_ORDER):
+        if parts[1] in (layer if isinstance(layer, tuple) else (layer,)):
+            return i
+    return None
+
+
+def test_the_cores_folders_import_only_the_folders_below_them():
+    found = []
+    for p in _core_files():
+        here = _rank(_module(p))
+        if here is None:
+            continue
+        for line, module, names in _imports(p):
+            targets = [f"{module}.{n}" for n in names] if module == "tpu_kernels" else [module]
+            for target in targets:
+                there = _rank(target)
+                if there is not None and there > here:
+                    found.append(f"{p.relative_to(PACKAGE)}:{line} imports {target}")
+                if target in ("tpu_kernels.op", "tpu_kernels.spec"):
+                    found.append(f"{p.relative_to(PACKAGE)}:{line} imports {target} (the assembly)")
+    assert not found, f"an import runs up the core's folders {CORE_ORDER}:\n" + "\n".join(found)
+
+
+def test_the_folder_order_test_fails_on_an_upward_import(tmp_path):
+    pkg = tmp_path / "tpu_kernels"
+    for sub in ("", "runtime", "dispatch"):
+        (pkg / sub).mkdir(exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "dispatch" / "eager.py").write_text("from tpu_kernels.runtime import bridge\n")
+    (pkg / "runtime" / "bridge.py").write_text("def f():\n    from tpu_kernels.dispatch.eager import g\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        with pytest.raises(AssertionError, match=r"runtime/bridge.py:2 imports tpu_kernels.dispatch.eager"):
+            test_the_cores_folders_import_only_the_folders_below_them()
+        (pkg / "runtime" / "bridge.py").write_text("")
+        test_the_cores_folders_import_only_the_folders_below_them()
+    finally:
+        PACKAGE = saved

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tpu_kernels import scaffold
-from tpu_kernels.mutate import SHIPPED, TEMPLATES, Mutation, generate, run_mutant, run_mutants
+from tpu_kernels.mutate import SHIPPED, TEMPLATES, TOOLKIT, Mutation, generate, run_mutant, run_mutants
 from tpu_kernels.mutate.__main__ import main
 from tpu_kernels.mutate.runner import (
     CAUGHT,
@@ -41,6 +41,40 @@ def test_catalogue_is_large_unique_and_applies_to_the_current_kernels():
             f"{m.id}: stale, {m.old!r} occurs {text.count(m.old)} times in {m.file}"
         )
         assert m.old != m.new and m.tests and m.check
+
+
+ISSUE_39_SURVIVORS = {
+    "cache-digest-skips-outputs",
+    "cache-key-without-xla-flags",
+    "cache-read-follows-links",
+    "buckets-pad-with-zero",
+    "eager-try-all-keeps-int-for-float",
+    "fake-cache-keyed-on-shapes-only",
+    "correctness-max-norm-over-2-norm",
+    "correctness-baseline-factor-100x",
+    "torchtitan-rmsnorm-eps-none-1e-6",
+    "hf-attention-causal-decode-default",
+}
+
+
+def test_toolkit_catalogue_applies_names_existing_tests_and_holds_issue_39s_survivors():
+    """The toolkit's mutants (cache, eager shortcut, fakes, buckets, correctness verdict,
+    integrations) name tests only (the TPU check judges kernels), each test file exists, each
+    text occurs once; issue 39's ten survivors and the run's fresh edits over every module."""
+    ids = [m.id for m in TOOLKIT]
+    assert len(set(ids)) == len(ids) and not set(ids) & {m.id for m in SHIPPED}
+    assert ISSUE_39_SURVIVORS <= set(ids) and len(ids) >= len(ISSUE_39_SURVIVORS) + 12
+    modules = {m.file for m in TOOLKIT}
+    for module in ("cache/", "eager.py", "fake.py", "buckets.py", "bench/correctness.py", "compare.py", "integrations/"):
+        assert any(module in f for f in modules), module
+    for m in TOOLKIT:
+        text = (ROOT / m.file).read_text()
+        assert text.count(m.old) == 1, (
+            f"{m.id}: stale, {m.old!r} occurs {text.count(m.old)} times in {m.file}"
+        )
+        assert m.old != m.new and m.tests and m.check is None
+        for test in m.tests:
+            assert (ROOT / test.split("::")[0]).is_file(), (m.id, test)
 
 
 def test_templates_catalogue_covers_every_variant_and_applies_to_the_rendered_kernels():
@@ -131,6 +165,11 @@ def test_a_stale_mutant_is_an_error_naming_it(tmp_path):
 def test_cli_lists_the_catalogue_and_refuses_a_file_without_tests(capsys, tmp_path):
     assert main(["--list"]) == 0
     assert "matmul-parallel-k" in capsys.readouterr().out
+    assert main(["--toolkit", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "cache-key-without-xla-flags" in listed and "matmul-parallel-k" not in listed
+    assert main(["--toolkit", "--templates", "--list"]) == 2
+    assert "give one of FILE, --templates and --toolkit" in capsys.readouterr().err
     (tmp_path / "k.py").write_text("x = 1\n")
     assert main([str(tmp_path / "k.py")]) == 2
     assert "give the tests of FILE with --tests" in capsys.readouterr().err

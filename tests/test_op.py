@@ -12,7 +12,7 @@ from torch import Tensor
 
 from tests.helpers import rand, uname
 from tpu_kernels import KernelError, OpDefinitionError, checked, tpu_kernel
-from tpu_kernels.dtypes import TORCH_TO_JAX
+from tpu_kernels.definition.dtypes import TORCH_TO_JAX
 
 
 def test_op_is_registered_and_callable_three_ways():
@@ -370,8 +370,8 @@ def test_numpy_outputs_are_writable_and_owned():
 def test_options_are_written_once_and_shown_in_the_signature():
     import inspect
 
+    from tpu_kernels.definition.options import NAMES, OpOptions
     from tpu_kernels.op import KernelOp
-    from tpu_kernels.options import NAMES, OpOptions
 
     params = inspect.signature(tpu_kernel).parameters
     assert set(params) == {"name", "fn"} | NAMES

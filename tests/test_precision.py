@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from tests.helpers import rand
-from tpu_kernels import precision, tpu_kernel
+from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels import matmul
+from tpu_kernels.runtime import precision
 
 SETTINGS = [("highest", "HIGHEST"), ("high", "HIGH"), ("medium", "DEFAULT")]
 S = jax.ShapeDtypeStruct
@@ -158,7 +159,7 @@ def test_real_torch_tpu_context_and_global_setting():
         """
         import warnings; warnings.simplefilter("ignore")
         import torch, torch_tpu
-        from tpu_kernels import precision
+        from tpu_kernels.runtime import precision
         seen = [precision.current()]
         torch.set_float32_matmul_precision("high")
         seen.append(precision.current())
@@ -180,7 +181,7 @@ def test_real_torch_tpu_context_and_global_setting():
 
 
 def test_import_never_imports_torch_tpu():
-    code = "import sys, tpu_kernels.precision, tpu_kernels.kernels; print('torch_tpu' in sys.modules)"
+    code = "import sys, tpu_kernels.runtime.precision, tpu_kernels.kernels; print('torch_tpu' in sys.modules)"
     env = {**__import__("os").environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "JAX_PLATFORMS": "cpu"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.stdout.strip().splitlines()[-1] == "False", run.stderr
@@ -218,7 +219,7 @@ def test_at_precision_fixes_the_trace_precision_of_a_wrapped_function():
     # the wrapper keeps its signature, which jax_op reads, and its precision under any ambient one.
     import inspect
 
-    from tpu_kernels.devices.tpu import inner_function
+    from tpu_kernels.runtime.devices.tpu import inner_function
 
     fn = precision.at_precision(scaled_dot.fn, "high")
     assert inspect.signature(fn) == inspect.signature(scaled_dot.fn)

@@ -194,17 +194,17 @@ def test_rmsnorm(zero, data, dtype, layout, block_rows, seed):
 @ZERO
 @given(data=st.data(), dtype=DTYPES, layout=LAYOUTS, seed=SEEDS)
 def test_matmul(zero, data, dtype, layout, seed):
-    # Dimensions up to the default blocks (256) take one block each; 24 rows with
-    # block_m=8 take three. Larger non-multiples are refused with a clear error (tested
-    # in tests/kernels/test_matmul.py).
+    # Any shape with any legal block: dimensions up to a block take one, others are padded
+    # to a multiple of it (37 rows with block_m=8: five blocks, the last padded; K=300 and
+    # N=260 with 128-wide blocks: three blocks each).
     m = data.draw(st.sampled_from([1, 3, 24, 37]))
-    k = data.draw(_zero_or(zero, st.sampled_from([1, 5, 16, 130])))
-    n = data.draw(st.sampled_from([1, 7, 128, 130]))
-    block_m = 8 if m % 8 == 0 else 256
+    k = data.draw(_zero_or(zero, st.sampled_from([1, 5, 16, 130, 300])))
+    n = data.draw(st.sampled_from([1, 7, 128, 130, 260]))
+    block_m = data.draw(st.sampled_from([8, 256]))
     gen = torch.Generator().manual_seed(seed)
     a, b = make((m, k), dtype, layout, gen), make((k, n), dtype, layout, gen)
     check(
-        lambda x, y: matmul(x, y, block_m=block_m),
+        lambda x, y: matmul(x, y, block_m=block_m, block_n=128, block_k=128),
         matmul_ref.matmul,
         [a, b],
         dtype,

@@ -1,4 +1,4 @@
-"""The device registry (tpu_kernels.devices) and the kernel-language registry (tpu_kernels.sources)."""
+"""The device registry (tpu_kernels.runtime.devices) and the kernel-language registry (tpu_kernels.runtime.sources)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from tests.registries import device_names
-from tpu_kernels import devices, scaffold, sources, tpu_kernel
+from tpu_kernels import scaffold, tpu_kernel
 from tpu_kernels.bench import roofline
-from tpu_kernels.devices.jax_exec import JaxExecutor
 from tpu_kernels.errors import BackendUnavailableError
+from tpu_kernels.runtime import devices, sources
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 from tpu_kernels.tokamax.implementation import platform_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,7 @@ def test_the_built_in_devices_and_their_policies():
     assert by_name["cuda"].clock == "cuda_events" and by_name["cpu"].clock == "wall"
     assert by_name["tpu"].device_time and not by_name["tpu"].jax_baseline and by_name["cpu"].jax_baseline
     assert by_name["cpu"].available()
+    assert [by_name[n].bench_sweep for n in ("cpu", "cuda", "tpu")] == ["reduced", "full", "full"]
     assert devices.get("cuda:1") is by_name["cuda"]
     assert devices.get("privateuseone") is by_name["tpu"]  # before torch_tpu renames PrivateUse1
     assert platform_of("t", "privateuseone") == "tpu"
@@ -71,6 +73,13 @@ def test_a_kernel_family_is_checked_when_registered(tmp_path, monkeypatch):
         ValueError, match=r"half_family.shapes.QUICK must name one of BENCH's sizes \(a\), got 'b'"
     ):
         registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
+    for reduced in ("('c',)", "'a'", "()"):  # not a BENCH size; a string, not names; none
+        (package / "shapes.py").write_text(f"TEST = {{}}\nBENCH = {{'a': (8, 128)}}\nQUICK = 'a'\nREDUCED = {reduced}\n")
+        monkeypatch.delitem(sys.modules, "half_family.shapes")
+        with pytest.raises(
+            ValueError, match=r"half_family.shapes.REDUCED must be a non-empty tuple of BENCH's size names \(a\)"
+        ):
+            registry.register("half_family", op=softmax.op, inputs=softmax.inputs)
     assert "half_family" not in FAMILIES
 
 
@@ -80,6 +89,8 @@ def test_a_device_name_or_key_is_registered_once():
         devices.register(devices.DeviceSpec("cpu2", "CPU", cpu.jax_kernel, cpu.available, cpu.synchronize))
     with pytest.raises(ValueError, match=r"clock must be 'wall' or 'cuda_events'"):
         devices.DeviceSpec("x", "X", cpu.jax_kernel, cpu.available, cpu.synchronize, clock="cycles")
+    with pytest.raises(ValueError, match=r"bench_sweep must be 'reduced' or 'full', got 'quick'"):
+        devices.DeviceSpec("x", "X", cpu.jax_kernel, cpu.available, cpu.synchronize, bench_sweep="quick")
 
 
 def test_a_registered_device_gets_a_kernel_in_every_new_op(monkeypatch):
@@ -112,7 +123,7 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
 
     module = types.ModuleType("toy_language")
     module.recognizes = lambda fn: isinstance(fn, Toy)
-    jax_module = sys.modules["tpu_kernels.sources.jax"]
+    jax_module = sys.modules["tpu_kernels.runtime.sources.jax"]
     module.make_source = lambda op_name, fn, options: jax_module.JaxSource(lambda x: x + 1)
     monkeypatch.setitem(sys.modules, "toy_language", module)
     monkeypatch.setattr(sources, "_LANGUAGES", list(sources._LANGUAGES))
@@ -129,7 +140,7 @@ def test_a_registered_language_makes_the_source_and_names_a_template_backend(mon
 
 OUTSIDE_DEVICE_FIRST = """
 import torch
-from tpu_kernels import devices
+from tpu_kernels.runtime import devices
 
 cpu_kernel = lambda spec, body: (lambda *args, **kwargs: None)
 devices.register(devices.DeviceSpec("npu_test", "XPU", cpu_kernel, lambda: False, lambda: None))
@@ -244,7 +255,7 @@ def _documented_peaks(module) -> list[tuple[str, float, float]]:
 
 @pytest.mark.parametrize("device", ["cuda", "tpu"])
 def test_the_built_in_peaks_are_the_documented_ones(device):
-    module = sys.modules[f"tpu_kernels.devices.{device}"]
+    module = sys.modules[f"tpu_kernels.runtime.devices.{device}"]
     spec = devices.get(device)
     for name, tflops, gbps in _documented_peaks(module):
         got = roofline.peaks(device, name)
@@ -266,7 +277,7 @@ def test_the_built_in_peaks_read_the_names_torch_gives():
 def test_the_helion_table_gives_each_device_in_it_a_kernel_on_its_backend(monkeypatch):
     from tpu_kernels.kernels.helion_ops import softmax_helion
     from tpu_kernels.kernels.softmax import helion_kernel
-    from tpu_kernels.sources import helion as helion_source
+    from tpu_kernels.runtime.sources import helion as helion_source
 
     def backends(op) -> dict[str, str]:
         return {key: k.backend for key, k in op._kernels.items() if key != "CPU"}

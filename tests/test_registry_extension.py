@@ -56,7 +56,7 @@ FILES = {
         )
     """,
     "toy_family/reference.py": """
-        from tpu_kernels.tolerance import Reference
+        from tpu_kernels.verification.tolerance import Reference
 
 
         def toy_triple(x, *, scale=3.0):
@@ -84,7 +84,7 @@ FILES = {
         from tpu_kernels.tokamax import implementation as impl
         from tpu_kernels.tokamax.placements import rule
         from tpu_kernels.tokamax.wrap import call_op, public_op
-        from tpu_kernels.tolerance import Reference
+        from tpu_kernels.verification.tolerance import Reference
 
         IMPLEMENTATIONS = (impl.table("toy_rope", {}, api="deepseek_rope"),)
 
@@ -144,7 +144,7 @@ FILES = {
     "toy_registrations.py": """
         import torch
 
-        from tpu_kernels import devices
+        from tpu_kernels.runtime import devices
 
         _cpu = devices.get("cpu")
         devices.register(

@@ -168,7 +168,7 @@ def _worker_cases(rank: int, port: int) -> None:
     assert "torch.distributed.tensor" not in sys.modules, "the hook path is not exercised"
     # Helion imports DTensor itself: the hook registers the rules above then.
     from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
-    from tpu_kernels.sources.helion import set_helion_cpu_mode
+    from tpu_kernels.runtime.sources.helion import set_helion_cpu_mode
 
     assert "torch.distributed.tensor" in sys.modules
     import torch.distributed as dist

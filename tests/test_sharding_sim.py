@@ -1,5 +1,5 @@
 """Sharding rules against their kernels, in one process: the local simulation
-(`tpu_kernels.sharding_sim`), the derived rules (`tpu_kernels.sharding_derive`,
+(`tpu_kernels.sharding.simulate`), the derived rules (`tpu_kernels.sharding.derive`,
 `sharding="derived"`) and the errors that name the op, the placements and the rule.
 
 Every shipped op and Helion twin (from the registry: the ops `tpu-kernels check`
@@ -11,6 +11,8 @@ checks of the derived rules are in tests/test_sharding.py.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -20,14 +22,14 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
-from tpu_kernels import sharding_sim as sim
 from tpu_kernels.check.examples import forward_of
 from tpu_kernels.kernels.matmul import pallas as mm_pallas
 from tpu_kernels.kernels.matmul import reference as mm_reference
 from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
 from tpu_kernels.kernels.scale_add import pallas as add_pallas
 from tpu_kernels.kernels.softmax import pallas as sm_pallas
-from tpu_kernels.sharding_derive import DEPENDENT, UNDECIDED, derive
+from tpu_kernels.sharding import simulate as sim
+from tpu_kernels.sharding.derive import DEPENDENT, UNDECIDED, derive
 
 
 def _family_ops(family) -> list:
@@ -468,3 +470,89 @@ def test_check_sharding_prints_the_derived_rule_and_fails_a_wrong_one(tmp_path, 
     assert (
         "error (sharding): test_check_sharding::wrong: strategy x: Shard(1) -> Shard(1) on 2 shards" in out
     ), out
+
+
+SMALL_SOFTMAX = (
+    "import jax\n"
+    "import torch\n"
+    "from tpu_kernels import tpu_kernel\n\n"
+    "def _examples():\n"
+    "    x = torch.randn(4, 8192, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)\n"
+    "    return [((x,), {})]\n\n"
+    "@tpu_kernel('test_small_softmax::wrong', sharding='pointwise', examples=_examples)\n"
+    "def wrong(x: jax.Array) -> jax.Array:\n"
+    "    return jax.nn.softmax(x, axis=-1)\n\n"
+    "@tpu_kernel('test_small_softmax::right', sharding='rowwise', examples=_examples)\n"
+    "def right(x: jax.Array) -> jax.Array:\n"
+    "    return jax.nn.softmax(x, axis=-1)\n"
+)
+
+
+def test_a_wrong_rule_on_outputs_far_below_one_fails_and_the_right_one_passes(tmp_path, capsys):
+    # A softmax over 8192 bfloat16 columns: probabilities of about 1e-4, so bfloat16's atol
+    # (8e-3, sized for values of about 1) passed the wrong strategy's doubled values (exit 0).
+    from tpu_kernels.cli import main
+
+    module = tmp_path / "small_softmax_kernels.py"
+    module.write_text(SMALL_SOFTMAX)
+    assert main(["check", "--sharding", str(module), "--filter", "wrong"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED   test_small_softmax::wrong  rule pointwise: 4 strategy runs simulated, 2 wrong" in out, (
+        out
+    )
+    for n in (2, 3):
+        line = next(
+            (line for line in out.splitlines() if f"strategy x: Shard(1) -> Shard(1) on {n} shards" in line),
+            "",
+        )
+        assert "error (sharding): test_small_softmax::wrong: " in line, out
+        assert re.search(
+            r"output 0 \(Shard\(1\)\): \d+ of 32768 elements differ; the first at index", line
+        ), line
+        far = re.search(r"the farthest at index \(\d+, \d+\): off by \S+, (\S+) times the \S+ allowed", line)
+        assert far and float(far.group(1)) > 10, line  # about the values themselves, not rounding
+    assert "x: Shard(0) -> Shard(0) on" not in out, out  # the rows are right
+    assert main(["check", "--sharding", str(module), "--filter", "right"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "ok       test_small_softmax::right  rule rowwise(-1,): 2 strategy runs simulated, 0 wrong" in out
+    ), out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_comparison_is_relative_to_the_outputs_own_size(dtype):
+    # seeded; the sizes span 1e-6..1e2: a factor of 2 is wrong at every size, one ulp is not
+    gen = torch.Generator().manual_seed(0)
+    for size in (1e-6, 1e-3, 1.0, 1e2):
+        want = (torch.rand(64, generator=gen, dtype=torch.float64) + 0.5).mul(size).to(dtype)
+        ulp = torch.finfo(dtype).eps * want.abs().to(torch.float64)
+        assert sim.mismatch((want.to(torch.float64) + ulp).to(dtype), want) is None, (dtype, size)
+        assert sim.mismatch(want * 2, want) is not None, (dtype, size)
+        # an element near zero in an output of unit size (cancellation) may err by the output's rounding
+        near_zero = want.clone()
+        near_zero[0] = 0
+        off = near_zero.to(torch.float64)
+        off[0] = torch.finfo(dtype).eps * size
+        assert sim.mismatch(off.to(dtype), near_zero) is None, (dtype, size)
+
+
+def test_an_op_that_mutates_its_arguments_is_reported_skipped_not_ok():
+    from tpu_kernels.check.sharding import check_sharding
+
+    def rows(acc, x):
+        from torch.distributed.tensor import Replicate, Shard
+
+        return [([], [Replicate(), Replicate()]), ([], [Shard(0), Shard(0)])]
+
+    @tpu_kernel(
+        "test_sharding_sim::add_",
+        mutates_args=("acc",),
+        sharding=rows,
+        examples=lambda: [((torch.randn(4, 8), torch.randn(4, 8)), {})],
+    )
+    def add_(acc: jax.Array, x: jax.Array) -> None:
+        return acc + x
+
+    report = check_sharding(add_)
+    assert (report.status, report.checked) == ("skipped", 0), report
+    assert report.reason == "test_sharding_sim::add_: mutates its arguments (not simulated)", report

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import Tensor
 
+from tpu_kernels.definition.signature import Kind, parse
 from tpu_kernels.errors import OpDefinitionError
-from tpu_kernels.signature import Kind, parse
 
 
 def test_every_supported_annotation_maps_to_its_schema_type():

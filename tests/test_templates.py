@@ -245,6 +245,10 @@ def test_generated_bench_suites_load_and_run(tmp_path):
         name = kernel_name("bench", t, b)
         suites = discover.load(tmp_path / "bench" / f"{name}.py", quick=True, device_type="cpu")
         assert [s.name for s in suites] == [name]
+        # a CPU's default run (the interpreter) times fewer sizes than an accelerator's
+        [s] = suites
+        assert s.reduced_points and all(p in s.points for p in s.reduced_points), name
+        assert len(s.reduced_points) < len(s.points), name
     # One suite per backend end to end, at its quick point with minimal timing (the others
     # differ only in data).
     for b in BACKENDS:

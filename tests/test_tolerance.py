@@ -1,4 +1,4 @@
-"""The tolerance rule (`tpu_kernels.tolerance`): the measurements that justify it, re-measured
+"""The tolerance rule (`tpu_kernels.verification.tolerance`): the measurements that justify it, re-measured
 small, and the `Reference` declaration's numbers (reductions, scales, keyword functions).
 
 docs/dtypes.md#tolerances-the-tests-use has the full-size figures; these cases are smaller
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tpu_kernels import OpDefinitionError, Reference, tpu_kernel
-from tpu_kernels.tolerance import TOL, reduction_scale, resolve, tol, with_ignored
+from tpu_kernels.verification.tolerance import TOL, reduction_scale, resolve, tol, with_ignored
 
 EPS32 = float(np.finfo(np.float32).eps)
 

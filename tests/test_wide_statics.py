@@ -1,6 +1,8 @@
 """A static that asks for a 64-bit result gets one (JAX's x64 mode scoped to the call), and
 the fake agrees; JAX would otherwise quietly give float32 for float64 and int32 for int64."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -88,3 +90,69 @@ def test_a_helion_kernel_refuses_64_bit_with_a_clear_error():
 
     with pytest.raises((KernelError, TypeError, ValueError, NotImplementedError), match="float64|64-bit"):
         softmax_helion(torch.randn(8, 128, dtype=torch.float64))
+
+
+# ---- statics outside their schema type's range ----------------------------------------------
+
+
+@tpu_kernel("test_wide_statics::signs")
+def signs(x: torch.Tensor, k: int, *, ks: list[int] = (1,), alpha: float = 1.0) -> torch.Tensor:
+    # each static read as a Python value: no JAX arithmetic on it that could overflow
+    return x * (1 if k > 0 else -1) * len(ks) * (1.0 if alpha > 0 else -1.0)
+
+
+INT64 = "outside what an int static holds: a signed 64-bit integer (-2**63 to 2**63 - 1)"
+OUT_OF_RANGE = {
+    "k=2**64": ((2**64,), {}, "k", "int", f"18446744073709551616, {INT64}"),
+    "k=2**63": ((2**63,), {}, "k", "int", f"9223372036854775808, {INT64}"),
+    "k=-2**63-1": ((-(2**63) - 1,), {}, "k", "int", f"-9223372036854775809, {INT64}"),
+    "ks=[1, 2**64]": ((1,), {"ks": [1, 2**64]}, "ks", "int[]", f"18446744073709551616, {INT64}"),
+    "alpha=2**1024": (
+        (1,),
+        {"alpha": 2**1024},
+        "alpha",
+        "float",
+        "an int of 309 digits, too large for a float static: a double (at most about 1.8e308)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(OUT_OF_RANGE))
+def test_a_static_outside_its_types_range_is_an_error_naming_the_op_and_the_parameter(case):
+    """int statics are int64 and float statics doubles in torch's schema (docs/dtypes.md): a
+    value past them is refused on every path, never handed to the kernel (where a Python int
+    of any size passes) nor left to torch's parser ("Expected a value of type 'int' ... but
+    instead found type 'int'")."""
+    args, kwargs, name, schema_type, words = OUT_OF_RANGE[case]
+    x = torch.randn(2, 3)
+    ours = re.escape(f"test_wide_statics::signs: argument '{name}' ({schema_type}) is {words}, as torch's")
+    assert signs._eager_cpu is not None
+    with pytest.raises(ValueError, match=ours):  # the eager shortcut's call
+        signs(x, *args, **kwargs)
+    with pytest.raises(ValueError, match=ours):  # autograd: the dispatcher's path
+        signs(x.requires_grad_(), *args, **kwargs)
+    # under torch.compile the message leaves the value out: an int that changed between
+    # compiles is symbolic there, whose str() Dynamo cannot trace; fullgraph quotes it
+    value = re.escape(words.split(", ")[0] + ", ")
+    compiled = ours.replace(value, f"({value})?")
+    with pytest.raises(ValueError, match=compiled):
+        torch.compile(lambda x: signs(x, *args, **kwargs) * 2, backend="aot_eager")(x.detach())
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=compiled):
+        torch.compile(lambda x: signs(x, *args, **kwargs) * 2, backend="aot_eager", fullgraph=True)(
+            x.detach()
+        )
+    # torch.ops itself: torch's argument parser refuses it before any Python runs, naming both
+    with pytest.raises(RuntimeError, match=rf"test_wide_statics::signs\(\).*argument '{name}'"):
+        torch.ops.test_wide_statics.signs(x.detach(), *args, **kwargs)
+
+
+def test_the_ends_of_the_ranges_are_accepted_on_every_path():
+    x = torch.randn(2, 3)
+    for k, ks, alpha in ((2**63 - 1, [-(2**63)], 1e308), (-(2**63), [2**63 - 1], -(10**308))):
+        want = x * (1 if k > 0 else -1) * (1.0 if alpha > 0 else -1.0)
+        assert signs._eager_cpu.accepts((x, k), {"ks": ks, "alpha": alpha})
+        for call in (signs, torch.ops.test_wide_statics.signs):
+            torch.testing.assert_close(call(x, k, ks=ks, alpha=alpha), want)
+    # inf and nan are doubles: a float static may be either
+    torch.testing.assert_close(signs(x, 1, alpha=float("inf")), x)
+    assert signs(x, 1, alpha=float("-inf")).equal(-x)

@@ -8,7 +8,8 @@ def scale(x: torch.Tensor, *, alpha: float) -> torch.Tensor:
 
 The public names are imported on first use (PEP 562), so `import tpu_kernels` and the
 `tpu-kernels` command start without importing torch and JAX until they are needed; the
-command uses that to keep torch from auto-loading torch_tpu on a machine without a TPU.
+import uses that to keep torch_tpu and libtpu from probing for a TPU on a machine without
+one (`tpu_kernels.startup`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tpu_kernels import startup
+
+# Before torch or JAX load: without a TPU, neither probes for one (torch_tpu's and libtpu's
+# start-up errors on every process); where one exists nothing changes (startup.py).
+startup.quiet_start()
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "bucket_rows": "tpu_kernels.buckets",
-    "bucket_size": "tpu_kernels.buckets",
-    "buckets_of": "tpu_kernels.buckets",
-    "multiple_of": "tpu_kernels.buckets",
-    "powers_of_two": "tpu_kernels.buckets",
-    "CacheInfo": "tpu_kernels.cache",
-    "CheckFailure": "tpu_kernels.checked_mode",
-    "checked": "tpu_kernels.checked_mode",
+    "autotune": "tpu_kernels.tuner",  # a layer above the core: this facade names it, imports it on use
+    "TuningNote": "tpu_kernels.tuning",
+    "bucket_rows": "tpu_kernels.dispatch.buckets",
+    "bucket_size": "tpu_kernels.dispatch.buckets",
+    "buckets_of": "tpu_kernels.dispatch.buckets",
+    "multiple_of": "tpu_kernels.dispatch.buckets",
+    "powers_of_two": "tpu_kernels.dispatch.buckets",
+    "CacheInfo": "tpu_kernels.runtime.cache",
+    "CheckFailure": "tpu_kernels.verification.checked_mode",
+    "checked": "tpu_kernels.verification.checked_mode",
     "BackendUnavailableError": "tpu_kernels.errors",
     "InvalidArgumentError": "tpu_kernels.errors",
     "InvalidArgumentTypeError": "tpu_kernels.errors",
@@ -36,16 +45,16 @@ _EXPORTS = {
     "ShardingRuleError": "tpu_kernels.errors",
     "TpuKernelsError": "tpu_kernels.errors",
     "UnsupportedError": "tpu_kernels.errors",
-    "interpret_mode": "tpu_kernels.interpret",
-    "set_interpret_mode": "tpu_kernels.interpret",
+    "interpret_mode": "tpu_kernels.runtime.interpret",
+    "set_interpret_mode": "tpu_kernels.runtime.interpret",
     "KernelOp": "tpu_kernels.op",
     "registered_ops": "tpu_kernels.op",
     "tpu_kernel": "tpu_kernels.op",
     "pointwise": "tpu_kernels.sharding",
     "rowwise": "tpu_kernels.sharding",
-    "Reference": "tpu_kernels.tolerance",
-    "helion_cpu_mode": "tpu_kernels.sources.helion",
-    "set_helion_cpu_mode": "tpu_kernels.sources.helion",
+    "Reference": "tpu_kernels.verification.tolerance",
+    "helion_cpu_mode": "tpu_kernels.runtime.sources.helion",
+    "set_helion_cpu_mode": "tpu_kernels.runtime.sources.helion",
 }
 
 __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py checks)
@@ -61,7 +70,9 @@ __all__ = [  # the same names as _EXPORTS, once each (tests/test_startup.py chec
     "Reference",
     "ShardingRuleError",
     "TpuKernelsError",
+    "TuningNote",
     "UnsupportedError",
+    "autotune",
     "bucket_rows",
     "bucket_size",
     "buckets_of",
@@ -93,9 +104,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from tpu_kernels.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
-    from tpu_kernels.cache import CacheInfo
-    from tpu_kernels.checked_mode import CheckFailure, checked
+    from tpu_kernels.dispatch.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
     from tpu_kernels.errors import (
         BackendUnavailableError,
         InvalidArgumentError,
@@ -107,8 +116,12 @@ if TYPE_CHECKING:
         TpuKernelsError,
         UnsupportedError,
     )
-    from tpu_kernels.interpret import interpret_mode, set_interpret_mode
     from tpu_kernels.op import KernelOp, registered_ops, tpu_kernel
+    from tpu_kernels.runtime.cache import CacheInfo
+    from tpu_kernels.runtime.interpret import interpret_mode, set_interpret_mode
+    from tpu_kernels.runtime.sources.helion import helion_cpu_mode, set_helion_cpu_mode
     from tpu_kernels.sharding import pointwise, rowwise
-    from tpu_kernels.sources.helion import helion_cpu_mode, set_helion_cpu_mode
-    from tpu_kernels.tolerance import Reference
+    from tpu_kernels.tuner import autotune
+    from tpu_kernels.tuning import TuningNote
+    from tpu_kernels.verification.checked_mode import CheckFailure, checked
+    from tpu_kernels.verification.tolerance import Reference

@@ -1,4 +1,5 @@
-"""Every private API of torch, JAX, Helion, Tokamax and torch_tpu the toolkit uses, in one place.
+"""Every private API the toolkit uses, in one place: torch's, JAX's, Helion's, Tokamax's,
+torch_tpu's and the standard library's (argparse).
 
 Each entry says where the name lives on the pinned versions, what the toolkit
 uses it for, and what happens on a release that moved it: a fallback that keeps
@@ -7,7 +8,8 @@ special active?"), or, where nothing can stand in, an error naming the API and
 the fix. `get(name)` resolves an entry (once; later calls are a dict lookup),
 `live()` says which fast paths resolved. tests/test_compat.py asserts that all of
 them do on the pinned versions, and that no other module of the package imports a
-private module or reads a private attribute of one of these packages.
+private module or reads a private attribute it does not define itself (the rule is in
+docs/architecture.md's decisions).
 
 Names are resolved when first asked for, so this module imports nothing heavy
 itself (torch.distributed, Helion and Tokamax stay unimported until used).
@@ -15,7 +17,9 @@ itself (torch.distributed, Helion and Tokamax stay unimported until used).
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import sys
 from typing import Any, NamedTuple
 
 
@@ -171,7 +175,7 @@ _ENTRIES: dict[str, Private] = {
     "dtensor_sharding_propagator": Private(
         "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
     ),
-    # ---- sharding_sim.py: a rule called in one process, as DTensor calls it
+    # ---- sharding/simulate.py: a rule called in one process, as DTensor calls it
     "TensorMeta": Private(
         "torch.distributed.tensor._dtensor_spec:TensorMeta", "the global shape and dtype in a simulated spec"
     ),
@@ -230,6 +234,84 @@ def helion_key_fn(kernel: Any) -> Any:
     that a variant of the kernel keeps it; None when there is none. It only groups calls for
     Helion's own config choice, so a release that moved it loses no correctness."""
     return getattr(kernel, "_key_fn", None)
+
+
+def helion_tiles(kernel: Any, args: tuple) -> list[tuple[int, int]]:
+    """(dimension size, block size) of each dimension a Helion kernel tiles (`hl.tile`) into
+    its grid for these arguments under its first config (or its default one), read from the
+    bound kernel's config spec (`BlockSizeSpec.size_hint` and `block_id`, what Helion's
+    autotuner reads) and its device IR's `grid_block_ids` (the outer `hl.tile`s: an inner
+    loop's tile, such as a matmul's K, masks its partial last block and is left out). Every
+    tiled dimension when this Helion keeps the grid's ids elsewhere; [] when it keeps the
+    blocks elsewhere, or cannot bind the arguments (the kernel's own call then says what is
+    wrong)."""
+    try:
+        bound = kernel.bind(args)
+        spec = bound.config_spec
+        config = kernel.configs[0] if kernel.configs else spec.default_config()
+        tiles = [
+            (s.block_id, int(s.size_hint), int(config.block_sizes[s.block_id])) for s in spec.block_sizes
+        ]
+    except Exception:  # noqa: BLE001 - API drift or arguments Helion refuses: no check, its error
+        return []
+    try:
+        grid = {int(i) for ids in bound.host_function.device_ir.grid_block_ids for i in ids}
+    except Exception:  # noqa: BLE001 - API drift: check every tiled dimension (refuses more)
+        grid = {i for i, _, _ in tiles}
+    return [(size, block) for i, size, block in tiles if i in grid]
+
+
+def helion_bound_config(bound: Any) -> Any:
+    """The config a bound Helion kernel runs with (its private `_config`: what Helion's
+    autotuning chose on the first call), for sources/helion.py to keep as the tuned variant's
+    one config (no stand-in: without it the tuned config cannot be reused)."""
+    return _attribute(bound, "_config", "the config Helion chose for a bound kernel")
+
+
+def assume_constant_result(fn: Any) -> Any:
+    """`torch.compiler.assume_constant_result` without importing torch._dynamo: the public
+    decorator imports Dynamo (which imports torch.distributed.tensor, about a second here, and
+    breaks the DTensor import hook's contract that a program without DTensor never loads it)
+    just to set the private `_dynamo_marked_constant` flag it reads at trace time.
+    tests/test_compat.py pins that the public decorator sets exactly this flag."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+def destroy_library(lib: Any) -> None:
+    """Release what a `torch.library.Library` fragment registered, now (its private
+    `_destroy`): op.py calls it after a failed `define`, so that a corrected definition of
+    the same name can follow. Without it, torch's finalizer releases the fragment when it is
+    garbage-collected: later, same result."""
+    destroy = getattr(lib, "_destroy", None)
+    if destroy is not None:
+        destroy()
+
+
+def torch_tpu_precision() -> tuple[Any, Any] | None:
+    """torch_tpu's matmul precision as (in effect: the innermost `torch.tpu.precision` context,
+    else its global; its global), from its precision module's private `_get_precision` and
+    `_get_global_precision`; None while torch_tpu is not imported (read from `sys.modules`
+    only: precision.py never imports it). No stand-in: a user's context would be ignored."""
+    impl = sys.modules.get(TORCH_TPU_PRECISION_MODULE)
+    if impl is None:
+        return None
+    try:
+        return impl._get_precision(), impl._get_global_precision()
+    except AttributeError as e:
+        raise CompatError(
+            f"tpu_kernels reads torch_tpu's matmul precision with {TORCH_TPU_PRECISION_MODULE}."
+            f"_get_precision and _get_global_precision, which the installed torch_tpu lacks ({e}). "
+            "Install the versions tpu_kernels is tested with (pyproject.toml's pins)."
+        ) from e
+
+
+def parser_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """A parser's arguments in order, without -h/--help (argparse's private `_actions` and
+    `_HelpAction`: the standard library has no public list), for the CLI reference the
+    docs' generated tables hold (no stand-in: the reference would be empty)."""
+    actions = _attribute(parser, "_actions", "the arguments of an argparse parser")
+    return [a for a in actions if not isinstance(a, argparse._HelpAction)]
 
 
 def helion_settings_copy(settings: Any, **overrides: Any) -> Any:
@@ -319,11 +401,16 @@ __all__ = [
     "CompatError",
     "Private",
     "all_of",
+    "destroy_library",
     "entries",
     "get",
+    "helion_bound_config",
     "helion_settings_copy",
+    "helion_tiles",
     "live",
     "local_mesh",
+    "parser_actions",
     "symbolic_terms",
     "term_factors",
+    "torch_tpu_precision",
 ]

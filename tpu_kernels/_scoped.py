@@ -1,5 +1,5 @@
 """A setting with a process-wide value and per-block overrides: the interpreter that runs
-Pallas kernels on CPU (`tpu_kernels.interpret`) and Helion's CPU mode (`sources/helion.py`)."""
+Pallas kernels on CPU (`tpu_kernels.runtime.interpret`) and Helion's CPU mode (`sources/helion.py`)."""
 
 from __future__ import annotations
 

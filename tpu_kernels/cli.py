@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import sys
 
 
-def _no_torch_tpu_autoload_without_a_tpu() -> None:
-    """torch auto-loads torch_tpu (when installed) at `import torch`: seconds of start-up, a
-    tcmalloc warning and libtpu log lines, for nothing on a machine without a TPU. The command
-    runs before torch is imported (`import tpu_kernels` is lazy), so it can turn that off;
-    a TPU machine (a /dev/accel* or /dev/vfio device) and an explicit setting are left alone."""
-    if "torch" in sys.modules or "TORCH_DEVICE_BACKEND_AUTOLOAD" in os.environ:
-        return
-    if not glob.glob("/dev/accel*") and not glob.glob("/dev/vfio/[0-9]*"):
-        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-
-
 def main(argv: list[str] | None = None) -> int:
-    _no_torch_tpu_autoload_without_a_tpu()
     parser = argparse.ArgumentParser(
         prog="tpu-kernels",
         description="Pallas, JAX and Helion kernels as PyTorch operators: benchmarks, checks, templates.",

@@ -23,6 +23,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tpu_kernels import _compat
+from tpu_kernels.commands._args import summary
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tpu_kernels.docs_tables"
 REGION = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -137,6 +140,11 @@ EXIT_MEANINGS: dict[str, dict[int | str, str]] = {
         0: "the kernel package was written (or `--list` printed the templates)",
         "EXIT_USAGE": "a missing NAME or `--template`, an unknown template or backend, or a folder that cannot be written",
     },
+    "tune": {
+        0: "every call was tuned (its table entries written unless `--no-save`)",
+        "EXIT_NONE_SURVIVED": "at some call no candidate both ran and was right: the op keeps its defaults there",
+        "EXIT_USAGE": "a target that does not import or calls no tunable op, a bad option, or a chip that can be neither measured nor predicted here",
+    },
     "cache": {
         0: "done (`info` also when the cache is off)",
         "EXIT_USAGE": "`clear` while the on-disk cache is off, or a `--dir` that is not a readable directory",
@@ -155,7 +163,7 @@ def _parsers() -> tuple[dict[str, argparse.ArgumentParser], dict[str, object], d
         before = set(sub.choices)
         module.add_parser(sub)
         modules.update({name: module for name in set(sub.choices) - before})
-    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    helps = {name: summary(name, module.__doc__ or "") for name, module in modules.items()}
     return dict(sub.choices), modules, helps
 
 
@@ -195,9 +203,7 @@ def cli_reference() -> str:
         summary = helps[name] or (p.description or "").split("\n")[0]
         out += [f"### `tpu-kernels {name}`", "", _cell(summary[0].upper() + summary[1:]) + ".", ""]
         out += ["| argument | values | what |", "|---|---|---|"]
-        for action in p._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
+        for action in _compat.parser_actions(p):
             out.append(f"| {_argument(action)} | {_default(action)} | {_cell(action.help or '-')} |")
         out += ["", "| exit status | meaning |", "|---|---|"]
         codes = []
@@ -221,7 +227,7 @@ def cli_reference() -> str:
 
 
 def _backward_kind(op) -> str:
-    from tpu_kernels import autograd
+    from tpu_kernels.dispatch import autograd
 
     b = op.backward_impl
     if b is None:
@@ -273,6 +279,22 @@ def shipped_ops() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tunables() -> str:
+    """The shipped ops' tunables (`tune=`): each tunable, its declared default, its candidates."""
+    from tpu_kernels.kernels import FAMILIES
+
+    lines = ["| op | tunable | default | candidates `tpu_kernels.autotune` tries |", "|---|---|---|---|"]
+    for f in FAMILIES.values():
+        t = f.op.tunables
+        if t is None:
+            continue
+        space = t.space()
+        for i, name in enumerate(t.names):
+            values = ", ".join(repr(v) for v in space[name])
+            lines.append(f"| `{f.op.name}` | `{name}` | `{t.default[i]!r}` | {values} |")
+    return "\n".join(lines) + "\n"
+
+
 def _shapes(table: dict, bold: str | None = None) -> str:
     return ", ".join(f"**{n}**" if n == bold else n for n in table) or "-"
 
@@ -282,36 +304,38 @@ def _callable_name(fn) -> str:
 
 
 def kernel_families() -> str:
-    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes."""
+    """`tpu_kernels.kernels.FAMILIES`: each family's op, Helion twin, baseline and shapes (REDUCED:
+    the BENCH sizes a CPU times by default, all of them when the family names none)."""
     from tpu_kernels.kernels import FAMILIES
 
     lines = [
-        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) |",
-        "|---|---|---|---|---|---|---|",
+        "| family (folder) | op | Helion twin | benchmark baseline | call kwargs | TEST shapes | BENCH shapes (**QUICK**) | REDUCED (a CPU's default) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for f in FAMILIES.values():
         baseline = _callable_name(f.baseline or f.torch_reference)
         kwargs = ", ".join(f"`{k}={v!r}`" for k, v in f.kwargs.items()) or "-"
         lines.append(
             f"| `{f.name}` | `{f.op.name}` | {f'`{f.helion}`' if f.helion else '-'} | {baseline} | {kwargs} | "
-            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} |"
+            f"{_shapes(f.shapes.TEST)} | {_shapes(f.shapes.BENCH, f.shapes.QUICK)} | "
+            f"{', '.join(getattr(f.shapes, 'REDUCED', f.shapes.BENCH))} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def device_table() -> str:
-    """`tpu_kernels.devices`: each registered device and the policies its registration gives."""
-    from tpu_kernels import devices
-    from tpu_kernels.sources import helion
+    """`tpu_kernels.runtime.devices`: each registered device and the policies its registration gives."""
+    from tpu_kernels.runtime import devices
+    from tpu_kernels.runtime.sources import helion
 
     lines = [
-        "| device | dispatch key | aliases | benchmark clock | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
-        "|---|---|---|---|---|---|---|",
+        "| device | dispatch key | aliases | benchmark clock | benchmark sizes by default | raw-JAX baseline | device time | Helion backend (`HELION_BACKENDS`) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     yes = {True: "yes", False: "no"}
     for d in devices.all_devices():
         lines.append(
-            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {yes[d.jax_baseline]} | "
+            f"| `{d.name}` | `{d.dispatch_key}` | {_codes(d.aliases)} | `{d.clock}` | {d.bench_sweep} | {yes[d.jax_baseline]} | "
             f"{yes[d.device_time]} | {f'`{helion.HELION_BACKENDS[d.name]}`' if d.name in helion.HELION_BACKENDS else '-'} |"
         )
     return "\n".join(lines) + "\n"
@@ -321,8 +345,8 @@ def device_table() -> str:
 
 
 def tolerances() -> str:
-    """`tpu_kernels.tolerance.TOL`, the tolerance table of checked mode, the tests and the benchmarks."""
-    from tpu_kernels.tolerance import TOL
+    """`tpu_kernels.verification.tolerance.TOL`, the tolerance table of checked mode, the tests and the benchmarks."""
+    from tpu_kernels.verification.tolerance import TOL
 
     lines = ["| dtype | rtol | atol |", "|---|---|---|"]
     lines += [
@@ -342,6 +366,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "kernel-families": kernel_families,
     "devices": device_table,
     "tolerances": tolerances,
+    "tunables": tunables,
 }
 
 

@@ -42,6 +42,9 @@ def snapshot() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        # the machine's load when the run began (1, 5 and 15 minutes): timings on a busy
+        # machine read slower, so the generated docs state it beside the figures
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "packages": versions(),
         "git_commit": git_commit(),
     }

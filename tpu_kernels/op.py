@@ -26,18 +26,22 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, checked_mode, dtypes, eager, fake
-from tpu_kernels import buckets as bucketing
-from tpu_kernels import options as options_mod
+from tpu_kernels import _compat, tuning
 from tpu_kernels import sharding as sharding_rules
-from tpu_kernels import vmap as vmap_rules
-from tpu_kernels.cache import CacheInfo
+from tpu_kernels.definition import dtypes
+from tpu_kernels.definition import options as options_mod
+from tpu_kernels.definition.options import OpOptions
+from tpu_kernels.definition.signature import Kind, Signature, parse
+from tpu_kernels.dispatch import autocast as autocast_policies
+from tpu_kernels.dispatch import autograd, eager, fake
+from tpu_kernels.dispatch import buckets as bucketing
+from tpu_kernels.dispatch import vmap as vmap_rules
+from tpu_kernels.dispatch.fake import has_symbolic
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
-from tpu_kernels.fake import has_symbolic
-from tpu_kernels.options import OpOptions
-from tpu_kernels.signature import Kind, Signature, parse
+from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.spec import check_differentiable, make_source, make_spec
+from tpu_kernels.tuning import capture
+from tpu_kernels.verification import checked_mode
 
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -106,7 +110,7 @@ class KernelOp:
         symbolic_fake: Callable | None = None,
         **options: Any,
     ) -> None:
-        """`options`: tpu_kernels.options.OpOptions. The rest are for the ops the toolkit
+        """`options`: tpu_kernels.definition.options.OpOptions. The rest are for the ops the toolkit
         builds itself: `signature`, `returns_list` and `backward_of` (the forward op) for
         backward ops and batched twins, `implementation_table` and `symbolic_fake` for Tokamax
         ops (tpu_kernels.spec.OpSpec says what each is)."""
@@ -148,6 +152,14 @@ class KernelOp:
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
+        # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tuning)
+        self.tuned = (
+            tuning.Tuned(
+                spec.tunables, sig, _home(spec.source.signature_fn), self._validate_config, self, spec.autocast
+            )
+            if spec.tunables is not None
+            else None
+        )
         o = spec.options
         if o.backward == "vjp" or o.reference is not None:
             self._derive_backward(o.reference or spec.fn)
@@ -184,6 +196,7 @@ class KernelOp:
     param_names = _spec_field("param_names")
     implementation_table = _spec_field("implementation_table")
     symbolic_fake = _spec_field("symbolic_fake")
+    tunables = _spec_field("tunables")
 
     # ---- what autograd.py, vmap.py and tokamax/wrap.py read (tests/test_layers.py) ----
     @property
@@ -228,7 +241,7 @@ class KernelOp:
         try:
             lib.define(self.short_name + schema, tags=tuple(tags))
         except RuntimeError as e:
-            lib._destroy()
+            _compat.destroy_library(lib)
             if "already" in str(e) or "multiple times" in str(e):
                 raise OpDefinitionError(
                     f"{self.name}: an operator of this name is already registered; pick "
@@ -247,6 +260,11 @@ class KernelOp:
         lib.impl(self.short_name, self._no_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(self.name, self._fake, lib=lib)
         return lib
+
+    def _validate_config(self, args: tuple, kwargs: dict) -> None:
+        """Does the kernel accept this call with these statics (a trace at its shapes)? Raises
+        what the kernel raises; the tuned lookup falls back to the defaults then."""
+        self.eval_shape(*args, **kwargs)
 
     def _no_kernel(self, *args: Any, **kwargs: Any) -> Any:
         values = self.signature.values(args, kwargs)
@@ -303,6 +321,10 @@ class KernelOp:
         # The shortcut takes only statics of their schema types; every other path checks
         # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
         # reads is_compiling() as True and traces only the dispatcher's path.
+        if capture.ACTIVE:  # tpu_kernels.autotune is watching which ops a function calls
+            capture.record(self, args, kwargs)
+        if self.tuned is not None:  # tunables the call leaves out, as ordinary statics
+            kwargs = self.tuned.fill(args, kwargs)
         shortcut = self._eager_cpu
         checked = checked_mode.ARMED and checked_mode.active()  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
@@ -313,6 +335,16 @@ class KernelOp:
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         return self._visible(out)
 
+    def resolve_statics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The keyword statics a call with these arguments runs with: those given, plus, for an
+        op with `tune=`, the tuned values of the tunables the call leaves out (its chip's table;
+        docs/autotuning.md). What the benchmark's raw-JAX baseline binds, to time the same config."""
+        given = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+        if self.tuned is None:
+            return given
+        filled = self.tuned.fill(args, kwargs)
+        return {k: v for k, v in filled.items() if not isinstance(v, torch.Tensor)}
+
     def try_all(self, values: tuple) -> Any:
         """The eager shortcut for a call that names every parameter: `values` one per
         parameter in the signature's order (`param_names`), as if each were passed by name.
@@ -320,7 +352,7 @@ class KernelOp:
         (then call the op as usual: the dispatcher decides). tokamax/wrap.py's `call_op` uses
         it: a public function's locals() already hold every argument."""
         shortcut = self._eager_cpu
-        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling():
+        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling() or capture.ACTIVE:
             return eager.DECLINED
         out = shortcut.try_all(values)
         return out if out is eager.DECLINED else self._visible(out)
@@ -432,7 +464,7 @@ class KernelOp:
         """Hits and misses of the compiled-callable cache of one registered device type (or
         alias, or torch.device): each device whose calls tpu_kernels' own executor runs
         ("cpu", "cuda"); a TPU's calls are cached by torch_tpu."""
-        from tpu_kernels import devices
+        from tpu_kernels.runtime import devices
 
         kind = getattr(device, "type", device)
         try:
@@ -472,12 +504,12 @@ class KernelOp:
         Pallas calls inside run in `interpret` mode (default: the current
         tpu_kernels setting; None for none, on a real TPU), and dots at JAX
         `matmul_precision` (default: the one torch's setting gives now, as a call would
-        use; see tpu_kernels.precision). This is what the benchmarks' raw-JAX
+        use; see tpu_kernels.runtime.precision). This is what the benchmarks' raw-JAX
         baseline times: the same kernel without the bridge.
         """
-        from tpu_kernels import interpret as interpret_settings
-        from tpu_kernels import precision as precision_settings
-        from tpu_kernels.devices.jax_exec import pallas_interpret
+        from tpu_kernels.runtime import interpret as interpret_settings
+        from tpu_kernels.runtime import precision as precision_settings
+        from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 
         sig = self.signature
         missing = [
@@ -503,7 +535,7 @@ class KernelOp:
 
     def lower(self, *args: Any, platform: str = "tpu", **kwargs: Any) -> jax.export.Exported:
         """Export the kernel for `platform` at these example shapes (no device needed)."""
-        from tpu_kernels.export import export_kernel
+        from tpu_kernels.lowering.export import export_kernel
 
         return export_kernel(self, args, kwargs, platform=platform)
 
@@ -525,6 +557,17 @@ class KernelOp:
         return self
 
 
+def _home(fn: Callable) -> Any:
+    """The folder of the module that defines `fn` (where its tuning table lives), or None."""
+    from pathlib import Path
+
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    return Path(path).resolve().parent if path and not path.startswith("<") else None
+
+
 def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     """Register a JAX/Pallas function or a Helion kernel as the torch operator `name` ("namespace::op").
 
@@ -535,9 +578,9 @@ def tpu_kernel(name: str, fn: Callable | None = None, /, **options: Any) -> Any:
     mutates arguments returns, after its outputs, the new value of each.
 
     The options (`outputs`, `residuals`, `mutates_args`, `backward`, `reference`,
-    `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `autotune`,
+    `check_reference`, `cache_size`, `noncontiguous`, `tags`, `examples`, `tune`, `tune_key`, `autotune`,
     `autocast`, `sharding`, `sharding_examples`, `buckets`, `length`) are documented once, in
-    tpu_kernels.options.OpOptions.
+    tpu_kernels.definition.options.OpOptions.
     """
     OpOptions.of(name, options)  # an unknown option fails here, before the decorated function
 

@@ -36,7 +36,7 @@ SUFFIX = ".tmpl"
 
 
 def _backends() -> tuple[str, ...]:
-    from tpu_kernels import sources  # light: the languages' modules import on first use
+    from tpu_kernels.runtime import sources  # light: the languages' modules import on first use
 
     return sources.template_backends()
 

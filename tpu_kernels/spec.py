@@ -17,13 +17,15 @@ import keyword
 from collections.abc import Callable
 from typing import Any
 
-from tpu_kernels import autocast as autocast_policies
-from tpu_kernels import autograd, tolerance
-from tpu_kernels import buckets as bucketing
 from tpu_kernels import sharding as sharding_rules
+from tpu_kernels import tuning
+from tpu_kernels.definition.options import OpOptions
+from tpu_kernels.definition.signature import Kind, Signature, parse
+from tpu_kernels.dispatch import autocast as autocast_policies
+from tpu_kernels.dispatch import autograd
+from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
-from tpu_kernels.options import OpOptions
-from tpu_kernels.signature import Kind, Signature, parse
+from tpu_kernels.verification import tolerance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,23 +35,25 @@ class OpSpec:
     name: str  # "ns::op"
     ns: str
     short_name: str
-    options: OpOptions  # as given (tpu_kernels.options)
-    source: Any  # the kernel in its language (tpu_kernels.sources): signature_fn, jax_body, kernels()
+    options: OpOptions  # as given (tpu_kernels.definition.options)
+    source: Any  # the kernel in its language (tpu_kernels.runtime.sources): signature_fn, jax_body, kernels()
     signature: Signature
     returns_list: bool  # the schema returns Tensor[] (a derived backward of list inputs)
     output_names: tuple[str, ...]
     n_visible: int  # outputs a call returns (the rest are residuals)
     mutates_args: tuple[str, ...]
     mutated: tuple[int, ...]  # parameter indices of mutates_args, in that order
-    autocast: str  # the checked policy (tpu_kernels.autocast)
+    autocast: str  # the checked policy (tpu_kernels.dispatch.autocast)
     sharding: Any  # the normalized DTensor rule (tpu_kernels.sharding), or None
     check_reference: Any  # what checked mode compares with (tolerance.resolve), or None
-    bucket_plan: bucketing.Plan | None  # the dims device kernels pad (tpu_kernels.buckets)
+    bucket_plan: bucketing.Plan | None  # the dims device kernels pad (tpu_kernels.dispatch.buckets)
     # (positional, keyword-only) parameter names: how a call by name is laid out (call_op)
     call_names: tuple[tuple[str, ...], tuple[str, ...]]
     # every parameter's name in the signature's order: the values a call by name hands the
     # eager shortcut (call_op -> KernelOp.try_all)
     param_names: tuple[str, ...]
+    # the statics it may tune and how calls share tuned configs (tpu_kernels.tuning), or None
+    tunables: tuning.Tunables | None = None
     backward_of: Any = None  # the forward KernelOp of a backward op built by the toolkit
     # Tokamax ops (tpu_kernels.tokamax.wrap): the implementation table `call_op` resolves
     # `implementation` with, and the fake used while sizes are symbolic
@@ -118,6 +122,16 @@ def make_spec(
     if symbolic_fake is not None and not callable(symbolic_fake):
         raise OpDefinitionError(f"{name}: symbolic_fake must be a function, got {symbolic_fake!r}.")
     params = sig.params
+    if options.tune is not None and source.kind != "jax":
+        raise OpDefinitionError(
+            f"{name}: tune= declares statics of a JAX/Pallas kernel; a {source.kind} kernel tunes through "
+            "its own autotuner (autotune=True, or op.autotune(...) ahead of time)."
+        )
+    tunables = tuning.declare(name, sig, options.tune, options.tune_key)
+    check_reference = tolerance.resolve(name, [p.name for p in params], options.check_reference, options.reference)
+    if tunables is not None and check_reference is not None:
+        # tunables cannot change the result: a reference need not take them
+        check_reference = tolerance.with_ignored(check_reference, *tunables.names)
     return OpSpec(
         name=name,
         ns=ns,
@@ -134,15 +148,14 @@ def make_spec(
         sharding=sharding_rules.normalize(name, options.sharding),
         # None: unchecked, which checked mode says, except for a backward op: its forward's
         # backward check covers it
-        check_reference=tolerance.resolve(
-            name, [p.name for p in params], options.check_reference, options.reference
-        ),
+        check_reference=check_reference,
         bucket_plan=plan,
         call_names=(
             tuple(p.name for p in params if not p.keyword_only),
             tuple(p.name for p in params if p.keyword_only),
         ),
         param_names=tuple(p.name for p in params),
+        tunables=tunables,
         backward_of=backward_of,
         implementation_table=implementation_table,
         symbolic_fake=symbolic_fake,
@@ -170,7 +183,7 @@ def split_name(qualname: str) -> tuple[str, str]:
 
 def make_source(name: str, fn: Any, options: OpOptions | None = None) -> Any:
     """The kernel `fn` in its language (sources.Language), with the options that shape it."""
-    from tpu_kernels import sources
+    from tpu_kernels.runtime import sources
 
     return sources.make_source(name, fn, options)
 

@@ -7,15 +7,17 @@ tpu_kernels is installed:
 
     x = testing.rand(64, 256, dtype=torch.bfloat16)           # fresh normal values, never zeros
     testing.assert_close(my_op(x), reference(x.double()))     # tolerance of x's dtype
-    testing.opcheck(my_op, (x,))                               # torch.library.opcheck, all tests
+    testing.opcheck(my_op, (x,))                               # torch.library.opcheck, all tests (float8 inputs: all but test_schema)
     testing.compile_matches_eager(model, [x])                  # one graph, same values and grads
     testing.compile_dynamic_matches_eager(model, [[x], [x2], [x3]])  # at three sizes: 2 graphs
     testing.assert_lowers_for_tpu(my_op)                       # every example call lowers for TPU
     testing.assert_sharding_rule(my_op)                        # its DTensor rule, simulated
+    testing.assert_tunes(my_op, x)                             # every tune= candidate runs and is right
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +25,9 @@ import torch
 
 # The tolerance table and its rule live in the core (checked mode reads them too); the
 # tests use the same objects, re-exported here.
-from tpu_kernels.tolerance import TOL as TOL
-from tpu_kernels.tolerance import Tol as Tol
-from tpu_kernels.tolerance import reduction_scale as reduction_scale
+from tpu_kernels.verification.tolerance import TOL as TOL
+from tpu_kernels.verification.tolerance import Tol as Tol
+from tpu_kernels.verification.tolerance import reduction_scale as reduction_scale
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -52,16 +54,13 @@ def assert_close(
 ) -> None:
     """`actual` against a float64 `expected`, with `dtype`'s tolerance (default: actual's)
     and `scale` times its atol (the typical magnitude of the values, e.g. sqrt(K) for a
-    K-long dot product)."""
-    dtype = dtype or actual.dtype
-    tol = TOL[dtype]
-    torch.testing.assert_close(
-        actual.to(torch.float64),
-        expected.to(torch.float64),
-        rtol=tol.rtol,
-        atol=tol.atol * scale,
-        msg=lambda m: f"{what} ({dtype}): {m}",
-    )
+    K-long dot product): checked mode's rule (`tpu_kernels.verification.compare.difference`), so a test
+    and checked mode agree on what is close enough."""
+    from tpu_kernels.verification.checked_mode import compare
+
+    why = compare(actual, expected, scale, dtype or actual.dtype)
+    if why is not None:
+        raise AssertionError(f"{what} ({dtype or actual.dtype}): {why}" if what else why)
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -108,16 +107,50 @@ def assert_ulps(
 
 def dot_scale(k: int, dtype: torch.dtype) -> float:
     """The `scale` for a K-term dot product of unit-sized inputs, checked against float64:
-    `tpu_kernels.tolerance.reduction_scale(K, dtype)`, the rule checked mode applies to every
+    `tpu_kernels.verification.tolerance.reduction_scale(K, dtype)`, the rule checked mode applies to every
     op's declared reduction (K for float32 and float64, sqrt(K) for 16-bit types)."""
     return reduction_scale(max(k, 1), dtype)
 
 
-def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> None:
-    """torch.library.opcheck with all its default tests; fails on any non-SUCCESS."""
-    results = torch.library.opcheck(op.overload, args, kwargs or {}, raise_exception=True)
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+"""torch.library.opcheck's default `test_utils`: every test it has."""
+
+
+def opcheck(op: KernelOp, args: tuple, kwargs: dict | None = None) -> dict[str, str]:
+    """torch.library.opcheck with all its default tests; fails on any non-SUCCESS. Returns
+    each test's result.
+
+    One exception, said with a warning and in the results ("SKIPPED: <reason>"): with float8
+    inputs torch's `test_schema` cannot run (it compares the inputs before and after the call
+    with arithmetic that has no CPU kernel for float8: `"mul_cpu_reduced_float" not implemented
+    for 'Float8_e4m3fn'`), so it is left out, as `torch.library.opcheck(test_utils=...)`
+    allows, and the other three run."""
+    float8 = sorted(
+        {str(t.dtype).removeprefix("torch.") for t in _tensors(args, kwargs) if _is_float8(t.dtype)}
+    )
+    tests, skipped = list(OPCHECK_TESTS), {}
+    if float8:
+        tests.remove("test_schema")
+        reason = (
+            f"torch's schema check cannot run on {', '.join(float8)} inputs (it compares them with "
+            "arithmetic that has no float8 CPU kernel); the other tests ran"
+        )
+        warnings.warn(f"{op.name}: opcheck skipped test_schema: {reason}.", stacklevel=2)
+        skipped["test_schema"] = f"SKIPPED: {reason}"
+    results = torch.library.opcheck(op.overload, args, kwargs or {}, test_utils=tests, raise_exception=True)
     if set(results.values()) != {"SUCCESS"}:
         raise AssertionError(f"{op.name}: opcheck results {results}")
+    return {**skipped, **results}
+
+
+def _is_float8(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and dtype.itemsize == 1
+
+
+def _tensors(args: tuple, kwargs: dict | None) -> list[torch.Tensor]:
+    values = [*args, *(kwargs or {}).values()]
+    flat = [t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,))]
+    return [t for t in flat if isinstance(t, torch.Tensor)]
 
 
 def compile_counted(
@@ -307,14 +340,14 @@ def assert_sharding_rule(
 ) -> Any:
     """`op`'s DTensor sharding rule agrees with its kernel: every strategy the rule returns
     (and its backward op's), simulated in this process on 2 and 3 shards, combines to the
-    unsharded call (`tpu_kernels.sharding_sim`, docs/distributed.md#verifying-a-rule).
+    unsharded call (`tpu_kernels.sharding.simulate`, docs/distributed.md#verifying-a-rule).
 
     At `args`/`kwargs` (tensors), or else at each of the op's example calls (shrunk, with
     random values; `sharding_examples=` where random values would not do). Raises
     `ShardingRuleError` naming the op, the strategy and the first wrong element; fails
     too when the op has no rule, or when its rule offers nothing but all-Replicate at
     every call (nothing would have been checked). Returns the simulation's report."""
-    from tpu_kernels import sharding_sim
+    from tpu_kernels.sharding import simulate as sharding_sim
 
     calls = [(tuple(args), dict(kwargs or {}))] if args is not None else sharding_sim.example_calls(op)
     if not calls:
@@ -326,3 +359,25 @@ def assert_sharding_rule(
         why = "; ".join(report.skipped) or "its rule offers only all-Replicate at these calls"
         raise AssertionError(f"{op.name}: no sharded strategy was simulated ({why}).")
     return report
+
+
+def assert_tunes(op: KernelOp, *args: Any, **kwargs: Any) -> Any:
+    """`op` (declared with `tune=`) tunes at this call: `tpu_kernels.autotune` runs every
+    candidate config the kernel accepts at these shapes, each matches the op's reference (the
+    benchmark's correctness criterion) and is timed (a few short rounds: this checks the
+    candidates, not which is fastest), and a config is chosen. Nothing is saved. Raises naming
+    the wrong or failing candidates; returns the `TuningResult` (`.report()` shows it)."""
+    from tpu_kernels.bench.timing import Settings
+    from tpu_kernels.tuner import autotune
+
+    if op.tunables is None:
+        raise AssertionError(f"{op.name}: declares no tunables (tune=...).")
+    smoke = Settings(rounds=2, min_sample_s=0.0005, warmup_s=0.0, warmup_calls=2, lead_in_s=0.0)
+    result = autotune(lambda: op(*args, **kwargs), save=False, settings=smoke, tokamax=False, helion=False)
+    outcomes = [o for o in result.outcomes if o.op == op.name]
+    if not outcomes:
+        raise AssertionError(f"{op.name}: the call was not tuned.\n{result.report()}")
+    bad = [c for o in outcomes for c in o.candidates if c.status in ("wrong", "failed")]
+    if bad or any(o.choice is None for o in outcomes):
+        raise AssertionError(f"{op.name}: tuning found wrong or failing candidates:\n{result.report()}")
+    return result

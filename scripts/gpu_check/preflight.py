@@ -95,7 +95,7 @@ def check(smoke: bool = True) -> int:
             return _fail(EXIT_BROKEN, f"the carried wheel {name!r} was installed but Python does not find it")
         print(f"  carried: {name} {dist.version} in {dist.locate_file('')}")
     try:
-        from tpu_kernels.devices import cuda
+        from tpu_kernels.runtime.devices import cuda
     except Exception as e:  # any import failure is this machine's answer; say it whole
         return _fail(EXIT_BROKEN, f"tpu_kernels does not import here: {type(e).__name__}: {e}")
     import tpu_kernels

@@ -138,6 +138,76 @@ def test_wrong_results_are_wrong():
     assert not correctness.check(off, idx.double(), torch.float32, reduction=1).passed
 
 
+def test_one_wrong_element_fails_by_the_max_norm_where_the_2_norm_averages_it_away():
+    """65536 values, one off by 10x what float32 allows relative to the largest value: the
+    2-norm error is under the allowance (the element is 1 of 65536; the 2-norm is ~57x the
+    max-norm for such data), so only the max-norm, relative to the reference's own
+    max-norm, fails it."""
+    g = torch.Generator().manual_seed(0)
+    expected = torch.randn(256, 256, generator=g, dtype=torch.float64)
+    allowed = correctness.a_priori(torch.float32, 1)
+    out = expected.float().double()
+    out[5, 7] += 10 * allowed * expected.abs().max()
+    got = correctness.check(out.float(), expected, torch.float32, reduction=1)
+    assert got.error <= got.allowed  # the 2-norm alone would pass it
+    assert got.error_max > 5 * got.allowed_max and not got.passed
+    assert got.error_max == pytest.approx(10 * allowed, rel=0.1)
+
+
+def test_the_baseline_factor_permits_a_few_times_torchs_error_and_no_more():
+    """What BASELINE_FACTOR (4) permits: a candidate up to 4x the error of torch's own
+    result in the same dtype. A baseline is a yardstick only within the a-priori allowance,
+    so the factor can widen that allowance at most 4x: for bfloat16 softmax over 1024
+    columns, to about 4.7% (torch's own result is about 0.4% off); a result 20% off (every
+    value x1.2) is WRONG."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 1024, generator=g)
+    expected = torch.softmax(x.double(), -1)
+    torch_out = torch.softmax(x.bfloat16(), -1)
+    base = correctness.errors(torch_out, expected)
+    a = correctness.a_priori(torch.bfloat16, 1024)
+    assert base.norm2 < 0.01 and correctness.judge(base, torch.bfloat16, reduction=1024).passed
+    off = (torch_out.float() * 1.2).bfloat16()
+    got = correctness.check(off, expected, torch.bfloat16, reduction=1024, baseline=torch_out)
+    assert not got.passed and got.ratio > 5, got
+    assert got.allowed == pytest.approx(max(a, correctness.BASELINE_FACTOR * base.norm2))
+    assert correctness.BASELINE_FACTOR <= 4  # what the figures above assume: 4 x a < 0.2
+    # the edge, with errors given: beside a baseline at 0.9 x the allowance, 3.9x its error
+    # passes and 4.1x fails
+    sane = correctness.Errors(0.9 * a, 0.9 * a, 1.0)
+    for factor, passes in ((3.9, True), (4.1, False)):
+        mine = correctness.Errors(factor * sane.norm2, factor * sane.norm_max, 1.0)
+        checks = correctness.verdicts(
+            {"torch": (sane, torch.bfloat16), "mine": (mine, torch.bfloat16)},
+            baseline="torch",
+            reduction=1024,
+        )
+        assert checks["torch"].passed and checks["mine"].passed is passes, (factor, checks["mine"])
+
+
+def test_infinities_in_the_reference_agree_when_equal_and_leave_the_norms_finite():
+    """A log-softmax with masked (-inf) entries: a right result has the same infinities, which
+    agree (inf - inf would be NaN). The norms are taken over the finite entries: an offset of
+    every finite value by 2x the allowance (2-norm; far under it in the max-norm, beside a
+    large value) fails, where a 2-norm taken with the infinities would be inf and the error 0."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=g, dtype=torch.float64)
+    x[:, 200:] = float("-inf")
+    expected = torch.log_softmax(x, -1)
+    right = torch.log_softmax(x.float(), -1)
+    assert correctness.check(right, expected, torch.float32, reduction=256).passed
+
+    expected = torch.randn(4096, generator=g, dtype=torch.float64)
+    expected[7], expected[9] = 1000.0, float("-inf")
+    finite = expected.isfinite()
+    rms = float(expected[finite].pow(2).mean().sqrt())
+    a = correctness.a_priori(torch.float32, 1)
+    offset = (expected + 2 * a * rms).float()
+    got = correctness.check(offset, expected, torch.float32, reduction=1)
+    assert got.error_max < got.allowed_max  # the max-norm alone would pass it
+    assert not got.passed and got.error == pytest.approx(2 * a, rel=0.05), got
+
+
 def test_the_allowance_follows_the_dtype_the_reduction_and_the_scale():
     u32, u16 = 2.0**-24, 2.0**-8
     assert correctness.a_priori(torch.float32, 1024) == pytest.approx(

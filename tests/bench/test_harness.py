@@ -128,29 +128,35 @@ def test_first_call_includes_compilation():
     assert mine.first_call_s >= 0.05 > mine.median
 
 
-def _with_times(report: Report, median: float, spread: float = 0.02) -> Report:
-    """A copy of `report` whose every candidate took `median` s (IQR +-spread): no noise."""
+def _with_times(report: Report, median: float, spread: float = 0.02, only: str | None = None) -> Report:
+    """A copy of `report` whose every candidate (or only the one named `only`) took `median` s,
+    its samples within +-spread (p25/p75) and +-1.5 spread (p10/p90): no noise."""
     data = report.to_dict()
     for r in data["results"]:
         for c in r["candidates"]:
+            if only is not None and c["name"] != only:
+                continue
             c["time"] = {
                 **c["time"],
                 "median": median,
+                "p10": median * (1 - 1.5 * spread),
                 "p25": median * (1 - spread),
                 "p75": median * (1 + spread),
+                "p90": median * (1 + 1.5 * spread),
             }
     return Report.from_dict(data)
 
 
 def test_compare_flags_regressions_and_the_cli_exits_nonzero(tmp_path, capsys):
     base = _with_times(bench.run([_softmax_benchmark()], CPU, FAST), 0.010)
-    slower = _with_times(base, 0.015)
+    slower = _with_times(base, 0.015, only="mine")  # the op under test; torch as before
     changes = bench.compare(base, slower, threshold=0.10)
-    assert changes and all(c.regressed and c.ratio == pytest.approx(1.5) for c in changes)
+    mine = [c for c in changes if c.candidate == "mine"]
+    assert mine and all(c.regressed and c.ratio == pytest.approx(1.5) for c in mine)
     assert not bench.regressions(
-        bench.compare(base, _with_times(base, 0.0105), threshold=0.10)
+        bench.compare(base, _with_times(base, 0.0105, only="mine"), threshold=0.10)
     )  # under threshold
-    noisy = _with_times(base, 0.012, spread=0.3)  # 20% slower, but within the noise
+    noisy = _with_times(base, 0.012, spread=0.3, only="mine")  # 20% slower, but within the noise
     assert not bench.regressions(bench.compare(_with_times(base, 0.010, spread=0.3), noisy, threshold=0.10))
     base.write_json(tmp_path / "base.json")
     slower.write_json(tmp_path / "new.json")

@@ -17,7 +17,7 @@ def startup():
 
 
 def test_the_child_splits_a_first_call_into_phases(startup, tmp_path, monkeypatch):
-    from tpu_kernels import cache
+    from tpu_kernels.runtime import cache
 
     monkeypatch.setenv("TPU_KERNELS_CACHE_DIR", str(tmp_path))
     before = cache.STATS.hits + cache.STATS.misses

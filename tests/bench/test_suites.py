@@ -57,8 +57,8 @@ def test_the_kernel_suite_has_one_benchmark_per_registered_family():
 
 @pytest.mark.parametrize("family", kernel_families(), ids=family_id)
 def test_a_kernel_benchmark_takes_its_sizes_and_helion_twin_from_its_family(family):
-    """kernel_suite derives the sweep from the family's registration and shapes.py (BENCH,
-    QUICK) and the "helion" candidate from the twin its registration names: a new BENCH size
+    """kernel_suite derives the sweeps from the family's registration and shapes.py (BENCH,
+    QUICK, REDUCED) and the "helion" candidate from the twin its registration names: a new BENCH size
     or a changed QUICK shows up in the suite without editing it."""
     shapes = family.shapes
     assert shapes.QUICK in shapes.BENCH
@@ -67,6 +67,8 @@ def test_a_kernel_benchmark_takes_its_sizes_and_helion_twin_from_its_family(fami
     quick = _kernel_benchmarks(True)[family.op.short_name]
     assert list(full.points) == bench.grid(shape=list(shapes.BENCH.values()), dtype=floats)
     assert list(quick.sweep(True)) == bench.grid(shape=[shapes.BENCH[shapes.QUICK]], dtype=floats)
+    reduced = [shapes.BENCH[n] for n in shapes.REDUCED]  # a CPU's default run
+    assert list(full.sweep(reduced=True)) == bench.grid(shape=reduced, dtype=floats)
     [small, *_] = shapes.TEST.values()
     point = {"shape": small, "dtype": torch.float32}
     torch.manual_seed(0)

@@ -21,8 +21,9 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental import serialize_executable
 
-from tpu_kernels import cache, cli, tpu_kernel
-from tpu_kernels.cache import build, entry, store
+from tpu_kernels import cli, tpu_kernel
+from tpu_kernels.runtime import cache
+from tpu_kernels.runtime.cache import build, entry, store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,6 +184,28 @@ def test_a_constant_is_stored_by_value_or_not_at_all(cache_dir):
         torch.testing.assert_close(table(x), x + torch.from_numpy(t))
 
 
+def test_kernels_that_differ_only_in_what_they_return_never_share_an_entry(cache_dir):
+    """Two kernels compute x * 2 and x * 3 alike and return one each: the key walks the
+    program's outputs, so the second neither loads the first's executable (2.0 for 3.0)
+    nor overwrites it."""
+
+    @tpu_kernel("kcache_test::returns_first")
+    def returns_first(x: torch.Tensor) -> torch.Tensor:
+        both = (x * 2.0, x * 3.0)
+        return both[0]
+
+    @tpu_kernel("kcache_test::returns_second")
+    def returns_second(x: torch.Tensor) -> torch.Tensor:
+        both = (x * 2.0, x * 3.0)
+        return both[1]
+
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(returns_first(x), x * 2.0)
+    hits = cache.STATS.hits
+    torch.testing.assert_close(returns_second(x), x * 3.0)
+    assert cache.STATS.hits == hits and len(_entries(cache_dir)) == 2
+
+
 # ---- entries that must never run ----------------------------------------------------------
 def _two_entries(cache_dir):
     """The entries of scaled(alpha=2) and scaled(alpha=3) on one input, built now."""
@@ -295,6 +318,27 @@ def test_links_devices_and_oversized_files_are_refused_unread(cache_dir, kind, m
     assert cache.STATS.rejected == rejected + 1
     if kind != "directory":  # replaced by a real entry (a directory cannot be renamed over)
         assert stat.S_ISREG(os.lstat(path).st_mode)
+
+
+def test_a_link_to_a_real_entry_elsewhere_is_refused_unread(cache_dir, tmp_path):
+    """The entry itself, right key and all, moved out of the cache and linked back: entries
+    are never read through a link (whoever can place a link could point it at an entry in a
+    folder the trust checks never saw), so it is rejected, rebuilt and replaced by a file."""
+    x = torch.randn(32, 128)
+    double.cache_clear()
+    double(x)
+    (path,) = _entries(cache_dir)
+    elsewhere = tmp_path / "elsewhere" / path.name
+    elsewhere.parent.mkdir()
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    stored = elsewhere.read_bytes()
+    double.cache_clear()
+    rejected, hits = cache.STATS.rejected, cache.STATS.hits
+    torch.testing.assert_close(double(x), x * 2)
+    assert (cache.STATS.rejected, cache.STATS.hits) == (rejected + 1, hits)
+    assert stat.S_ISREG(os.lstat(path).st_mode)  # replaced, not written through the link
+    assert elsewhere.read_bytes() == stored
 
 
 def test_an_executable_that_fails_at_run_time_is_evicted_and_rebuilt_once(cache_dir, monkeypatch):
@@ -432,7 +476,8 @@ _SCALED = """
 import sys
 import torch
 import cfg
-from tpu_kernels import cache, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.runtime import cache
 
 cfg.Cfg.scale = float(sys.argv[1])  # from a command-line flag or a config file
 if len(sys.argv) > 2:
@@ -490,7 +535,8 @@ import sys, time
 import jax
 import torch
 from jax.experimental import pallas as pl
-from tpu_kernels import cache, tpu_kernel
+from tpu_kernels import tpu_kernel
+from tpu_kernels.runtime import cache
 
 lowered = []
 jax.monitoring.register_event_duration_secs_listener(
@@ -550,6 +596,28 @@ def test_two_processes_write_at_once_and_a_third_loads_without_lowering(cache_di
     assert reader.returncode == 0, reader.stderr
     assert "stats 1 0 0 lowered 0" in reader.stdout  # a new process: traced, not lowered
     assert "scipy.linalg imported: False" in reader.stdout  # no LAPACK set-up for a kernel without
+
+
+@pytest.mark.slow  # two fresh processes: about 20 s here
+def test_a_process_under_other_xla_flags_builds_its_own_entry(cache_dir, tmp_path):
+    """XLA_FLAGS change what XLA compiles (its optimisation passes, the code it emits): a
+    process started under other flags must not load an executable compiled under these.
+    The first process builds and stores; the second, under other flags, misses and stores
+    an entry of its own beside it."""
+    script = tmp_path / "affine_kernel.py"
+    script.write_text(_AFFINE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TPU_KERNELS_CACHE_DIR": str(cache_dir)}
+    outs = []
+    for flags in ("--xla_backend_optimization_level=0", "--xla_backend_optimization_level=1"):
+        r = subprocess.run(
+            [sys.executable, str(script)], env={**env, "XLA_FLAGS": flags}, capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert "stats 0 1 0 lowered 1" in outs[0]
+    assert "stats 0 1 0 lowered 1" in outs[1], outs[1]  # not "stats 1 0 0": the other flags' entry
+    assert len(_entries(cache_dir)) == 2
 
 
 def test_importing_tokamax_leaves_the_disk_cache_on():

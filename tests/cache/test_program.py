@@ -9,7 +9,7 @@ import pytest
 from jax.experimental import pallas as pl
 
 from tests.registries import family_id, kernel_families
-from tpu_kernels.cache import program
+from tpu_kernels.runtime.cache import program
 
 X = jax.ShapeDtypeStruct((16, 128), jnp.float32)
 
@@ -45,6 +45,30 @@ def test_equal_programs_have_equal_digests_whatever_their_source():
     assert _digest(lambda x: x * 2.0) != _digest(
         lambda x: x * 2.0, jax.ShapeDtypeStruct((16, 128), jnp.bfloat16)
     )
+
+
+def test_programs_that_differ_only_in_what_they_return_have_different_digests():
+    """Both compute x * 2 and x * 3; one returns the first, the other the second. Every
+    equation and type is alike: only the walk over the jaxpr's outputs tells them apart (a
+    shared key would hand the second kernel the first's executable: 2.0 where 3.0 is due)."""
+
+    def first(x):
+        both = (x * 2.0, x * 3.0)
+        return both[0]
+
+    def second(x):
+        both = (x * 2.0, x * 3.0)
+        return both[1]
+
+    def jaxpr(f):
+        return jax.jit(f).trace(X).jaxpr.jaxpr
+
+    assert [e.primitive for e in jaxpr(first).eqns] == [e.primitive for e in jaxpr(second).eqns]
+    assert len(jaxpr(first).eqns) == 2  # neither trace dropped the unused product
+    assert _digest(first) != _digest(second)
+    # and nested: the same two bodies as inner jitted calls (a pjit equation holding each
+    # jaxpr), whose outer programs return the inner call's one output alike
+    assert _digest(lambda x: jax.jit(first)(x)) != _digest(lambda x: jax.jit(second)(x))
 
 
 def test_run_time_state_the_trace_reads_is_in_the_digest():
@@ -99,6 +123,24 @@ def test_derivative_rules_are_not_part_of_the_forward_program():
     f.defvjp(lambda x: (x * 2.0, None), lambda _, g: (g * 2.0,))
     assert _digest(f) == _digest(f)  # the rules are Python functions: skipped, not refused
     assert _digest(jax.nn.relu) == _digest(jax.nn.relu)  # custom_jvp
+
+
+@pytest.mark.parametrize("kind", ["custom_jvp", "custom_vjp"])
+def test_a_custom_derivative_functions_body_is_part_of_the_program(kind):
+    """Only the rules are skipped: the body lowering runs (`call_jaxpr`) counts, so two such
+    functions that differ in their body (with the same rule) never share a key."""
+
+    def make(scale):
+        if kind == "custom_jvp":
+            f = jax.custom_jvp(lambda x: x * scale)
+            f.defjvp(lambda primals, tangents: (f(*primals), tangents[0]))
+        else:
+            f = jax.custom_vjp(lambda x: x * scale)
+            f.defvjp(lambda x: (f(x), None), lambda _, g: (g,))
+        return f
+
+    assert _digest(make(2.0)) != _digest(make(3.0))
+    assert _digest(make(2.0)) == _digest(make(2.0))
 
 
 @pytest.mark.parametrize("family", kernel_families(), ids=family_id)

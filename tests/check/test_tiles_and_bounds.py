@@ -1,5 +1,5 @@
 """Packed-dtype tiles (Mosaic's rule, tpu_kernels/check/tiling.py) and block indices that
-scalar-prefetch index maps compute outside their arrays (tpu_kernels/bounds.py, --bounds,
+scalar-prefetch index maps compute outside their arrays (tpu_kernels/verification/bounds.py, --bounds,
 checked mode's TPU_KERNELS_CHECK_BOUNDS)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from jax.experimental import pallas as pl
 
 import tpu_kernels
 from tests.check import demo_kernels as demo
-from tpu_kernels import bounds, checked_mode
 from tpu_kernels.check import check_op, tiling
 from tpu_kernels.check.examples import random_arrays, scale_down
-from tpu_kernels.chips import chip
 from tpu_kernels.cli import main
-from tpu_kernels.export import lowering_for_tpu
+from tpu_kernels.lowering.chips import chip
+from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.verification import bounds, checked_mode
 
 DEMO = "tests.check.demo_kernels"
 

@@ -18,7 +18,7 @@ REQUIRE_ENV = "TPU_KERNELS_REQUIRE_CUDA"
 def marks() -> list[pytest.MarkDecorator]:
     """A CUDA test module's `pytestmark`: the `cuda` marker, and the skip (or, under
     scripts/gpu-check, the collection error) where CUDA is unavailable."""
-    from tpu_kernels.devices.cuda import unavailable_reason
+    from tpu_kernels.runtime.devices.cuda import unavailable_reason
 
     why = unavailable_reason()
     if why is not None and os.environ.get(REQUIRE_ENV) == "1":

@@ -204,6 +204,74 @@ def test_the_converter_swaps_norms_attention_and_feed_forward(model):
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "no-weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_rmsnorm_eps_none_means_what_torchtitans_norm_means(dtype, affine):
+    """torchtitan's RMSNorm is nn.RMSNorm, whose eps=None is the epsilon of the dtype
+    F.rms_norm computes in (float32's for 16-bit input, float64's for float64). Rows of mean
+    square 1e-6, where eps decides the result: 1e-6 for eps would be 25% off, bfloat16's own
+    epsilon (7.8e-3) 99% off."""
+    from torchtitan.models.common.nn_modules import RMSNorm
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsRMSNorm
+
+    config = dict(normalized_shape=64, eps=None, elementwise_affine=affine)
+    stock = RMSNorm(RMSNorm.Config(**config)).to(dtype)
+    ours = TpuKernelsRMSNorm(TpuKernelsRMSNorm.Config(**config)).to(dtype)
+    if affine:
+        with torch.no_grad():
+            stock.weight.copy_(torch.randn(64))
+            ours.weight.copy_(stock.weight)
+    x = (torch.randn(4, 8, 64) * 1e-3).to(dtype)
+    with torch.no_grad():
+        want, got = stock(x), ours(x)
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "biased"])
+def test_feed_forward_matches_stock_with_and_without_biased_projections(bias):
+    """w1 and w3 fuse into Tokamax's GLU only when they are plain bias-free Linears (the GLU
+    has no bias); with biases the stock forward runs: either way, stock's result."""
+    from torchtitan.models.common.feed_forward import FeedForward
+    from torchtitan.models.common.linear import Linear
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsFeedForward
+
+    def config(cls):
+        return cls.Config(
+            w1=Linear.Config(in_features=32, out_features=64, bias=bias),
+            w2=Linear.Config(in_features=64, out_features=32),
+            w3=Linear.Config(in_features=32, out_features=64, bias=bias),
+        )
+
+    stock, ours = FeedForward(config(FeedForward)), TpuKernelsFeedForward(config(TpuKernelsFeedForward))
+    ours.load_state_dict(stock.state_dict())
+    assert ours._fused is not bias
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), stock(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [None, 0.3], ids=["default-scale", "scale-0.3"])
+def test_attention_matches_stock_flex_with_a_scale_and_grouped_heads(monkeypatch, scale):
+    """flex attention's `scale=` (and kv-heads fewer than q-heads) reach Tokamax's attention:
+    against flex itself, forward, on a causal BlockMask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torchtitan.models.common.attention import FlexAttention
+
+    from tpu_kernels.integrations.torchtitan import TpuKernelsAttention
+
+    monkeypatch.setattr(FlexAttention, "_compiled_flex_attn", flex_attention)  # flex eager
+    stock, ours = FlexAttention(FlexAttention.Config()), TpuKernelsAttention(TpuKernelsAttention.Config())
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, 2, None, 16, 16, device="cpu")
+    q = torch.randn(2, 16, 4, 8)
+    k, v = torch.randn(2, 16, 2, 8), torch.randn(2, 16, 2, 8)
+    kwargs = dict(attention_masks=mask, scale=scale, enable_gqa=True)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(q, k, v, **kwargs), stock(q, k, v, **kwargs), rtol=1e-5, atol=1e-5)
+
+
 def test_converter_options_and_what_it_leaves_alone():
     from torchtitan.models.common.feed_forward import FeedForward, SigmoidGatedFeedForward
     from torchtitan.models.common.nn_modules import RMSNorm

@@ -21,6 +21,7 @@ CPU modes. Inputs are fresh random values (never zeros) from the family's own ma
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ import torch
 
 from tests.helpers import FLOAT_DTYPES, assert_close
 from tests.kernels.checks import compile_matches_eager, lowers_for_tpu, opcheck
-from tpu_kernels.errors import InvalidArgumentTypeError
+from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError
 from tpu_kernels.kernels import FAMILIES
 from tpu_kernels.kernels.registry import Family
 
@@ -69,6 +70,9 @@ class KernelFamilyTests:
     small_shape: ClassVar[str]
     # gradcheck's shape: small, as gradcheck runs the op twice per input element
     gradcheck_shape: ClassVar[Any]
+    # three shapes, aligned to the TPU's tiles and not, that default torch.compile runs in a
+    # row (the second recompiles with dynamic sizes): whatever the eager call accepts
+    compile_shapes: ClassVar[list[Any]]
 
     # ---- the family, its inputs and calls ---------------------------------------------
 
@@ -172,6 +176,43 @@ class KernelFamilyTests:
             return (self.call(first.tanh(), *rest) * 1.5).square().mean()
 
         compile_matches_eager(model, inputs, rtol=1e-4, atol=1e-5)
+
+    def test_default_compile_runs_every_shape_the_eager_call_runs(self):
+        """Default torch.compile (Inductor; the second shape recompiles with dynamic sizes)
+        over three shapes, ragged ones included: the eager call's result at each, which
+        matches the float64 reference (issue 39: matmul at (24, 384) failed where eager
+        refused it too; a block size never makes a shape fail)."""
+        torch._dynamo.reset()  # one code object for every family: no cache limit reached
+        compiled = torch.compile(lambda *xs: self.fam.op(*xs, **self.fam.kwargs))
+        for shape in self.compile_shapes:
+            inputs = self.inputs(shape)
+            eager = self.fam.op(*inputs, **self.fam.kwargs)
+            torch.testing.assert_close(compiled(*inputs), eager, rtol=0, atol=0, msg=str(shape))
+            expected = self.reference(*(t.double() for t in inputs))
+            assert_close(eager, expected, torch.float32, scale=self.out_scale(shape, torch.float32))
+
+    def test_helion_twin_default_compile_agrees_with_its_eager_call(self):
+        """The Helion twin in Helion's Pallas CPU mode at the same three shapes: compiled and
+        eager give one result, or one refusal naming the op (Helion's Pallas backend runs whole
+        tiles only: a shape it cannot tile is an InvalidArgumentError on both paths)."""
+        if not self.fam.helion:
+            pytest.skip(f"{self.family} has no Helion twin")
+        from tpu_kernels.runtime.sources.helion import helion_cpu_mode
+
+        twin = self.fam.helion_op()
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda *xs: twin(*xs, **self.fam.kwargs))
+        with helion_cpu_mode("pallas"):
+            for shape in self.compile_shapes:
+                inputs = self.inputs(shape)
+                try:
+                    eager = twin(*inputs, **self.fam.kwargs)
+                except InvalidArgumentError as e:
+                    assert "Helion's Pallas backend runs whole blocks only" in str(e), e
+                    with pytest.raises(InvalidArgumentError, match=re.escape(str(e))):
+                        compiled(*inputs)
+                    continue
+                torch.testing.assert_close(compiled(*inputs), eager, rtol=0, atol=0, msg=str(shape))
 
     def test_lowers_for_tpu_at_the_quick_benchmark_size(self):
         """The quick benchmark's size in bfloat16 lowers with a Mosaic kernel that fits VMEM."""

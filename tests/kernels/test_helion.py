@@ -15,7 +15,7 @@ from tpu_kernels.errors import UnsupportedError
 from tpu_kernels.kernels import rmsnorm as rmsnorm_pallas
 from tpu_kernels.kernels import softmax as softmax_pallas
 from tpu_kernels.kernels.helion_ops import add_helion, matmul_helion, rmsnorm_helion, softmax_helion
-from tpu_kernels.sources.helion import helion_cpu_mode
+from tpu_kernels.runtime.sources.helion import helion_cpu_mode
 
 MODES = ["pallas", "eager"]
 DTYPES = [torch.float32, torch.bfloat16]

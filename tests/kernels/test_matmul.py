@@ -22,6 +22,7 @@ class TestMatmul(KernelFamilyTests):
     # (M, K, N): K == 0 is the empty sum, all zeros
     zero_size_shapes = [(0, 8, 5), (3, 0, 5), (0, 0, 5), (2, 0, 5)]
     helion_shapes = ["small_m"]
+    compile_shapes = [(128, 256, 128), (24, 384, 72), (300, 130, 129)]  # the last: Helion refuses
 
     def out_scale(self, shape, dtype):
         return dot_scale(shape[1], dtype)  # K-term dot products
@@ -42,12 +43,44 @@ def test_lowers_for_tpu_with_aligned_blocks():
     [
         ({"block_k": 100}, "block_k=100 must be a positive multiple of 128"),
         ({"block_m": 12}, "block_m=12 must be a positive multiple of 8"),
-        ({"block_n": 384}, "dimension 512 is not a multiple of block_n=384"),
+        ({"block_n": 0}, "block_n=0 must be a positive multiple of 128"),
     ],
 )
-def test_misaligned_blocks_are_rejected(kwargs, message):
+@pytest.mark.parametrize("m", [512, 8], ids=["several-blocks", "one-block"])
+def test_misaligned_blocks_are_rejected_at_every_shape(kwargs, message, m):
+    """A block is legal or not whatever the shape: 8 rows fit in one block_m=12 block, and are
+    refused as 512 rows are (an autotuned block is checked once, then used at every shape)."""
     with pytest.raises(InvalidArgumentError, match=message):
-        matmul(rand(512, 512), rand(512, 512), **kwargs)
+        matmul(rand(m, 512), rand(512, 512), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "mkn",
+    [(24, 384, 72), (300, 130, 129), (5, 1000, 3), (512, 512, 512)],
+    ids=lambda s: "x".join(map(str, s)),
+)
+@pytest.mark.parametrize("blocks", [(8, 128, 128), (256, 256, 256), (16, 384, 512)], ids=str)
+def test_every_legal_block_runs_at_every_shape(mkn, blocks):
+    """Dimensions that are not multiples of their blocks are padded with zeros (K) and sliced
+    back (M, N): every (aligned) block size gives a @ b at every shape, forward and backward."""
+    m, k, n = mkn
+    block_m, block_n, block_k = blocks
+    a, b = rand(m, k, requires_grad=True), rand(k, n, requires_grad=True)
+    out = matmul(a, b, block_m=block_m, block_n=block_n, block_k=block_k)
+    assert out.shape == (m, n)
+    testing.assert_close(out, a.double() @ b.double(), torch.float32, scale=dot_scale(k, torch.float32))
+    g = rand(m, n)
+    ga, gb = torch.autograd.grad(out, (a, b), g)
+    testing.assert_close(ga, g.double() @ b.double().T, torch.float32, scale=dot_scale(n, torch.float32))
+    testing.assert_close(gb, a.double().T @ g.double(), torch.float32, scale=dot_scale(m, torch.float32))
+
+
+def test_padded_shapes_lower_for_tpu():
+    """The padding and the slice are plain XLA around the Mosaic kernel, whose blocks stay
+    aligned: a ragged bfloat16 call lowers for the TPU."""
+    lowers_for_tpu(
+        matmul, jax.ShapeDtypeStruct((300, 130), "bfloat16"), jax.ShapeDtypeStruct((130, 129), "bfloat16")
+    )
 
 
 def test_shape_mismatch_is_reported():

@@ -19,6 +19,7 @@ class TestScaleAdd(KernelFamilyTests):
     gradcheck_shape = ((4, 16, 128), (4, 1, 128))  # with broadcasting
     zero_size_shapes = [((0, 8), (0, 8)), ((3, 0), (3, 0)), ((0, 0), (0, 0)), ((2, 0), (0,))]
     helion_shapes = ["matrix"]
+    compile_shapes = [((64, 256), (64, 256)), ((300, 130), (1, 130)), ((7, 33), (7, 33))]
 
     def out_scale(self, shape, dtype):
         return 2  # x + alpha * y of unit-normal x and y

@@ -48,8 +48,8 @@ from tests.helpers import compile_counted
 from tests.kernels.checks import compile_matches_eager, opcheck
 from tests.tokamax.util import check_against_reference
 from tpu_kernels import tokamax
+from tpu_kernels.definition.signature import Kind
 from tpu_kernels.op import KernelOp
-from tpu_kernels.signature import Kind
 from tpu_kernels.tokamax.registry import Family
 
 

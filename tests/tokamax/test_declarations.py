@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tpu_kernels.checked_mode import Reference
 from tpu_kernels.tokamax import FAMILIES
 from tpu_kernels.tokamax.placements import ByName
+from tpu_kernels.verification.checked_mode import Reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tests.helpers import rand
-from tpu_kernels import dtypes
+from tpu_kernels.definition import dtypes
 from tpu_kernels.tokamax import FAMILIES, attention, gather, glu, kda, loss, mhc, ragged, rope, topk, triangle
 from tpu_kernels.tokamax.registry import all_ops
 

@@ -136,7 +136,8 @@ def test_call_op_takes_the_eager_shortcut_with_every_parameter_named_and_steps_a
     (KernelOp.try_all): the same result as the dispatcher, an int for a float static made a
     float, the implementation resolved for the tensors' device; gradients, checked mode and
     meta tensors go through the dispatcher."""
-    from tpu_kernels import checked, eager
+    from tpu_kernels import checked
+    from tpu_kernels.dispatch import eager
     from tpu_kernels.tokamax.wrap import public_op
 
     seen = []

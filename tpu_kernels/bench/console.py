@@ -10,29 +10,41 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tpu_kernels.bench import runner
+from tpu_kernels.bench import plan, runner
 from tpu_kernels.bench.results import PointResult, Report
+from tpu_kernels.bench.stats import fmt_time as fmt_time  # shared by the reports and the tuner
+
+
+def progress_bar(console: Console, *more: TextColumn) -> Progress:
+    """The bar long runs draw in a terminal (the benchmarks', tuning's): what, how far, how long
+    (and `more` columns: the benchmarks' estimate)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        *more,
+        console=console,
+        transient=True,
+    )
 
 
 class RichProgress(runner.Progress):
-    def __init__(self, console: Console) -> None:
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
+    def __init__(self, console: Console, estimate_s: float | None = None) -> None:
+        of = [TextColumn(f"of ~{plan.duration(estimate_s)}")] if estimate_s else []
+        self._progress = progress_bar(console, *of)
         self._task = None
         self._where = ""
+        self._points, self._done = 0, 0
 
-    def start(self, total: int) -> None:
+    def start(self, total: int, points: int = 0) -> None:
         self._progress.start()
         self._task = self._progress.add_task("benchmarks", total=total)
+        self._points, self._done = points, 0
 
     def point(self, benchmark: str, point: str) -> None:
-        self._where = f"{benchmark} {point}"
+        self._done += 1
+        self._where = f"{self._done}/{self._points} {benchmark} {point}"
         self._progress.update(self._task, description=escape(self._where))
 
     def advance(self, candidate: str | None = None) -> None:
@@ -47,33 +59,39 @@ class LineProgress(runner.Progress):
     """Without a terminal (CI logs, pipes): one line per finished point, so a long run shows
     that it is alive and where it is."""
 
-    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        console: Console,
+        clock: Callable[[], float] = time.monotonic,
+        estimate_s: float | None = None,
+    ) -> None:
         self._console, self._clock = console, clock
         self._t0 = clock()
+        self._points, self._done = 0, 0
+        self._of = f" of ~{plan.duration(estimate_s)}" if estimate_s else ""
 
-    def start(self, total: int) -> None:
+    def start(self, total: int, points: int = 0) -> None:
         self._t0 = self._clock()
+        self._points, self._done = points, 0
 
     def finished(self, result: PointResult) -> None:
+        self._done += 1
         parts = [f"{c.name} " + ("error" if c.error else fmt_time(c.median)) for c in result.candidates]
+        count = f" {self._done}/{self._points}" if self._points else ""
         self._console.print(
-            f"[{self._clock() - self._t0:6.1f} s] {result.benchmark} {result.point_id}: " + ", ".join(parts),
+            f"[{self._clock() - self._t0:6.1f} s{self._of}{count}] {result.benchmark} {result.point_id}: "
+            + ", ".join(parts),
             markup=False,
             highlight=False,
         )
 
 
-def progress_for(console: Console) -> runner.Progress:
-    return RichProgress(console) if console.is_terminal else LineProgress(console)
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
+def progress_for(console: Console, estimate_s: float | None = None) -> runner.Progress:
+    """A progress bar in a terminal (elapsed time, samples done; its label names the point, k/N);
+    elsewhere one line per finished point, with the elapsed time against `estimate_s`."""
+    if console.is_terminal:
+        return RichProgress(console, estimate_s)
+    return LineProgress(console, estimate_s=estimate_s)
 
 
 def _num(x: float | None, spec: str = ".3g") -> str:

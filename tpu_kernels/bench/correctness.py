@@ -1,7 +1,8 @@
 """Is a candidate's result right? Its error against a float64 reference, normwise, within
 what the computation allows in its dtype (docs/benchmarking.md, "Correctness").
 
-The error is measured in two norms, each relative to the reference's own norm:
+The error is measured (`tpu_kernels.verification.compare.errors`, the comparator every part of the toolkit
+uses) in two norms, each relative to the reference's own norm:
 
 - the 2-norm, the whole output's accuracy. A per-element relative tolerance cannot judge a
   sum: the exact column sums of random data include values near zero, whose relative error is
@@ -34,9 +35,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-import jax
-import numpy as np
 import torch
+
+# The normwise distances are measured by the one comparator module; the allowance is this one's.
+from tpu_kernels.verification.compare import MISMATCH as MISMATCH
+from tpu_kernels.verification.compare import Errors as Errors
+from tpu_kernels.verification.compare import as_tensor as as_tensor
+from tpu_kernels.verification.compare import errors as errors
 
 if TYPE_CHECKING:
     from tpu_kernels.bench.spec import Benchmark, Point
@@ -58,24 +63,6 @@ BASELINE_FACTOR = 4.0
 """A candidate may be this many times less accurate than the baseline (torch in the same
 dtype): room for a correct implementation of another algorithm of the same accuracy, such as
 XLA's matmul beside torch's (bench/verdicts.py's "/torch" columns)."""
-
-
-@dataclass(frozen=True)
-class Errors:
-    """A result's distance to the reference: relative 2-norm and max-norm errors, the largest
-    absolute error, and whether the result is integer-valued (then only exact counts)."""
-
-    norm2: float
-    norm_max: float
-    max_abs: float
-    exact: bool = False
-
-    @property
-    def mismatch(self) -> bool:
-        return math.isinf(self.norm2)
-
-
-MISMATCH = Errors(math.inf, math.inf, math.inf)
 
 
 @dataclass(frozen=True)
@@ -106,19 +93,6 @@ def _ratio(err: float, allowed: float) -> float:
     return err / allowed if allowed > 0 else math.inf
 
 
-def as_tensor(out: Any) -> torch.Tensor:
-    """A candidate's output (tensor, JAX array, or a tuple whose first item is one) -> a CPU
-    tensor of the output's own dtype (bfloat16 stays bfloat16, indices stay integers)."""
-    if isinstance(out, (tuple, list)):
-        out = out[0]
-    if isinstance(out, jax.Array):
-        try:
-            return torch.from_dlpack(out).cpu()
-        except (TypeError, RuntimeError, BufferError):  # a dtype or layout DLPack cannot carry
-            return torch.from_numpy(np.asarray(out).astype(np.float64))
-    return out.detach().cpu()
-
-
 def unit_roundoff(dtype: torch.dtype) -> float:
     """Half the spacing of dtype's numbers at 1: float32 2^-24, bfloat16 2^-8, float16 2^-11."""
     return torch.finfo(dtype).eps / 2
@@ -127,33 +101,6 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """What kernels are expected to accumulate in: float64 for float64, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def errors(actual: Any, expected: torch.Tensor) -> Errors:
-    """`actual`'s relative errors against the float64 `expected` (inf when the shapes differ
-    or a value is NaN; equal infinities agree)."""
-    a = as_tensor(actual)
-    exact = not (a.is_floating_point() or a.is_complex())
-    wide = torch.complex128 if a.is_complex() or expected.is_complex() else torch.float64
-    a = a.to(wide)
-    e = expected.detach().cpu().to(wide)
-    if a.shape != e.shape:
-        return MISMATCH
-    if not e.numel():
-        return Errors(0.0, 0.0, 0.0, exact)
-    diff = torch.where(a == e, 0.0, (a - e).abs())  # equal infinities agree; NaN never does
-    if bool(diff.isnan().any()) or bool(diff.isinf().any()):
-        return Errors(math.inf, math.inf, math.inf, exact)
-    finite = e.isfinite()
-    scale2 = float(e[finite].norm()) if bool(finite.any()) else 0.0
-    scale_max = float(e[finite].abs().max()) if bool(finite.any()) else 0.0
-    tiny = torch.finfo(torch.float64).tiny
-    return Errors(
-        float(diff.norm()) / max(scale2, tiny),
-        float(diff.max()) / max(scale_max, tiny),
-        float(diff.max()),
-        exact,
-    )
 
 
 def a_priori(dtype: torch.dtype, reduction: int) -> float:

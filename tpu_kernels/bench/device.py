@@ -1,7 +1,7 @@
 """The device a benchmark runs on: how to synchronise with it, and its peaks.
 
 Each device's policy (clock, synchronisation, raw-JAX baseline, device time) is in
-its registration (tpu_kernels.devices), its peaks too (read through bench/roofline.py).
+its registration (tpu_kernels.runtime.devices), its peaks too (read through bench/roofline.py).
 
 - CPU: results are ready when returned (tpu_kernels and torch); JAX arrays are
   blocked on. Roofline figures are not meaningful (interpret mode).
@@ -18,8 +18,8 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import devices
 from tpu_kernels.bench import roofline
+from tpu_kernels.runtime import devices
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def load(path: Path, *, quick: bool, device_type: str) -> list[Benchmark]:
 
 def import_suite(path: Path) -> ModuleType:
     """The suite module at `path`, imported (once per process: its module name is fixed). A
-    suite that imports a device's module registers that device (tpu_kernels.devices), so the
+    suite that imports a device's module registers that device (tpu_kernels.runtime.devices), so the
     command imports every suite before it resolves --device."""
     name = f"tpu_kernels_bench_suite_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)

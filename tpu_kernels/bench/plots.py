@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from tpu_kernels.bench.console import fmt_time  # noqa: E402
 from tpu_kernels.bench.results import PointResult, Report  # noqa: E402
+from tpu_kernels.bench.stats import fmt_time  # noqa: E402
 
 SUMMARY = "summary.png"
 

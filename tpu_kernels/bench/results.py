@@ -3,12 +3,13 @@
 JSON schema ("tpu_kernels.bench/1"), documented in docs/benchmarking.md:
 
     {"schema": "tpu_kernels.bench/1",
-     "environment": {time, python, platform, cpu_count, packages{...}, git_commit},
+     "environment": {time, python, platform, cpu_count, load_average, packages{...}, git_commit},
      "device": {type, name, peaks: {flops_per_s, bytes_per_s, source} | null},
-     "settings": {rounds, min_sample_s, warmup_s, ..., quick},
+     "settings": {rounds, min_sample_s, warmup_s, ..., quick, sweep},
+     "wall_s": the command's wall time (seconds),
      "timer": "wall-clock ..." (what the times are),
      "notes": [str, ...],
-     "results": [{benchmark, point{...}, point_id, flops, bytes, cost_source, input_sets,
+     "results": [{benchmark, point{...}, point_id, wall_s, flops, bytes, cost_source, input_sets,
                   candidates: [{name, implementation, primary, calls_per_sample,
                                 warmup_calls, first_call_s,
                                 time: {median, p10, p25, p75, p90, min, max, mean, stdev, cv, n} (seconds),
@@ -71,6 +72,7 @@ class PointResult:
     input_sets_bytes: int = 0
     candidates: list[CandidateResult] = field(default_factory=list)
     baseline: str | None = None  # the candidate speed-ups are measured against
+    wall_s: float | None = None  # the point's wall time in the run: inputs, checks, every candidate
 
     def candidate(self, name: str) -> CandidateResult | None:
         return next((c for c in self.candidates if c.name == name), None)
@@ -85,6 +87,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     results: list[PointResult] = field(default_factory=list)
     schema: str = SCHEMA
+    wall_s: float | None = None  # `tpu-kernels bench`'s wall time, from its start to the report
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,6 +1,6 @@
 """Achieved throughput against the device's peaks.
 
-The peaks are part of each device's registration (`DeviceSpec.peaks`, tpu_kernels.devices),
+The peaks are part of each device's registration (`DeviceSpec.peaks`, tpu_kernels.runtime.devices),
 from the name the device gives itself: TPU figures from JAX's per-TensorCore table
 (`devices/tpu.py`), GPU figures from NVIDIA's data sheets (`devices/cuda.py`); each module's
 docstring has its table. On CPU the kernels run in Pallas' interpreter, so a roofline is not
@@ -9,8 +9,8 @@ meaningful and the report says so.
 
 from __future__ import annotations
 
-from tpu_kernels import devices
-from tpu_kernels.devices import Peaks
+from tpu_kernels.runtime import devices
+from tpu_kernels.runtime.devices import Peaks
 
 __all__ = ["Peaks", "peaks", "throughput"]
 

@@ -9,12 +9,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tpu_kernels import devices, environment
+from tpu_kernels import environment
 from tpu_kernels.bench import correctness, roofline, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.results import CandidateResult, PointResult, Report
 from tpu_kernels.bench.spec import Benchmark, Point, jsonable, point_id
 from tpu_kernels.bench.stats import Summary
+from tpu_kernels.runtime import devices
 
 AGREEMENT = 0.10
 """A candidate's median and a plain loop over one input set that differ by more than this get a
@@ -40,7 +41,7 @@ class Progress:
     """What the runner reports while it works (the console shows a progress bar in a
     terminal, one line per finished point elsewhere)."""
 
-    def start(self, total: int) -> None: ...
+    def start(self, total: int, points: int = 0) -> None: ...
 
     def point(self, benchmark: str, point: str) -> None: ...
 
@@ -57,24 +58,31 @@ def run(
     settings: timing.Settings,
     *,
     quick: bool = False,
+    reduced: bool = False,
     progress: Progress | None = None,
     now: Callable[[], float] | None = None,
 ) -> Report:
+    """Every point of every benchmark's sweep: `quick_points` with `quick`, else `reduced_points`
+    with `reduced` (where a benchmark has them), else `points`."""
     progress = progress or Progress()
+    sweep = "quick" if quick else "reduced" if reduced else "full"
     report = Report(
         environment=environment.snapshot(),
         device=device.to_dict(),
-        settings={**settings.to_dict(), "quick": quick},
+        settings={**settings.to_dict(), "quick": quick, "sweep": sweep},
         timer=timer_description(device, settings),
         notes=[CPU_NOTE] if device.type == "cpu" else [],
     )
-    plan = [(b, p) for b in benchmarks for p in b.sweep(quick)]
+    plan = [(b, p) for b in benchmarks for p in b.sweep(quick, reduced=reduced)]
     total = sum(len(b.candidates(p)) * settings.rounds for b, p in plan)
-    progress.start(total)
+    clock = now or time.perf_counter
+    progress.start(total, len(plan))
     try:
         for bench, point in plan:
             progress.point(bench.name, point_id(point))
+            t0 = clock()
             report.results.append(run_point(bench, point, device, settings, progress, now))
+            report.results[-1].wall_s = clock() - t0
             progress.finished(report.results[-1])
     finally:
         progress.stop()
@@ -184,7 +192,7 @@ def rotation_note(
     """What the rotation comparison measured, in words, either way: the median over `sets`
     rotating input sets against a plain loop over one set (`single`, per call). Slower with
     rotation is what caching predicts; faster is not, and the note does not pretend otherwise."""
-    from tpu_kernels.bench.console import fmt_time
+    from tpu_kernels.bench.stats import fmt_time
 
     where = ""
     if cache_bytes:

@@ -57,14 +57,24 @@ class Benchmark:
     reduction: Callable[[Point], int] | None = None
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0
     baseline: str = "torch"  # speed-ups are against this candidate
-    quick_points: Sequence[Point] | None = None
+    quick_points: Sequence[Point] | None = None  # `--quick`
+    # the default on a device whose kernels run slowly (`DeviceSpec.bench_sweep`, a CPU: the
+    # interpreter); None: `points`
+    reduced_points: Sequence[Point] | None = None
     description: str = ""
     tags: dict[str, str] = field(default_factory=dict)
 
-    def sweep(self, quick: bool) -> Sequence[Point]:
+    def sweep(self, quick: bool = False, *, reduced: bool = False) -> Sequence[Point]:
+        """The points of a `--quick` run, of a reduced one, or of a full one (`points`)."""
         if quick and self.quick_points is not None:
             return self.quick_points
+        if reduced and self.reduced_points is not None:
+            return self.reduced_points
         return self.points
+
+
+SWEEPS = ("quick", "reduced", "full")
+"""What a run times: `quick_points`, `reduced_points` or `points` of each benchmark."""
 
 
 def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:

@@ -53,3 +53,13 @@ class Summary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def fmt_time(seconds: float | None) -> str:
+    """Seconds as a person reads them: 3 significant digits in s, ms, us or ns ("-" for none)."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"

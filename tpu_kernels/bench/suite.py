@@ -23,17 +23,17 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import devices
 from tpu_kernels.bench import correctness
 from tpu_kernels.bench.cost import kernel_cost
 from tpu_kernels.bench.spec import Benchmark, Candidate, Point
-from tpu_kernels.dtypes import TORCH_TO_JAX
+from tpu_kernels.definition.dtypes import TORCH_TO_JAX
+from tpu_kernels.runtime import devices
 
 
 def to_jax(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
-    from tpu_kernels import bridge
+    from tpu_kernels.runtime import bridge
 
     if t.device.type == "cpu":
         return bridge.to_jax_cpu(t.contiguous())
@@ -71,6 +71,28 @@ def _spec(t: Any) -> Any:
     return jax.ShapeDtypeStruct(tuple(t.shape), TORCH_TO_JAX[t.dtype]) if isinstance(t, torch.Tensor) else t
 
 
+def _jax_candidate(op: Any, kw: dict) -> Candidate:
+    """The op's kernel as a plain jitted JAX function, with the statics the op's call gets at
+    these inputs: the given ones and, for a tuned op, the tuned values of the tunables it
+    leaves out (the same config as the `tpu_kernels` candidate, so the two differ only by the
+    bridge). One jitted function per config."""
+    jitted: dict[tuple, Callable] = {}
+    chosen: list[Callable] = []
+
+    def prepare(xs: tuple) -> tuple:
+        statics = op.resolve_statics(*xs, **kw)
+        key = tuple(sorted(statics.items()))
+        if key not in jitted:
+            jitted[key] = op.jax_function(**statics)
+        chosen[:] = [jitted[key]]
+        return tuple(to_jax(t) for t in xs)
+
+    def run(*arrays: Any) -> Any:
+        return chosen[0](*arrays)
+
+    return Candidate("jax", run, prepare=prepare, to_torch=correctness.as_tensor)
+
+
 def kernel_benchmark(
     name: str,
     op: Any,  # a tpu_kernels KernelOp
@@ -86,6 +108,7 @@ def kernel_benchmark(
     reduction: Callable[[Point], int] | None = None,
     tolerance_scale: Callable[[Point], float] = lambda p: 1.0,
     quick_points: Sequence[Point] | None = None,
+    reduced_points: Sequence[Point] | None = None,
     quick: bool = False,
     device_type: str = "cpu",
     description: str = "",
@@ -109,15 +132,7 @@ def kernel_benchmark(
         if not quick:
             cands.append(Candidate("torch.compile", compiled_baseline(reference, rkw)))
         if devices.get(device_type).jax_baseline:
-            jitted = op.jax_function(**kw)
-            cands.append(
-                Candidate(
-                    "jax",
-                    jitted,
-                    prepare=lambda xs: tuple(to_jax(t) for t in xs),
-                    to_torch=correctness.as_tensor,
-                )
-            )
+            cands.append(_jax_candidate(op, kw))
         if extra:
             cands.extend(extra(p))
         return cands
@@ -142,5 +157,6 @@ def kernel_benchmark(
         reduction=reduction,
         tolerance_scale=tolerance_scale,
         quick_points=quick_points,
+        reduced_points=reduced_points,
         description=description,
     )

@@ -30,8 +30,8 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import devices
 from tpu_kernels.bench.device import Device
+from tpu_kernels.runtime import devices
 
 
 @dataclass(frozen=True)

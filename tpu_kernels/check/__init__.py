@@ -12,8 +12,8 @@
 - `lowering.py`: `check_op`, the per-op report.
 - `modules.py`: the ops a module defines (for `tpu-kernels check MODULE`).
 
-It builds on the core's `tpu_kernels.chips` (TPU generations: the lowering's target and
-its VMEM) and `tpu_kernels.export` (`jax.export` of a kernel for platform "tpu", Pallas ->
+It builds on the core's `tpu_kernels.lowering.chips` (TPU generations: the lowering's target and
+its VMEM) and `tpu_kernels.lowering.export` (`jax.export` of a kernel for platform "tpu", Pallas ->
 Mosaic, which `KernelOp.lower` uses too); the core never imports this package.
 
 See docs/tpu-lowering-check.md.
@@ -21,14 +21,14 @@ See docs/tpu-lowering-check.md.
 
 import sys
 
-from tpu_kernels import chips as _chips
-from tpu_kernels import export as _export
 from tpu_kernels.check.explain import Explanation, explain
 from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
 from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
 from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
-from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.export import export_kernel
+from tpu_kernels.lowering import chips as _chips
+from tpu_kernels.lowering import export as _export
+from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.lowering.export import export_kernel
 
 # chips.py and export.py moved into the core (the core never imports this package); their
 # old module names stay importable.

@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_kernels import pallas_grid
+from tpu_kernels.lowering import pallas_grid
 
 MAX_POINTS = 100_000  # grid points evaluated exactly (vmapped: about 0.2-0.3 s at 316x316 here)
 MAX_MASK = 10_000_000  # blocks of one output tracked one by one when describing a gap

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tpu_kernels import dtypes
+from tpu_kernels.definition import dtypes
 from tpu_kernels.op import registered_ops
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ RACE = "race"
 COVERAGE = "coverage"  # output elements that no grid step writes (check/coverage.py)
 OUT_OF_BOUNDS = "out-of-bounds"  # a block entirely outside its array (check/coverage.py)
 SEMANTICS = "semantics"  # an accumulation grid axis marked "parallel" (check/semantics.py)
+ALIASING = "aliasing"  # a mutated argument its pallas_call does not alias (check/aliasing.py)
 OTHER = "other"
 
 

@@ -6,10 +6,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels import bounds
-from tpu_kernels.check import coverage, semantics, tiling, vmem
+from tpu_kernels.check import aliasing, coverage, semantics, tiling, vmem
 from tpu_kernels.check import examples as ex
 from tpu_kernels.check.explain import (
+    ALIASING,
     COVERAGE,
     DTYPE,
     OUT_OF_BOUNDS,
@@ -19,8 +19,9 @@ from tpu_kernels.check.explain import (
     Explanation,
     explain,
 )
-from tpu_kernels.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.lowering.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp
@@ -124,6 +125,9 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     except Exception as e:  # the estimate is a bonus: never fail the check over it
         result.warnings.append(f"no VMEM estimate or coverage check: {type(e).__name__}: {e}")
         eqns = []
+    else:
+        with x64_scope(x64), lowering_for_tpu(target):
+            _check_aliasing(result, op, flat, specs)
     try:
         result.kernels = [vmem.footprint(eqn) for eqn in eqns]
     except Exception as e:
@@ -169,6 +173,21 @@ def _check_semantics(result: ExampleResult, eqn: Any) -> None:
             result.problems.append(Explanation(SEMANTICS, f"kernel {name}: {f.message}", ""))
         else:
             result.warnings.append(f"kernel {name}: {f.message}")
+
+
+def _check_aliasing(result: ExampleResult, op: KernelOp, flat: Any, specs: list[Any]) -> None:
+    """A mutated argument whose pallas_call does not alias it to its new value: a failure where
+    elements may go unwritten, a hint where the grid writes them all (check/aliasing.py)."""
+    try:
+        findings = aliasing.check_aliasing(op, flat, specs)
+    except Exception as e:  # a program this check cannot follow: say so, do not fail
+        result.warnings.append(f"no aliasing check: {type(e).__name__}: {e}")
+        return
+    for f in findings:
+        if f.kind == "error":
+            result.problems.append(Explanation(ALIASING, f.message, ""))
+        else:
+            result.warnings.append(f.message)
 
 
 def _check_coverage(result: ExampleResult, eqn: Any) -> None:

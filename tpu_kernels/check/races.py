@@ -3,8 +3,11 @@
 The interpreter simulates a TPU's memories, DMAs and semaphores. With two
 cores (as on chips with two TensorCores per device), grid axes marked
 "parallel" are split between them, so a kernel whose "parallel" axis really
-carries a dependency (an accumulator, an output block revisited along it)
-shows a race: two cores touching the same buffer with no ordering between them.
+carries a dependency through an output block revisited along it shows a race:
+two cores touching the same buffer with no ordering between them. State carried
+in scratch memory shows none (each core has its own scratch: the second core
+starts from an unwritten buffer, a wrong result with no race), so the
+dimension-semantics lint reads it from the kernel body (check/scratch.py).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels import bounds
 from tpu_kernels.check.examples import Call
 from tpu_kernels.check.explain import OUT_OF_BOUNDS, RACE, Explanation, explain
+from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:
     from tpu_kernels.op import KernelOp

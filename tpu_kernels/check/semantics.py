@@ -11,9 +11,15 @@ whether the output's block moves along it:
   Marked "parallel", the two cores would each write their partial result to that block with
   no ordering: a wrong result on chips with two cores, right on one-core chips and in every
   CPU interpreter. That is an error.
-- an axis left "arbitrary" (or unspecified) along which every output moves: steps are
-  independent unless the body carries state between them in scratch memory, so marking it
-  "parallel" lets a two-core chip use both cores. That is a performance hint (a warning).
+- an axis along which the body carries state through scratch memory (a buffer read at a
+  step before that step writes it, so it holds an earlier step's value: a running sum, an
+  accumulator; `check/scratch.py`) must run in order too: marked "parallel", the second
+  core starts from a scratch buffer no earlier step wrote. That is an error as well (a
+  cumsum whose carry axis was "parallel" returned NaN in the TPU interpreter).
+- an axis left "arbitrary" (or unspecified) along which every output moves and no scratch
+  buffer carries state: its steps are independent, so marking it "parallel" lets a two-core
+  chip use both cores. That is a performance hint (a warning); none is given for a kernel
+  whose scratch use the reading cannot follow (a DMA into scratch).
 
 Deterministic: it reads which grid indices each index map's outputs are computed from (a
 data-flow walk of the jaxpr), not values at the example's grid, so a grid of size 1 or 2
@@ -30,8 +36,9 @@ from typing import Any
 
 # The readings of a pallas_call's grid live in the core, which the sharding-rule derivation
 # shares (the core never imports check/); the names stay importable from here.
-from tpu_kernels.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
-from tpu_kernels.pallas_grid import in_hbm as _in_hbm
+from tpu_kernels.check import scratch
+from tpu_kernels.lowering.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
+from tpu_kernels.lowering.pallas_grid import in_hbm as _in_hbm
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ def check_semantics(eqn: Any) -> list[AxisFinding]:
     if not outputs:
         return []
     moves = {j: moving_axes(bm, n_grid) for j, bm in outputs}
+    carry = scratch.carried(eqn)
+    carries = carry.axes(n_grid)
     findings = []
     for axis in range(n_grid):
         still = [j for j, axes in moves.items() if axis not in axes]
@@ -72,7 +81,19 @@ def check_semantics(eqn: Any) -> list[AxisFinding]:
                     "the axis 'arbitrary' in pltpu.CompilerParams(dimension_semantics=...).",
                 )
             )
-        elif not still and sem == "arbitrary":
+        elif axis in carries and sem in PARALLEL_KINDS:
+            findings.append(
+                AxisFinding(
+                    "error",
+                    axis,
+                    f"grid axis {axis} is marked {sem!r}, but the body carries state from step to step "
+                    f"along it: {carry.why(axis)}. On chips with two TensorCores the 'parallel' axis is "
+                    "split between the cores, and the second core starts from a scratch buffer no "
+                    "earlier step wrote (NaN in the TPU interpreter; one-core chips look right). Mark "
+                    "the axis 'arbitrary' in pltpu.CompilerParams(dimension_semantics=...).",
+                )
+            )
+        elif not still and sem == "arbitrary" and axis not in carries and not carry.unknown:
             how = (
                 "is marked 'arbitrary'"
                 if declared is not None
@@ -82,10 +103,10 @@ def check_semantics(eqn: Any) -> list[AxisFinding]:
                 AxisFinding(
                     "hint",
                     axis,
-                    f"grid axis {axis} {how}, yet every output's block moves along it, so its steps "
-                    "look independent: unless the body carries state between steps in scratch "
-                    "memory, mark it 'parallel' in pltpu.CompilerParams(dimension_semantics=...) so "
-                    "that chips with two TensorCores (v4, v5p, 7x) split it between both cores.",
+                    f"grid axis {axis} {how}, yet every output's block moves along it and no scratch "
+                    "buffer carries state along it, so its steps are independent: mark it 'parallel' "
+                    "in pltpu.CompilerParams(dimension_semantics=...) so that chips with two "
+                    "TensorCores (v4, v5p, 7x) split it between both cores.",
                 )
             )
     return findings

@@ -1,12 +1,12 @@
 """`tpu-kernels check --sharding`: each op's DTensor rule, derived from its kernel and simulated.
 
 For every op (backward ops included) at each of its example calls, shrunk and filled
-with random values (`tpu_kernels.sharding_sim.example_calls`; a backward op's are the
+with random values (`tpu_kernels.sharding.simulate.example_calls`; a backward op's are the
 calls its forward's lead to):
 
 - the rule: what `sharding=` declared ("pointwise", "rowwise(...)", a function's
   name, "derived"), or "none";
-- the derived rule: the strategies `tpu_kernels.sharding_derive` reads off the
+- the derived rule: the strategies `tpu_kernels.sharding.derive` reads off the
   kernel, beside the rule's own (the same, or which strategies only one offers), and
   why each other dim is not shardable (dependent, or undecided);
 - the simulation: every strategy of the rule on 2 and 3 shards against the unsharded
@@ -47,8 +47,9 @@ class ShardingReport:
 
 def check_sharding(op: KernelOp) -> ShardingReport:
     """Derive and simulate `op`'s rule at its example calls (see the module docstring)."""
-    from tpu_kernels import sharding, sharding_sim
+    from tpu_kernels import sharding
     from tpu_kernels.check.examples import describe_call, forward_of
+    from tpu_kernels.sharding import simulate as sharding_sim
 
     rule = sharding.describe(sharding.rule_of(op))
     fwd = forward_of(op)
@@ -61,6 +62,7 @@ def check_sharding(op: KernelOp) -> ShardingReport:
         return ShardingReport(op.name, rule, "skipped", reason="no example calls (give the op examples=)")
     report = ShardingReport(op.name, rule, "ok")
     fn = sharding.strategies_of(op)
+    not_simulated: list[str] = []
     for args, kwargs in calls:
         call = CallReport(describe_call(args, kwargs), None, [], [])
         report.calls.append(call)
@@ -72,16 +74,20 @@ def check_sharding(op: KernelOp) -> ShardingReport:
                 found = sharding_sim.strategies_at(op, fn, args, kwargs, 2)
             names = [p.name for p in op.signature.params[: len(args)]] + list(kwargs)
             call.rule = [sharding_sim.strategy_text(names, i, o) for o, i in found if _sharded(o, i)]
-            sim = sharding_sim.simulate_call(op, args, kwargs, fwd=fwd)
+            sim = sharding_sim.simulate_call(op, args, kwargs)
         except Exception as e:  # noqa: BLE001 - a rule or kernel error is this op's finding
             report.failures.append(f"{call.call}: {type(e).__name__}: {e}")
             continue
         report.checked += len(sim.checked)
         report.failures += [str(f) for f in sim.failures]
+        not_simulated += sim.skipped
     if fn is None:
         report.status, report.reason = "skipped", "no sharding rule (sharding=)"
     elif report.failures:
         report.status = "failed"
+    elif not report.checked and not_simulated:
+        # nothing was simulated (an op that mutates its arguments): not a pass
+        report.status, report.reason = "skipped", "; ".join(dict.fromkeys(not_simulated))
     return report
 
 
@@ -90,8 +96,8 @@ def _sharded(outs: list[Any], ins: list[Any]) -> bool:
 
 
 def _derive(op: KernelOp, args: tuple, kwargs: dict, call: CallReport) -> None:
-    from tpu_kernels import sharding_sim
-    from tpu_kernels.sharding_derive import derive
+    from tpu_kernels.sharding import simulate as sharding_sim
+    from tpu_kernels.sharding.derive import derive
 
     try:
         d = derive(op, args, kwargs)

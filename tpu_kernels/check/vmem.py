@@ -31,8 +31,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_kernels import jaxprs
 from tpu_kernels.check import tiling
+from tpu_kernels.lowering import jaxprs
 
 # Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
 # is the smallest, kept for callers that have no target chip.

@@ -14,6 +14,17 @@ def subcommand(sub: argparse._SubParsersAction, name: str, doc: str) -> argparse
     first line, "`tpu-kernels NAME`: what it does.", is its line in `tpu-kernels --help` (and
     the CLI reference's summary); the whole docstring, as written (its tables and lists are
     not re-wrapped), is its own --help."""
+    return sub.add_parser(
+        name,
+        help=summary(name, doc),
+        description=doc.strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def summary(name: str, doc: str) -> str:
+    """The line of `tpu-kernels NAME` in `tpu-kernels --help`: its module docstring's first
+    line, "`tpu-kernels NAME`: what it does.", without the lead and the full stop."""
     lead = f"`tpu-kernels {name}`: "
     first = doc.strip().split("\n", 1)[0]
     if not first.startswith(lead) or first == lead:
@@ -21,12 +32,7 @@ def subcommand(sub: argparse._SubParsersAction, name: str, doc: str) -> argparse
             f"tpu-kernels {name}: the command module's docstring must start with "
             f"{lead!r} and a one-line summary; it starts with {first!r}"
         )
-    return sub.add_parser(
-        name,
-        help=first.removeprefix(lead).rstrip("."),
-        description=doc.strip(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return first.removeprefix(lead).rstrip(".")
 
 
 def regex_problem(option: str, pattern: str | None) -> str | None:

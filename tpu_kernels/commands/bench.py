@@ -9,6 +9,7 @@ import argparse
 import datetime
 import re
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tpu_kernels.commands._args import folder_problem, regex_problem, subcommand
 EXIT_WRONG = 1
 EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report, an unknown device
 EXIT_REGRESSION = compare.EXIT_REGRESSION  # --compare exits as `tpu-kernels compare` would
+RESULTS_DIR = Path("bench-results")  # reports go to RESULTS_DIR/<UTC time>/ unless --out says otherwise
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,15 +31,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "default: every suite in ./bench, else the suites shipped with tpu_kernels",
     )
     p.add_argument("--suites", type=Path, metavar="DIR", help="take the suites from DIR instead")
-    p.add_argument(
+    sizes = p.add_mutually_exclusive_group()
+    sizes.add_argument(
         "--quick",
         action="store_true",
-        help="fewer points and rounds, no torch.compile baseline (< 2 min on CPU)",
+        help="one size per benchmark, fewer rounds, no torch.compile baseline",
+    )
+    sizes.add_argument(
+        "--full",
+        action="store_true",
+        help="every size, also on a device whose default is the reduced sizes (a CPU: the Pallas "
+        "interpreter makes the largest take many minutes); the default on accelerators",
     )
     p.add_argument(
         "--device",
         metavar="TYPE",
-        help="a registered device type (tpu_kernels.devices, listed in docs/adding-a-device.md, and any "
+        help="a registered device type (tpu_kernels.runtime.devices, listed in docs/adding-a-device.md, and any "
         "a suite's imports register); default: the available accelerator, else cpu",
     )
     p.add_argument("--out", type=Path, help="report folder (default: bench-results/<UTC time>)")
@@ -60,11 +69,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def sweep_for(device_type: str, *, quick: bool = False, full: bool = False) -> str:
+    """The sizes a run times (`bench.spec.SWEEPS`): --quick's, --full's, else the device's default
+    (`DeviceSpec.bench_sweep`: "reduced" on a CPU, "full" on accelerators)."""
+    from tpu_kernels.runtime import devices
+
+    if quick and full:
+        raise ValueError("--quick and --full ask for different sizes; give one")
+    if quick:
+        return "quick"
+    if full:
+        return "full"
+    return devices.get(device_type).bench_sweep
+
+
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     from rich.console import Console
 
     from tpu_kernels.bench import console as bench_console
-    from tpu_kernels.bench import discover, plots, runner, timing
+    from tpu_kernels.bench import discover, plan, plots, runner, timing
     from tpu_kernels.bench.device import resolve
 
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -116,15 +140,30 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
 
+    sweep = sweep_for(device.type, quick=args.quick, full=args.full)
+    shipped = discover.shipped_dir()
+    earlier = plan.history(
+        device.to_dict(),
+        RESULTS_DIR,
+        shipped / "reports" / f"{device.type}.json" if shipped is not None else None,
+    )
+    the_plan = plan.make(benchmarks, sweep, settings, earlier)
+    for line in plan.describe(the_plan, benchmarks, device.type):
+        console.print(line, highlight=False, markup=False)
+
     report = runner.run(
-        benchmarks, device, settings, quick=args.quick, progress=bench_console.progress_for(console)
+        benchmarks,
+        device,
+        settings,
+        quick=sweep == "quick",
+        reduced=sweep == "reduced",
+        progress=bench_console.progress_for(console, the_plan.total_s()),
     )
     bench_console.render(report, console)
 
-    out = args.out or Path("bench-results") / datetime.datetime.now(datetime.UTC).strftime(
-        "%Y-%m-%dT%H-%M-%SZ"
-    )
+    out = args.out or RESULTS_DIR / datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     out.mkdir(parents=True, exist_ok=True)
+    report.wall_s = time.monotonic() - started
     report.write_json(out / "report.json")
     report.write_csv(out / "report.csv")
     written = ["report.json", "report.csv"]

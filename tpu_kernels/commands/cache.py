@@ -40,7 +40,7 @@ def _size(n: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpu_kernels import cache
+    from tpu_kernels.runtime import cache
 
     root = args.dir if args.dir is not None else cache.directory()
     if root is None:

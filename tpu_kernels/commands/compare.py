@@ -1,8 +1,10 @@
 """`tpu-kernels compare`: compare two benchmark reports; exit 3 on regressions.
 
-Points are matched by benchmark, point and candidate. A regression is a median slower than the
-baseline's by more than --threshold whose interquartile range does not overlap the baseline's,
-or a candidate that was right (or ran) in the baseline and is wrong (or fails) now.
+Points are matched by benchmark, point and candidate. Only the op under test regresses (the
+primary candidate; torch and the other baselines are yardsticks, shown but never a regression):
+a median slower than before by more than --threshold, with the two runs' spreads apart (the new
+p10 above the old p90) and, where the point's baseline ran in both, slower relative to it by more
+than --threshold too; or a result that was right (or ran) before and is wrong (or fails) now.
 `tpu-kernels bench --compare` prints the same table after a run.
 
 See docs/benchmarking.md ("Compare mode").
@@ -57,8 +59,8 @@ def print_comparison(console, baseline, current, threshold: float, markdown: Pat
     Markdown table to `markdown` if given; EXIT_REGRESSION if anything regressed, else 0."""
     from rich.table import Table
 
-    from tpu_kernels.bench.compare import compare, markdown_table, regressions
-    from tpu_kernels.bench.console import fmt_time
+    from tpu_kernels.bench.compare import compare, markdown_table, regressions, verdict
+    from tpu_kernels.bench.stats import fmt_time
 
     changes = compare(baseline, current, threshold)
     if markdown is not None:
@@ -69,7 +71,7 @@ def print_comparison(console, baseline, current, threshold: float, markdown: Pat
         table.add_column(col, overflow="fold")
     for c in changes:
         change = "-" if c.ratio is None else f"{(c.ratio - 1) * 100:+.1f}%"
-        verdict = f"[bold red]REGRESSION[/] {c.reason}" if c.regressed else "ok"
+        text = verdict(c).replace("REGRESSION", "[bold red]REGRESSION[/]", 1) if c.regressed else verdict(c)
         table.add_row(
             c.benchmark,
             c.point_id,
@@ -77,7 +79,7 @@ def print_comparison(console, baseline, current, threshold: float, markdown: Pat
             fmt_time(c.old_median),
             fmt_time(c.new_median),
             change,
-            verdict,
+            text,
         )
     console.print(table)
     bad = regressions(changes)

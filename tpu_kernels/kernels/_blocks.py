@@ -13,12 +13,21 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels.definition.dtypes import (
+    FLOAT_DTYPES_TEXT,  # the integer-input error's words (Helion ops say it too)
+)
+
 # Kernel wrappers may be traced with symbolic sizes (the fake function under
 # torch.compile(dynamic=True)): decisions that need a concrete size fall back
 # to the requested block then, which gives the same output shapes.
 
 SUBLANES = 8  # second-to-last block dimension: a multiple of this
 LANES = 128  # last block dimension: a multiple of this
+
+
+ROW_BLOCKS = {"block_rows": [64, 128, 256, 512, 1024]}
+"""The row-kernel families' tunable (`tune=`): rows per block that `tpu_kernels.autotune` tries
+(row_block rounds each to the sublane multiple and caps it at the rows there are)."""
 
 
 def row_block(rows: int, target: int) -> int:
@@ -30,7 +39,6 @@ def row_block(rows: int, target: int) -> int:
     return max(SUBLANES, target // SUBLANES * SUBLANES)
 
 
-FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"
 
 
 def require_float(op: str, **arrays: jax.Array) -> None:

@@ -5,8 +5,10 @@ A family folder (`tpu_kernels/kernels/<family>/`) holds:
 - `pallas.py`: the kernel and its JAX wrapper (pure JAX, no torch);
 - `reference.py`: the torch reference named as the op (`reference.<op>`, the tests' and
   the benchmarks' baseline) and `CHECK`, checked mode's declaration (`tolerance.Reference`);
-- `shapes.py`: named shapes, `TEST` (small, each an edge case), `BENCH` (real workloads)
-  and `QUICK` (the key of the one BENCH size of `tpu-kernels bench --quick`);
+- `shapes.py`: named shapes, `TEST` (small, each an edge case), `BENCH` (real workloads),
+  `QUICK` (the key of the one BENCH size of `tpu-kernels bench --quick`) and optionally
+  `REDUCED` (the keys of the BENCH sizes a CPU times by default: Pallas runs in an
+  interpreter there; without it, every BENCH size);
 - optionally `helion.py` (the Helion twin as a torch op) and `helion_kernel.py`;
 - `__init__.py`: the torch op (`tpu_kernel(...)`) and, last, `register(__name__, ...)`.
 
@@ -41,7 +43,7 @@ class Family:
     package: str  # its module, e.g. "tpu_kernels.kernels.softmax"
     op: KernelOp  # the Pallas op, torch.ops.tpu_kernels.<op>
     reference: ModuleType  # reference.<op> (torch) and reference.CHECK
-    shapes: ModuleType  # TEST, BENCH, QUICK
+    shapes: ModuleType  # TEST, BENCH, QUICK, REDUCED
     inputs: Inputs  # fresh random tensor arguments for one shape
     kwargs: Mapping[str, Any] = field(default_factory=dict)  # statics every test and benchmark call passes
     helion: str | None = None  # the Helion twin's name in `<package>.helion`, or None
@@ -79,6 +81,11 @@ class Family:
         """The one BENCH size of a quick benchmark run."""
         return self.shapes.BENCH[self.shapes.QUICK]
 
+    def reduced_shapes(self) -> list[Any]:
+        """The BENCH sizes of a reduced benchmark run (`shapes.REDUCED`; default: all of them)."""
+        names = getattr(self.shapes, "REDUCED", tuple(self.shapes.BENCH))
+        return [self.shapes.BENCH[n] for n in names]
+
 
 FAMILIES: dict[str, Family] = {}
 
@@ -96,7 +103,8 @@ def register(
 ) -> Family:
     """Register the family `package` (its `__init__` ends with `register(__name__, ...)`):
     its `reference` and `shapes` modules are imported and checked to hold `reference.<op>`,
-    `reference.CHECK`, `shapes.TEST`, `shapes.BENCH` and `shapes.QUICK` (a key of BENCH)."""
+    `reference.CHECK`, `shapes.TEST`, `shapes.BENCH`, `shapes.QUICK` (a key of BENCH) and, if
+    given, `shapes.REDUCED` (keys of BENCH)."""
     name = package.rpartition(".")[2]
     if name in FAMILIES:
         raise ValueError(f"kernel family {name!r} is already registered (by {FAMILIES[name].package}).")
@@ -114,6 +122,12 @@ def register(
         raise ValueError(
             f"kernel family {name!r}: {shapes.__name__}.QUICK must name one of BENCH's sizes "
             f"({', '.join(shapes.BENCH)}), got {getattr(shapes, 'QUICK', None)!r}."
+        )
+    reduced = getattr(shapes, "REDUCED", tuple(shapes.BENCH))
+    if isinstance(reduced, str) or not reduced or any(n not in shapes.BENCH for n in reduced):
+        raise ValueError(
+            f"kernel family {name!r}: {shapes.__name__}.REDUCED must be a non-empty tuple of BENCH's "
+            f"size names ({', '.join(shapes.BENCH)}), got {reduced!r}."
         )
     family = Family(
         name,

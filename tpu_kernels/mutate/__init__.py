@@ -10,6 +10,7 @@ the survivors are the gaps. Time limits scale with a baseline run of the unmutat
 
     python -m tpu_kernels.mutate                          # the shipped kernels' catalogue
     python -m tpu_kernels.mutate --templates              # the templates' catalogue (templates.py)
+    python -m tpu_kernels.mutate --toolkit                # the cache's, fakes', buckets', ... (catalogue.py)
     python -m tpu_kernels.mutate my_pkg/kernel.py --tests tests/test_kernel.py   # your kernel
 
 For a file of your own, mutants come from generic operators (`operators.py`): arithmetic in
@@ -18,9 +19,9 @@ axis marked "parallel", a floor instead of `pl.cdiv` grid, an off-by-one index m
 `eps`, a tenfold default block size, ... See docs/mutation-testing.md.
 """
 
-from tpu_kernels.mutate.catalogue import SHIPPED, Mutation
+from tpu_kernels.mutate.catalogue import SHIPPED, TOOLKIT, Mutation
 from tpu_kernels.mutate.operators import generate
 from tpu_kernels.mutate.runner import Outcome, run_mutant, run_mutants
 from tpu_kernels.mutate.templates import TEMPLATES
 
-__all__ = ["SHIPPED", "TEMPLATES", "Mutation", "Outcome", "generate", "run_mutant", "run_mutants"]
+__all__ = ["SHIPPED", "TEMPLATES", "TOOLKIT", "Mutation", "Outcome", "generate", "run_mutant", "run_mutants"]

@@ -1,5 +1,5 @@
-"""python -m tpu_kernels.mutate [FILE ...] [--tests PATH ...] [--templates]: mutation score of
-kernels' tests + check."""
+"""python -m tpu_kernels.mutate [FILE ...] [--tests PATH ...] [--templates | --toolkit]: mutation
+score of kernels' (or the toolkit's) tests + check."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from tpu_kernels.mutate import templates
-from tpu_kernels.mutate.catalogue import SHIPPED
+from tpu_kernels.mutate.catalogue import SHIPPED, TOOLKIT
 from tpu_kernels.mutate.operators import generate
 from tpu_kernels.mutate.runner import Baseline, Limits, Outcome, repo_root, run_mutants
 
@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tpu_kernels.mutate",
         description="Apply each mutant in a scratch copy of the repository, run the tests and "
         "`tpu-kernels check` on it, and report the score (mutants caught / total) and the survivors. "
-        "Without FILE: the shipped kernels' catalogue (--templates: the templates' catalogue). A "
+        "Without FILE: the shipped kernels' catalogue (--templates: the templates' catalogue; "
+        "--toolkit: the cache's, eager shortcut's, fakes', buckets', correctness verdict's and "
+        "integrations' catalogue). A "
         "mutant whose run says nothing (a timeout, a collection error, a crash) is undetermined "
         "and left out of the score. Exit status 0 when the score is at least --target, 1 below it "
         "(or when no mutant was determined), 2 on a usage error.",
@@ -78,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the templates' catalogue: every template rendered with each of its backends, as "
         "`tpu-kernels new` writes it, mutated and run against its generated tests and check",
     )
+    p.add_argument(
+        "--toolkit",
+        action="store_true",
+        help="the toolkit's catalogue: mutants of the machinery around the kernels (the on-disk "
+        "cache, the eager shortcut, derived fakes, buckets, the benchmark's correctness verdict, "
+        "the torchtitan and Hugging Face integrations), run against their tests",
+    )
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--target", type=float, default=TARGET, help="the score to reach (default 0.95)")
     p.add_argument(
@@ -96,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"added to each time limit (default {Limits.margin_s:g})",
     )
     args = p.parse_args(argv)
-    if args.templates and args.files:
-        print("mutate: give FILE or --templates, not both", file=sys.stderr)
+    if sum((bool(args.files), args.templates, args.toolkit)) > 1:
+        print("mutate: give one of FILE, --templates and --toolkit", file=sys.stderr)
         return 2
 
     with ExitStack() as stack:  # the templates' rendered folder lives as long as the campaign
@@ -128,7 +137,7 @@ def _campaign(args: argparse.Namespace, stack: ExitStack) -> int:
             mutations += generate(f, root, tests=tests, check=check or None, races=args.races)
     else:
         root = repo_root(Path(__file__))
-        mutations = list(SHIPPED)
+        mutations = list(TOOLKIT if args.toolkit else SHIPPED)
     mutations = [m for m in mutations if _selected(m.id, args.only)]
     if not mutations:
         print("mutate: no mutants", file=sys.stderr)

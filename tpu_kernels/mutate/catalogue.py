@@ -8,6 +8,11 @@ the input's dtype, an oversized default block, a parallel accumulation axis, the
 row-block helper's rounding, a dropped eps, a dot without preferred_element_type, off-by-one
 index maps and grids, wrong scales and signs, dropped semantics; and (issue #23) a result that
 takes one input's dtype where torch promotes.
+
+`TOOLKIT` holds mutants of the machinery around the kernels (the on-disk cache's key and
+reads, the eager shortcut, derived fakes, buckets, the benchmark's correctness verdict, the
+torchtitan and Hugging Face integrations): issue #39's ten survivors and the fresh edits of
+the run that followed it. They name tests only: `tpu-kernels check` judges kernels, not these.
 """
 
 from __future__ import annotations
@@ -270,8 +275,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-block-not-checked",
-        "    check_aligned(name, block, multiple)\n    if dim % block:",
-        "    if dim % block:",
+        "    check_aligned(name, block, multiple)\n    if export.is_symbolic_dim(dim):",
+        "    if export.is_symbolic_dim(dim):",
         "misaligned block sizes reach Mosaic instead of a clear error",
     ),
     # ---- the shared row-block helper ----
@@ -292,5 +297,356 @@ SHIPPED: tuple[Mutation, ...] = (
         "        if not jnp.issubdtype(a.dtype, jnp.floating):",
         "        if False:",
         "integer inputs silently rounded through float32 instead of refused",
+    ),
+)
+
+
+# ---- the toolkit around the kernels (python -m tpu_kernels.mutate --toolkit) ----------------
+# Each group names the test files that own the module, minus their slowest tests where others
+# in the file catch every mutant of the group (the process-spawning and Inductor tests).
+T_PROGRAM = ("tests/cache/test_program.py",)
+T_BUILD = ("tests/cache/test_build.py",)
+BUILD_FAST = "not two_processes_write_at_once and not run_time_state_reaches_every_later_process"
+T_EAGER = ("tests/test_eager.py", "tests/test_eager_properties.py", "tests/tokamax/test_wrap.py")
+T_FAKE = ("tests/test_fake.py",)
+T_BUCKETS = ("tests/test_buckets.py",)
+BUCKETS_FAST = "not inductor"
+T_CORRECTNESS = ("tests/bench/test_correctness.py",)
+CORRECTNESS_FAST = "not catalogues_wrong_kernels"
+T_TITAN = ("tests/integrations/test_torchtitan.py",)
+TITAN_FAST = "not five_steps"  # the training runs (one process, compile, 2 processes)
+T_HF = ("tests/integrations/test_transformers.py",)
+HF_FAST = "not inductor"
+PROGRAM, BUILD, STORE = (
+    "tpu_kernels/runtime/cache/program.py",
+    "tpu_kernels/runtime/cache/build.py",
+    "tpu_kernels/runtime/cache/store.py",
+)
+EAGER, FAKE, BUCKETS = "tpu_kernels/dispatch/eager.py", "tpu_kernels/dispatch/fake.py", "tpu_kernels/dispatch/buckets.py"
+CORRECTNESS = "tpu_kernels/bench/correctness.py"
+COMPARE = "tpu_kernels/verification/compare.py"  # the distances: normwise (the correctness column's) and element-wise
+T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
+TITAN = "tpu_kernels/integrations/torchtitan/modules.py"
+HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"
+
+
+def _toolkit(
+    id: str, file: str, old: str, new: str, why: str, tests: tuple[str, ...], filter: str | None = None
+):
+    return Mutation(id, file, old, new, why, tests, test_filter=filter, check=None)
+
+
+TOOLKIT: tuple[Mutation, ...] = (
+    # ---- issue #39's ten survivors ----
+    _toolkit(
+        "cache-digest-skips-outputs",
+        PROGRAM,
+        '        for v in j.outvars:\n            self.atom(v, names, f"{where}.outvars")',
+        "        pass",
+        "two programs that differ only in what they return share a key: the second loads the first's",
+        T_PROGRAM + T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-key-without-xla-flags",
+        BUILD,
+        '        os.environ.get("XLA_FLAGS", ""),',
+        '        "",',
+        "a process under other XLA_FLAGS loads an executable compiled under these",
+        ("tests/cache/test_build.py::test_a_process_under_other_xla_flags_builds_its_own_entry",),
+    ),
+    _toolkit(
+        "cache-read-follows-links",
+        STORE,
+        '        os.O_RDONLY\n        | getattr(os, "O_NOFOLLOW", 0)\n',
+        "        os.O_RDONLY\n",
+        "an entry read through a symlink: a link to a real entry elsewhere is loaded",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "buckets-pad-with-zero",
+        BUCKETS,
+        "            out = t.new_full(shape, b.pad)",
+        "            out = t.new_full(shape, 0)",
+        "padding holds 0 instead of the declared pad value: a -inf-padded row max returns 0s",
+        T_BUCKETS,
+        BUCKETS_FAST,
+    ),
+    _toolkit(
+        "eager-try-all-keeps-int-for-float",
+        EAGER,
+        "        for i in self.floats:\n            if type(values[i]) is int:\n"
+        "                if not -DOUBLE_OVERFLOW < values[i] < DOUBLE_OVERFLOW:\n                    return DECLINED\n"
+        "                values = values[:i] + (float(values[i]),) + values[i + 1 :]\n",
+        "",
+        "try_all traces an int given for a float static: int32 where the dispatcher gives float32, "
+        "and a later 2.0 reuses that entry",
+        T_EAGER,
+    ),
+    _toolkit(
+        "fake-cache-keyed-on-shapes-only",
+        FAKE,
+        "            out.append((tuple(v.shape), v.dtype))\n    return tuple(out)",
+        "            out.append(tuple(v.shape))\n    return tuple(out)",
+        "a bfloat16 meta call after a float32 one of the same shape gets float32",
+        T_FAKE,
+    ),
+    _toolkit(
+        "correctness-max-norm-over-2-norm",
+        COMPARE,
+        "        float(diff.max()) / max(scale_max, tiny),",
+        "        float(diff.max()) / max(scale2, tiny),",
+        "the max-norm error divided by the reference's 2-norm: one wrong element passes",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "correctness-baseline-factor-100x",
+        CORRECTNESS,
+        "BASELINE_FACTOR = 4.0",
+        "BASELINE_FACTOR = 400.0",
+        "a candidate may be 400x less accurate than torch: a bfloat16 result 20% off passes",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "torchtitan-rmsnorm-eps-none-1e-6",
+        TITAN,
+        "        eps = self.eps if self.eps is not None else torch.finfo(_compute_dtype(input.dtype)).eps",
+        "        eps = self.eps if self.eps is not None else 1e-6",
+        "RMSNorm(eps=None) with 1e-6, not nn.RMSNorm's machine epsilon: 30% off on small rows",
+        T_TITAN,
+        TITAN_FAST,
+    ),
+    _toolkit(
+        "hf-attention-causal-decode-default",
+        HF_ATTENTION,
+        "    if is_causal and q_len > 1:",
+        "    if is_causal:",
+        "with no mask, a decode step's one query sees only the first key (sdpa: every key)",
+        T_HF,
+        HF_FAST,
+    ),
+    # ---- the fresh edits of the run after issue #39 (docs/mutation-testing.md) ----
+    _toolkit(
+        "cache-custom-jvp-body-skipped",
+        PROGRAM,
+        '"custom_jvp_call": frozenset({"jvp_jaxpr_fun", "jvp_jaxpr_thunk"}),',
+        '"custom_jvp_call": frozenset({"jvp_jaxpr_fun", "jvp_jaxpr_thunk", "call_jaxpr"}),',
+        "a custom_jvp function's body skipped like its derivative rule: two such kernels share a key",
+        T_PROGRAM,
+    ),
+    _toolkit(
+        "cache-literal-not-by-value",
+        PROGRAM,
+        '            self.put("literal")\n            self.aval(v.aval)\n            self.value(v.val, where)\n',
+        '            self.put("literal")\n            self.aval(v.aval)\n',
+        "literals keyed by type only: x * 2.0 and x * 3.0 share a key",
+        T_PROGRAM,
+    ),
+    _toolkit(
+        "cache-read-ignores-the-stated-size",
+        STORE,
+        "        if size != st.st_size or size > MAX_ENTRY_BYTES:",
+        "        if size > MAX_ENTRY_BYTES:",
+        "an entry longer than its header says is read to the header's length and loaded",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-entries-written-for-everyone",
+        STORE,
+        "        os.chmod(tmp, 0o644)",
+        "        os.chmod(tmp, 0o666)",
+        "entries written writable by everyone (whoever can write one runs code in every process)",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-sticky-folder-above-refused",
+        STORE,
+        "            if st.st_mode & 0o002 and not sticky and not shared_trusted():",
+        "            if st.st_mode & 0o002 and not shared_trusted():",
+        "a world-writable folder above the cache refused even with the sticky bit (/tmp): no cache there",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "eager-shortcut-takes-tensors-needing-grad",
+        EAGER,
+        "                or (grad and t.requires_grad)\n",
+        "",
+        "the shortcut runs a call whose inputs need gradients: the result has no grad_fn",
+        T_EAGER,
+    ),
+    _toolkit(
+        "eager-key-without-dtype",
+        EAGER,
+        "                key.append((t.shape, t.dtype))",
+        "                key.append(t.shape)",
+        "the shortcut keys an op with optional tensors on shapes only: never the executor's key, so "
+        "every call misses the one-pass path (results stay right; the shortcut's saving is lost)",
+        T_EAGER,
+    ),
+    _toolkit(
+        "eager-one-pass-takes-non-contiguous",
+        EAGER,
+        "            elif not t.is_contiguous():\n                return executor(*args)\n",
+        "",
+        "a non-contiguous tensor handed to the compiled entry as if contiguous",
+        T_EAGER,
+    ),
+    _toolkit(
+        "eager-int-defaults-made-float",
+        EAGER,
+        "            if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):",
+        "            if type(args[i]) is int:",
+        "an int default of a float static made a float, where the dispatcher passes it as written",
+        T_EAGER,
+    ),
+    _toolkit(
+        "fake-cache-without-statics",
+        FAKE,
+        "            key = (_hashable(statics), _spec_key(tensors))\n"
+        "            outs = self.cache.get_or_build(key, lambda: self._concrete",
+        "            key = (_spec_key(tensors),)\n            outs = self.cache.get_or_build(key, lambda: self._concrete",
+        "fake results keyed on the tensors only: k=2 after k=4 gets k=4's shapes",
+        T_FAKE,
+    ),
+    _toolkit(
+        "fake-symbolic-plan-without-statics",
+        FAKE,
+        'key = ("symbolic", _hashable(statics), sizes.key)',
+        'key = ("symbolic", sizes.key)',
+        "a symbolic-shape plan reused across statics: under dynamic compile k=3 after k=2 gets k=2's shapes",
+        T_FAKE,
+    ),
+    _toolkit(
+        "buckets-pad-broadcast-dims",
+        BUCKETS,
+        "            if s != n or size == n:",
+        "            if size == n:",
+        "a size-1 (broadcast) dim padded to the bucket: the kernel sees shapes the op promises it never "
+        "does (results stay right: the copy broadcasts the row; the work grows)",
+        T_BUCKETS,
+        BUCKETS_FAST,
+    ),
+    _toolkit(
+        "buckets-gradients-padded-with-the-pad-value",
+        BUCKETS,
+        "(d, dataclasses.replace(b, pad=0)) for d, b in dims.items()",
+        "(d, b) for d, b in dims.items()",
+        "incoming gradients padded with the forward's pad value, not 0: padded rows add to a weight's gradient",
+        T_BUCKETS,
+        BUCKETS_FAST,
+    ),
+    _toolkit(
+        "buckets-tile-of-the-widest-dtype",
+        BUCKETS,
+        "itemsize = min(itemsize, t.dtype.itemsize)",
+        "itemsize = max(itemsize, t.dtype.itemsize)",
+        "the sublane tile of the widest padded dtype: bfloat16 decode steps pad to 8 rows, not 16",
+        T_BUCKETS,
+        BUCKETS_FAST,
+    ),
+    _toolkit(
+        "buckets-power-of-two-off-by-one",
+        BUCKETS,
+        "1 << (n - 1).bit_length()",
+        "1 << n.bit_length()",
+        "a length that is a power of two padded to the next one (8 rows to 16)",
+        T_BUCKETS,
+        BUCKETS_FAST,
+    ),
+    _toolkit(
+        "correctness-infinities-disagree",
+        COMPARE,
+        "    diff = torch.where(a == e, 0.0, (a - e).abs())",
+        "    diff = (a - e).abs()",
+        "equal infinities counted as an error (inf - inf is NaN): a right result with -inf entries fails",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "correctness-2-norm-over-infinities",
+        COMPARE,
+        "    scale2 = float(e[finite].norm()) if bool(finite.any()) else 0.0",
+        "    scale2 = float(e.norm())",
+        "the reference's 2-norm taken with its infinities: every 2-norm error is 0 beside one inf",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "compare-finite-where-reference-is-nan",
+        COMPARE,
+        "    lost = ~g_special & ~torch.isfinite(w)",
+        "    lost = torch.zeros_like(g_special)",
+        "a finite result where the reference is NaN or inf passes the element-wise rule",
+        T_COMPARE,
+        "compar or mismatch or assert_close",
+    ),
+    _toolkit(
+        "compare-size-ignored",
+        COMPARE,
+        "    allowed = atol + rtol * (w.abs() if size is None else size.to(torch.float64))",
+        "    allowed = atol + rtol * w.abs()",
+        "the sharding simulation's allowance loses the output's own size: right strategies of small values fail",
+        T_COMPARE,
+        "compar or mismatch or assert_close",
+    ),
+    _toolkit(
+        "correctness-either-norm-passes",
+        CORRECTNESS,
+        "    passed = errs.norm2 <= allowed and errs.norm_max <= allowed_max",
+        "    passed = errs.norm2 <= allowed or errs.norm_max <= allowed_max",
+        "a result passes when either norm is within its allowance",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "correctness-failing-baseline-as-yardstick",
+        CORRECTNESS,
+        "        if judge(errs, dt, reduction=reduction, scale=scale).passed:",
+        "        if True:",
+        "a baseline that fails its own check still widens the others' allowance",
+        T_CORRECTNESS,
+        CORRECTNESS_FAST,
+    ),
+    _toolkit(
+        "torchtitan-ffn-fuses-biased-projections",
+        TITAN,
+        "type(w) is Linear and w.bias is None for w",
+        "type(w) is Linear for w",
+        "w1/w3 with a bias fused into Tokamax's GLU, which has none: the bias is dropped",
+        T_TITAN,
+        TITAN_FAST,
+    ),
+    _toolkit(
+        "torchtitan-attention-drops-scale",
+        TITAN,
+        "mask=dense_mask(attention_masks), scale=scale",
+        "mask=dense_mask(attention_masks)",
+        "flex attention's scale= ignored: the default 1/sqrt(head_dim) instead",
+        T_TITAN,
+        TITAN_FAST,
+    ),
+    _toolkit(
+        "hf-attention-float-mask-padding-attended",
+        HF_ATTENTION,
+        "value=torch.finfo(bias.dtype).min",
+        "value=0.0",
+        "an additive float mask padded with 0: the bucket's padded keys are attended",
+        T_HF,
+        HF_FAST,
+    ),
+    _toolkit(
+        "hf-attention-ignores-is-causal",
+        HF_ATTENTION,
+        'causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)',
+        'causal = getattr(module, "is_causal", True)',
+        "is_causal=False given by the caller ignored for the module's own flag: an encoder call made causal",
+        T_HF,
+        HF_FAST,
     ),
 )

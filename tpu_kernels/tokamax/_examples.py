@@ -10,7 +10,7 @@ SparseCore kernels before TPU v7: pass `--chip 7x` to check those).
 
 Each op also has small concrete CPU calls (`<op>_small()`: torch tensors with valid
 values, indices in range and group sizes that add up): the calls the sharding
-simulation runs every strategy of the op's rule at (`tpu_kernels.sharding_sim`, the op's
+simulation runs every strategy of the op's rule at (`tpu_kernels.sharding.simulate`, the op's
 `sharding_examples`), a few elements per dim, odd sizes where a dim is sharded (uneven
 shards).
 """

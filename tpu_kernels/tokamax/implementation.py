@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tpu_kernels import _compat, devices
+from tpu_kernels import _compat
 from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.runtime import devices
 
-# Tokamax's platforms, by the names of the registered devices (tpu_kernels.devices) they
+# Tokamax's platforms, by the names of the registered devices (tpu_kernels.runtime.devices) they
 # are; a device registered later runs Tokamax ops only once these tables name it.
 CPU, CUDA, TPU = "cpu", "cuda", "tpu"
 # Where an implementation runs: the platform sets the families' tables are written with.

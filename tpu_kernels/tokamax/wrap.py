@@ -36,14 +36,15 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, eager
+from tpu_kernels import _compat
+from tpu_kernels.definition.signature import Kind, parse
+from tpu_kernels.dispatch import eager
 from tpu_kernels.op import KernelOp
-from tpu_kernels.signature import Kind, parse
-from tpu_kernels.tokamax import implementation
+from tpu_kernels.tokamax import implementation, tuned
 from tpu_kernels.tokamax.implementation import tokamax_implementation
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.registry import FamilyExamples
-from tpu_kernels.tolerance import Reference, with_ignored
+from tpu_kernels.verification.tolerance import Reference, with_ignored
 
 
 def _symbolic(arrays: Any) -> bool:
@@ -102,7 +103,8 @@ def calling(tokamax_fn: Callable, declared: Callable) -> Callable:
         arguments = dict(bound.arguments)
         if "implementation" in arguments:
             arguments["implementation"] = tokamax_implementation(arguments["implementation"])
-        out = tokamax_fn(**arguments)
+        with tuned.applied():  # Tokamax's autotuning results, when any were saved
+            out = tokamax_fn(**arguments)
         return tuple(out) if several else out
 
     return body

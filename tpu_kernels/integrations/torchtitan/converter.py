@@ -19,24 +19,26 @@ from tpu_kernels.integrations.torchtitan.modules import (
 )
 
 
-def _swapped(cfg: Module.Config, norm: bool, attention: bool, feed_forward: bool) -> Module.Config | None:
-    """The tpu_kernels twin of one module config, or None to keep it. Exact types only: a
-    subclass (a sigmoid-gated feed-forward, another converter's module) has a forward of its
-    own that the twin would not run."""
+def _swapped(
+    cfg: Module.Config, norm: bool, attention: bool, feed_forward: bool
+) -> tuple[type[Module], Module.Config] | None:
+    """The tpu_kernels twin of one module config (its module class and the config), or None to
+    keep it. Exact types only: a subclass (a sigmoid-gated feed-forward, another converter's
+    module) has a forward of its own that the twin would not run."""
     kind = type(cfg)
     if norm and kind is RMSNorm.Config:
-        twin = TpuKernelsRMSNorm.Config
+        twin = TpuKernelsRMSNorm
     elif attention and kind is FlexAttention.Config:
-        twin = TpuKernelsAttention.Config
+        twin = TpuKernelsAttention
     elif (
         feed_forward
         and kind is FeedForward.Config
         and all(type(w) is Linear.Config and not w.bias for w in (cfg.w1, cfg.w3))
     ):
-        twin = TpuKernelsFeedForward.Config
+        twin = TpuKernelsFeedForward
     else:
         return None
-    return twin(**{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.init})
+    return twin, twin.Config(**{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.init})
 
 
 def convert(
@@ -46,9 +48,10 @@ def convert(
     for its tpu_kernels twin; returns how many of each kind it swapped."""
     swapped: Counter = Counter()
     for _fqn, cfg, parent, attr in reversed(list(model_config.traverse(Module.Config, recurse=True))):
-        new = _swapped(cfg, norm, attention, feed_forward)
-        if new is None:
+        found = _swapped(cfg, norm, attention, feed_forward)
+        if found is None:
             continue
+        module, new = found
         if parent is None:
             raise ValueError(
                 f"TpuKernelsConverter: the root config is a {type(cfg).__qualname__}; convert a model config "
@@ -58,7 +61,7 @@ def convert(
             parent[attr] = new
         else:
             setattr(parent, attr, new)
-        swapped[type(new)._owner.__name__] += 1
+        swapped[module.__name__] += 1
     return swapped
 
 

@@ -33,11 +33,17 @@ class TpuKernelsRMSNorm(RMSNorm):
         pass
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - the stock name
-        # nn.RMSNorm's eps=None is the input dtype's machine epsilon
-        eps = self.eps if self.eps is not None else torch.finfo(input.dtype).eps
+        # nn.RMSNorm's eps=None (F.rms_norm's) is the machine epsilon of the dtype it computes
+        # in: float64's for float64 input, float32's for every other (bfloat16 and float16 are
+        # upcast), not the input dtype's own (bfloat16's is 7.8e-3, 2^16 times float32's)
+        eps = self.eps if self.eps is not None else torch.finfo(_compute_dtype(input.dtype)).eps
         if self.weight is None:
             return tokamax.rms_norm(input, eps=eps)
         return rmsnorm(input, self.weight, eps=eps)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 class TpuKernelsFeedForward(FeedForward):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tpu_kernels.buckets import bucket_size, powers_of_two
+from tpu_kernels.dispatch.buckets import bucket_size, powers_of_two
 from tpu_kernels.tokamax import dot_product_attention
 
 NAME = "tpu_kernels"  # padded to buckets

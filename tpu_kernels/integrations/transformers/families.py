@@ -37,12 +37,32 @@ FAMILIES: dict[str, ModelFamily] = {
 }  # fmt: skip
 
 
+# What a model of another family can use: the attention alone, which goes through HF's
+# attention and mask interfaces (any family that uses them). tests/integrations/
+# test_transformers.py runs these lines, as written, on Mistral, Phi-3 and Qwen2-MoE.
+ATTENTION_ONLY = """\
+    from tpu_kernels.integrations.transformers import register
+    register()  # adds attn_implementation "tpu_kernels" to transformers
+    model.set_attn_implementation("tpu_kernels")  # or, after register(): from_pretrained(..., attn_implementation="tpu_kernels")
+"""
+
+
+def _other_family(what: str) -> str:
+    return (
+        f"{what}. Its norms, MLP and loss stay HF's; its attention can run on tpu_kernels: register it "
+        f"with transformers first, then select it:\n{ATTENTION_ONLY}(docs/transformers.md#not-swapped)"
+    )
+
+
 def family(name: str) -> ModelFamily:
     try:
         return FAMILIES[name]
     except KeyError:
         raise ValueError(
-            f"tpu_kernels.integrations.transformers: no model family {name!r}; supported: {', '.join(FAMILIES)}."
+            _other_family(
+                f"tpu_kernels.integrations.transformers: no model family {name!r}; supported: "
+                f"{', '.join(FAMILIES)}"
+            )
         ) from None
 
 
@@ -53,6 +73,5 @@ def family_of_config(config) -> ModelFamily:
             return f
     supported = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
     raise ValueError(
-        f"apply_tpu_kernels: model_type={model_type!r} is not a supported family ({supported}); "
-        "use attn_implementation='tpu_kernels' alone, or swap layers by hand."
+        _other_family(f"apply_tpu_kernels: model_type={model_type!r} is not a supported family ({supported})")
     )

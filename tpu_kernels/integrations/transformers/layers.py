@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from tpu_kernels.buckets import bucket_size, powers_of_two
+from tpu_kernels.dispatch.buckets import bucket_size, powers_of_two
 from tpu_kernels.tokamax import gated_linear_unit, layer_norm
 
 # Token rows of the norms and gated MLPs, padded like the shipped kernels' rows

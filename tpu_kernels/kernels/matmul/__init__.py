@@ -10,7 +10,11 @@ from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.op import tpu_kernel
-from tpu_kernels.tolerance import with_ignored
+from tpu_kernels.verification.tolerance import with_ignored
+
+# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles;
+# blocks larger than a dimension become the whole dimension (pallas._block).
+TUNE = {"block_m": [128, 256, 512], "block_n": [128, 256, 512], "block_k": [256, 512]}
 
 
 def _examples():
@@ -25,6 +29,7 @@ matmul = tpu_kernel(
     autocast="lower_precision_fp",
     sharding=matmul_sharding,
     check_reference=with_ignored(reference.CHECK, "block_m", "block_n", "block_k"),
+    tune=TUNE,
 )(pallas.matmul)
 
 registry.register(

@@ -4,7 +4,14 @@ The grid is (M / bm, N / bn, K / bk). Each (i, j) output tile accumulates its
 K tiles in a float32 VMEM scratch buffer: zeroed at k == 0, written out at
 the last k. The k axis is "arbitrary" (sequential: it carries the
 accumulator); i and j are "parallel". Blocks are multiples of (8, 128) as
-Mosaic requires; the defaults fill the MXU on every TPU generation.
+Mosaic requires (a block of a whole dimension that fits in one is that
+dimension); the defaults fill the MXU on every TPU generation.
+
+Every shape runs with every legal block: a dimension that is not a multiple of
+its block is padded with zeros up to one (zeros in K add nothing to a dot
+product; the padded rows of M and columns of N are sliced off the result), so
+a block size, tuned or given, never makes a call fail. The padding costs a
+copy of the operands only at shapes that need it.
 
 VMEM per grid step: double-buffered inputs 2 * (bm*bk + bk*bn) * itemsize,
 double-buffered output 2 * bm*bn * itemsize, accumulator bm*bn*4 bytes;
@@ -39,18 +46,21 @@ def _kernel(a_ref, b_ref, o_ref, acc_ref, *, n_k: int):
 
 
 def _block(name: str, dim: int, block: int, multiple: int) -> int:
-    """The block size along one dimension: the requested one, or the whole (smaller) dim."""
+    """The block size along one dimension: the requested one, or the whole dim when it fits in
+    one block. The requested one must be legal whatever the shape: an autotuned block is
+    checked once and then used at every shape."""
+    check_aligned(name, block, multiple)
     if export.is_symbolic_dim(dim):  # a symbolic size, while deriving shapes
         return block
-    if dim <= block:
+    return dim if dim <= block else block
+
+
+def _padded(dim: int, block: int) -> int:
+    """`dim` rounded up to a multiple of `block` (concrete sizes; a symbolic one as it is:
+    deriving shapes needs the result's shape only, which padding does not change)."""
+    if export.is_symbolic_dim(dim):
         return dim
-    check_aligned(name, block, multiple)
-    if dim % block:
-        raise ValueError(
-            f"matmul: dimension {dim} is not a multiple of {name}={block}; pad the "
-            f"operands or choose a {name} that divides it."
-        )
-    return block
+    return pl.cdiv(dim, block) * block
 
 
 def matmul(
@@ -63,11 +73,23 @@ def matmul(
     if a.dtype != b.dtype:
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
     (m, k), n = a.shape, b.shape[1]
-    if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
-        return jnp.zeros((m, n), a.dtype)
     bm = _block("block_m", m, block_m, SUBLANES)
     bk = _block("block_k", k, block_k, LANES)
     bn = _block("block_n", n, block_n, LANES)
+    if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
+        return jnp.zeros((m, n), a.dtype)
+    mp, kp, np_ = _padded(m, bm), _padded(k, bk), _padded(n, bn)
+    if (mp, kp) != (m, k):
+        a = jnp.pad(a, ((0, mp - m), (0, kp - k)))
+    if (kp, np_) != (k, n):
+        b = jnp.pad(b, ((0, kp - k), (0, np_ - n)))
+    out = _tiled(a, b, bm, bn, bk)
+    return out if (mp, np_) == (m, n) else out[:m, :n]
+
+
+def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int) -> jax.Array:
+    """a @ b for dimensions that are multiples of their blocks."""
+    (m, k), n = a.shape, b.shape[1]
     acc = jnp.promote_types(a.dtype, jnp.float32)
     grid = (m // bm, n // bn, k // bk)
     return pl.pallas_call(

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels.tolerance import Reference, rms
+from tpu_kernels.verification.tolerance import Reference, rms
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -14,5 +14,9 @@ BENCH = {
 
 # The one BENCH size of a `tpu-kernels bench --quick` run.
 QUICK = "512"
+# The BENCH sizes of a CPU's default run: the kernel runs in Pallas' interpreter there, which
+# takes seconds a call at 2048, and torch's bfloat16 matmul takes seconds at 1024 (`--full`
+# times every size).
+REDUCED = ("512",)
 # where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
 OVERHEAD = (128, 256, 128)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import helion_kernel, reference
 from tpu_kernels.kernels.rmsnorm import sharding as rms_sharding
@@ -24,18 +25,24 @@ rmsnorm_helion = tpu_kernel(
     autocast="fp32",
     sharding=rms_sharding.rmsnorm_sharding,
     check_reference=reference.CHECK,
+    # rows (dim 0 of x, y and the 1-D inv_rms) padded to buckets: a whole number of the kernel's
+    # 8-row tiles, which Helion's Pallas backend needs; the backward kernels pad alike (zero
+    # rows add nothing to the weight's gradient)
+    buckets=bucket_rows("x", "y", "inv_rms", dim=0),
 )(helion_kernel.rmsnorm)
 rmsnorm_helion_dx = tpu_kernel(
     "tpu_kernels::rmsnorm_helion_dx",
     examples=lambda: [((_X, _W, _R, _X), {})],
     sharding=rms_sharding.dx_sharding,
     check_reference=reference.CHECK_DX,
+    buckets=bucket_rows("x", "inv_rms", "grad_y", dim=0),
 )(helion_kernel.rmsnorm_dx)
 rmsnorm_helion_dweight = tpu_kernel(
     "tpu_kernels::rmsnorm_helion_dweight",
     examples=lambda: [((_X, _R, _X), {})],
     sharding=rms_sharding.dweight_sharding,
     check_reference=reference.CHECK_DWEIGHT,
+    buckets=bucket_rows("x", "inv_rms", "grad_y", dim=0),
 )(helion_kernel.rmsnorm_dweight)
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from tpu_kernels.tolerance import Reference, rows
+from tpu_kernels.verification.tolerance import Reference, rows
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:

@@ -14,5 +14,8 @@ BENCH = {
 
 # The one BENCH size of a `tpu-kernels bench --quick` run.
 QUICK = "4kx1k"
+# The BENCH sizes of a CPU's default run, where the kernel runs in Pallas' interpreter
+# (`--full` times every size).
+REDUCED = ("4kx1k",)
 # where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
 OVERHEAD = (128, 256)

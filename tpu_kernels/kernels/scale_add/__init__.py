@@ -4,12 +4,13 @@ The backward is derived with jax.vjp from the kernel body, which is a
 jax.custom_vjp whose backward runs the same Pallas kernel.
 """
 
-from tpu_kernels.buckets import bucket_rows
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels import registry
+from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.scale_add import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
-from tpu_kernels.tolerance import with_ignored
+from tpu_kernels.verification.tolerance import with_ignored
 
 
 def _examples():
@@ -32,6 +33,7 @@ scale_add = tpu_kernel(
     sharding="pointwise",
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "out"),
+    tune=ROW_BLOCKS,
 )(pallas.scale_add)
 
 registry.register(

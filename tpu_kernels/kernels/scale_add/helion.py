@@ -5,6 +5,7 @@
 import jax
 import jax.numpy as jnp
 
+from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.scale_add import helion_kernel, reference
 from tpu_kernels.op import tpu_kernel
@@ -27,5 +28,8 @@ add_helion = tpu_kernel(
     sharding="pointwise",
     examples=lambda: [((_X, _bf16((1, 1024))), {"alpha": 0.5})],
     autocast="keep",
+    # rows padded to buckets (a broadcast row stays one): a whole number of the kernel's 8-row
+    # tiles; its 128-wide column tiles still need at most 128 columns or a multiple of 128
+    buckets=bucket_rows("x", "y", "out"),
 )(helion_kernel.add)
 __all__ = ["add_helion"]

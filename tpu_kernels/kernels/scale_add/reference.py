@@ -2,7 +2,7 @@
 
 import torch
 
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 
 def scale_add(x: torch.Tensor, y: torch.Tensor, *, alpha: float = 1.0) -> torch.Tensor:

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.attention import reference
 from tpu_kernels.tokamax.placements import is_spec, mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, tokamax_op
-from tpu_kernels.tolerance import Reference, rms
+from tpu_kernels.verification.tolerance import Reference, rms
 
 LAYOUTS = ("BTNH", "BNTH")
 

@@ -12,7 +12,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.gather import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 IMPLEMENTATIONS = (
     impl.table("ragged_gather", {"mosaic": impl.TPU_ONLY}, tpu="mosaic,xla", no_vjp=("mosaic",)),

@@ -31,7 +31,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.glu import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference, rms, rows
+from tpu_kernels.verification.tolerance import Reference, rms, rows
 
 # "mosaic" here is the Mosaic GPU kernel only: on TPU this op runs XLA.
 IMPLEMENTATIONS = (

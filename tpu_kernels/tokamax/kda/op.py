@@ -14,7 +14,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.kda import reference
 from tpu_kernels.tokamax.placements import mesh_size, rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 # "mosaic" here is a TPU kernel only.
 IMPLEMENTATIONS = (

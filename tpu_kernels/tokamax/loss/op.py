@@ -30,7 +30,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.loss import reference
 from tpu_kernels.tokamax.placements import rule
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference, rms, rows
+from tpu_kernels.verification.tolerance import Reference, rms, rows
 
 IMPLEMENTATIONS = (
     impl.table(

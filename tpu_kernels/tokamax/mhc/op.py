@@ -16,7 +16,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.mhc import reference
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 
 def _mhc_implementations(op: str, registry: str) -> impl.OpImplementations:

@@ -16,7 +16,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.normalization import reference
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference, rows
+from tpu_kernels.verification.tolerance import Reference, rows
 
 IMPLEMENTATIONS = (
     impl.table("layer_norm", {"triton": impl.GPU_ONLY}, cuda="triton,xla", api="normalization"),

@@ -25,7 +25,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.ragged import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference, rms
+from tpu_kernels.verification.tolerance import Reference, rms
 
 # ragged_dot_general resolves with ragged_dot's table: Tokamax runs both through one registry.
 IMPLEMENTATIONS = (

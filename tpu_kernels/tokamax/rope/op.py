@@ -11,7 +11,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.placements import rule, shape
 from tpu_kernels.tokamax.rope import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 IMPLEMENTATIONS = (
     impl.table("deepseek_rope", {"mosaic_tpu": impl.TPU_ONLY}, tpu="mosaic_tpu,xla", no_vjp=("mosaic_tpu",)),

@@ -14,7 +14,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.placements import ByName
 from tpu_kernels.tokamax.topk import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 _KERNEL = {"mosaic_tpu": impl.TPU_ONLY}
 IMPLEMENTATIONS = (

@@ -22,7 +22,7 @@ from tpu_kernels.tokamax import implementation as impl
 from tpu_kernels.tokamax.placements import rule
 from tpu_kernels.tokamax.triangle import reference
 from tpu_kernels.tokamax.wrap import call_op, public_op
-from tpu_kernels.tolerance import Reference
+from tpu_kernels.verification.tolerance import Reference
 
 IMPLEMENTATIONS = (
     impl.table("triangle_multiplication", {"triton": impl.GPU_ONLY, "mosaic": impl.ACCELERATORS}),

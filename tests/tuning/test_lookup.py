@@ -1,0 +1,276 @@
+"""A call's tuned statics: which entry applies, what the caller keeps, eager and compiled alike."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from tpu_kernels import TuningNote, tuning
+from tpu_kernels.tuning import lookup, table
+from tpu_kernels.tuning.table import Entry
+
+from ..helpers import ROOT, rand, uname
+from .kernels import make_op
+
+V = lookup.toolkit_version()
+
+
+def _put(op, *entries):
+    table.write(tuning.write_path(op.name, None), op.name, op.tunables.space(), list(entries))
+    tuning.reload()
+
+
+def _e(bucket, block_rows, chip="cpu", dtypes=("float32",), toolkit=V, source="measured"):
+    return Entry(chip, dtypes, bucket, toolkit, {"block_rows": block_rows}, source)
+
+
+def _used(op, *args, **kwargs):
+    """The statics a call gets (what KernelOp.__call__ hands the dispatcher)."""
+    return op.tuned.fill(args, kwargs).get("block_rows")
+
+
+def test_choose_prefers_exact_then_other_version_then_nearest():
+    entries = {
+        e.key: e
+        for e in [_e(((512, 128),), 8), _e(((2048, 128),), 256, toolkit="0.0.1"), _e(((64, 128),), 64)]
+    }
+    assert lookup.choose(entries, "cpu", ("float32",), ((512, 128),), V)[1] == "exact"
+    e, how = lookup.choose(entries, "cpu", ("float32",), ((2048, 128),), V)
+    assert (how, e.config["block_rows"]) == ("other-version", 256)
+    e, how = lookup.choose(entries, "cpu", ("float32",), ((256, 128),), V)
+    assert (how, e.config["block_rows"]) == ("nearest", 8)  # log2 distance 1 from 512, 2 from 64
+    assert lookup.choose(entries, "cpu", ("bfloat16",), ((512, 128),), V) == (None, "none")
+    assert lookup.choose(entries, "v6e", ("float32",), ((512, 128),), V) == (None, "other-chip")
+    assert lookup.choose({}, "cpu", ("float32",), ((512, 128),), V) == (None, "none")
+    assert lookup.distance(((512, 128),), ((512, 128, 1),)) is None  # another rank: not near
+
+
+def test_an_untuned_op_runs_its_defaults_silently():
+    op = make_op(uname())
+    x = rand(300, 128)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _used(op, x) is None
+        torch.testing.assert_close(op(x), 2 * x)
+
+
+def test_the_tuned_value_is_used_and_a_given_one_is_kept():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256))
+    x = rand(300, 128)
+    assert _used(op, x) == 256
+    assert _used(op, x, block_rows=8) == 8  # the caller's value, never tuning's
+    torch.testing.assert_close(op(x), 2 * x)
+    assert op.cache_info().size == 1
+    op(x, block_rows=8)
+    assert op.cache_info().size == 2  # 256 (tuned) and 8 (given) are two executables
+
+
+def test_each_fallback_is_said_once():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256), _e(((64, 64),), 8, chip="v6e"))
+    with pytest.warns(
+        TuningNote, match=r"no entry for bucket \[\(1024, 128\)\]: using the nearest, \[\(512, 128\)\]"
+    ):
+        assert _used(op, rand(1000, 128)) == 256
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once
+        assert _used(op, rand(900, 128)) == 256
+    with pytest.warns(TuningNote, match=r"no tuned config for dtypes \['bfloat16'\]"):
+        assert _used(op, rand(300, 128, dtype=torch.bfloat16)) is None
+    other = make_op(uname())
+    _put(other, _e(((512, 128),), 256, chip="v6e"))
+    with pytest.warns(
+        TuningNote, match=r"no tuned config for chip 'cpu' \(the op's tables have entries for v6e\)"
+    ):
+        assert _used(other, rand(300, 128)) is None
+
+
+def test_a_config_the_kernel_refuses_at_this_shape_falls_back_to_the_defaults():
+    op = make_op(uname(), divides=True)  # block_rows must divide the rows (or exceed them)
+    _put(op, _e(((512, 128),), 256))
+    assert _used(op, rand(512, 128)) == 256
+    x = rand(384, 128)  # bucket 512 too, but 256 does not divide 384; the default 64 does
+    with pytest.warns(
+        TuningNote, match=r"block_rows=256 does not fit this call's shapes \(ValueError: .*384"
+    ):
+        assert _used(op, x) is None
+    torch.testing.assert_close(op(x), 2 * x)
+
+
+def test_a_stale_entry_is_ignored():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 512))  # 512 is not among the candidates (8, 64, 256)
+    with pytest.warns(TuningNote, match=r"not among the op's declared candidates"):
+        assert _used(op, rand(300, 128)) is None
+
+
+def test_a_corrupt_table_is_refused_at_call_time_with_a_note_not_an_error(tuning_dir):
+    op = make_op(uname())
+    (tuning_dir / table.filename(op.name)).write_text("{oops")
+    x = rand(8, 128)
+    with pytest.warns(TuningNote, match=r"tuning table refused, running without it: .*invalid JSON"):
+        torch.testing.assert_close(op(x), 2 * x)
+
+
+def test_reload_and_new_entries_reach_the_next_call():
+    op = make_op(uname())
+    x = rand(300, 128)
+    assert _used(op, x) is None
+    table.write(tuning.write_path(op.name, None), op.name, {}, [_e(((512, 128),), 8)])
+    assert _used(op, x) is None  # files are read once per process...
+    tuning.reload()
+    assert _used(op, x) == 8  # ...until reload()
+    lookup.added(op.name, [_e(((512, 128),), 256)])
+    assert _used(op, x) == 256  # what this process tunes applies at once
+
+
+def test_overlays_apply_inside_their_block_only():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 8))
+    x = rand(300, 128)
+    token = lookup.push_overlay({op.name: {_e(((512, 128),), 256).key: _e(((512, 128),), 256)}})
+    try:
+        assert _used(op, x) == 256
+    finally:
+        lookup.pop_overlay(token)
+    assert _used(op, x) == 8
+
+
+def _graph_statics(fn):
+    """`fn` compiled (fullgraph, default dynamic), with two records: per graph compiled, the
+    block_rows each of its op calls holds (`compiled`), and per call, those of the graph that
+    ran (`ran`)."""
+    compiled, ran = [], []
+
+    def backend(gm, example_inputs):
+        statics = [
+            n.kwargs.get("block_rows")
+            for n in gm.graph.nodes
+            if n.op == "call_function" and "test_lookup" in str(n.target)
+        ]
+        compiled.append(statics)
+
+        def run(*args):
+            ran.append(statics)
+            return gm.forward(*args)
+
+        return run
+
+    return torch.compile(fn, backend=backend, fullgraph=True), compiled, ran
+
+
+def test_compiled_graphs_hold_the_tuned_value_per_bucket_without_a_graph_break():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256), _e(((1024, 128),), 8))
+    fn, compiled, ran = _graph_statics(lambda x: op(x) + 1)
+    for rows, want in ((300, 256), (400, 256), (1000, 8), (600, 8), (500, 256), (257, 256), (513, 8)):
+        x = rand(rows, 128)
+        torch.testing.assert_close(fn(x), 2 * x + 1)
+        assert ran[-1] == [want], (rows, ran)
+    assert len(compiled) == 3  # 300 (static), then one graph per bucket: 257..512 and 513..1024
+    given, _, ran2 = _graph_statics(lambda x: op(x, block_rows=64))
+    given(rand(300, 128))
+    assert ran2[-1] == [64]
+
+
+def test_a_compiled_graph_of_an_untuned_op_has_no_bucket_guard():
+    op = make_op(uname())
+    fn, compiled, ran = _graph_statics(lambda x: op(x))
+    for rows in (300, 400, 1000, 3000):
+        fn(rand(rows, 128))
+    assert len(compiled) == 2  # static first, then one dynamic graph for every size
+    assert ran[-1] == [None]
+
+
+_OTHER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    import torch
+    from tests.tuning.kernels import make_op
+    op = make_op({name!r})
+    print("USED", op.tuned.fill((torch.randn(300, 128),), {{}}).get("block_rows"))
+    """
+)
+
+
+def test_a_table_written_by_one_process_is_used_by_another(tuning_dir):
+    op = make_op(uname())
+    table.write(tuning.write_path(op.name, None), op.name, op.tunables.space(), [_e(((512, 128),), 8)])
+    env = {**os.environ, "TPU_KERNELS_TUNING_DIR": str(tuning_dir), "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", _OTHER.format(root=str(ROOT), name=op.name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "USED 8" in out.stdout, out.stderr[-2000:]
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, op, **statics):
+        super().__init__()
+        self.op, self.statics = op, statics
+
+    def forward(self, x):
+        return self.op(x, **self.statics) + 1
+
+
+def _exported_statics(ep):
+    return [n.kwargs.get("block_rows") for n in ep.graph.nodes if "test_lookup" in str(n.target)]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_export_holds_the_tuned_value_as_a_constant(strict):
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256))
+    ep = torch.export.export(_Model(op), (rand(300, 128),), strict=strict)
+    assert _exported_statics(ep) == [256]
+    x = rand(300, 128)
+    torch.testing.assert_close(ep.module()(x), 2 * x + 1)
+
+
+def test_a_dynamic_export_of_a_tuned_op_is_bounded_by_its_bucket_unless_the_tunable_is_given():
+    from torch.export import Dim
+
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256))
+    with pytest.raises(Exception, match=r"257 <= .*size\(\)\[0\].* <= 512"):
+        torch.export.export(_Model(op), (rand(300, 128),), dynamic_shapes={"x": {0: Dim("rows")}})
+    rows = Dim("rows", min=257, max=512)
+    ep = torch.export.export(_Model(op), (rand(300, 128),), dynamic_shapes={"x": {0: rows}})
+    assert _exported_statics(ep) == [256]
+    ep = torch.export.export(_Model(op, block_rows=8), (rand(300, 128),), dynamic_shapes={"x": {0: Dim("r")}})
+    assert _exported_statics(ep) == [8]
+    torch.testing.assert_close(ep.module()(x := rand(1000, 128)), 2 * x + 1)
+
+
+def test_under_autocast_the_lookup_keys_by_the_dtypes_the_kernel_runs_in():
+    op = make_op(uname(), autocast="lower_precision_fp")
+    _put(op, _e(((512, 128),), 256, dtypes=("bfloat16",)), _e(((512, 128),), 8))
+    x = rand(300, 128)
+    assert _used(op, x) == 8
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _used(op, x) == 256  # the kernel sees bfloat16
+        y = op(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), 2 * x.bfloat16().float())
+    assert _used(op, x) == 8
+
+
+def test_checked_mode_and_vmap_run_tuned_calls():
+    import tpu_kernels
+
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 256), _e(((16, 128),), 8))
+    x = rand(300, 128)
+    with tpu_kernels.checked(strict=True):  # the reference ignores the tunable
+        torch.testing.assert_close(op(x), 2 * x)
+    xs = rand(3, 16, 128)
+    torch.testing.assert_close(torch.vmap(op)(xs), 2 * xs)

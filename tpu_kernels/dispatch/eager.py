@@ -1,0 +1,302 @@
+"""The eager shortcut of `KernelOp.__call__`: plain CPU calls skip torch's dispatcher.
+
+Calling a registered op goes C++ -> Python twice (the autograd kernel, then the
+CPU kernel), several times the cost of the JAX call for a small kernel (measured
+by bench/overhead.py; the figures are in the README's "Per-call overhead" table). When the dispatcher's choice is
+certain - every argument a plain CPU tensor (or a static of the schema's type),
+no gradient needed, no torch function or dispatch mode, no functorch transform,
+not compiling, dispatch state as at import - `KernelOp.__call__` calls the CPU
+kernel itself, with the arguments the dispatcher would pass it (defaults of the
+parameters not given, float statics given as ints made floats). It takes only
+what the schema accepts: keyword-only parameters passed positionally, statics of
+another type, too few or too many arguments all go to the dispatcher, which
+raises its error. Every other call (meta/fake tensors, autograd, torch.compile,
+`torch.ops.ns.name(...)`, other devices, sparse or quantized tensors, keyword
+arguments) goes through the dispatcher as before. Checked by tests/test_eager.py
+and tests/test_eager_properties.py (Hypothesis) against the dispatcher.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+
+from tpu_kernels import _compat
+from tpu_kernels.definition.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
+from tpu_kernels.runtime import precision
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
+
+if TYPE_CHECKING:
+    from tpu_kernels.definition.protocol import Op
+
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
+_STATIC_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+    "str": (str,),
+    "ScalarType": (torch.dtype,),
+}
+# list statics: the element types taken without conversion (a float list given ints goes
+# to the dispatcher, which converts them)
+_LIST_TYPES: dict[str, tuple[type, ...]] = {"int[]": (int,), "float[]": (float,), "bool[]": (bool,)}
+_MISSING = object()
+_UNPADDED_MAX = 1024
+
+
+class _Static(NamedTuple):
+    index: int
+    types: tuple[type, ...]
+    optional: bool  # None is accepted
+    is_list: bool  # a list (or tuple) of `types`, keyed as a tuple
+    is_int: bool  # an int (or int[]): a value outside int64 goes to the check that refuses it
+
+
+class _Tensor(NamedTuple):
+    index: int
+    optional: bool  # None is accepted (an Optional[Tensor] parameter)
+
+
+_tf_mode = _compat.get("torch_function_mode_enabled")
+_dispatch_stack = _compat.get("torch_dispatch_stack_len")
+_functorch = _compat.get("functorch_transforms_active")
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_precision = precision.current
+_include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
+_BASE_TLS = (_include().raw_repr(), _exclude().raw_repr())
+
+
+def plain_eager() -> bool:
+    """No mode, transform, tracing or dispatch-state change that could route the call elsewhere."""
+    return (
+        not (_tf_mode() or _dispatch_stack() or _functorch() or _is_compiling())
+        and (_include().raw_repr(), _exclude().raw_repr()) == _BASE_TLS
+    )
+
+
+DECLINED = object()
+"""`EagerCpuCall.try_call`'s answer when the call must go through the dispatcher."""
+
+
+class EagerCpuCall:
+    """The shortcut for one op: its checks, and the CPU kernel it calls.
+
+    When the CPU kernel is a `JaxExecutor` (Pallas/JAX ops), or one that pads to buckets
+    around one, the checks also build the executor's cache key, so a call with a compiled
+    entry makes one pass over its arguments: check, key, cache hit, views, kernel.
+    """
+
+    def __init__(self, kernel: Callable, params: list[Any]) -> None:
+        # params: the op's signature.params; a call passes n_required..n_positional
+        # arguments positionally and any parameter by keyword, as the dispatcher's schema
+        # takes them; defaults fill the rest.
+        self.kernel = kernel
+        self.n = len(params)
+        self.names = {p.name: i for i, p in enumerate(params)}
+        self.param_names = tuple(p.name for p in params)
+        self.n_positional = sum(not p.keyword_only for p in params)
+        required = [i for i, p in enumerate(params) if p.default is inspect.Parameter.empty]
+        self.n_required = max(required, default=-1) + 1
+        self.required = frozenset(required)
+        self.defaults = tuple(p.default for p in params)
+        self.statics: list[_Static] = []
+        self.tensors: list[_Tensor] = []
+        for i, p in enumerate(params):
+            if p.is_tensor:
+                self.tensors.append(_Tensor(i, p.kind is Kind.OPTIONAL_TENSOR))
+                continue
+            base, optional = p.schema_type.removesuffix("?"), p.schema_type.endswith("?")
+            is_list = base in _LIST_TYPES
+            types = _LIST_TYPES[base] if is_list else _STATIC_TYPES[base]
+            self.statics.append(_Static(i, types, optional, is_list, base in ("int", "int[]")))
+        # float params take an int as torch's schema does, converted to float as the
+        # dispatcher converts it (an int static would trace differently: x * 2 keeps
+        # an int dtype where x * 2.0 does not, and 2 == 2.0 share a cache key).
+        self.floats = tuple(
+            i
+            for i, p in enumerate(params)
+            if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
+        )
+        self.rewrite = bool(self.floats) or self.n_positional != self.n  # `complete` has work
+        executor = getattr(kernel, "kernel", kernel)  # a PaddedKernel's own (buckets.py)
+        self.executor = executor if isinstance(executor, JaxExecutor) else None
+        self.padded = kernel if self.executor is not None and executor is not kernel else None
+        self.simple = self.executor is not None and self.executor.simple
+        # keys of calls a bucketed op runs unpadded: whether a call pads depends only on what
+        # the key holds (the tensors' shapes and dtypes, the statics), so the bucket check
+        # runs once per key, not per call
+        self._unpadded: set[tuple] = set()
+        if self.executor is not None:
+            self._mode = self.executor.transfer.mode
+            self._peek = self.executor.cache.peek
+            self._run = self.executor.run
+            self._to_jax = self.executor.transfer.to_jax
+
+    @classmethod
+    def for_op(cls, op: Op) -> EagerCpuCall | None:
+        kernel = op.cpu_kernel
+        if kernel is None or op.mutates_args:
+            return None
+        for p in op.signature.params:
+            if p.kind is Kind.TENSOR_LIST:
+                return None  # list[Tensor] parameters: the dispatcher's path
+            if p.kind is Kind.STATIC:
+                base = p.schema_type.removesuffix("?")
+                if base not in _STATIC_TYPES and base not in _LIST_TYPES:
+                    return None
+        return cls(kernel, op.signature.params)
+
+    def complete(self, args: tuple, kwargs: dict | None = None) -> tuple | None:
+        """The call's arguments, one per parameter (defaults filled, float statics as
+        float), as the dispatcher hands them to the kernel; None if the dispatcher would
+        refuse the call's arity or keywords (a keyword-only parameter passed positionally,
+        an unknown keyword, an argument given twice, a required one missing)."""
+        n = len(args)
+        if kwargs:
+            if n > self.n_positional:
+                return None
+            values = [*args, *([_MISSING] * (self.n - n))]
+            names = self.names
+            for name, v in kwargs.items():
+                i = names.get(name, -1)
+                if i < n:  # unknown (-1), or also given positionally
+                    return None
+                values[i] = v
+            for i in range(n, self.n):
+                if values[i] is _MISSING:
+                    if i in self.required:
+                        return None
+                    values[i] = self.defaults[i]
+            args = tuple(values)
+        elif n != self.n or self.n_positional != self.n:
+            if not self.n_required <= n <= self.n_positional:
+                return None
+            args = args + self.defaults[n:]
+        for i in self.floats:  # given ones only: a default reaches the kernel as written
+            if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):
+                if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
+                    return None  # no double holds it: Signature.check_statics says so
+                args = args[:i] + (float(args[i]),) + args[i + 1 :]
+        return args
+
+    def key(self, args: tuple) -> tuple | None:
+        """The executor's cache key for `args`, or None when the dispatcher must decide.
+
+        Same layout as `JaxExecutor`'s key: (mode, matmul precision, statics..., then per
+        tensor shape, dtype (or (shape, dtype), or None, for an executor with optional
+        tensors)); tests/test_precision.py checks the two agree.
+        """
+        if len(args) != self.n or not plain_eager():
+            return None  # `complete` first
+        key: list = [self._mode() if self.executor is not None else None, _precision()]
+        for i, types, optional, is_list, is_int in self.statics:
+            v = args[i]
+            if v is None:
+                if not optional:
+                    return None
+                key.append(None)
+            elif is_list:
+                if type(v) not in (list, tuple) or any(type(e) not in types for e in v):
+                    return None
+                if is_int and any(not INT64_MIN <= e <= INT64_MAX for e in v):
+                    return None
+                key.append(tuple(v))
+            elif type(v) not in types or (is_int and not INT64_MIN <= v <= INT64_MAX):
+                return None
+            else:
+                key.append(v)
+        grad = _grad_enabled()
+        simple = self.simple
+        any_tensor = False  # all None: no backend key, the dispatcher's error
+        for i, optional in self.tensors:
+            t = args[i]
+            if t is None:
+                if not optional:
+                    return None
+                key.append(None)
+                continue
+            any_tensor = True
+            if (
+                type(t) not in _TENSOR_TYPES
+                or not t.is_cpu
+                or t.layout is not _STRIDED  # sparse, mkldnn: other dispatch keys
+                or t.is_quantized
+                or (grad and t.requires_grad)
+                or t.is_conj()
+                or t.is_neg()
+            ):
+                return None
+            if simple:
+                key.append(t.shape)
+                key.append(t.dtype)
+            else:
+                key.append((t.shape, t.dtype))
+        return tuple(key) if any_tensor else None
+
+    def _remember_unpadded(self, key: tuple) -> None:
+        if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like the executor's cache
+            self._unpadded.clear()
+        self._unpadded.add(key)
+
+    def accepts(self, args: tuple, kwargs: dict | None = None) -> bool:
+        """Would the dispatcher certainly call the CPU kernel with these arguments?"""
+        args = self.complete(args, kwargs)
+        return args is not None and self.key(args) is not None
+
+    def try_call(self, args: tuple, kwargs: dict | None = None) -> Any:
+        """The op's result, or `DECLINED`."""
+        if kwargs or len(args) != self.n or self.rewrite:
+            args = self.complete(args, kwargs)
+            if args is None:
+                return DECLINED
+        return self._call(args)
+
+    def try_all(self, values: tuple) -> Any:
+        """`try_call` for a call that names every parameter (`values`: one per parameter, in
+        order, as `tokamax.wrap.call_op` has them from a public function's locals()): what
+        `try_call(args, kwargs)` does with those names as keywords, without building them.
+        Every float static given as an int is made a float, as the dispatcher converts an
+        argument it is given."""
+        if len(values) != self.n:
+            return DECLINED
+        for i in self.floats:
+            if type(values[i]) is int:
+                if not -DOUBLE_OVERFLOW < values[i] < DOUBLE_OVERFLOW:
+                    return DECLINED
+                values = values[:i] + (float(values[i]),) + values[i + 1 :]
+        return self._call(values)
+
+    def _call(self, args: tuple) -> Any:
+        """The op's result for complete arguments (one per parameter), or `DECLINED`."""
+        key = self.key(args)
+        if key is None:
+            return DECLINED
+        executor = self.executor
+        if executor is None:
+            return self.kernel(*args)
+        if self.padded is not None and key not in self._unpadded:
+            if self.padded.needs_padding(args):
+                return self.padded(*args)
+            self._remember_unpadded(key)
+        entry = self._peek(key)
+        if entry is None:  # not compiled yet, or a non-contiguous input: the full path
+            return executor(*args)
+        arrays = []
+        to_jax = self._to_jax
+        for i, _ in self.tensors:
+            t = args[i]
+            if t is None:
+                arrays.append(None)
+            elif not t.is_contiguous():
+                return executor(*args)
+            else:
+                arrays.append(to_jax(t))
+        return self._run(entry, arrays, args, key[0])
+
+
+__all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]

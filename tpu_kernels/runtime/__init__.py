@@ -1,0 +1,11 @@
+"""Where a kernel runs and how its tensors get there: the bridge, the devices, the cache.
+
+- `bridge.py`: torch <-> JAX arrays without copies (DLPack);
+- `devices/`: one executor per device kind (CPU interpreter, CUDA, TPU through torch_tpu);
+- `sources/`: a kernel's source (a JAX/Pallas function or a Helion kernel) as something to trace;
+- `cache/`: the disk cache of compiled executables, keyed by the traced program;
+- `interpret.py`: which Pallas interpreter runs kernels on a CPU;
+- `precision.py`: the float32 matmul precision a kernel is traced with.
+
+Reads `definition/` and `lowering/` (tests/test_layers.py).
+"""

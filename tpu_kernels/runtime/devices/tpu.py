@@ -1,0 +1,287 @@
+"""TPU: the kernel runs through torch_tpu's public Pallas API, on device, no host copy.
+
+`torch.tpu.pallas.jax_op` registers a JAX function as an op whose TPU kernel
+exports the function for the TPU (`jax.export`, platforms=["tpu"]), compiles
+it once per shape and launches it on the tensors' device memory. tpu_kernels
+registers one such inner op per kernel the first time it runs on a TPU
+(`<ns>::<name>__torch_tpu`) and calls it from the outer op's TPU kernel, so
+the outer op keeps tpu_kernels' schema, fake function and autograd.
+
+DTensors: with a sharding rule, DTensor runs the op on each rank's local shard,
+which reaches the per-shard inner op above. `jax_op` can also take the global
+view (`mesh=`, `input_partition_specs=`, `output_partition_specs=`; local
+tensors in, JAX partitions the global program); `TpuKernel.mesh_op` builds such
+an op and `partition_spec` translates DTensor placements into its specs.
+
+Peaks for the benchmark's roofline (`peaks`) come from JAX's own table
+(`jax.experimental.pallas.tpu.get_tpu_info_for_chip`, per TensorCore); a figure is
+compared with the peak of the cores one torch device drives (both cores of a v4/v5p
+chip in megacore mode, one core otherwise). Some of them:
+
+| device kind | bf16 TFLOP/s | HBM GB/s | source |
+|---|---|---|---|
+| `TPU v4` (megacore) | 275 | 1230 | 2 x get_tpu_info_for_chip(TPU_V4, 2) per core |
+| `TPU v5 lite` (v5e) | 197 | 820 | get_tpu_info_for_chip(TPU_V5E, 1) |
+| `TPU v5p` (megacore) | 459 | 2460 | 2 x get_tpu_info_for_chip(TPU_V5P, 2) per core |
+| `TPU v6 lite` (v6e) | 920 | 1640 | get_tpu_info_for_chip(TPU_V6E, 1) |
+| `TPU7x` (one TensorCore per torch device) | 1155 | 3700 | get_tpu_info_for_chip(TPU_7X, 1) |
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tpu_kernels import _compat, startup
+from tpu_kernels.definition.signature import Signature
+from tpu_kernels.errors import BackendUnavailableError
+from tpu_kernels.runtime import devices, precision
+
+# torch_tpu renames PrivateUse1 to "tpu" when it is imported; registering on the
+# dispatch key rather than the device name works whether or not it is loaded.
+DISPATCH_KEY = "PrivateUse1"
+
+
+def torch_tpu_pallas() -> Any:
+    """`torch.tpu.pallas` (torch_tpu's public API), or BackendUnavailableError saying how to get it."""
+    try:
+        with warnings.catch_warnings():
+            if not startup.has_tpu_device():
+                # its advice to preload tcmalloc is for TPU hosts (tpu_kernels.startup)
+                warnings.filterwarnings("ignore", message="<TorchTpu/Performance/TcMalloc/")
+            import torch_tpu  # noqa: F401  (importing it installs torch.tpu)
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"TPU tensors need torch_tpu ({e}). Install it with: pip install torch-tpu"
+        ) from e
+    pallas = getattr(getattr(torch, "tpu", None), "pallas", None)
+    if pallas is None or not hasattr(pallas, "jax_op"):
+        raise BackendUnavailableError(
+            f"torch_tpu {getattr(torch_tpu, '__version__', '?')} has no torch.tpu.pallas.jax_op; "
+            "tpu_kernels needs torch-tpu>=0.2.0 (pip install -U torch-tpu)."
+        )
+    return pallas
+
+
+def partition_spec(placements: Sequence[Any], mesh_dim_names: Sequence[str] | None, ndim: int) -> Any:
+    """DTensor placements (one per mesh dim) -> the `jax.sharding.PartitionSpec` of a tensor with `ndim` dims.
+
+    `Shard(d)` on mesh dim i names `mesh_dim_names[i]` at entry d; several mesh
+    dims sharding one tensor dim give a tuple in mesh-dim order (the first is
+    the major one, as DTensor splits them); `Replicate()` names nothing. A
+    `Partial()` (a pending sum) has no PartitionSpec, and neither has an
+    uneven or strided shard order: both raise."""
+    from jax.sharding import PartitionSpec
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    if mesh_dim_names is None:
+        raise ValueError(
+            "partition_spec: the DeviceMesh has no mesh_dim_names; create it with "
+            "init_device_mesh(..., mesh_dim_names=(...)) naming the JAX mesh's axes."
+        )
+    if len(placements) != len(mesh_dim_names):
+        raise ValueError(
+            f"partition_spec: {len(placements)} placements for a mesh of {len(mesh_dim_names)} dims "
+            f"{tuple(mesh_dim_names)}."
+        )
+    entries: list[list[str]] = [[] for _ in range(ndim)]
+    for name, p in zip(mesh_dim_names, placements):
+        if type(p) is Shard:
+            d = p.dim + ndim if p.dim < 0 else p.dim
+            if not 0 <= d < ndim:
+                raise ValueError(
+                    f"partition_spec: Shard({p.dim}) is out of range for a tensor with {ndim} dims."
+                )
+            entries[d].append(name)
+        elif isinstance(p, Partial):
+            raise ValueError(
+                f"partition_spec: {p} on mesh dim '{name}' is a pending sum, which a PartitionSpec "
+                "cannot express; redistribute to Replicate() or Shard(d) first."
+            )
+        elif not isinstance(p, Replicate):
+            raise ValueError(f"partition_spec: placement {p!r} on mesh dim '{name}' has no PartitionSpec.")
+    return PartitionSpec(*(None if not e else e[0] if len(e) == 1 else tuple(e) for e in entries))
+
+
+def inner_function(sig: Signature, fn: Callable, n_results: int | None) -> Callable:
+    """`fn` with the signature torch_tpu's `jax_op` reads: jax.Array tensors, typed
+    statics, and a return annotation that counts every result (outputs, then the
+    new values of mutated arguments)."""
+    import jax
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    params = []
+    for p in sig.params:
+        ann = _annotation(p.schema_type, jax.Array)
+        kind = inspect.Parameter.KEYWORD_ONLY if p.keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        params.append(inspect.Parameter(p.name, kind, default=p.default, annotation=ann))
+    if n_results is None:
+        returns: Any = list[jax.Array]
+    elif n_results == 1:
+        returns = jax.Array
+    else:
+        returns = tuple[(jax.Array,) * n_results]
+    call.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    call.__name__ = getattr(fn, "__name__", "kernel")
+    return call
+
+
+def _annotation(schema_type: str, array: Any) -> Any:
+    optional = schema_type.endswith("?")
+    base = schema_type.removesuffix("?")
+    table: dict[str, Any] = {
+        "Tensor": array,
+        "Tensor[]": list[array],
+        "int": int,
+        "float": float,
+        "bool": bool,
+        "str": str,
+        "ScalarType": torch.dtype,
+        "int[]": list[int],
+        "float[]": list[float],
+        "bool[]": list[bool],
+    }
+    ann = table[base]
+    return ann | None if optional else ann
+
+
+class TpuKernel:
+    """The outer op's TPU kernel: builds the torch_tpu inner op on first use."""
+
+    def __init__(
+        self,
+        qualname: str,
+        sig: Signature,
+        fn: Callable,
+        *,
+        n_outputs: int,
+        mutated: tuple[int, ...],
+        returns_list: bool = False,
+    ):
+        self.qualname = qualname
+        self.sig = sig
+        self.fn = fn
+        self.n_outputs = n_outputs
+        self.mutated = mutated
+        self.returns_list = returns_list
+        self._inner: dict[str, Any] = {}  # JAX matmul precision -> torch_tpu op
+        self._mesh_ops: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def inner_op(self, matmul_precision: str | None = None) -> Any:
+        """The torch_tpu op (a CustomOpDef) for a JAX matmul precision (default: the
+        current one); built once per precision, thread-safely. torch_tpu's `jax_op`
+        traces once per shape and knows nothing of precision, so each precision is
+        its own inner op, its function traced at that precision."""
+        p = matmul_precision or precision.current()
+        with self._lock:
+            op = self._inner.get(p)
+            if op is None:
+                op = self._inner[p] = torch_tpu_pallas().jax_op(
+                    f"{self.qualname}__torch_tpu_{p}", self._body(p)
+                )
+            return op
+
+    def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
+        """The torch_tpu op for the global view over a JAX `mesh` (see `partition_spec`):
+        called with local shards, JAX runs the kernel as one program partitioned by
+        the specs. One per (mesh, specs, matmul precision), built once."""
+        p = precision.current()
+        key = (mesh, tuple(input_specs), tuple(output_specs), p)
+        with self._lock:
+            op = self._mesh_ops.get(key)
+            if op is None:
+                name = f"{self.qualname}__torch_tpu_mesh{len(self._mesh_ops)}"
+                op = torch_tpu_pallas().jax_op(
+                    name,
+                    self._body(p),
+                    mesh=mesh,
+                    input_partition_specs=tuple(input_specs),
+                    output_partition_specs=tuple(output_specs),
+                )
+                self._mesh_ops[key] = op
+            return op
+
+    def _body(self, p: str) -> Callable:
+        """What torch_tpu's op runs: the kernel at JAX matmul precision `p`, with the
+        signature `jax_op` reads (`inner_function`: outputs, then mutated arguments)."""
+        n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
+        return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        p = precision.current()
+        inner = self._inner.get(p) or self.inner_op(p)
+        results = inner(*args, **kwargs)
+        if not isinstance(results, (tuple, list)):
+            results = (results,)
+        if self.mutated:
+            values = self.sig.values(args, kwargs)
+            for j, i in enumerate(self.mutated):
+                values[i].copy_(results[self.n_outputs + j])
+        return self.sig.pack(results, self.returns_list)
+
+
+def peaks(device_kind: str) -> devices.Peaks | None:
+    """The peaks of one torch TPU device of this kind ("TPU v6 lite"), from JAX's
+    per-TensorCore table; None for a kind JAX does not know."""
+    try:
+        from jax.experimental.pallas import tpu as tpu_info
+
+        version_of = _compat.get("chip_version_from_device_kind")
+    except (ImportError, _compat.CompatError):  # pragma: no cover - depends on JAX's internals
+        return None
+    try:
+        version = version_of(device_kind)
+    except Exception:
+        return None
+    if version is None:
+        return None
+    megacore = version in (tpu_info.ChipVersion.TPU_V4, tpu_info.ChipVersion.TPU_V5P)
+    cores = 2 if megacore else 1
+    info = tpu_info.get_tpu_info_for_chip(version, cores)
+    return devices.Peaks(
+        info.bf16_ops_per_second * cores,
+        info.mem_bw_bytes_per_second * cores,
+        f"jax get_tpu_info_for_chip({version.name}, {cores}) x {cores} TensorCore(s)",
+    )
+
+
+def _available() -> bool:
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return acc is not None and acc.type == "tpu"
+
+
+def _describe() -> tuple[str, torch.device]:
+    if not _available():
+        raise RuntimeError("--device tpu, but torch_tpu reports no TPU device.")
+    return torch.tpu.get_device_name(), torch.device("tpu")  # type: ignore[attr-defined]
+
+
+SPEC = devices.register(
+    devices.DeviceSpec(
+        name="tpu",
+        dispatch_key=DISPATCH_KEY,
+        jax_kernel=lambda spec, body: TpuKernel(
+            spec.name,
+            spec.signature,
+            body,
+            n_outputs=spec.signature.n_outputs,
+            mutated=spec.mutated,
+            returns_list=spec.returns_list,
+        ),
+        available=_available,
+        synchronize=lambda: torch.accelerator.synchronize(),
+        aliases=("privateuseone",),  # its device type before torch_tpu renames PrivateUse1
+        jax_baseline=False,  # a jitted JAX function cannot take torch_tpu's tensors
+        device_time=True,  # bench/profile.py reads device time from torch_tpu's profile
+        describe=_describe,
+        peaks=peaks,
+    )
+)

@@ -1,0 +1,507 @@
+"""Helion kernels: one `helion.Kernel`, a variant of it per device.
+
+| where | what runs |
+|---|---|
+| CPU, mode "pallas" (default) | Helion's Pallas backend in interpret mode, as a jitted JAX function (`Kernel.jax_fn`) behind tpu_kernels' DLPack bridge |
+| CPU, mode "eager" | Helion's reference mode: the kernel body as eager torch ops |
+| TPU | Helion's Pallas backend, which launches through torch_tpu |
+| CUDA | Helion's Triton backend |
+
+The devices other than the CPU take their backend from `HELION_BACKENDS`.
+
+Why "pallas" is the CPU default: it runs the Pallas code Helion generates for
+the TPU (through the interpreter), so a test on the CPU exercises the TPU
+code generation, and once jitted it is fast (about 0.5 ms per call for a
+256x256 softmax here, after a first call of 1-3 s for Helion's code
+generation). "eager" skips code generation (a few ms from the first call),
+accepts float64, and helps when debugging the algorithm itself; it does not
+exercise Pallas. Choose with `set_helion_cpu_mode`, `helion_cpu_mode(...)` or
+TPU_KERNELS_HELION_CPU=eager.
+
+Configs: a kernel with one `helion.Config` uses it. Autotuning runs only when
+asked: `tpu_kernel(..., autotune=True)` (Helion tunes on the first call per
+shape and keeps the result in its on-disk cache, so later processes reuse it)
+or `op.autotune(*example_args)`. Otherwise a kernel with no config uses
+Helion's default config, and one with several uses the first (with a warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tpu_kernels import _compat
+from tpu_kernels._scoped import ScopedSetting
+from tpu_kernels.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    KernelError,
+    OpDefinitionError,
+    wrapping,
+)
+from tpu_kernels.runtime import devices
+from tpu_kernels.runtime.cache import CacheInfo
+from tpu_kernels.runtime.devices import cpu as cpu_device
+from tpu_kernels.runtime.devices import tpu as tpu_device
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
+
+CPU_MODES = ("pallas", "eager")
+
+
+def is_helion_kernel(fn: Any) -> bool:
+    helion = sys.modules.get("helion")  # a Helion kernel means helion is imported already
+    return helion is not None and isinstance(fn, helion.Kernel)
+
+
+recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.runtime.sources)
+
+
+def make_source(op_name: str, fn: Any, options: Any) -> HelionSource:
+    return HelionSource(
+        op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only)
+    )
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in CPU_MODES:
+        raise ValueError(f"Helion CPU mode must be one of {CPU_MODES}, got {mode!r}")
+    return mode
+
+
+_MODE = ScopedSetting(
+    "tpu_kernels_helion_cpu", env="TPU_KERNELS_HELION_CPU", default="pallas", resolve=_check_mode
+)
+
+
+# Public functions over _MODE, like tpu_kernels.runtime.interpret's over its own: functions, not
+# aliases of the methods, for their names, docstrings and types in the API.
+def set_helion_cpu_mode(mode: str) -> None:
+    """How Helion kernels run on CPU tensors, process-wide: "pallas" (default) or "eager"."""
+    _MODE.set(mode)
+
+
+def helion_cpu_mode(mode: str) -> contextlib.AbstractContextManager[None]:
+    """Run Helion kernels on CPU in this mode inside the block (thread- and task-local)."""
+    return _MODE.scoped(mode)
+
+
+def current_cpu_mode() -> str:
+    return _MODE.get()
+
+
+def _require_source(name: str, fn: Callable) -> None:
+    """Helion compiles a kernel from its Python source (`inspect.getsource`). A function defined
+    with `python -c`, on stdin, by exec() of a string or at the plain Python prompt has none,
+    and fails only at its first call (`OSError: could not get source code`): say so now."""
+    import inspect
+
+    try:
+        inspect.getsource(fn)
+    except (OSError, TypeError) as e:
+        where = getattr(getattr(fn, "__code__", None), "co_filename", "?")
+        raise OpDefinitionError(
+            f"{name}: Helion reads the kernel's Python source to compile it, and "
+            f"{getattr(fn, '__qualname__', fn)!s} (defined in {where}) has none: it was defined by "
+            "`python -c`, stdin, exec() of a string or the Python prompt; put the kernel in a .py "
+            "file and import it."
+        ) from e
+
+
+def variant(kernel: Any, **settings: Any) -> Any:
+    """The same Helion kernel with other settings, leaving `kernel` untouched."""
+    import helion
+
+    return helion.Kernel(
+        kernel.fn,
+        configs=kernel.configs,
+        settings=_compat.helion_settings_copy(kernel.settings, **settings),
+        key=_compat.helion_key_fn(kernel),
+    )
+
+
+class TorchKernel:
+    """A dispatch kernel that calls a Helion kernel on torch tensors."""
+
+    def __init__(
+        self, op_name: str, sig: Any, kernel: Any, device_type: str, source: HelionSource | None = None
+    ) -> None:
+        self.op = op_name
+        self.sig = sig
+        self.kernel = kernel
+        self.device_type = device_type
+        self.source = source  # for its dtype rule (`HelionSource.float_only`)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.sig.values(args, kwargs)
+        for p, v in zip(self.sig.params, values):
+            if p.is_tensor and isinstance(v, torch.Tensor) and v.device.type != self.device_type:
+                raise InvalidArgumentError(
+                    f"{self.op}: argument '{p.name}' is on {v.device}, but this call runs on "
+                    f"{self.device_type}; move all tensor arguments to one device."
+                )
+        try:
+            if self.source is not None and self.source.float_only:
+                self.source.check_float(values)
+            out = self.kernel(*values)
+        except Exception as e:
+            _reset_ref_mode()
+            raise wrapping(e)(  # its dtype check and Helion's refusals keep their kind
+                f"{self.op}: the Helion kernel failed on {self.device_type}: {type(e).__name__}: {e}"
+            ) from e
+        return _fresh(out, values)
+
+
+def _fresh(out: Any, inputs: list[Any]) -> Any:
+    """Clone any output that is an input (torch ops may not return aliases)."""
+    ptrs = {t.data_ptr() for t in inputs if isinstance(t, torch.Tensor)}
+    if isinstance(out, tuple):
+        return tuple(o.clone() if o.data_ptr() in ptrs else o for o in out)
+    return out.clone() if out.data_ptr() in ptrs else out
+
+
+def _reset_ref_mode() -> None:
+    """Helion leaves its reference-mode context set after an exception inside it,
+    and every later reference-mode call in the thread fails; clear it."""
+    tls = _compat.get("helion_ref_mode_tls")
+    if tls is not None:  # pragma: no branch - None only where Helion moved it
+        tls.context = None
+
+
+class CpuKernel:
+    """CPU: Helion's Pallas interpret mode through the JAX bridge, or its eager reference mode."""
+
+    def __init__(
+        self, source: HelionSource, pallas: JaxExecutor, eager: TorchKernel, reference: Callable | None = None
+    ) -> None:
+        self.source = source
+        self.pallas = pallas
+        self.eager = eager
+        self.reference = reference  # the op's JAX reference, if it has one
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        values = self.pallas.sig.values(args, kwargs)
+        if any(isinstance(v, torch.Tensor) and v.numel() == 0 for v in values):
+            return self._zero_size(values)
+        if current_cpu_mode() == "eager":
+            return self.eager(*args, **kwargs)
+        if self.source.autotune_enabled:
+            # Helion's autotuner needs real tensors, which the JAX path does not have.
+            self.source.ensure_tuned(self.pallas.sig.values(args, kwargs))
+        self.source.check_tiles(values)
+        return self.pallas(*args, **kwargs)
+
+    def _zero_size(self, values: list[Any]) -> Any:
+        """A call with a zero-size tensor. Helion cannot launch a zero-size grid ("All
+        elements in the grid must be strictly positive") nor trace a reduction over a
+        zero-size row, so such a call runs what torch's own op would: the op's JAX
+        reference when it has one (on the CPU, through the bridge), else the kernel
+        body as eager torch (Helion's reference mode), which handles the rest of the
+        shipped kernels' cases (an empty K gives zeros, an empty row an empty output)."""
+        if self.source.float_only:
+            self.source.check_float(values)
+        if self.reference is None:
+            return self.eager(*values)
+        import jax
+
+        from tpu_kernels.runtime import bridge
+
+        sig = self.pallas.sig
+        kwargs = {
+            p.name: (bridge.to_jax_cpu(v.contiguous()) if isinstance(v, torch.Tensor) else v)
+            for p, v in zip(sig.params, values)
+        }
+        x64 = any(getattr(v, "dtype", None) in (torch.float64, torch.int64) for v in values)
+        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+            out = self.reference(**kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        torch_outs = tuple(torch.from_dlpack(jax.numpy.array(o, copy=True)).clone() for o in outs)
+        return torch_outs if isinstance(out, (tuple, list)) else torch_outs[0]
+
+
+def _is_float(dtype: Any) -> bool:
+    """torch or JAX dtype -> is it floating point."""
+    if isinstance(dtype, torch.dtype):
+        return dtype.is_floating_point
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+def _shape_key(values: list[Any]) -> tuple:
+    """(shape, dtype) of each array or tensor argument and the value of the others:
+    the same key for torch tensors and the JAX arrays the bridge makes of them."""
+    key = []
+    for v in values:
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            key.append((tuple(v.shape), str(v.dtype).removeprefix("torch.")))
+        else:
+            key.append(v)
+    return tuple(key)
+
+
+# Helion's backend on each device that has one, by the device's name (tpu_kernels.runtime.devices):
+# every Helion op gets a kernel on the device's dispatch key, built on its first call. The
+# CPU is not here: it runs Helion's Pallas backend in interpret mode or its eager reference
+# mode (CpuKernel). A Helion backend for another device is one entry here.
+HELION_BACKENDS: dict[str, str] = {"cuda": "triton", "tpu": "pallas"}
+
+
+def _require_backend(backend: str, op: str, device: str) -> None:
+    """BackendUnavailableError naming what Helion's `backend` needs on `device` and is missing
+    in this process (without it Helion fails at the first call with its own error)."""
+    if backend == "pallas":
+        tpu_device.torch_tpu_pallas()  # Helion's Pallas backend launches through torch_tpu
+    elif backend == "triton" and sys.modules.get("triton") is None:  # None: import blocked
+        try:
+            import triton  # noqa: F401
+        except ImportError as e:
+            raise BackendUnavailableError(
+                f"{op}: {device.upper()} tensors need Triton for Helion ({e})"
+            ) from e
+
+
+class HelionSource:
+    kind = "helion"
+
+    def __init__(
+        self, name: str, kernel: Any, *, autotune: bool = False, float_only: frozenset[str] = frozenset()
+    ) -> None:
+        import helion
+        from helion.runtime.settings import RefMode
+
+        _require_source(name, kernel.fn)
+        self.name = name
+        self.kernel = kernel
+        self.signature_fn = kernel.fn
+        self.autotune_enabled = autotune
+        overrides: dict[str, Any] = {}
+        configs = list(kernel.configs)
+        if not autotune:
+            if not configs:
+                overrides["autotune_effort"] = "none"
+            elif len(configs) > 1:
+                warnings.warn(
+                    f"{name}: the Helion kernel has {len(configs)} configs and autotune=False; using the "
+                    "first. Pass autotune=True to tune among them.",
+                    stacklevel=4,
+                )
+                kernel = helion.Kernel(
+                    kernel.fn,
+                    configs=configs[:1],
+                    settings=kernel.settings,
+                    key=_compat.helion_key_fn(kernel),
+                )
+        self.interpret = variant(
+            kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF, **overrides
+        )
+        self.eager = variant(kernel, ref_mode=RefMode.EAGER, pallas_interpret=False, **overrides)
+        # device name -> the kernel on Helion's backend for it (HELION_BACKENDS)
+        self.device_variants = {
+            name: variant(kernel, backend=backend, pallas_interpret=False, ref_mode=RefMode.OFF, **overrides)
+            for name, backend in HELION_BACKENDS.items()
+        }
+        # The TPU lowering check (`tpu-kernels check`) lowers Helion's Pallas code for a TPU
+        # whichever devices the table lists: the TPU's variant, or the same settings.
+        self.tpu_variant = self.device_variants.get("tpu") or variant(
+            kernel, backend="pallas", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
+        )
+        self._tuned: dict[tuple, Any] = {}  # shape key -> the interpret variant with its tuned config
+        self._tiles_ok: set[tuple] = set()  # shape keys whose tiling check_tiles passed
+        self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
+        self.lowering_body = self._lowering_body()
+        self._pallas: JaxExecutor | None = None
+        # Parameters that must be floating point (the shipped kernels compute in float32 and
+        # refuse integers, docs/dtypes.md); Helion's host code cannot raise, so the check is here.
+        unknown = sorted(float_only - set(_param_names(kernel.fn)))
+        if unknown:
+            raise OpDefinitionError(f"{name}: float_only names {unknown}, which are not parameters.")
+        self.float_only = float_only
+
+    def check_float(self, values: list[Any]) -> None:
+        """Raise the shipped ops' integer-input error for a `float_only` parameter."""
+        from tpu_kernels.definition.dtypes import FLOAT_DTYPES_TEXT
+
+        short = self.name.split("::")[-1]
+        for n, v in zip(_param_names(self.kernel.fn), values):
+            dtype = getattr(v, "dtype", None)
+            if n in self.float_only and dtype is not None and not _is_float(dtype):
+                raise TypeError(
+                    f"{short}: argument '{n}' has dtype {str(dtype).removeprefix('torch.')}; {short} "
+                    f"computes in floating point and accepts {FLOAT_DTYPES_TEXT}. Convert it first "
+                    "(for example x.float())."
+                )
+
+    def check_tiles(self, values: list[Any]) -> None:
+        """InvalidArgumentError for a call Helion's Pallas backend cannot tile: Helion 1.5 runs
+        every grid `hl.tile` dimension (an outer tile; an inner loop's tile masks its last
+        block) in whole blocks of the config's size, so a dimension larger than its block
+        must be a multiple of it (its partial last block fails deep in JAX with
+        "Shapes must be 1D sequences of concrete values"). Checked once per shape."""
+        key = _shape_key(values)
+        if key in self._tiles_ok:
+            return
+        kernel = self._tuned.get(key, self.interpret)
+        for size, block in _compat.helion_tiles(kernel, tuple(values)):
+            if size > block and size % block:
+                shapes = ", ".join(
+                    f"{n}={list(v.shape)}"
+                    for n, v in zip(_param_names(self.kernel.fn), values)
+                    if isinstance(v, torch.Tensor)
+                )
+                raise InvalidArgumentError(
+                    f"{self.name}: {shapes}: the Helion kernel tiles a dimension of size {size} in "
+                    f"blocks of {block}, and Helion's Pallas backend runs whole blocks only: a tiled "
+                    f"dimension must be at most {block} or a multiple of it. Pad the input to a "
+                    f"multiple of {block}, give the kernel a block that divides {size} (its "
+                    "helion.Config), or run on CPU in Helion's eager mode "
+                    "(tpu_kernels.helion_cpu_mode('eager'))."
+                )
+        if len(self._tiles_ok) >= 1024:  # bounded, like the executors' caches
+            self._tiles_ok.clear()
+        self._tiles_ok.add(key)
+
+    def _body(self, pick: Callable[[list[Any]], Any]) -> Callable:
+        names = list(_param_names(self.kernel.fn))
+        op = self.name
+
+        def body(**kwargs: Any) -> Any:
+            args = [kwargs[n] for n in names]
+            if self.float_only:
+                self.check_float(args)
+            k = pick(args)
+            for n, a in zip(names, args):
+                # Helion's Pallas backend has no 64-bit types; its JAX path does not check
+                # and (Helion 1.5, JAX 0.12) loops forever inferring a float64 tiling.
+                if str(getattr(a, "dtype", "")) in ("float64", "int64", "uint64"):
+                    raise NotImplementedError(  # valid input, unsupported here: UnsupportedError
+                        f"{op}: argument '{n}' is {a.dtype}, which Helion's Pallas backend does not "
+                        "support; use 32-bit types, or run on CPU in Helion's eager mode "
+                        "(tpu_kernels.helion_cpu_mode('eager'))."
+                    )
+            return k.jax_fn(*args)
+
+        body.__name__ = getattr(self.kernel.fn, "__name__", "helion_kernel")
+        return body
+
+    def _lowering_body(self) -> Callable:
+        """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh)."""
+        return self._body(lambda args: self.tpu_variant)
+
+    def kernels(self, spec: Any) -> dict[str, Callable]:
+        if spec.mutates_args:
+            raise OpDefinitionError(f"{spec.name}: mutating Helion kernels are not supported yet.")
+        self._pallas = JaxExecutor(
+            spec.signature,
+            self.jax_body,
+            cpu_device.TRANSFER,
+            n_outputs=spec.signature.n_outputs,
+            maxsize=spec.cache_size,
+            noncontiguous=spec.noncontiguous,
+        )
+        cpu = CpuKernel(
+            self, self._pallas, TorchKernel(spec.name, spec.signature, self.eager, "cpu", self), spec.reference
+        )
+        out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
+        for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
+            device = devices.get(name)
+            kernel = TorchKernel(spec.name, spec.signature, self.device_variants[name], device.name, self)
+            out[device.dispatch_key] = _BackendChecked(kernel, backend)
+        return out
+
+    def fake(self, sig: Any, values: list[Any]) -> Any:
+        """Output fakes from Helion's own shape inference (a private API, which Helion's
+        torch.compile integration uses too). jax.eval_shape of `jax_fn` also gives
+        shapes, but Helion's code generation fails inside torch.compile's tracing
+        context; this path was built for it, and handles symbolic sizes."""
+        try:
+            infer_output_spec = _compat.get("helion_infer_output_spec")
+        except _compat.CompatError as e:  # pragma: no cover - depends on Helion's internals
+            raise KernelError(
+                f"{self.name}: this Helion version offers no shape inference for symbolic sizes ({e})"
+            ) from e
+        spec = infer_output_spec(self.interpret, tuple(values))
+        device = next(v.device for v in values if isinstance(v, torch.Tensor))
+        outs = [
+            torch.empty_strided(s["shape"], s["stride"], dtype=s["dtype"], device=device)
+            for s in spec["leaf_specs"]
+        ]
+        return outs
+
+    def ensure_tuned(self, values: list[Any], *, asked: bool = False) -> None:
+        """Autotune the CPU (interpret) variant for these real arguments, once per shape.
+
+        Helion's on-disk cache makes this a lookup in later processes. The tuned
+        config is kept as a variant with that single config, which the JAX path
+        (`jax_fn`, no real data) then compiles without tuning again. `asked`: an explicit
+        `op.autotune(...)`, which tunes even an op declared without autotune=True (whose
+        own variants never search: Helion's `autotune_effort="none"`)."""
+        import helion
+        from helion.runtime.settings import RefMode
+
+        key = _shape_key(values)
+        if key in self._tuned:
+            return
+        tuner = self.interpret
+        if asked and not self.autotune_enabled:
+            tuner = variant(self.kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF)
+        # A first call on real tensors goes through Helion's own autotuning entry point,
+        # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
+        tuner(*values)
+        config = _compat.helion_bound_config(tuner.bind(tuple(values)))
+        self._tuned[key] = helion.Kernel(
+            self.kernel.fn,
+            configs=[config],
+            settings=_compat.helion_settings_copy(self.interpret.settings),
+            key=_compat.helion_key_fn(self.kernel),
+        )
+
+    def autotune(self, args: tuple, kwargs: dict, device: str = "cpu") -> Any:
+        """Tune the variant that runs on `device` for these arguments; Helion caches the result."""
+        if device == "cpu":
+            values = self.interpret.normalize_args(*args, **kwargs)
+            self.ensure_tuned(list(values), asked=True)
+            self.cache_clear()  # executables built before with the default config: rebuilt with it
+            return self._tuned[_shape_key(list(values))].configs[0]
+        k = self.device_variants.get(device)
+        if k is None:
+            known = ", ".join(["cpu", *self.device_variants])
+            raise ValueError(f"{self.name}: autotune(device={device!r}): Helion kernels run on {known}.")
+        return k.autotune(k.normalize_args(*args, **kwargs), force=False)
+
+    def cached_devices(self) -> tuple[str, ...]:
+        return () if self._pallas is None else ("cpu",)  # Helion caches its other backends itself
+
+    def cache_info(self, device: str) -> CacheInfo:
+        if device != "cpu" or self._pallas is None:
+            raise ValueError(f"{self.name}: only the CPU Pallas path keeps a tpu_kernels cache")
+        return self._pallas.cache.info()
+
+    def cache_clear(self) -> None:
+        if self._pallas is not None:
+            self._pallas.cache.clear()
+
+
+class _BackendChecked:
+    """A device's kernel that checks on its first call that its Helion backend can run in
+    this process (the device's backend may be absent here)."""
+
+    def __init__(self, kernel: TorchKernel, backend: str) -> None:
+        self.kernel, self.backend = kernel, backend
+        self.checked = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.checked:
+            _require_backend(self.backend, self.kernel.op, self.kernel.device_type)
+            self.checked = True
+        return self.kernel(*args, **kwargs)
+
+
+def _param_names(fn: Callable) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(fn).parameters)

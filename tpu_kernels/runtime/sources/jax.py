@@ -1,0 +1,56 @@
+"""JAX / Pallas kernels: the function is the body on every device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.runtime import devices
+from tpu_kernels.runtime.cache import CacheInfo
+from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
+
+
+class JaxSource:
+    kind = "jax"
+
+    def __init__(self, fn: Callable) -> None:
+        self.signature_fn = fn
+        self.jax_body = fn
+        self.lowering_body = fn
+        self._executors: dict[str, JaxExecutor] = {}
+
+    def kernels(self, spec: Any) -> dict[str, Callable]:
+        # one kernel per registered device (tpu_kernels.runtime.devices); those run by tpu_kernels'
+        # own executor keep a compile cache, which cache_info reports
+        made = {device: device.jax_kernel(spec, self.jax_body) for device in devices.all_devices()}
+        self._executors = {d.name: k for d, k in made.items() if isinstance(k, JaxExecutor)}
+        return {d.dispatch_key: k for d, k in made.items()}
+
+    def cached_devices(self) -> tuple[str, ...]:
+        return tuple(self._executors)
+
+    def cache_info(self, device: str) -> CacheInfo:
+        return self._executors[device].cache.info()
+
+    def cache_clear(self) -> None:
+        for ex in self._executors.values():
+            ex.cache.clear()
+
+
+# the language registry's hooks (tpu_kernels.runtime.sources): the catch-all, asked last
+def recognizes(fn: Any) -> bool:
+    return True
+
+
+def make_source(op_name: str, fn: Any, options: Any) -> JaxSource:
+    if options.autotune:
+        raise OpDefinitionError(f"{op_name}: autotune=True applies to Helion kernels only.")
+    if options.float_only:
+        raise OpDefinitionError(
+            f"{op_name}: float_only= applies to Helion kernels only; a JAX body checks its "
+            "dtypes itself (it can raise while traced)."
+        )
+    if not callable(fn):
+        raise OpDefinitionError(f"{op_name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
+    return JaxSource(fn)

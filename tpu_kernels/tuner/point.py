@@ -1,0 +1,381 @@
+"""Tuning one call of one op: its candidate configs checked, measured and ranked.
+
+For the chip attached (the call's device):
+1. every candidate is traced at the call's shapes (the op's `eval_shape`): a config the kernel
+   refuses there is *refused* and never runs;
+2. on a TPU, the TPU check lowers each remaining candidate for that chip; a problem (VMEM,
+   tiling, coverage) *prunes* it before anything runs;
+3. each remaining candidate runs once and is judged against the op's float64 reference by the
+   benchmark's correctness criterion (`bench.correctness`, with the declared default's result
+   as the yardstick a candidate may be a few times less accurate than): a wrong result (or an
+   exception) excludes it, and the report says so. An op without a reference is compared with
+   its default config run in float64 (or, failing that, in its own dtypes);
+4. the survivors are timed by the benchmark harness (warm-up, interleaved rounds, rotating input
+   copies, medians with spread: `bench.timing.measure`), and `select.choose` picks.
+
+For each TPU chip that is not attached, `predict.py` prunes and ranks instead: the entry is
+marked predicted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tpu_kernels import tuning
+from tpu_kernels.bench import correctness, timing
+from tpu_kernels.bench.device import Device, last_level_cache_bytes
+from tpu_kernels.bench.stats import Summary
+from tpu_kernels.tuner import predict as predictor
+from tpu_kernels.tuner.capture import call_metadata, copy_value
+from tpu_kernels.tuner.select import Choice, choose, choose_predicted
+from tpu_kernels.tuning.lookup import toolkit_version
+from tpu_kernels.verification import checked_mode
+
+# bench.timing.measure's signature: (device, {name: (fn, arg_sets)}, settings) -> {name: Timing}
+Timer = Callable[[Device, dict, timing.Settings], dict]
+
+TUNING = timing.Settings(rounds=7, min_sample_s=0.01, warmup_s=1.0)
+"""The harness settings a tuning run times candidates with by default: fewer rounds than a
+benchmark (a tuning run times many candidates), the same method."""
+
+
+@dataclass
+class Candidate:
+    """One config at one call: what became of it, and the evidence."""
+
+    config: tuple
+    status: str = "pending"  # refused, pruned, failed, wrong, measured, predicted, chosen
+    reason: str = ""
+    timing: Summary | None = None
+    prediction: predictor.Prediction | None = None
+    error_ratio: float | None = None  # the correctness check's error / allowed (> 1 is wrong)
+
+    def to_json(self, names: Sequence[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": dict(zip(names, self.config)), "status": self.status}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.timing is not None:
+            out.update(
+                median_s=_sig(self.timing.median), p10_s=_sig(self.timing.p10), p90_s=_sig(self.timing.p90)
+            )
+        if self.prediction is not None:
+            out.update({k: _sig(v) for k, v in self.prediction.to_dict().items()})
+        if self.error_ratio is not None:
+            out["error_ratio"] = round(self.error_ratio, 4)
+        return out
+
+
+@dataclass
+class Outcome:
+    """The tuning of one op at one call for one chip."""
+
+    op: str
+    chip: str
+    source: str  # "measured" or "predicted"
+    shapes: list
+    dtypes: tuple
+    bucket: tuple
+    names: tuple[str, ...]
+    candidates: list[Candidate]
+    choice: Choice | None
+    method: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> dict[str, Any] | None:
+        return None if self.choice is None else dict(zip(self.names, self.choice.config))
+
+    def entry(self) -> tuning.Entry | None:
+        """The table entry this tuning gives (None when no candidate survived)."""
+        if self.choice is None:
+            return None
+        return tuning.Entry(
+            chip=self.chip,
+            dtypes=self.dtypes,
+            bucket=self.bucket,
+            toolkit=toolkit_version(),
+            config=self.chosen,
+            source=self.source,
+            evidence={
+                "shape": self.shapes,
+                "decisive": self.choice.decisive,
+                "tied": [dict(zip(self.names, c)) for c in self.choice.tied],
+                "method": self.method,
+                "candidates": [c.to_json(self.names) for c in self.candidates],
+                "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+
+
+def _sig(v: Any) -> Any:
+    """A measured or predicted figure to 4 significant digits (the table is for people)."""
+    return float(f"{v:.4g}") if isinstance(v, float) else v
+
+
+def candidates_for(op: Any, kwargs: dict) -> list[tuple]:
+    """The op's candidate configs, restricted to the tunables the call fixes itself."""
+    t = op.tunables
+    fixed = {n: kwargs[n] for n in t.names if n in kwargs}
+    if not fixed:
+        return list(t.configs)
+    keep = [c for c in t.configs if all(c[t.names.index(n)] == v for n, v in fixed.items())]
+    return keep or [t.config_of(fixed)]
+
+
+def measure_call(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    device: Device,
+    *,
+    settings: timing.Settings = TUNING,
+    timer: Timer | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Tune `op` at this call on the attached `device` (steps 1-4 of the module docstring)."""
+    t = op.tunables
+    shapes, dtypes, bucket = call_metadata(op, args, kwargs)
+    chip = tuning.chip_of(device.torch_device)
+    cands = [Candidate(c) for c in candidates_for(op, kwargs)]
+    step = on_step or (lambda what: None)
+    base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
+
+    def config_kwargs(c: Candidate) -> dict:
+        return {**base_kwargs, **dict(zip(t.names, c.config))}
+
+    for c in cands:
+        _refuse_if_invalid(op, args, config_kwargs(c), c)
+    if device.type == "tpu":
+        from tpu_kernels.lowering.chips import chip as tpu_chip
+
+        target = tpu_chip(chip) if chip != "tpu" else None
+        for c in cands:
+            if c.status == "pending":
+                _prune_for(op, args, config_kwargs(c), target, c)
+    live = [c for c in cands if c.status == "pending"]
+    notes: list[str] = []
+    outputs: dict[tuple, list] = {}
+    for c in live:
+        step(f"run {t.describe(c.config)}")
+        try:
+            outputs[c.config] = _visible(op, op(*args, **config_kwargs(c)))
+            device.synchronize(outputs[c.config])
+        except Exception as e:
+            c.status, c.reason = "failed", _one_line(e)
+    default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
+    _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
+    runnable = [c for c in live if c.status == "pending"]
+    timings: dict[tuple, Summary] = {}
+    if runnable:
+        sets = _input_sets(args, kwargs, settings, device)
+        fns = {
+            t.describe(c.config): (_call(op, c.config, t.names), [(a, {**k, **base_kwargs}) for a, k in sets])
+            for c in runnable
+        }
+        label = {t.describe(c.config): c for c in runnable}
+        step(f"time {len(runnable)} candidates")
+        measured = (timer or _harness)(device, fns, settings)
+        for name, tm in measured.items():
+            label[name].timing = Summary.of(tm.samples)
+            label[name].status = "measured"
+            timings[label[name].config] = label[name].timing
+    choice = choose([c.config for c in cands], timings) if timings else None
+    if choice is not None:
+        for c in cands:
+            if c.config == choice.config:
+                c.status = "chosen"
+    method = {
+        "kind": "measured",
+        "device": device.name,
+        "timer": "bench.timing.measure",
+        "rounds": settings.rounds,
+        "min_sample_s": settings.min_sample_s,
+    }
+    return Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+
+
+def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
+    """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py)."""
+    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
+
+    t = op.tunables
+    shapes, dtypes, bucket = call_metadata(op, args, kwargs)
+    target = tpu_chip(chip)
+    figures = predictor.ChipFigures.of(chip)
+    cands = [Candidate(c) for c in candidates_for(op, kwargs)]
+    base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
+    predicted: dict[tuple, float] = {}
+    for c in cands:
+        kw = {**base_kwargs, **dict(zip(t.names, c.config))}
+        _refuse_if_invalid(op, args, kw, c)
+        if c.status != "pending":
+            continue
+        _prune_for(op, args, kw, target, c)
+        if c.status != "pending":
+            continue
+        try:
+            flat, specs, x64 = flat_kernel(op, args, kw)
+            from tpu_kernels.check import vmem
+
+            with x64_scope(x64), lowering_for_tpu(target):
+                eqns = vmem.traced_pallas_calls(flat, *specs)
+        except Exception as e:
+            c.status, c.reason = "failed", _one_line(e)
+            continue
+        if not eqns:
+            c.status, c.reason = (
+                "unmodelled",
+                "no pallas_call in the traced kernel: the cost model has nothing to rank",
+            )
+            continue
+        c.prediction = predictor.predict(eqns, figures)
+        c.status = "predicted"
+        predicted[c.config] = c.prediction.seconds
+    choice = choose_predicted([c.config for c in cands], predicted) if predicted else None
+    if choice is not None:
+        for c in cands:
+            if c.config == choice.config:
+                c.status = "chosen"
+    method = {"kind": "predicted", "model": predictor.MODEL}
+    return Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method)
+
+
+# ---- the steps ----------------------------------------------------------------------------------
+
+
+def _refuse_if_invalid(op: Any, args: tuple, kwargs: dict, c: Candidate) -> None:
+    try:
+        op.eval_shape(*args, **kwargs)
+    except Exception as e:
+        c.status, c.reason = "refused", _one_line(e)
+
+
+def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) -> None:
+    from tpu_kernels.check.lowering import check_call
+    from tpu_kernels.lowering.chips import chip as tpu_chip
+
+    result = check_call(op, args, kwargs, target or tpu_chip())
+    if not result.ok:
+        c.status = "pruned"
+        c.reason = "; ".join(p.message for p in result.problems) or "the TPU lowering failed"
+
+
+def _visible(op: Any, out: Any) -> list[Any]:
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return outs[: op.n_visible]
+
+
+def _judge(
+    op: Any,
+    args: tuple,
+    base_kwargs: dict,
+    t: Any,
+    live: list[Candidate],
+    outputs: dict[tuple, list],
+    default: tuple,
+    notes: list[str],
+) -> None:
+    """Mark each live candidate whose result the correctness criterion rejects as wrong."""
+    if not live:
+        return
+    default_kwargs = {**base_kwargs, **dict(zip(t.names, default))}
+    expected = checked_mode.reference_outputs(op, args, default_kwargs)
+    ref = op.check_reference
+    if expected is None:
+        expected = _default_in_float64(op, args, default_kwargs)
+        notes.append(
+            "no reference covers this call: candidates compared with the declared default run in float64"
+            if expected is not None
+            else "no reference covers this call: candidates compared with the declared default's result"
+        )
+        if expected is None:
+            base = outputs.get(default)
+            if base is None:
+                notes.append("the declared default did not run: the candidates could not be checked")
+                for c in live:
+                    c.status, c.reason = "failed", "no reference and no default result to compare with"
+                return
+            expected = [correctness.as_tensor(o).to(torch.float64) for o in base]
+    values = op.signature.bind(args, default_kwargs)
+    named = {p.name: v for p, v in zip(op.signature.params, values)}
+    baseline = outputs.get(default)
+    for c in live:
+        ratios, why = [], ""
+        for k, (got, want) in enumerate(zip(outputs[c.config], expected)):
+            name = op.output_names[k]
+            reduction = ref.reduction(named, name) if ref is not None else correctness.default_reduction(args)
+            scale = ref.size(named, name) if ref is not None else 1.0
+            got_t = correctness.as_tensor(got)
+            check = correctness.check(
+                got_t,
+                want,
+                got_t.dtype if got_t.is_floating_point() else torch.float32,
+                reduction=reduction,
+                scale=scale,
+                baseline=None if baseline is None or c.config == default else baseline[k],
+            )
+            ratios.append(check.ratio)
+            if not check.passed and not why:
+                why = (
+                    f"output {name!r}: error {check.error:.3g} (max-norm {check.error_max:.3g}) against "
+                    f"{check.allowed:.3g} allowed ({correctness.CRITERION} criterion)"
+                )
+        c.error_ratio = max(ratios, default=0.0)
+        if why:
+            c.status, c.reason = "wrong", why
+
+
+def _default_in_float64(op: Any, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+    def wide(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v.detach().cpu().to(torch.float64)
+        return v
+
+    try:
+        out = op(*[wide(a) for a in args], **{k: wide(v) for k, v in kwargs.items()})
+    except Exception:  # a kernel that takes no float64: the caller falls back
+        return None
+    return [correctness.as_tensor(o).to(torch.float64) for o in _visible(op, out)]
+
+
+def _call(op: Any, config: tuple, names: tuple[str, ...]) -> Callable:
+    statics = dict(zip(names, config))
+
+    def run(a: tuple, kw: dict) -> Any:
+        return op(*a, **{**kw, **statics})
+
+    return run
+
+
+def _input_sets(args: tuple, kwargs: dict, settings: timing.Settings, device: Device) -> list[tuple]:
+    """The call's tensors and copies of them (new memory, same values) to rotate through, so no
+    candidate is timed on inputs the previous call left in a cache; kwargs tensors too."""
+
+    first = (tuple(args), dict(kwargs))
+    size = timing.nbytes((args, list(kwargs.values())))
+    default_rotate = 2 * last_level_cache_bytes() if device.type == "cpu" else 256 << 20
+    more = timing.input_sets(
+        lambda: (tuple(copy_value(a) for a in args), {k: copy_value(v) for k, v in kwargs.items()}),
+        size,
+        settings,
+        default_rotate,
+    )
+    return [first, *more[1:]]
+
+
+def _harness(device: Device, fns: dict, settings: timing.Settings) -> dict:
+    return timing.measure(device, fns, settings)
+
+
+def _one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+__all__ = ["TUNING", "Candidate", "Outcome", "measure_call", "predict_call"]

@@ -1,0 +1,55 @@
+"""Which measured candidate wins: the fastest median, unless the timings cannot tell.
+
+Each candidate's samples (interleaved rounds, `bench.timing.measure`) give a median and a
+spread (p10-p90). One candidate is *decisively faster* than another when its p90 is below the
+other's p10: the spreads do not overlap, so the difference is more than this run's noise. The
+candidates no other candidate is decisively faster than (p10 at most the smallest p90) are
+tied, and the tie goes to the first of them in the op's declared order, which starts with the
+declared default. So the fastest median wins outright when it is decisively faster than every
+other; tuning never moves an op off its default on noise, never keeps a candidate something is
+decisively faster than, and the same timings always give the same choice.
+
+Predicted rankings (`predict.py`) have no spread: the fastest prediction wins, ties (equal
+predictions, to 1e-12 relative) by declared order too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpu_kernels.bench.stats import Summary
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: Any  # the winner
+    tied: tuple  # every candidate nothing is decisively faster than (the winner first), declared order
+    decisive: bool  # one candidate was decisively faster than every other
+
+
+def choose(order: Sequence[Any], timings: Mapping[Any, Summary]) -> Choice:
+    """The winner among `timings` (config -> Summary); `order`: the declared order of configs."""
+    if not timings:
+        raise ValueError("choose: no measured candidate")
+    rank = {c: i for i, c in enumerate(order)}
+    ceiling = min(t.p90 for t in timings.values())
+    tied = tuple(
+        sorted((c for c in timings if timings[c].p10 <= ceiling), key=lambda c: rank.get(c, len(rank)))
+    )
+    return Choice(tied[0], tied, decisive=len(tied) == 1)
+
+
+def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float]) -> Choice:
+    """The winner of a predicted ranking (config -> seconds)."""
+    if not predicted:
+        raise ValueError("choose_predicted: no candidate")
+    rank = {c: i for i, c in enumerate(order)}
+    best = min(predicted.values())
+    tied = tuple(
+        sorted(
+            (c for c, t in predicted.items() if t <= best * (1 + 1e-12)), key=lambda c: rank.get(c, len(rank))
+        )
+    )
+    return Choice(tied[0], tied, decisive=len(tied) == 1)

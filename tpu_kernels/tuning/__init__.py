@@ -1,0 +1,40 @@
+"""Tuned statics, the core's part: what an op declares tunable (`declare.py`), the tables that
+hold tuned configs per chip, dtypes and shape bucket (`table.py`), the chip a call runs on
+(`chip.py`) and the lookup a call makes before dispatch (`lookup.py`).
+
+Finding the configs (running candidates, checking them against the reference, timing them,
+predicting TPU rankings) is `tpu_kernels.tuner`, a layer above the core; docs/autotuning.md
+tells the whole story.
+"""
+
+from tpu_kernels.tuning.chip import chip_of
+from tpu_kernels.tuning.declare import Tunables, bucket, declare, default_key
+from tpu_kernels.tuning.lookup import (
+    AUTOTUNE_ENV,
+    TUNING_DIR_ENV,
+    Tuned,
+    TuningNote,
+    reload,
+    table_paths,
+    write_path,
+)
+from tpu_kernels.tuning.table import Entry, Table, TuningTableError, read
+
+__all__ = [
+    "AUTOTUNE_ENV",
+    "TUNING_DIR_ENV",
+    "Entry",
+    "Table",
+    "Tunables",
+    "Tuned",
+    "TuningNote",
+    "TuningTableError",
+    "bucket",
+    "chip_of",
+    "declare",
+    "default_key",
+    "read",
+    "reload",
+    "table_paths",
+    "write_path",
+]

@@ -1,0 +1,517 @@
+"""A call's tuned statics: the op's tables read for the chip it runs on, before dispatch.
+
+`KernelOp.__call__` asks its `Tuned` for the tunables the caller left out, then calls the
+operator with them as ordinary statics: eager calls, `torch.compile` (the lookup runs at
+trace time; the graph holds the chosen values as constants), checked mode and the compiled
+kernel caches all see a static like any other. A tunable the caller passes is never changed.
+`torch.ops.<ns>.<name>(...)` called directly is the bare operator: it takes its statics as
+given, defaults as declared.
+
+Where a call's config comes from, in order:
+1. the innermost `with result:` of a `tpu_kernels.tuner.TuningResult` (this thread's);
+2. the op's tables: `$TPU_KERNELS_TUNING_DIR/<file>` (if set), then `<file>` beside the module
+   that defines the kernel (`table.filename`), the first taking precedence key by key. Each
+   file is read once per process, at the op's first call that looks (`reload()` reads again);
+3. the entry for this (chip, dtypes, shape bucket) tuned with this tpu_kernels version, else
+   one tuned with another version, else the nearest bucket of the same dtypes (the smallest
+   sum of |log2| distances over the dims), each of the last two with a one-time `TuningNote`;
+4. nothing: the declared defaults. A note says so once when the op has entries elsewhere
+   (another chip, dtype or bucket); an op nobody tuned runs its defaults silently.
+
+In eager mode a chosen config is first checked against the call's shapes with the op's
+`eval_shape` (a trace, no compile; once per shapes and dtypes): a config the kernel refuses
+at this shape falls back to the defaults with a note. Under torch.compile the bucket of a
+symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
+recompiling once per bucket, and only for ops with entries on this chip.
+
+With `TPU_KERNELS_AUTOTUNE=1`, an eager call with no entry for its key tunes the op right
+there (the registered online tuner, `tpu_kernels.tuner`), writes the table and uses the
+result; otherwise nothing is ever tuned implicitly.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tpu_kernels import _compat
+from tpu_kernels.dispatch.autocast import dtype_under
+from tpu_kernels.tuning import table as tables
+from tpu_kernels.tuning.chip import chip_of
+from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
+
+TUNING_DIR_ENV = "TPU_KERNELS_TUNING_DIR"
+AUTOTUNE_ENV = "TPU_KERNELS_AUTOTUNE"
+
+
+class TuningNote(UserWarning):
+    """A tuned op ran a config other than an exact entry's (nearest, defaults), or a table was
+    refused: said once per op, chip and reason."""
+
+
+# ---- process state: tables read, overlays, the online tuner ----------------------------------
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, dict[tables.Key, tables.Entry]] = {}  # op -> its entries, all files merged
+_GENERATION = [0]  # bumped whenever what a lookup may find changes: memos compare it
+_NOTED: set[tuple] = set()
+
+
+class _Overlay:
+    """One `with result:` block's entries by op (hashed by identity: a memo key part)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: Mapping[str, Mapping[tables.Key, tables.Entry]]) -> None:
+        self.entries = entries
+
+
+_OVERLAYS: contextvars.ContextVar[tuple[_Overlay, ...]] = contextvars.ContextVar(
+    "tpu_kernels_tuning_overlays", default=()
+)
+ONLINE_TUNER: list[Callable[..., Sequence[tables.Entry]] | None] = [None]
+"""Set by `tpu_kernels.tuner` when imported: tunes one call (`TPU_KERNELS_AUTOTUNE=1`)."""
+_ONLINE_MODULE = "tpu_kernels.tuner"
+_TUNED: dict[str, Tuned] = {}  # every op's lookup, by name (the traced path finds it by name)
+
+
+def toolkit_version() -> str:
+    import tpu_kernels
+
+    return tpu_kernels.__version__
+
+
+def table_paths(op: str, home: Path | None) -> list[Path]:
+    """Where the op's table files are looked for, first first: the tuning directory
+    (`$TPU_KERNELS_TUNING_DIR`), then beside the module that defines the kernel (`home`)."""
+    name = tables.filename(op)
+    out = []
+    env = os.environ.get(TUNING_DIR_ENV)
+    if env:
+        out.append(Path(env).expanduser() / name)
+    if home is not None:
+        out.append(home / name)
+    return out
+
+
+def write_path(op: str, home: Path | None) -> Path:
+    """Where tuning writes the op's table: the tuning directory if set, else beside the kernel."""
+    paths = table_paths(op, home)
+    if not paths:
+        raise ValueError(f"{op}: no place to write its tuning table; set {TUNING_DIR_ENV}.")
+    return paths[0]
+
+
+def reload() -> None:
+    """Forget every table read so far: the next lookup of each op reads its files again."""
+    with _LOCK:
+        _LOADED.clear()
+        _NOTED.clear()
+        _GENERATION[0] += 1
+
+
+def added(op: str, entries: Sequence[tables.Entry]) -> None:
+    """Entries just written by this process (a tuning run): lookups see them at once."""
+    with _LOCK:
+        current = _LOADED.get(op)
+        if current is not None:
+            for e in entries:
+                old = current.get(e.key)
+                if not (old is not None and old.source == "measured" and e.source == "predicted"):
+                    current[e.key] = e
+        _GENERATION[0] += 1
+
+
+def push_overlay(entries: Mapping[str, Mapping[tables.Key, tables.Entry]]) -> contextvars.Token:
+    """Entries by op that take precedence in this context (a `with TuningResult:` block)."""
+    token = _OVERLAYS.set((*_OVERLAYS.get(), _Overlay(entries)))
+    with _LOCK:
+        _GENERATION[0] += 1
+    return token
+
+
+def pop_overlay(token: contextvars.Token) -> None:
+    _OVERLAYS.reset(token)
+    with _LOCK:
+        _GENERATION[0] += 1
+
+
+def note(op: str, chip: str, reason: str, text: str) -> None:
+    """`text` as a TuningNote, once per (op, chip, reason)."""
+    key = (op, chip, reason)
+    if key in _NOTED:
+        return
+    _NOTED.add(key)
+    warnings.warn(f"{op}: {text}", TuningNote, stacklevel=4)
+
+
+def _loaded(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
+    got = _LOADED.get(op)
+    if got is not None:
+        return got
+    merged: dict[tables.Key, tables.Entry] = {}
+    for path in reversed(paths):  # the first path wins: read it last
+        try:
+            t = tables.read(path, op)
+        except tables.TuningTableError as e:
+            note(op, "*", f"refused {path}", f"tuning table refused, running without it: {e}")
+            continue
+        if t is not None:
+            merged.update(t.entries)
+    with _LOCK:
+        return _LOADED.setdefault(op, merged)
+
+
+def entries_for(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
+    """Every entry a lookup of `op` may use: the overlays' (innermost first) over the tables'."""
+    found = dict(_loaded(op, paths))
+    for overlay in _OVERLAYS.get():
+        found.update(overlay.entries.get(op, {}))
+    return found
+
+
+# ---- the choice ---------------------------------------------------------------------------------
+
+
+def choose(
+    entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, toolkit: str
+) -> tuple[tables.Entry | None, str]:
+    """The entry a call of (chip, dtypes, bucket) uses and how it was found: "exact",
+    "other-version", "nearest", or (None, "none"/"other-chip")."""
+    here = [e for e in entries.values() if e.chip == chip]
+    if not here:
+        return None, "other-chip" if entries else "none"
+    exact = entries.get((chip, dtypes, bucket, toolkit))
+    if exact is not None:
+        return exact, "exact"
+    same = [e for e in here if e.dtypes == dtypes and e.bucket == bucket]
+    if same:
+        return max(same, key=lambda e: e.toolkit), "other-version"
+    near = [(d, e) for e in here if e.dtypes == dtypes and (d := distance(e.bucket, bucket)) is not None]
+    if near:
+        best = min(near, key=lambda de: (de[0], de[1].toolkit != toolkit, repr(de[1].bucket)))[1]
+        return best, "nearest"
+    return None, "none"
+
+
+def distance(a: Any, b: Any) -> float | None:
+    """Sum of |log2 ratio| over matching dims of two buckets; None when their structure differs
+    (other ranks, other strings, a tensor present in one and absent in the other)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        if len(a) != len(b):
+            return None
+        total = 0.0
+        for x, y in zip(a, b):
+            d = distance(x, y)
+            if d is None:
+                return None
+            total += d
+        return total
+    if isinstance(a, bool) or isinstance(b, bool):
+        return 0.0 if a == b else None
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if a == b:
+            return 0.0
+        if a <= 0 or b <= 0:
+            return None
+        return abs(math.log2(a) - math.log2(b))
+    return 0.0 if a == b else None
+
+
+# ---- one op ------------------------------------------------------------------------------------
+
+_EMPTY: dict[str, Any] = {}
+
+
+class Tuned:
+    """One op's lookup: `fill(args, kwargs)` returns kwargs with the tunables the call left
+    out, as its chip's table chooses them (or `kwargs` itself when nothing is tuned)."""
+
+    def __init__(
+        self,
+        tunables: Tunables,
+        signature: Any,
+        home: Path | None,
+        validate: Callable[[tuple, dict], None],
+        online_target: Any = None,
+        autocast: str = "keep",
+    ) -> None:
+        self.op_name = tunables.op
+        self.signature = signature
+        self.online_target = online_target  # what the online tuner is handed (the op)
+        self.autocast = autocast  # the op's policy: under torch.autocast the kernel sees cast dtypes
+        self.tunables = tunables
+        self.home = home
+        # (index, name, keyword-only) per tensor parameter: where a call passes its tensors
+        self.tensor_slots = tuple(
+            (i, p.name, p.keyword_only) for i, p in enumerate(signature.params) if p.is_tensor
+        )
+        self.slots = tuple(zip(tunables.names, tunables.slots))
+        self.validate = validate
+        self._memo: dict[tuple, dict[str, Any]] = {}
+        self._memo_generation = -1  # the _GENERATION the memo and _live were computed at
+        self._live = False  # some table or the online tuner may give this op a config
+        _TUNED[self.op_name] = self
+
+    def paths(self) -> list[Path]:
+        return table_paths(self.op_name, self.home)
+
+    # the hot path
+    def fill(self, args: tuple, kwargs: dict) -> dict:
+        if torch.compiler.is_compiling():
+            return self._fill_traced(args, kwargs)
+        if self._memo_generation != _GENERATION[0]:
+            self._refresh()
+        if not self._live and not _OVERLAYS.get():
+            return kwargs  # no table holds an entry for this op, none is overlaid: the defaults
+        given, tensors, first = self._call_parts(args, kwargs)
+        if first is None:
+            return kwargs
+        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
+        chosen = self._memo.get(memo_key)
+        if chosen is None:
+            chosen = self._resolve(args, kwargs, tensors, first.device, given)
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[memo_key] = chosen
+        return {**kwargs, **chosen} if chosen else kwargs
+
+    def _autocast_state(self, device: Any) -> Any:
+        """What of torch.autocast changes the dtypes this op's kernel sees (a memo key part)."""
+        if self.autocast == "keep" or not torch.is_autocast_enabled(device.type):
+            return None
+        return torch.get_autocast_dtype(device.type)
+
+    def dtypes(self, tensors: tuple, device: Any) -> tuple:
+        """The dtypes the kernel will run in: the tensors', or their casts under torch.autocast
+        when the op's autocast policy casts (the lookup keys by these)."""
+        under = dtype_under(self.autocast, device.type, tensors)
+        return _dtypes(tensors, under)
+
+    def _refresh(self) -> None:
+        """After any change to what lookups may find (tables read or written, reload): forget
+        the memo and find out again whether this op has entries at all (reading its tables)."""
+        generation = _GENERATION[0]
+        self._memo = {}
+        self._live = bool(_loaded(self.op_name, self.paths())) or os.environ.get(AUTOTUNE_ENV) == "1"
+        self._memo_generation = generation
+
+    def _call_parts(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, Any]:
+        """(each tunable's given value or _MISSING, the tensor arguments, the first tensor or
+        None when every tunable is given or no tensor is)."""
+        n = len(args)
+        given = tuple(
+            kwargs[name] if name in kwargs else (args[i] if not kw and i < n else _MISSING)
+            for name, (i, kw) in self.slots
+        )
+        if _MISSING not in given:
+            return given, (), None
+        tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
+        return given, tensors, _first_tensor(tensors)  # no tensor: the dispatcher's error
+
+    def key_of(self, args: tuple, kwargs: dict) -> tuple[list, tuple, tuple]:
+        """(the tensors' shapes, the dtypes the kernel runs in, the shape bucket) of a call:
+        what its table entry is keyed by (the autotuner keys what it tunes the same way)."""
+        n = len(args)
+        tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
+        shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+        first = _first_tensor(tensors)
+        dtypes = self.dtypes(tensors, first.device) if first is not None else _dtypes(tensors)
+        return shapes, dtypes, _plain(self._key(args, kwargs, tensors))
+
+    def _key(self, args: tuple, kwargs: dict, tensors: tuple) -> tuple:
+        fn = self.tunables.key
+        if fn is None:
+            return default_key(tensors)
+        values = self.signature.bind(args, kwargs)
+        named = {p.name: v for p, v in zip(self.signature.params, values)}
+        return tuple(fn(**key_arguments(fn, named)))
+
+    def _resolve(
+        self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple
+    ) -> dict[str, Any]:
+        op = self.op_name
+        chip = chip_of(device)
+        entries = entries_for(op, self.paths())
+        dtypes = self.dtypes(tensors, device)
+        bucket = _plain(self._key(args, kwargs, tensors))
+        entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
+        if how != "exact" and os.environ.get(AUTOTUNE_ENV) == "1":
+            tuned = self._tune_online(args, kwargs, chip)
+            if tuned:
+                entry, how = choose(entries_for(op, self.paths()), chip, dtypes, bucket, toolkit_version())
+        if entry is None:
+            if how == "other-chip":
+                note(
+                    op,
+                    chip,
+                    "chip",
+                    f"no tuned config for chip {chip!r} (the op's tables have entries for "
+                    f"{', '.join(sorted({e.chip for e in entries.values()}))}); running the declared defaults "
+                    f"({self.tunables.describe(self.tunables.default)}). Tune it here with tpu_kernels.autotune.",
+                )
+            elif entries and any(e.chip == chip for e in entries.values()):
+                note(
+                    op,
+                    chip,
+                    f"none {dtypes}",
+                    f"no tuned config for dtypes {list(dtypes)} on {chip!r}; "
+                    f"running the declared defaults ({self.tunables.describe(self.tunables.default)}).",
+                )
+            return _EMPTY
+        config = self._config(entry, chip)
+        if config is None:
+            return _EMPTY
+        if how != "exact":
+            why = {
+                "other-version": f"was tuned with tpu_kernels {entry.toolkit} (this is {toolkit_version()})",
+                "nearest": f"has no entry for bucket {list(bucket)}: using the nearest, {list(entry.bucket)}",
+            }[how]
+            note(
+                op,
+                chip,
+                f"{how} {bucket} {dtypes}",
+                f"the {chip!r} table {why} ({self.tunables.describe(self.tunables.config_of(config))}).",
+            )
+        fill = {name: config[name] for (name, _), g in zip(self.slots, given) if g is _MISSING}
+        try:
+            self.validate(args, {**kwargs, **fill})
+        except Exception as e:  # the kernel refuses this config at this shape: the defaults
+            note(
+                op,
+                chip,
+                f"invalid {bucket} {_metadata(tensors)}",
+                f"the tuned config "
+                f"{self.tunables.describe(self.tunables.config_of(config))} does not fit this call's shapes "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); running the declared defaults.",
+            )
+            return _EMPTY
+        return fill
+
+    def _config(self, entry: tables.Entry, chip: str) -> dict[str, Any] | None:
+        t = self.tunables
+        unknown = sorted(set(entry.config) - set(t.names))
+        config = {n: entry.config.get(n, d) for n, d in zip(t.names, t.default)}
+        if unknown or t.config_of(config) not in t.configs:
+            note(
+                self.op_name,
+                chip,
+                f"stale {entry.key}",
+                f"a tuning entry's config {dict(entry.config)} is not "
+                f"among the op's declared candidates now ({t.describe(t.default)} ...); ignored. Tune again.",
+            )
+            return None
+        return config
+
+    def _tune_online(self, args: tuple, kwargs: dict, chip: str) -> bool:
+        tuner = ONLINE_TUNER[0]
+        if tuner is None:
+            import importlib
+
+            importlib.import_module(_ONLINE_MODULE)  # registers itself (layers: the core names no tuner)
+            tuner = ONLINE_TUNER[0]
+        return bool(tuner(self.online_target, args, kwargs))
+
+    def _fill_traced(self, args: tuple, kwargs: dict) -> dict:
+        """Under torch.compile: the same choice, made at trace time and kept as constants."""
+        given, tensors, first = self._call_parts(args, kwargs)
+        if first is None:
+            return kwargs
+        device = first.device
+        chip = _chip_constant(device.type if device.index is None else str(device))
+        if not _has_entries(self.op_name, chip):
+            return kwargs
+        dtypes = self.dtypes(tensors, device)
+        bucket = _plain(self._key(args, kwargs, tensors))
+        index = _traced_config(self.op_name, chip, dtypes, bucket)
+        if index is None:
+            return kwargs
+        # the config read from the op's own declaration by index: values that Dynamo can guard on
+        # (it cannot take type() of a value assume_constant_result returned, as the range check does)
+        config = self.tunables.configs[index]
+        fill = {name: v for (name, _), g, v in zip(self.slots, given, config) if g is _MISSING}
+        return {**kwargs, **fill}
+
+
+_MISSING = object()
+
+
+def _first_tensor(tensors: tuple) -> torch.Tensor | None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            return t
+        if isinstance(t, (list, tuple)):
+            for x in t:
+                if isinstance(x, torch.Tensor):
+                    return x
+    return None
+
+
+def _metadata(tensors: tuple) -> tuple:
+    return tuple(
+        (t.shape, t.dtype)
+        if isinstance(t, torch.Tensor)
+        else (tuple((x.shape, x.dtype) for x in t) if isinstance(t, (list, tuple)) else None)
+        for t in tensors
+    )
+
+
+def _dtypes(tensors: tuple, under: Callable[[Any], Any] | None = None) -> tuple:
+    def name(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return str(under(t) if under is not None else t.dtype).removeprefix("torch.")
+        if isinstance(t, (list, tuple)):
+            return tuple(name(x) for x in t)
+        return None
+
+    return tuple(name(t) for t in tensors)
+
+
+def _plain(v: Any) -> Any:
+    """A key with torch.Size and SymInt-free ints made plain tuples and ints (JSON's shapes)."""
+    if isinstance(v, (tuple, list)):
+        return tuple(_plain(x) for x in v)
+    if isinstance(v, torch.SymInt):
+        return int(v)
+    return v
+
+
+@_compat.assume_constant_result
+def _chip_constant(device: str) -> str:
+    return chip_of(torch.device(device))
+
+
+# Under torch.compile these run at trace time on constants (the op's name, the chip, the key)
+# and their results enter the graph as constants: Dynamo never traces the table reads.
+@_compat.assume_constant_result
+def _has_entries(op: str, chip: str) -> bool:
+    return any(e.chip == chip for e in entries_for(op, _TUNED[op].paths()).values())
+
+
+@_compat.assume_constant_result
+def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | None:
+    """The index of the chosen config in the op's declared candidates, or None."""
+    tuned = _TUNED[op]
+    entry, _ = choose(entries_for(op, tuned.paths()), chip, dtypes, bucket, toolkit_version())
+    if entry is None:
+        return None
+    config = tuned._config(entry, chip)
+    return None if config is None else tuned.tunables.configs.index(tuned.tunables.config_of(config))
+
+
+def iter_entries(op: str, home: Path | None) -> Iterator[tables.Entry]:
+    """The entries the op's tables hold now (read fresh; for reports and the CLI)."""
+    merged: dict[tables.Key, tables.Entry] = {}
+    for path in reversed(table_paths(op, home)):
+        t = tables.read(path, op)
+        if t is not None:
+            merged.update(t.entries)
+    yield from merged.values()

@@ -1,0 +1,242 @@
+"""A tuning table: one op's tuned configs as a JSON file meant to be read and committed.
+
+    {
+      "format": "tpu_kernels.tuning/1",
+      "op": "tpu_kernels::softmax",
+      "tunables": {"block_rows": [256, 8, 32, 128, 512]},
+      "entries": [
+        {"chip": "v6e", "dtypes": ["bfloat16"], "bucket": [[4096, 1024]], "toolkit": "0.1.0",
+         "config": {"block_rows": 512}, "source": "measured", "shape": [[4096, 1024]], ...}
+      ]
+    }
+
+An entry is keyed by (chip, dtypes, bucket, toolkit): the chip generation it was tuned for
+("v6e", "cpu", "cuda:NVIDIA H200"), its tensors' dtypes, the shape bucket of its call
+(`declare.default_key` unless the op has a `tune_key`) and the tpu_kernels version. `source`
+says whether the config was measured on that chip or predicted by the cost model for a chip that
+was not attached; the rest (`shape`, `candidates`, `method`) is the evidence, for people.
+
+A table is written under an exclusive lock (`fcntl.flock` on its directory, so no lock file is
+left beside a table meant to be committed): the writer
+reads what is there, merges its entries in and replaces the file atomically (a temporary file
+in the same directory, then `os.replace`), so processes tuning at once each add their entries
+and a reader never sees half a file. A predicted entry never replaces a measured one.
+
+A file that is not JSON, not a tuning table, or the table of another op is refused with a
+`TuningTableError` naming the file and what is wrong; nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpu_kernels.errors import TpuKernelsError
+
+FORMAT = "tpu_kernels.tuning/1"
+SOURCES = ("measured", "predicted")
+SUFFIX = ".tuning.json"
+
+
+class TuningTableError(TpuKernelsError, ValueError):
+    """A tuning table that cannot be used: not JSON, not a tuning table, another op's, or an
+    entry without the fields a lookup needs. The message names the file."""
+
+
+Key = tuple[str, tuple, tuple, str]  # (chip, dtypes, bucket, toolkit)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tuned config: where it applies (chip, dtypes, bucket, toolkit) and what it is."""
+
+    chip: str
+    dtypes: tuple
+    bucket: tuple
+    toolkit: str
+    config: Mapping[str, Any]
+    source: str  # "measured" or "predicted"
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # shape, candidates, method, ...
+
+    @property
+    def key(self) -> Key:
+        return (self.chip, self.dtypes, self.bucket, self.toolkit)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chip": self.chip,
+            "dtypes": list(self.dtypes),
+            "bucket": _lists(self.bucket),
+            "toolkit": self.toolkit,
+            "config": dict(self.config),
+            "source": self.source,
+            **{k: v for k, v in self.evidence.items() if k not in _KEY_FIELDS},
+        }
+
+
+_KEY_FIELDS = ("chip", "dtypes", "bucket", "toolkit", "config", "source")
+
+
+@dataclass
+class Table:
+    """One op's table: the tunables' candidate values when it was written, and its entries."""
+
+    op: str
+    tunables: dict[str, list[Any]]
+    entries: dict[Key, Entry] = field(default_factory=dict)
+
+    def add(self, entries: Iterable[Entry]) -> None:
+        """Merge `entries` in: a newer entry replaces the one with its key, except that a
+        predicted entry never replaces a measured one."""
+        for e in entries:
+            old = self.entries.get(e.key)
+            if old is not None and old.source == "measured" and e.source == "predicted":
+                continue
+            self.entries[e.key] = e
+
+    def to_json(self) -> str:
+        entries = sorted(self.entries.values(), key=lambda e: json.dumps(_lists(e.key), default=str))
+        doc = {
+            "format": FORMAT,
+            "op": self.op,
+            "tunables": self.tunables,
+            "entries": [e.to_json() for e in entries],
+        }
+        return pretty(doc) + "\n"
+
+
+def pretty(value: Any, indent: int = 0, width: int = 110) -> str:
+    """JSON for people: a value that fits on the rest of its line stays on it, a longer object or
+    list gets one member per line, two spaces deeper (one entry reads as a few lines, in diffs too)."""
+    flat = json.dumps(value)
+    if len(flat) + indent <= width or not isinstance(value, (dict, list)) or not value:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k)}: {pretty(v, indent + 2, width)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + pretty(v, indent + 2, width) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def filename(op: str) -> str:
+    """The table's file name for the op "ns::name": `ns.name.tuning.json`."""
+    return op.replace("::", ".") + SUFFIX
+
+
+def parse(text: str, path: str | Path, op: str) -> Table:
+    """The table in `text` (read from `path`, named in errors) for the op `op`."""
+    where = str(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TuningTableError(
+            f"{where}: not a tuning table: invalid JSON at line {e.lineno}, column {e.colno} ({e.msg}). "
+            "Delete or restore the file (tuning writes it again)."
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise TuningTableError(
+            f"{where}: not a tpu_kernels tuning table (format {got!r}, expected {FORMAT!r})."
+        )
+    if doc.get("op") != op:
+        raise TuningTableError(
+            f"{where}: holds the tuning of {doc.get('op')!r}, not of {op!r}; a table belongs to one op "
+            f"(its file is named {filename(op)!r})."
+        )
+    tunables = doc.get("tunables")
+    entries = doc.get("entries")
+    if not isinstance(tunables, dict) or not isinstance(entries, list):
+        raise TuningTableError(
+            f"{where}: a tuning table needs 'tunables' (an object) and 'entries' (a list)."
+        )
+    table = Table(op, tunables)
+    table.add(_entry(where, i, e) for i, e in enumerate(entries))
+    return table
+
+
+def _entry(where: str, i: int, e: Any) -> Entry:
+    def bad(why: str) -> TuningTableError:
+        return TuningTableError(f"{where}: entry {i}: {why}.")
+
+    if not isinstance(e, dict):
+        raise bad(f"an entry is an object, got {type(e).__name__}")
+    missing = [k for k in _KEY_FIELDS if k not in e]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    if not isinstance(e["chip"], str) or not isinstance(e["toolkit"], str):
+        raise bad("'chip' and 'toolkit' are strings")
+    if not isinstance(e["dtypes"], list) or not isinstance(e["bucket"], list):
+        raise bad("'dtypes' and 'bucket' are lists")
+    if not isinstance(e["config"], dict) or not e["config"]:
+        raise bad("'config' is a non-empty object of tunable values")
+    if e["source"] not in SOURCES:
+        raise bad(f"'source' is one of {', '.join(SOURCES)}, got {e['source']!r}")
+    return Entry(
+        chip=e["chip"],
+        dtypes=_tuples(e["dtypes"]),
+        bucket=_tuples(e["bucket"]),
+        toolkit=e["toolkit"],
+        config=dict(e["config"]),
+        source=e["source"],
+        evidence={k: v for k, v in e.items() if k not in _KEY_FIELDS},
+    )
+
+
+def read(path: str | Path, op: str) -> Table | None:
+    """The table at `path`, None when there is no file; a TuningTableError when it cannot be used."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuningTableError(f"{p}: cannot be read as a tuning table ({e}).") from None
+    return parse(text, p, op)
+
+
+def write(path: str | Path, op: str, tunables: dict[str, list[Any]], entries: Iterable[Entry]) -> Table:
+    """Merge `entries` into the table at `path` (created if absent) under the lock; -> the table
+    as written. A file there that is not this op's table is refused, never overwritten."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with locked(p):
+        table = read(p, op) or Table(op, {})
+        table.tunables = tunables
+        table.add(entries)
+        replace_file(p, table.to_json())
+    return table
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock for writing `path`, across processes: `flock` on its directory."""
+    import fcntl
+
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a reader sees the old file or the new one, whole (the
+    on-disk kernel cache's writer: a temporary file beside it, readable by all, then a rename)."""
+    from tpu_kernels.runtime.cache.store import write_atomic
+
+    write_atomic(path, text.encode())
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _lists(v: Any) -> Any:
+    return [_lists(x) for x in v] if isinstance(v, tuple) else v
