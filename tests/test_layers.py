@@ -342,7 +342,7 @@ def test_the_layer_tests_fail_on_a_feature_importing_op_py_and_on_a_circle(tmp_p
 
 
 # The core's folders, bottom to top: each imports only the folders before it (and the core's
-# base modules at the top level: errors, _compat, _scoped, startup). spec.py and op.py, above
+# base modules at the top level: errors, _compat, _scoped, startup, cpu_client). spec.py and op.py, above
 # them all, assemble an op from every folder's parts.
 CORE_ORDER = ("definition", "lowering", "runtime", "verification", "dispatch", ("sharding", "tuning"))
 

@@ -39,7 +39,7 @@ import jax
 import numpy as np
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, cpu_client
 
 # private, fast entry points (tpu_kernels/_compat.py); checked by tests/test_bridge.py
 _LOW_LEVEL_NAMES = ("jax_dlpack_import", "jax_dlpack_export", "torch_to_dlpack", "torch_from_dlpack")
@@ -53,8 +53,10 @@ _CPU_DEVICE: jax.Device | None = None
 
 
 def cpu_device() -> jax.Device:
+    """JAX's CPU device; the first call may make JAX's CPU client (synchronous: cpu_client.py)."""
     global _CPU_DEVICE
     if _CPU_DEVICE is None:
+        cpu_client.synchronous()
         _CPU_DEVICE = jax.devices("cpu")[0]
     return _CPU_DEVICE
 
@@ -65,6 +67,7 @@ def to_jax_cpu(t: torch.Tensor) -> jax.Array:
         t = t.detach()
     if LOW_LEVEL:
         return _import_capsule(_torch_to_capsule(t), cpu_device(), None)
+    cpu_client.synchronous()
     return jax.dlpack.from_dlpack(t)
 
 
@@ -211,6 +214,7 @@ def to_jax_cuda(t: torch.Tensor) -> jax.Array:
     """
     if t.requires_grad:
         t = t.detach()
+    cpu_client.synchronous()  # JAX makes every client at once, the CPU one too
     return jax.dlpack.from_dlpack(t)
 
 
