@@ -46,7 +46,8 @@ def test_view_cache_does_not_cache_a_new_tensor_at_a_dead_ones_id_and_memory(mon
     # caching each cost more than the call it served
     cache = bridge.ViewCache()
     imports = []  # the cached route's DLPack imports
-    monkeypatch.setattr(bridge, "to_jax_cpu", lambda t: imports.append(t) or jnp.asarray(t.numpy()))
+    real = bridge.to_jax_cpu  # an aliasing import: only such a view is cached
+    monkeypatch.setattr(bridge, "to_jax_cpu", lambda t: imports.append(t) or real(t))
     base = rand(16)
     ids = set()
     for _ in range(50):
@@ -72,6 +73,37 @@ def test_view_cache_reimports_a_tensor_whose_memory_changed():
     assert view.unsafe_buffer_pointer() == t.data_ptr() and cache.misses == 3
     t.resize_(4, 4)  # same storage, new shape
     assert cache.get(t).shape == (4, 4) and cache.misses == 4
+
+
+def test_view_cache_reimports_a_tensor_whose_dtype_changed_over_the_same_memory():
+    cache = bridge.ViewCache()
+    t = rand(4, 4)
+    cache.get(t)
+    cache.get(t)  # cached
+    t.data = t.data.view(torch.int32)  # same object, memory, shape and strides; another dtype
+    assert cache.get(t).dtype == jnp.int32 and cache.misses == 3
+
+
+@tpu_kernel("test_bridge::add_one")
+def add_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@pytest.mark.parametrize("call", ["op", "view cache"])
+def test_a_misaligned_tensor_is_never_served_a_stale_copy(call):
+    """JAX copies a misaligned tensor on the way in: a cached copy would miss the tensor's
+    later in-place writes, so such a view is never cached (each call imports it afresh)."""
+    t = rand(1025)[1:]  # 4 bytes past an aligned allocation
+    assert bridge.to_jax_cpu(t).unsafe_buffer_pointer() != t.data_ptr()  # JAX's own copy
+    cache = bridge.ViewCache()
+    for _ in range(3):  # seen, then seen again: when an aligned tensor would be cached
+        add_one(t) if call == "op" else cache.get(t)
+    t.mul_(3)
+    if call == "op":
+        torch.testing.assert_close(add_one(t), t + 1)
+    else:
+        assert len(cache) == 0
+        torch.testing.assert_close(torch.from_dlpack(cache.get(t)), t)
 
 
 def test_view_cache_entries_die_with_their_tensors():

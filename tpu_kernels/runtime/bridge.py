@@ -10,7 +10,7 @@ if a future release moves them (`LOW_LEVEL` says which path is live).
 On CPU two more savings. `ViewCache` remembers the JAX view of a tensor object
 for as long as that object lives, so weights and other tensors passed call
 after call are imported once. The view aliases the tensor's memory, so later
-in-place writes to the tensor are seen by the kernel; a tensor whose storage,
+in-place writes to the tensor are seen by the kernel; a tensor whose storage, dtype,
 shape or strides changed (`.data =`, `set_`, `resize_`) is imported again.
 A tensor seen once (a fresh activation) crosses as a NumPy view instead
 (`host_view`): a jitted function takes NumPy arguments in its C++ path, aliasing
@@ -133,6 +133,18 @@ def to_torch_cpu(a: jax.Array) -> torch.Tensor:
     return torch.from_dlpack(a)
 
 
+class CachedView:
+    """A tensor's cached JAX view, and the tensor as it was when viewed: its weak reference,
+    data pointer, shape, strides and dtype. The view is the tensor's while all five still hold
+    (`ViewCache.get` checks them; so does eager.py's shortcut, which reads `ViewCache.views`)."""
+
+    __slots__ = ("array", "dtype", "ptr", "ref", "shape", "stride")
+
+    def __init__(self, t: torch.Tensor, ref: weakref.ref, array: jax.Array) -> None:
+        self.ref, self.array = ref, array
+        self.ptr, self.shape, self.stride, self.dtype = t.data_ptr(), t.shape, t.stride(), t.dtype
+
+
 class ViewCache:
     """tensor object -> its JAX view, for tensors passed again and again (weights).
 
@@ -141,17 +153,20 @@ class ViewCache:
     which tensors seen once - fresh activations - should not pay. A one-off
     tensor costs a dict entry in a bounded table of recent sightings.
 
-    Cached entries are keyed by `id(tensor)`, with a weak reference whose callback
-    drops the entry when the tensor dies (before its id can be reused); the view
-    (which holds the tensor's storage through its DLPack capsule) dies with the
-    entry. A hit costs one dict lookup and three attribute reads (data pointer,
-    shape, strides) to catch a tensor whose memory was swapped under the object.
+    Cached entries (`views`: id -> CachedView) are keyed by `id(tensor)`, with a weak
+    reference whose callback drops the entry when the tensor dies (before its id can be
+    reused); the view (which holds the tensor's storage through its DLPack capsule) dies
+    with the entry. A hit costs one dict lookup and four attribute reads (data pointer,
+    shape, strides, dtype) to catch a tensor whose memory or type was swapped under the
+    object (`.data =`, `set_`, `resize_`). Only a view that aliases the tensor's memory
+    is cached: JAX copies a misaligned tensor on the way in, and a cached copy would
+    miss the tensor's later in-place writes. `hits` and `misses` count `get`'s calls.
     """
 
     RECENT = 4096  # sightings remembered, to spot the second one
 
     def __init__(self) -> None:
-        self._views: dict[int, tuple] = {}
+        self.views: dict[int, CachedView] = {}
         self._recent: dict[int, tuple] = {}  # id -> (weak ref, data pointer) at the first sighting
         self._lock = threading.Lock()
         self.hits = 0
@@ -160,16 +175,17 @@ class ViewCache:
     def get(self, t: torch.Tensor) -> jax.Array | np.ndarray:
         """An argument for one jitted call on `t`: its cached view, or a one-off `host_view`."""
         key = id(t)
-        entry = self._views.get(key)
+        entry = self.views.get(key)
         if (
             entry is not None
-            and entry[0]() is t
-            and entry[1] == t.data_ptr()
-            and entry[2] == t.shape
-            and entry[3] == t.stride()
+            and entry.ref() is t
+            and entry.ptr == t.data_ptr()
+            and entry.shape == t.shape
+            and entry.stride == t.stride()
+            and entry.dtype is t.dtype
         ):
             self.hits += 1
-            return entry[4]
+            return entry.array
         self.misses += 1
         ptr = t.data_ptr()
         if entry is None:
@@ -188,19 +204,22 @@ class ViewCache:
         # storage), not `t`'s TensorImpl, which would keep `t`'s Python object alive
         # (torch preserves it while C++ holds the impl) and this entry with it, forever.
         view = to_jax_cpu(t.detach())
-        ref = weakref.ref(t, lambda _, key=key, views=self._views: views.pop(key, None))
         with self._lock:
-            self._views[key] = (ref, ptr, t.shape, t.stride(), view)
             self._recent.pop(key, None)
+            if view.unsafe_buffer_pointer() != ptr:  # a copy (misaligned): never cached
+                self.views.pop(key, None)
+                return view
+            ref = weakref.ref(t, lambda _, key=key, views=self.views: views.pop(key, None))
+            self.views[key] = CachedView(t, ref, view)
         return view
 
     def clear(self) -> None:
         with self._lock:
-            self._views.clear()
+            self.views.clear()
             self._recent.clear()
 
     def __len__(self) -> int:
-        return len(self._views)
+        return len(self.views)
 
 
 VIEWS = ViewCache()
