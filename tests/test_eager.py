@@ -10,6 +10,7 @@ from tests.helpers import rand
 from tpu_kernels import tpu_kernel
 from tpu_kernels.dispatch.eager import plain_eager
 from tpu_kernels.errors import InvalidArgumentTypeError
+from tpu_kernels.runtime import bridge
 
 
 @tpu_kernel("test_eager::axpy")
@@ -322,3 +323,76 @@ def test_a_bucketed_op_checks_its_buckets_once_per_key_and_still_pads_other_shap
             torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
     # once per unpadded key (float32 and float64 at 64 rows); every call of a padded shape
     assert len(checks) == 2 + 3 * 2
+
+
+# ---- a tensor passed again (its JAX view cached) is checked again on every call ----------
+
+
+def _cached(*ts: torch.Tensor) -> None:
+    for _ in range(3):  # seen, then cached (bridge.ViewCache), then served from the cache
+        axpy(*ts, 2.0)
+    assert all(id(t) in bridge.VIEWS.views for t in ts)
+
+
+def _agree(x: torch.Tensor, y: torch.Tensor) -> None:
+    out, want = axpy(x, y, 2.0), axpy.overload(x, y, 2.0)
+    assert (out.dtype, out.shape, out.requires_grad) == (want.dtype, want.shape, want.requires_grad)
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    torch.testing.assert_close(out.double(), x.detach().double() * 2 + y.double(), rtol=1e-6, atol=1e-6)
+
+
+CHANGES = {
+    # what can change on the same tensor object between two calls
+    "new memory": lambda x: setattr(x, "data", rand(16, 16)),
+    "dtype": lambda x: setattr(x, "data", x.data.view(torch.int32) % 7),
+    "dtype over the same memory": lambda x: setattr(x, "data", x.data.view(torch.int32)),
+    "strides (transposed in place)": lambda x: x.t_(),
+    "requires grad": lambda x: x.requires_grad_(True),
+    "in-place write": lambda x: x.mul_(3),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_cached_tensor_changed_between_calls_gives_the_dispatchers_result(change):
+    x, y = rand(16, 16), rand(16, 16)
+    _cached(x, y)
+    CHANGES[change](x)
+    _agree(x, y)
+    _agree(x, y)  # and again, once the changed tensor may be cached anew
+
+
+def test_grad_and_inference_modes_are_read_on_every_call_for_cached_tensors():
+    x, y = rand(16, 16, requires_grad=True), rand(16, 16)
+    with torch.no_grad():
+        _cached(x, y)
+    assert axpy(x, y, 2.0).requires_grad  # grad mode on again: the autograd kernel's path
+    with torch.inference_mode():
+        out = axpy(x, y, 2.0)
+    assert out.is_inference() and not out.requires_grad
+    torch.testing.assert_close(out, x.detach() * 2 + y)
+
+
+def test_threads_calling_one_op_with_different_tensors_each_get_their_own_result():
+    """Two threads, each with its own cached tensors of another shape and dtype, call one op
+    at once: neither is ever served the other's key, views or compiled entry."""
+    import threading
+
+    pairs = [(rand(8, 16), rand(8, 16)), (rand(16, 8).double(), rand(16, 8).double())]
+    for x, y in pairs:
+        _cached(x, y)
+    failures = []
+
+    def work(x: torch.Tensor, y: torch.Tensor) -> None:
+        want = x * 2.0 + y
+        for _ in range(300):
+            out = axpy(x, y, 2.0)
+            if out.dtype != x.dtype or out.shape != x.shape or not torch.equal(out, want):
+                failures.append((x.dtype, out.dtype, out.shape))
+                return
+
+    threads = [threading.Thread(target=work, args=pair) for pair in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

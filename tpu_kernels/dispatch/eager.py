@@ -68,14 +68,24 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _precision = precision.current
 _include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
-_BASE_TLS = (_include().raw_repr(), _exclude().raw_repr())
+_BASE_INCLUDE, _BASE_EXCLUDE = _include().raw_repr(), _exclude().raw_repr()
 
 
 def plain_eager() -> bool:
     """No mode, transform, tracing or dispatch-state change that could route the call elsewhere."""
-    return (
-        not (_tf_mode() or _dispatch_stack() or _functorch() or _is_compiling())
-        and (_include().raw_repr(), _exclude().raw_repr()) == _BASE_TLS
+    return not _is_compiling() and not _modes_active()
+
+
+def _modes_active() -> bool:
+    """`plain_eager`'s probes but tracing's: a mode, a transform or a dispatch-state change
+    (KernelOp.__call__ and try_all have checked `is_compiling()` before the shortcut, for
+    dynamo, which must never trace into it)."""
+    return bool(
+        _tf_mode()
+        or _dispatch_stack()
+        or _functorch()
+        or _include().raw_repr() != _BASE_INCLUDE
+        or _exclude().raw_repr() != _BASE_EXCLUDE
     )
 
 
@@ -131,11 +141,18 @@ class EagerCpuCall:
         # the key holds (the tensors' shapes and dtypes, the statics), so the bucket check
         # runs once per key, not per call
         self._unpadded: set[tuple] = set()
+        self._views: dict = {}  # no cached views: every tensor is checked in full
         if self.executor is not None:
-            self._mode = self.executor.transfer.mode
+            transfer = self.executor.transfer
+            self._mode = transfer.mode
             self._peek = self.executor.cache.peek
             self._run = self.executor.run
-            self._to_jax = self.executor.transfer.to_jax
+            self._failed = self.executor.failed
+            self._to_jax = transfer.to_jax
+            self._to_torch = transfer.to_torch
+            cache = getattr(transfer, "views", None)  # the CPU's view cache (bridge.VIEWS), read here
+            if cache is not None:
+                self._views = cache.views
 
     @classmethod
     def for_op(cls, op: Op) -> EagerCpuCall | None:
@@ -191,7 +208,25 @@ class EagerCpuCall:
         tensor shape, dtype (or (shape, dtype), or None, for an executor with optional
         tensors)); tests/test_precision.py checks the two agree.
         """
-        if len(args) != self.n or not plain_eager():
+        if _is_compiling():
+            return None
+        prepared = self._prepare(args)
+        return None if prepared is None else prepared[0]
+
+    def _prepare(self, args: tuple) -> tuple[tuple, list, list[int]] | None:
+        """(the executor's cache key, the kernel's arguments, which of them are still tensors)
+        for `args` (one per parameter: `complete` first), or None when the dispatcher must
+        decide. The caller has checked `is_compiling()`.
+
+        A tensor in the view cache (`bridge.VIEWS`, a tensor seen before) and unchanged since
+        (same object, memory, shape, strides, dtype: `bridge.CachedView`) gives its cached
+        view, its key part from the record, and the checks that view taken already hold
+        (strided, contiguous: a layout change or a quantized dtype cannot keep all five);
+        what can change on the same object (its device, conjugate and negative bits, whether
+        it requires grad) is read again. Any other tensor is checked in full and left for the
+        caller to view once the key has found a compiled entry.
+        """
+        if len(args) != self.n or _modes_active():
             return None  # `complete` first
         key: list = [self._mode() if self.executor is not None else None, _precision()]
         for i, types, optional, is_list, is_int in self.statics:
@@ -212,6 +247,9 @@ class EagerCpuCall:
                 key.append(v)
         grad = _grad_enabled()
         simple = self.simple
+        views = self._views
+        arrays: list = []
+        fresh: list[int] = []
         any_tensor = False  # all None: no backend key, the dispatcher's error
         for i, optional in self.tensors:
             t = args[i]
@@ -219,11 +257,26 @@ class EagerCpuCall:
                 if not optional:
                     return None
                 key.append(None)
+                arrays.append(None)
                 continue
             any_tensor = True
+            if type(t) not in _TENSOR_TYPES:
+                return None
+            seen = views.get(id(t))
             if (
-                type(t) not in _TENSOR_TYPES
-                or not t.is_cpu
+                seen is not None
+                and seen.ref() is t
+                and seen.ptr == t.data_ptr()
+                and seen.shape == t.shape
+                and seen.stride == t.stride()
+                and seen.dtype is t.dtype
+            ):
+                if not t.is_cpu or t.is_conj() or t.is_neg() or (grad and t.requires_grad):
+                    return None
+                shape, dtype = seen.shape, seen.dtype
+                arrays.append(seen.array)
+            elif (
+                not t.is_cpu
                 or t.layout is not _STRIDED  # sparse, mkldnn: other dispatch keys
                 or t.is_quantized
                 or (grad and t.requires_grad)
@@ -231,12 +284,16 @@ class EagerCpuCall:
                 or t.is_neg()
             ):
                 return None
-            if simple:
-                key.append(t.shape)
-                key.append(t.dtype)
             else:
-                key.append((t.shape, t.dtype))
-        return tuple(key) if any_tensor else None
+                shape, dtype = t.shape, t.dtype
+                fresh.append(len(arrays))
+                arrays.append(t)
+            if simple:
+                key.append(shape)
+                key.append(dtype)
+            else:
+                key.append((shape, dtype))
+        return (tuple(key), arrays, fresh) if any_tensor else None
 
     def _remember_unpadded(self, key: tuple) -> None:
         if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like the executor's cache
@@ -273,9 +330,10 @@ class EagerCpuCall:
 
     def _call(self, args: tuple) -> Any:
         """The op's result for complete arguments (one per parameter), or `DECLINED`."""
-        key = self.key(args)
-        if key is None:
+        prepared = self._prepare(args)
+        if prepared is None:
             return DECLINED
+        key, arrays, fresh = prepared
         executor = self.executor
         if executor is None:
             return self.kernel(*args)
@@ -284,19 +342,21 @@ class EagerCpuCall:
                 return self.padded(*args)
             self._remember_unpadded(key)
         entry = self._peek(key)
-        if entry is None:  # not compiled yet, or a non-contiguous input: the full path
+        if entry is None:  # not compiled yet: the full path
             return executor(*args)
-        arrays = []
-        to_jax = self._to_jax
-        for i, _ in self.tensors:
-            t = args[i]
-            if t is None:
-                arrays.append(None)
-            elif not t.is_contiguous():
-                return executor(*args)
-            else:
-                arrays.append(to_jax(t))
-        return self._run(entry, arrays, args, key[0])
+        for j in fresh:  # tensors seen for the first time, or changed: viewed now
+            t = arrays[j]
+            if not t.is_contiguous():
+                return executor(*args)  # the executor copies (or refuses) as the op says
+            arrays[j] = self._to_jax(t)
+        mode = key[0]
+        if entry.single and (mode is True or mode is None):
+            # JaxExecutor._run's commonest case inline: one output, no interpreter lock
+            try:
+                return self._to_torch(entry.fn(*arrays))
+            except Exception as e:  # what the executor does after a failed run
+                return self._failed(entry, arrays, args, mode, e)
+        return self._run(entry, arrays, args, mode)
 
 
 __all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]
