@@ -1,14 +1,18 @@
 """Where one decode step of a patched HF model goes: its tpu_kernels op calls (recorded with a
 dispatch mode), the rows and key/value positions each computes, and, per swapped module kind,
 the time of HF's forward, of the tpu_kernels forward and of the op's own JAX function called
-directly on JAX arrays (the floor of a call through the torch <-> JAX crossing).
+directly on JAX arrays (the floor of a call through the torch <-> JAX crossing); and the CPU
+time of the process's threads over many decode steps (the main thread's against JAX's worker
+threads', which asynchronous CPU dispatch would keep busy).
 
 Used by bench/generate.py (`--breakdown`) in its child process; imports torch and JAX.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,8 +108,17 @@ def direct_jax(call: OpCall) -> Callable[[], Any]:
 
     jitted, tensors = _jitted(call)
     arrays = {n: to_jax_cpu(t.contiguous()) for n, t in tensors.items()}
-    jax.block_until_ready(jitted(arrays))
-    return lambda: jax.block_until_ready(jitted(arrays))
+    # an array's own wait is JAX's fastest (jax.block_until_ready walks a pytree first)
+    if isinstance(jitted(arrays), jax.Array):
+        return lambda: jitted(arrays).block_until_ready()
+
+    def waited() -> Any:
+        out = jitted(arrays)
+        for leaf in jax.tree_util.tree_leaves(out):
+            leaf.block_until_ready()
+        return out
+
+    return waited
 
 
 def bare_crossing(call: OpCall) -> Callable[[], Any]:
@@ -360,6 +373,80 @@ def in_model_split_us(
     return {k: statistics.median(r[k] for r in rounds_) for k in rounds_[0]}
 
 
+def thread_cpu_s(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, float]]:
+    """thread id -> (its name, its CPU seconds so far: user + system), for every thread of this
+    process, from Linux's /proc (empty where there is none). JAX's CPU worker threads are
+    named `tf_XLAExecute` (XLA's)."""
+    threads: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return threads
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in tids:
+        try:
+            with open(os.path.join(task_dir, tid, "stat")) as f:
+                threads[int(tid)] = parse_task_stat(f.read(), tick)
+        except OSError:  # the thread ended meanwhile
+            continue
+    return threads
+
+
+def parse_task_stat(stat: str, tick: int) -> tuple[str, float]:
+    """(thread name, CPU seconds) from a /proc/<pid>/task/<tid>/stat line: the name is the
+    text between the first "(" and the last ")" (it may hold spaces and parentheses); utime and
+    stime are the 12th and 13th fields after it, in clock ticks (`tick` a second)."""
+    close = stat.rindex(")")
+    fields = stat[close + 2 :].split()
+    return stat[stat.index("(") + 1 : close], (int(fields[11]) + int(fields[12])) / tick
+
+
+def cpu_shares(
+    main_s: float,
+    process_s: float,
+    before: dict[int, tuple[str, float]],
+    after: dict[int, tuple[str, float]],
+    main_tid: int,
+) -> dict:
+    """Where the CPU went while the main thread ran: its CPU seconds and the process's
+    (`time.thread_time` and `time.process_time` deltas), every other thread's together and
+    their share of the process, and per other thread name (`thread_cpu_s` before and after; a
+    thread started meanwhile counts from 0) the CPU seconds its threads took."""
+    others = max(process_s - main_s, 0.0)
+    by_name: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        spent = seconds - before.get(tid, (name, 0.0))[1]
+        if tid != main_tid and spent > 0:
+            by_name[name] = by_name.get(name, 0.0) + spent
+    return {
+        "main_s": main_s,
+        "process_s": process_s,
+        "other_threads_s": others,
+        "other_share": others / process_s if process_s > 0 else 0.0,
+        "other_threads_by_name_s": by_name,
+    }
+
+
+def decode_steps_cpu(model: torch.nn.Module, steps: int = 300) -> dict:
+    """`cpu_shares` over `steps` decode steps of `model` (after one to warm it), with their wall
+    seconds ("wall_s") and the number of steps."""
+    token, cache, length = decode_step_inputs(model)
+    position = torch.tensor([[length - 1]])
+    with torch.no_grad():
+        model(token, cache=cache, position_ids=position)
+        cache.crop(-1)
+        before = thread_cpu_s()
+        main, process, wall = time.thread_time(), time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            model(token, cache=cache, position_ids=position)
+            cache.crop(-1)
+        main, process = time.thread_time() - main, time.process_time() - process
+        wall = time.perf_counter() - wall
+        after = thread_cpu_s()
+    shares = cpu_shares(main, process, before, after, threading.get_native_id())
+    return {**shares, "wall_s": wall, "steps": steps}
+
+
 def op_calls_us(calls: list[OpCall]) -> list[dict]:
     """Per recorded call: the op, its rows, us through tpu_kernels and us of its JAX function."""
     out = []
@@ -378,11 +465,15 @@ __all__ = [
     "OpCall",
     "bare_crossing",
     "bare_crossings_us",
+    "cpu_shares",
     "decode_step_inputs",
     "decode_step_us",
+    "decode_steps_cpu",
     "direct_jax",
     "hf_swapped_us",
     "in_model_split_us",
     "op_calls_us",
+    "parse_task_stat",
     "record_decode_step",
+    "thread_cpu_s",
 ]

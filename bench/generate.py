@@ -37,6 +37,10 @@ The model is random (LlamaConfig: hidden 64, 2 layers, vocab 128); nothing is do
              modules' torch work around the op calls, tpu_kernels' layers (checks, key,
              lookup), and the crossing (the arguments' JAX views, the JAX call and the
              result's export)
+  threads    the CPU time of 300 decode steps of HF's sdpa model and of the tpu_kernels
+             model, per thread: the main thread's, and every other thread's (JAX's CPU
+             workers, `tf_XLAExecute`, busy only when JAX dispatches asynchronously) with
+             their share of the process's CPU
 
 Figures are printed, not asserted; on a CPU machine the tpu_kernels paths pay per-call
 overhead (torch <-> JAX) that the tiny model cannot hide, so read the compiles and the
@@ -167,6 +171,7 @@ def breakdown(threads: int) -> dict:
         "hf_swapped_us": step.hf_swapped_us(base),
         "bare_us": step.bare_crossings_us(base, calls),
         "split_us": step.in_model_split_us(models["tpu_kernels"], [c.op for c in calls]),
+        "cpu": {name: step.decode_steps_cpu(models[name]) for name in ("sdpa", "tpu_kernels")},
     }
 
 
@@ -254,6 +259,7 @@ def breakdown_report(r: dict) -> list[str]:
               f"| the crossing: the arguments' JAX views | {split['views']:.0f} |",
               f"| the crossing: the JAX call and the result's export | {split['call']:.0f} |",
               f"| the step (instrumented) | {split['step']:.0f} |"]  # fmt: skip
+    lines += cpu_report(r["cpu"])
     ratio = sdpa / tk_step
     if in_step_ratio < 0.8:
         verdict = "the crossing alone forbids 0.8x: at its cost inside a step, it leaves the step below it"
@@ -266,6 +272,22 @@ def breakdown_report(r: dict) -> list[str]:
     lines += ["", f"goal (issue 24): tpu_kernels at least 0.8x sdpa: {ratio:.2f}x: "
               f"{'met' if ratio >= 0.8 else 'MISSED'}; floor {sdpa / floor:.2f}x in loops of its own, "
               f"{in_step_ratio:.2f}x inside a step: {verdict}"]  # fmt: skip
+    return lines
+
+
+def cpu_report(cpu: dict[str, dict]) -> list[str]:
+    """The threads' CPU time over the decode steps of each model (`_decode_step.decode_steps_cpu`)."""
+    steps = next(iter(cpu.values()))["steps"]
+    lines = ["", f"CPU time over {steps} decode steps, per thread of the process", "",
+             "| model | wall s | CPU s | main thread s | other threads s | other threads' share "
+             "| other threads by name (CPU s) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, c in cpu.items():
+        by_name = sorted(c["other_threads_by_name_s"].items(), key=lambda kv: -kv[1])
+        names = ", ".join(f"{n} {s:.2f}" for n, s in by_name) or "-"
+        lines.append(
+            f"| {name} | {c['wall_s']:.2f} | {c['process_s']:.2f} | {c['main_s']:.2f} | "
+            f"{c['other_threads_s']:.2f} | {c['other_share']:.1%} | {names} |"
+        )
     return lines
 
 

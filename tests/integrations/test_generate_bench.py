@@ -75,6 +75,13 @@ def _report(generate, jax_us=40.0, bare=None):
                             "without step": 1000.0},
         "split_us": {"step": 1650.0, "swapped": 900.0, "ops": 700.0, "views": 50.0, "call": 400.0,
                      "call calls": 5.0},
+        "cpu": {
+            "sdpa": {"steps": 300, "wall_s": 0.5, "process_s": 0.48, "main_s": 0.48, "other_threads_s": 0.0,
+                     "other_share": 0.0, "other_threads_by_name_s": {}},
+            "tpu_kernels": {"steps": 300, "wall_s": 1.0, "process_s": 1.25, "main_s": 1.0,
+                            "other_threads_s": 0.25, "other_share": 0.2,
+                            "other_threads_by_name_s": {"tf_XLAExecute": 0.2, "python": 0.05}},
+        },
     }  # fmt: skip
     return "\n".join(generate.breakdown_report(r))
 
@@ -100,6 +107,10 @@ def test_breakdown_report(generate):
                      ("JAX views", 50), ("the result's export", 400), ("the step (instrumented)", 1650)]:  # fmt: skip
         assert any(part in line and line.endswith(f"| {us} |") for line in text.splitlines()), part
     assert "(5 JAX calls per step;" in text
+    assert "CPU time over 300 decode steps, per thread of the process" in text
+    assert "| sdpa | 0.50 | 0.48 | 0.48 | 0.00 | 0.0% | - |" in text
+    # the other threads by name, the busiest first
+    assert "| tpu_kernels | 1.00 | 1.25 | 1.00 | 0.25 | 20.0% | tf_XLAExecute 0.20, python 0.05 |" in text
     assert text.endswith("0.62x: MISSED; floor 1.11x in loops of its own, 0.95x inside a step: the crossing alone "
                          "does not forbid 0.8x: the rest is tpu_kernels' per-call layers and the patched modules")  # fmt: skip
     # floor 1000 - 300 + 500 = 1200 us in loops of its own: 0.83x, and 0.95x inside: not forbidden
@@ -210,3 +221,60 @@ def test_bare_crossing_computes_the_op_and_the_step_measurements_leave_the_model
 
 def test_it_is_not_a_harness_suite():
     assert ROOT / "bench" / "generate.py" not in discover.suite_files(None, root=ROOT)
+
+
+def test_a_threads_cpu_time_is_read_from_its_stat_line(generate):
+    import _decode_step as step
+
+    # the name may hold spaces and parentheses; utime 250 and stime 50 ticks at 100 a second
+    fields = ["S", "1", "2", "3", "0", "-1", "4194560", "10", "0", "0", "0", "250", "50", "0", "0", "20"]
+    line = "4321 (tf XLA (Execute)) " + " ".join(fields) + "\n"
+    assert step.parse_task_stat(line, 100) == ("tf XLA (Execute)", 3.0)
+
+
+def test_cpu_shares_count_only_what_other_threads_spent_meanwhile(generate):
+    import _decode_step as step
+
+    before = {1: ("python", 5.0), 2: ("tf_XLAExecute", 1.0), 3: ("tf_XLAExecute", 2.0), 4: ("gone", 9.0)}
+    # thread 5 started meanwhile (counts from 0), thread 4 ended, thread 3 spent nothing
+    after = {1: ("python", 6.0), 2: ("tf_XLAExecute", 1.5), 3: ("tf_XLAExecute", 2.0), 5: ("omp", 0.25)}
+    shares = step.cpu_shares(1.0, 1.75, before, after, main_tid=1)
+    assert shares == {
+        "main_s": 1.0,
+        "process_s": 1.75,
+        "other_threads_s": 0.75,
+        "other_share": 0.75 / 1.75,
+        "other_threads_by_name_s": {"tf_XLAExecute": 0.5, "omp": 0.25},
+    }
+    # no CPU time at all: a share of 0, not a division by zero; clock skew never goes negative
+    assert step.cpu_shares(0.0, 0.0, {}, {}, main_tid=1)["other_share"] == 0.0
+    assert step.cpu_shares(1.0, 0.999, {}, {}, main_tid=1)["other_threads_s"] == 0.0
+
+
+def test_thread_cpu_time_sees_a_busy_thread_of_this_process(generate):
+    import threading
+    import time
+
+    import _decode_step as step
+
+    if not step.thread_cpu_s():
+        pytest.skip("no /proc/self/task on this system")
+    ids: list[int] = []
+
+    def busy() -> None:
+        ids.append(threading.get_native_id())
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+
+    before = step.thread_cpu_s()
+    worker = threading.Thread(target=busy)
+    worker.start()
+    during = None
+    while worker.is_alive():  # read while the thread lives: its stat file goes with it
+        during = step.thread_cpu_s() or during
+        if ids and ids[0] in during and during[ids[0]][1] > 0:
+            break
+    worker.join()
+    assert threading.get_native_id() in before
+    assert ids[0] not in before and during is not None and during[ids[0]][1] > 0
