@@ -52,6 +52,13 @@ import random  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tpu_kernels import cpu_client  # noqa: E402
+
+# JAX's CPU client runs each computation in the calling thread, as tpu_kernels makes it when
+# it is first to use JAX: tests that make JAX arrays before any op call would otherwise give
+# the session a client that dispatches to worker threads (and the note that says so).
+cpu_client.synchronous()
+
 _SEED_ENV = "TPU_KERNELS_TEST_SEED"
 
 

@@ -46,7 +46,8 @@ def test_view_cache_does_not_cache_a_new_tensor_at_a_dead_ones_id_and_memory(mon
     # caching each cost more than the call it served
     cache = bridge.ViewCache()
     imports = []  # the cached route's DLPack imports
-    monkeypatch.setattr(bridge, "to_jax_cpu", lambda t: imports.append(t) or jnp.asarray(t.numpy()))
+    real = bridge.to_jax_cpu  # counted, and still aliasing (a copy is never cached)
+    monkeypatch.setattr(bridge, "to_jax_cpu", lambda t: imports.append(t) or real(t))
     base = rand(16)
     ids = set()
     for _ in range(50):
@@ -259,3 +260,36 @@ def test_one_compile_across_first_sighting_cached_and_fresh_tensors(dtype, disk_
         torch.testing.assert_close(out, want)
     info = compile_once.cache_info()
     assert info.misses == 1
+
+
+def _doubled_op(name: str):
+    from tpu_kernels import tpu_kernel
+
+    @tpu_kernel(f"test_bridge_views::{name}")
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    return double
+
+
+def test_a_misaligned_tensor_is_never_served_a_stale_cached_copy():
+    """JAX copies a tensor whose data pointer it cannot alias (here 4 bytes past a 64-byte
+    boundary): a cached copy would miss the tensor's later in-place writes."""
+    double = _doubled_op("misaligned")
+    x = torch.randn(1025)[1:]
+    assert x.data_ptr() % 16
+    for _ in range(3):  # a second sighting would cache its view
+        torch.testing.assert_close(double(x), x * 2, rtol=0, atol=0)
+    x.add_(torch.rand(1024) + 0.5)
+    torch.testing.assert_close(double(x), x * 2, rtol=0, atol=0)
+
+
+def test_a_tensor_whose_dtype_changed_under_the_same_object_is_viewed_again():
+    double = _doubled_op("dtype_swap")
+    y = torch.arange(256, dtype=torch.float32).reshape(2, 128) + 0.5
+    for _ in range(3):
+        double(y)
+    y.data = y.data.view(torch.int32)  # same object, memory, shape and strides; another dtype
+    out = double(y)
+    assert out.dtype == torch.int32
+    torch.testing.assert_close(out, y * 2, rtol=0, atol=0)

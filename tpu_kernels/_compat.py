@@ -117,6 +117,11 @@ _ENTRIES: dict[str, Private] = {
     "no_python_dispatcher": Private(
         "torch._dispatch.python:no_python_dispatcher", "leaving the Python dispatcher"
     ),
+    # ---- cpu_client.py: JAX reads its CPU dispatch flag when it makes its clients. Without
+    # it, "not yet": the flag is set anyway (too late it changes nothing) and no note is given.
+    "jax_backends_initialized": Private(
+        "jax._src.xla_bridge:backends_are_initialized", "has JAX made its clients yet", lambda: False
+    ),
     # ---- JAX's configuration: the Pallas interpreter per call (devices/jax_exec.py) and
     # the on-disk cache's key (cache/build.py).
     "jax_config": Private("jax._src.config", "JAX's thread-local configuration states"),

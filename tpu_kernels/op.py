@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, tuning
+from tpu_kernels import _compat, cpu_client, tuning
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels.definition import dtypes
 from tpu_kernels.definition import options as options_mod
@@ -526,6 +526,7 @@ class KernelOp:
         if matmul_precision == "current":
             matmul_precision = precision_settings.current()
         fn = self.fn
+        cpu_client.synchronous()  # before the caller's first call makes JAX's clients
 
         def kernel(*tensors: Any) -> Any:
             with pallas_interpret(mode), jax.default_matmul_precision(matmul_precision):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from tpu_kernels import cpu_client
 from tpu_kernels.definition import dtypes
 from tpu_kernels.errors import KernelError
 from tpu_kernels.lowering.chips import Chip, targeting
@@ -76,6 +77,7 @@ def export_kernel(
     chips.DEFAULT_CHIP on a machine without one)."""
     flat, specs, x64 = flat_kernel(kop, args, kwargs)
     target = lowering_for_tpu(chip) if platform == "tpu" else contextlib.nullcontext()
+    cpu_client.synchronous()  # jax.export makes JAX's clients, the CPU one too
     try:
         with x64_scope(x64), target:
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)

@@ -39,7 +39,7 @@ import jax
 import numpy as np
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, cpu_client
 
 # private, fast entry points (tpu_kernels/_compat.py); checked by tests/test_bridge.py
 _LOW_LEVEL_NAMES = ("jax_dlpack_import", "jax_dlpack_export", "torch_to_dlpack", "torch_from_dlpack")
@@ -55,6 +55,7 @@ _CPU_DEVICE: jax.Device | None = None
 def cpu_device() -> jax.Device:
     global _CPU_DEVICE
     if _CPU_DEVICE is None:
+        cpu_client.synchronous()  # the first call may make JAX's CPU client
         _CPU_DEVICE = jax.devices("cpu")[0]
     return _CPU_DEVICE
 
@@ -65,6 +66,7 @@ def to_jax_cpu(t: torch.Tensor) -> jax.Array:
         t = t.detach()
     if LOW_LEVEL:
         return _import_capsule(_torch_to_capsule(t), cpu_device(), None)
+    cpu_client.synchronous()
     return jax.dlpack.from_dlpack(t)
 
 
@@ -141,8 +143,11 @@ class ViewCache:
     Cached entries are keyed by `id(tensor)`, with a weak reference whose callback
     drops the entry when the tensor dies (before its id can be reused); the view
     (which holds the tensor's storage through its DLPack capsule) dies with the
-    entry. A hit costs one dict lookup and three attribute reads (data pointer,
-    shape, strides) to catch a tensor whose memory was swapped under the object.
+    entry. A hit costs one dict lookup and four attribute reads (data pointer,
+    shape, strides, dtype) to catch a tensor whose memory or type was swapped under the
+    object (`.data =`, `set_`, `resize_`). Only a view that aliases the tensor's memory is
+    cached: JAX copies a tensor whose data pointer is not aligned for it, and a cached copy
+    would miss the tensor's later in-place writes.
     """
 
     RECENT = 4096  # sightings remembered, to spot the second one
@@ -164,9 +169,10 @@ class ViewCache:
             and entry[1] == t.data_ptr()
             and entry[2] == t.shape
             and entry[3] == t.stride()
+            and entry[4] is t.dtype
         ):
             self.hits += 1
-            return entry[4]
+            return entry[5]
         self.misses += 1
         ptr = t.data_ptr()
         if entry is None:
@@ -185,10 +191,13 @@ class ViewCache:
         # storage), not `t`'s TensorImpl, which would keep `t`'s Python object alive
         # (torch preserves it while C++ holds the impl) and this entry with it, forever.
         view = to_jax_cpu(t.detach())
-        ref = weakref.ref(t, lambda _, key=key, views=self._views: views.pop(key, None))
         with self._lock:
-            self._views[key] = (ref, ptr, t.shape, t.stride(), view)
             self._recent.pop(key, None)
+            if view.unsafe_buffer_pointer() != ptr:  # JAX copied it (misaligned): never cached
+                self._views.pop(key, None)
+                return view
+            ref = weakref.ref(t, lambda _, key=key, views=self._views: views.pop(key, None))
+            self._views[key] = (ref, ptr, t.shape, t.stride(), t.dtype, view)
         return view
 
     def clear(self) -> None:
@@ -211,6 +220,7 @@ def to_jax_cuda(t: torch.Tensor) -> jax.Array:
     """
     if t.requires_grad:
         t = t.detach()
+    cpu_client.synchronous()  # JAX makes every client at once, the CPU one too
     return jax.dlpack.from_dlpack(t)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 from jax.experimental import serialize_executable
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, cpu_client
 from tpu_kernels.runtime.cache import entry, program, store
 
 jax_config = _compat.get("jax_config")
@@ -48,6 +48,7 @@ def build(jitted: Any, arrays: list[Any], kernel: Kernel, *, load: bool = True) 
     """The compiled kernel of `jitted` for `arrays`: loaded from disk, or compiled (and
     stored when the cache is on and the program can be keyed). `load=False` compiles even
     when an entry exists, and replaces it (an entry that failed at run time)."""
+    cpu_client.synchronous()  # before JAX makes its clients (the first build usually makes them)
     traced = jitted.trace(*arrays)
     root = store.directory()
     if root is None or not (kernel.device_type == "cpu" and kernel.mode is True):
