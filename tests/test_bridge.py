@@ -84,26 +84,17 @@ def test_view_cache_reimports_a_tensor_whose_dtype_changed_over_the_same_memory(
     assert cache.get(t).dtype == jnp.int32 and cache.misses == 3
 
 
-@tpu_kernel("test_bridge::add_one")
-def add_one(x: torch.Tensor) -> torch.Tensor:
-    return x + 1
-
-
-@pytest.mark.parametrize("call", ["op", "view cache"])
-def test_a_misaligned_tensor_is_never_served_a_stale_copy(call):
-    """JAX copies a misaligned tensor on the way in: a cached copy would miss the tensor's
-    later in-place writes, so such a view is never cached (each call imports it afresh)."""
+def test_view_cache_never_caches_a_copy_of_a_misaligned_tensor():
+    """The cache's side of test_a_misaligned_tensor_is_never_served_a_stale_cached_copy: a
+    view JAX copied is never kept, so a later get sees the tensor's in-place writes."""
     t = rand(1025)[1:]  # 4 bytes past an aligned allocation
     assert bridge.to_jax_cpu(t).unsafe_buffer_pointer() != t.data_ptr()  # JAX's own copy
     cache = bridge.ViewCache()
     for _ in range(3):  # seen, then seen again: when an aligned tensor would be cached
-        add_one(t) if call == "op" else cache.get(t)
+        cache.get(t)
+    assert len(cache) == 0
     t.mul_(3)
-    if call == "op":
-        torch.testing.assert_close(add_one(t), t + 1)
-    else:
-        assert len(cache) == 0
-        torch.testing.assert_close(torch.from_dlpack(cache.get(t)), t)
+    torch.testing.assert_close(torch.from_dlpack(cache.get(t)), t)
 
 
 def test_view_cache_entries_die_with_their_tensors():
@@ -291,3 +282,36 @@ def test_one_compile_across_first_sighting_cached_and_fresh_tensors(dtype, disk_
         torch.testing.assert_close(out, want)
     info = compile_once.cache_info()
     assert info.misses == 1
+
+
+def _doubled_op(name: str):
+    from tpu_kernels import tpu_kernel
+
+    @tpu_kernel(f"test_bridge_views::{name}")
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    return double
+
+
+def test_a_misaligned_tensor_is_never_served_a_stale_cached_copy():
+    """JAX copies a tensor whose data pointer it cannot alias (here 4 bytes past a 64-byte
+    boundary): a cached copy would miss the tensor's later in-place writes."""
+    double = _doubled_op("misaligned")
+    x = torch.randn(1025)[1:]
+    assert x.data_ptr() % 16
+    for _ in range(3):  # a second sighting would cache its view
+        torch.testing.assert_close(double(x), x * 2, rtol=0, atol=0)
+    x.add_(torch.rand(1024) + 0.5)
+    torch.testing.assert_close(double(x), x * 2, rtol=0, atol=0)
+
+
+def test_a_tensor_whose_dtype_changed_under_the_same_object_is_viewed_again():
+    double = _doubled_op("dtype_swap")
+    y = torch.arange(256, dtype=torch.float32).reshape(2, 128) + 0.5
+    for _ in range(3):
+        double(y)
+    y.data = y.data.view(torch.int32)  # same object, memory, shape and strides; another dtype
+    out = double(y)
+    assert out.dtype == torch.int32
+    torch.testing.assert_close(out, y * 2, rtol=0, atol=0)
