@@ -364,7 +364,9 @@ def in_model_split_us(
         for name in dict.fromkeys(ops):
             shortcut = registered_ops()[name]._eager_cpu
             executor = shortcut.executor
-            # the shortcut's bound views and run, and the executor's own (its full path)
+            # the shortcut's bound views and run, and the executor's own (its full path); a
+            # cached tensor's view the shortcut reads off its view-cache record with its checks
+            # (dispatch/eager.py), so "views" holds the imports of tensors seen anew only
             for obj in (shortcut, executor):
                 clocks.attr(obj, "_to_jax", "views")
             clocks.attr(shortcut, "_run", "call")

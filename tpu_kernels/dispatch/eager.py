@@ -147,9 +147,7 @@ class EagerCpuCall:
             self._mode = transfer.mode
             self._peek = self.executor.cache.peek
             self._run = self.executor.run
-            self._failed = self.executor.failed
             self._to_jax = transfer.to_jax
-            self._to_torch = transfer.to_torch
             cache = getattr(transfer, "views", None)  # the CPU's view cache (bridge.VIEWS), read here
             if cache is not None:
                 self._views = cache.views
@@ -349,14 +347,7 @@ class EagerCpuCall:
             if not t.is_contiguous():
                 return executor(*args)  # the executor copies (or refuses) as the op says
             arrays[j] = self._to_jax(t)
-        mode = key[0]
-        if entry.single and (mode is True or mode is None):
-            # JaxExecutor._run's commonest case inline: one output, no interpreter lock
-            try:
-                return self._to_torch(entry.fn(*arrays))
-            except Exception as e:  # what the executor does after a failed run
-                return self._failed(entry, arrays, args, mode, e)
-        return self._run(entry, arrays, args, mode)
+        return self._run(entry, arrays, args, key[0])
 
 
 __all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]

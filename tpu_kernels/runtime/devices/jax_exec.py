@@ -157,21 +157,13 @@ class JaxExecutor:
             to_torch = self._to_torch
             outs = [to_torch(r) for r in results]
         except Exception as e:
-            return self.failed(entry, arrays, values, mode, e, block)
+            self.transfer.recover(mode)
+            if entry.path is not None:  # loaded from disk: the entry is bad, not the kernel
+                return self._run(self._replace_bad_entry(entry, arrays, e), arrays, values, mode, block)
+            raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {e}") from e
         for j, i in enumerate(self.mutated):
             values[i].copy_(outs[self.n_outputs + j])
         return self.sig.pack(outs, self.returns_list)
-
-    def failed(
-        self, entry: Entry, arrays: list[Any], values: Any, mode: Any, error: Exception, block: bool = False
-    ) -> Any:
-        """After `entry` raised `error` on `arrays`: the interpreter reset, and either the
-        result of a fresh compile (an entry loaded from disk is the bad part, not the kernel)
-        or a KernelError naming the op and the call. `eager.py`'s inline call shares it."""
-        self.transfer.recover(mode)
-        if entry.path is not None:  # loaded from disk: the entry is bad, not the kernel
-            return self._run(self._replace_bad_entry(entry, arrays, error), arrays, values, mode, block)
-        raise KernelError(f"{self.op}: the kernel failed for {self._describe(values)}: {error}") from error
 
     def _replace_bad_entry(self, bad: Entry, arrays: list[Any], error: Exception) -> Entry:
         """An executable loaded from disk failed at run time (another shape's, a damaged one
