@@ -9,7 +9,9 @@ Each table sits in a marked region of a page:
 `python -m tpu_kernels.docs_tables` rewrites every region from the code;
 `python -m tpu_kernels.docs_tables --check` only says which are stale (exit 1).
 `tests/test_docs_tables.py` regenerates them in memory and compares, so a code
-change that makes a page wrong fails CI with the command to run.
+change that makes a page wrong fails CI with the command to run. The measured
+figures' regions render the records in bench/reports/ (`docs_perf.py`), so they
+change only when `python bench/record.py` measures them again.
 
 Not imported by `tpu_kernels` itself: rendering imports every shipped op, Tokamax
 and Helion, which an ordinary `import tpu_kernels` must not pay for.
@@ -23,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, docs_perf
 from tpu_kernels.commands._args import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -357,7 +359,10 @@ def tolerances() -> str:
 
 # ---- regions ----------------------------------------------------------------------------------
 
+# The measured figures (README.md, docs/performance.md) come from the records in bench/reports/
+# (tpu_kernels/docs_perf.py; `python bench/record.py` measures them again).
 GENERATORS: dict[str, Callable[[], str]] = {
+    **docs_perf.GENERATORS,
     "tokamax-implementations": tokamax_implementations,
     "tokamax-declarations": tokamax_declarations,
     "tokamax-families": tokamax_families,
