@@ -171,3 +171,65 @@ def test_the_package_table_names_paths_that_exist_and_every_module_of_the_core()
             if p.name != "__init__.py" and not any(p.resolve() == n or n in p.resolve().parents for n in named)
         ]
     assert not missing, f"docs/architecture.md's package table lacks {missing}"
+
+
+# ---- README: the front door ----------------------------------------------------------------------
+
+README = ROOT / "README.md"
+GENERATED = re.compile(r"<!-- generated: [\w-]+ -->\n.*?<!-- end generated -->", re.S)
+
+
+def test_readme_is_a_short_product_page_in_a_newcomers_order():
+    text = README.read_text()
+    assert len(text.encode()) < 10_000, f"README.md is {len(text.encode())} bytes; keep it under 10 kB"
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings == ["Install", "Two commands", "Example", "Features", "Performance", "Documentation"]
+
+
+def test_readme_maps_every_docs_page():
+    section = README.read_text().partition("## Documentation")[2]
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", section))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages <= linked, f"README's documentation map misses {sorted(pages - linked)}"
+
+
+def test_readme_commands_are_the_scripts_ci_runs():
+    """`bash scripts/bench` and `bash scripts/test`: both set up the environment (scripts/env.sh)
+    and run what the README says; CI runs the second."""
+    text = README.read_text()
+    commands = re.findall(r"^bash (scripts/\w+)", text, re.M)
+    assert commands == ["scripts/bench", "scripts/test"]
+    for script in commands:
+        body = (ROOT / script).read_text()
+        assert 'source "$(dirname "${BASH_SOURCE[0]}")/env.sh"' in body, script
+    assert 'exec tpu-kernels bench "$@"' in (ROOT / "scripts" / "bench").read_text()
+    assert "python -m pytest" in (ROOT / "scripts" / "test").read_text()
+    assert "bash scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_test_suites_record_runs_what_scripts_test_runs():
+    """README's time for `bash scripts/test` comes from `python bench/record.py tests`, which runs
+    the script's pytest commands itself (the script would set up its own environment)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_record", ROOT / "bench" / "record.py")
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    script = (ROOT / "scripts" / "test").read_text()
+    runs = [
+        line.split("python -m pytest ")[1].replace('"$@"', "").split()
+        for line in script.splitlines()
+        if "python -m pytest " in line and not line.lstrip().startswith("#")
+    ]
+    assert runs == [list(r) for r in record.TEST_RUNS]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_dated_measurement_logs(page):
+    """Measured figures live in generated regions (tpu_kernels/docs_perf.py renders bench/reports/),
+    which say when and at what load they were measured; the prose around them carries no dates
+    or load averages of its own."""
+    prose = GENERATED.sub("", page.read_text())
+    dates = re.findall(r"\b20\d\d-[01]\d-[0-3]\d\b", prose)
+    loads = re.findall(r"load average (?:of |at |about )?\d", prose)
+    assert not dates and not loads, f"{page.name}: dated or load-stamped prose: {dates + loads}"

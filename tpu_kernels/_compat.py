@@ -99,7 +99,7 @@ _ENTRIES: dict[str, Private] = {
         "torch._C:_ExcludeDispatchKeyGuard", "calling the op again below its autocast key"
     ),
     # ---- bridge.py: DLPack without the public wrappers (about a tenth of their cost a
-    # tensor: the README's "Per-call overhead" table). Without them, the public jax.dlpack path.
+    # tensor: `python bench/overhead.py`). Without them, the public jax.dlpack path.
     "jax_dlpack_import": Private(
         "jax._src.lib:_jax.dlpack_managed_tensor_to_buffer", "DLPack capsule -> jax.Array", None
     ),

@@ -2,7 +2,7 @@
 
 Calling a registered op goes C++ -> Python twice (the autograd kernel, then the
 CPU kernel), several times the cost of the JAX call for a small kernel (measured
-by bench/overhead.py; the figures are in the README's "Per-call overhead" table). When the dispatcher's choice is
+by bench/overhead.py; docs/performance.md, "Per-call overhead"). When the dispatcher's choice is
 certain - every argument a plain CPU tensor (or a static of the schema's type),
 no gradient needed, no torch function or dispatch mode, no functorch transform,
 not compiling, dispatch state as at import - `KernelOp.__call__` calls the CPU

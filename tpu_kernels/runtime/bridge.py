@@ -3,7 +3,7 @@
 Tensors cross by DLPack. The public `jax.dlpack.from_dlpack` costs about ten times
 the two C entry points underneath (torch's `_to_dlpack`, JAX's
 `dlpack_managed_tensor_to_buffer`), almost all of it Python checks (the figures:
-the README's "Per-call overhead" table, from bench/overhead.py). We call those
+`python bench/overhead.py`; docs/performance.md, "Per-call overhead"). We call those
 (through tpu_kernels/_compat.py), and fall back to the public functions
 if a future release moves them (`LOW_LEVEL` says which path is live).
 

@@ -20,7 +20,7 @@ from tpu_kernels.tokamax import gated_linear_unit, layer_norm
 # nothing. One row - a decode step at batch 1, generation's most frequent call - runs as
 # it is (ONE_ROW_AS_IS): its own executable, compiled once per generation, rather than a
 # pad to the tile and a slice on every step (bench/generate.py --breakdown prints the rows
-# and the step time; the README has the figures).
+# and the step time; docs/performance.md has its figures).
 ROWS = powers_of_two(128)
 ONE_ROW_AS_IS = True
 
