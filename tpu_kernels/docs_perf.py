@@ -172,15 +172,19 @@ def _overhead(report) -> dict[str, float | None]:
     return {c.name: c.median for c in point.candidates}
 
 
+def _minutes(seconds: float) -> str:
+    """A run's length to a tenth of a minute (plan.duration rounds up to whole minutes, right for
+    an estimate, too coarse for a measured figure)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
 def _bench_sentence(report) -> str:
     """The main job's size and time: its wall time, and its CPU time where a busy machine
     stretched the wall time (the run got less than one core's worth on average)."""
-    from tpu_kernels.bench.plan import duration
-
     wall, cpu = report.wall_s or 0.0, report.cpu_s
-    took = f"**{duration(wall)}**"
+    took = f"**{_minutes(wall)}**"
     if cpu and cpu < wall:
-        took += f" on a shared machine (**{duration(cpu)}** of CPU time)"
+        took += f" on a shared machine (**{_minutes(cpu)}** of CPU time)"
     benchmarks = len({r.benchmark for r in report.results})
     return (
         f"`bash scripts/bench` took {took} for {len(report.results)} points of {benchmarks} benchmarks "
@@ -190,8 +194,6 @@ def _bench_sentence(report) -> str:
 
 def bench_time() -> str:
     """How long the two commands took on a CPU once set up, for README's commands."""
-    from tpu_kernels.bench.plan import duration
-
     report = main_report()
     lines = [
         f"On a {report.environment.get('cpu_count', '?')}-core CPU, once set up, {_bench_sentence(report)}"
@@ -199,7 +201,7 @@ def bench_time() -> str:
     tests = REPORTS / "tests.json"
     if tests.is_file():
         record = json.loads(tests.read_text())
-        lines.append(f"`bash scripts/test` **{duration(record['wall_s'])}** ({record['figures']['summary']})")
+        lines.append(f"`bash scripts/test` **{_minutes(record['wall_s'])}** ({record['figures']['summary']})")
     else:
         lines.append(f"`bash scripts/test` has no record yet (`{RECORD} tests` makes one)")
     return "; ".join(lines) + "; [how they were measured](docs/performance.md).\n"
@@ -313,16 +315,14 @@ def overhead_table() -> str:
 
 def run_summary() -> str:
     """The main job as recorded: its size, its wall time and every result's verdict."""
-    from tpu_kernels.bench.plan import duration
-
     report = main_report()
     checked, bad = _checked(report)
     verdict = "every one within its bound" if not bad else f"wrong or failed: {', '.join(bad)}"
-    cpu = f" ({duration(report.cpu_s)} of CPU time)" if report.cpu_s else ""
+    cpu = f" ({_minutes(report.cpu_s)} of CPU time)" if report.cpu_s else ""
     return (
         f"{len(report.results)} points of {len({r.benchmark for r in report.results})} benchmarks "
         f"({report.settings.get('sweep', '?')} sizes, {report.settings.get('rounds')} rounds) in "
-        f"{duration(report.wall_s or 0)}{cpu}; {checked} candidate results checked against float64, "
+        f"{_minutes(report.wall_s or 0)}{cpu}; {checked} candidate results checked against float64, "
         f"{verdict}.\n\n{_main_provenance(report)}\n"
     )
 
