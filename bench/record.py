@@ -12,6 +12,9 @@ Each record is a file in bench/reports/:
   varlen.json     python bench/varlen.py --repeat 3
   generate.json   python bench/generate.py --repeat 5
   breakdown.json  python bench/generate.py --breakdown
+  tests.json      the test suite as `bash scripts/test` runs it (its serial tests, then the rest
+                  on 2 workers): its wall time and pytest's summary; a long run, so never part
+                  of the default (name it: `python bench/record.py tests`)
 
 A script's record holds the command, the environment when it began (tpu_kernels.environment:
 versions, CPU count, load average, commit), its wall time and the figures its `--json` wrote.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +48,11 @@ SCRIPTS: dict[str, list[str]] = {
     "breakdown": ["bench/generate.py", "--breakdown"],
 }
 MAIN = "main"
-NAMES = (MAIN, *SCRIPTS)
+TESTS = "tests"
+NAMES = (MAIN, *SCRIPTS)  # the default: every record but TESTS
+# scripts/test's two pytest runs (kept in step by tests/test_docs.py)
+TEST_RUNS = (["-p", "no:xdist", "-m", "serial", "-q"], ["-n", "2", "--dist", "loadfile"])
+SUMMARY = re.compile(r"^=*\s*(\d+ [a-z].*?) in [\d.]+s\b", re.M)  # "=== 3 passed, 1 skipped in 2.0s ==="
 
 
 def _env() -> dict[str, str]:
@@ -61,7 +69,7 @@ def record_main() -> Path:
     Inductor caches, as a fresh machine runs it (a rerun on warm caches skips most compiles)."""
     with tempfile.TemporaryDirectory(prefix="tpu-kernels-record-") as out:
         cold = {"TPU_KERNELS_CACHE_DIR": f"{out}/kernels", "TORCHINDUCTOR_CACHE_DIR": f"{out}/inductor"}
-        command = [sys.executable, "-m", "tpu_kernels", "bench", "--out", out, "--no-plots"]
+        command = [sys.executable, "-m", "tpu_kernels", "bench", "--out", out]
         subprocess.run(command, cwd=ROOT, env={**_env(), **cold}, check=True)
         report = json.loads((Path(out) / "report.json").read_text())
         target = REPORTS / f"{report['device']['type']}.json"
@@ -91,21 +99,50 @@ def record_script(name: str) -> Path:
     return target
 
 
+def record_tests() -> Path:
+    """bench/reports/tests.json: scripts/test's runs, their wall time and pytest's summaries."""
+    from tpu_kernels import environment
+
+    started = environment.snapshot()
+    t0 = time.monotonic()
+    summaries = []
+    for args in TEST_RUNS:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", *args], cwd=ROOT, env=_env(), capture_output=True, text=True
+        )
+        sys.stderr.write(run.stdout[-2000:])
+        found = SUMMARY.findall(run.stdout)
+        if not found:
+            raise SystemExit(
+                f"record.py: no pytest summary in `pytest {' '.join(args)}` (exit {run.returncode})"
+            )
+        summaries.append(found[-1])
+    record = {
+        "command": "bash scripts/test",
+        "environment": started,
+        "wall_s": time.monotonic() - t0,
+        "figures": {"summary": "; ".join(summaries)},
+    }
+    target = REPORTS / f"{TESTS}.json"
+    target.write_text(json.dumps(record, indent=1) + "\n")
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("names", nargs="*", metavar="NAME", help=f"from {', '.join(NAMES)} (default: all)")
+    p.add_argument("names", nargs="*", metavar="NAME", help=f"from {', '.join(NAMES)} (default), {TESTS}")
     p.add_argument("--list", action="store_true", help="name the records and exit")
     args = p.parse_args(argv)
     if args.list:
-        print("\n".join(NAMES))
+        print("\n".join((*NAMES, TESTS)))
         return 0
-    unknown = sorted(set(args.names) - set(NAMES))
+    unknown = sorted(set(args.names) - {*NAMES, TESTS})
     if unknown:
-        p.error(f"unknown records {unknown}; choose from {', '.join(NAMES)}")
+        p.error(f"unknown records {unknown}; choose from {', '.join((*NAMES, TESTS))}")
     REPORTS.mkdir(exist_ok=True)
     for name in args.names or NAMES:
         print(f"recording {name} ...", file=sys.stderr, flush=True)
-        path = record_main() if name == MAIN else record_script(name)
+        path = record_main() if name == MAIN else record_tests() if name == TESTS else record_script(name)
         print(f"wrote {path.relative_to(ROOT)}", file=sys.stderr)
     sys.path.insert(0, str(ROOT))
     from tpu_kernels import docs_tables

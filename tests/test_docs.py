@@ -207,6 +207,23 @@ def test_readme_commands_are_the_scripts_ci_runs():
     assert "bash scripts/test" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_test_suites_record_runs_what_scripts_test_runs():
+    """README's time for `bash scripts/test` comes from `python bench/record.py tests`, which runs
+    the script's pytest commands itself (the script would set up its own environment)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_record", ROOT / "bench" / "record.py")
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    script = (ROOT / "scripts" / "test").read_text()
+    runs = [
+        line.split("python -m pytest ")[1].replace('"$@"', "").split()
+        for line in script.splitlines()
+        if "python -m pytest " in line and not line.lstrip().startswith("#")
+    ]
+    assert runs == [list(r) for r in record.TEST_RUNS]
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_dated_measurement_logs(page):
     """Measured figures live in generated regions (tpu_kernels/docs_perf.py renders bench/reports/),

@@ -44,6 +44,30 @@ def test_a_code_change_makes_the_check_fail(monkeypatch, tmp_path, capsys):
     assert docs_tables.main(["--check"], root=tmp_path) == 0
 
 
+def test_a_changed_record_makes_the_measured_figures_stale(monkeypatch, tmp_path, capsys):
+    """The README's and performance page's figures are the records': a record measured again
+    (here: the main job's wall time) leaves both pages stale until they are regenerated."""
+    import json
+
+    from tpu_kernels import docs_perf
+
+    reports = tmp_path / "reports"
+    shutil.copytree(ROOT / "bench" / "reports", reports)
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "docs" / "performance.md", tmp_path / "docs" / "performance.md")
+    monkeypatch.setattr(docs_perf, "REPORTS", reports)
+    assert docs_tables.main(["--check"], root=tmp_path) == 0
+    record = json.loads((reports / "cpu.json").read_text())
+    record["wall_s"] = 3600 + 17 * 60
+    (reports / "cpu.json").write_text(json.dumps(record))
+    assert docs_tables.main(["--check"], root=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "stale: README.md" in out and "stale: docs/performance.md" in out
+    assert docs_tables.main([], root=tmp_path) == 0
+    assert "`bash scripts/bench` took **77.0 min**" in (tmp_path / "README.md").read_text()
+
+
 def test_an_unknown_region_is_an_error():
     with pytest.raises(KeyError, match="no generator for region 'nope'"):
         docs_tables.render("<!-- generated: nope -->\n<!-- end generated -->\n")

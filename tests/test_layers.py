@@ -34,7 +34,7 @@ ABOVE_CORE = (
     "scaffold.py",
     "__main__.py",
     "docs_tables.py",
-    "docs_perf.py",  # the measured figures' regions, rendered by docs_tables from bench/reports/
+    "docs_perf.py",  # docs_tables' renderers of the measured figures (bench/reports/)
     # the package's facade: it names the public functions of every layer (`tpu_kernels.autotune`
     # is the tuner's) and imports each on first use (PEP 562), so importing it loads no layer
     "__init__.py",

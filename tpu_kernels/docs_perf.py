@@ -72,14 +72,15 @@ def _machine(env: dict) -> str:
 
 
 def provenance(command: str, env: dict, device_name: str | None = None) -> str:
-    """Where a record comes from: the command, the machine and its load, the commit and the day."""
+    """Where a record comes from: the command, the machine and its load, the commit (which says
+    when; a page carries no dates of its own)."""
     where = f"{device_name}, " if device_name else ""
     commit = (env.get("git_commit") or "unknown")[:10]
     packages = env.get("packages", {})
     versions = ", ".join(f"{p} {packages[p]}" for p in ("torch", "jax") if p in packages)
     return (
-        f"_Measured by `{command}` on {where}{_machine(env)}; tpu_kernels {commit}, {versions}, "
-        f"{env.get('time', '?')[:10]}. Regenerate: `{RECORD}`, then `python -m tpu_kernels.docs_tables`._"
+        f"_Measured by `{command}` on {where}{_machine(env)}; tpu_kernels {commit}, {versions}. "
+        f"Regenerate: `{RECORD}`, then `python -m tpu_kernels.docs_tables`._"
     )
 
 
@@ -135,6 +136,35 @@ def _bridge_ratios(report) -> list[float]:
     return out
 
 
+def _tuned_speedups(report) -> list[float]:
+    """The tuning suite's tuned candidate over the declared default, per point (bench/tuning.py)."""
+    out = []
+    for r in report.results:
+        tuned = r.candidate("tuned") if r.benchmark.startswith("tuning_") else None
+        if tuned is not None and tuned.speedup:
+            out.append(tuned.speedup)
+    return out
+
+
+def tuning_table() -> str:
+    """The tuning suite's points: the chosen config, the declared default's and torch's times."""
+    report = main_report()
+    lines = [
+        "| benchmark | point | tuned (chosen) | default (declared) | torch | tuned over default |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in report.results:
+        if not r.benchmark.startswith("tuning_"):
+            continue
+        tuned, default, torch_ = r.candidate("tuned"), r.candidate("default"), r.candidate("torch")
+        lines.append(
+            f"| {r.benchmark} | {r.point_id} | {_fmt(tuned.median)} ({tuned.implementation}) | "
+            f"{_fmt(default.median)} ({default.implementation}) | {_fmt(torch_.median if torch_ else None)} | "
+            f"{'-' if tuned.speedup is None else f'{tuned.speedup:.2f}x'} |"
+        )
+    return "\n".join(lines) + f"\n\n{_main_provenance(report)}\n"
+
+
 def _overhead(report) -> dict[str, float | None]:
     [point] = [r for r in report.results if r.benchmark == "overhead"] or [None]
     if point is None:
@@ -142,18 +172,39 @@ def _overhead(report) -> dict[str, float | None]:
     return {c.name: c.median for c in point.candidates}
 
 
-def bench_time() -> str:
-    """The main job's wall time, for README's commands."""
-    from tpu_kernels.bench.plan import duration
+def _minutes(seconds: float) -> str:
+    """A run's length to a tenth of a minute (plan.duration rounds up to whole minutes, right for
+    an estimate, too coarse for a measured figure)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
-    report = main_report()
+
+def _bench_sentence(report) -> str:
+    """The main job's size and time: its wall time, and its CPU time where a busy machine
+    stretched the wall time (the run got less than one core's worth on average)."""
+    wall, cpu = report.wall_s or 0.0, report.cpu_s
+    took = f"**{_minutes(wall)}**"
+    if cpu and cpu < wall:
+        took += f" on a shared machine (**{_minutes(cpu)}** of CPU time)"
     benchmarks = len({r.benchmark for r in report.results})
     return (
-        f"On a {report.environment.get('cpu_count', '?')}-core CPU `bash scripts/bench` took "
-        f"**{duration(report.wall_s or 0)}** once set up ({len(report.results)} points of {benchmarks} "
-        f"benchmarks at the CPU's reduced sizes; load average "
-        f"{(report.environment.get('load_average') or [0])[0]:.1f}; [performance](docs/performance.md)).\n"
+        f"`bash scripts/bench` took {took} for {len(report.results)} points of {benchmarks} benchmarks "
+        "at the CPU's reduced sizes"
     )
+
+
+def bench_time() -> str:
+    """How long the two commands took on a CPU once set up, for README's commands."""
+    report = main_report()
+    lines = [
+        f"On a {report.environment.get('cpu_count', '?')}-core CPU, once set up, {_bench_sentence(report)}"
+    ]
+    tests = REPORTS / "tests.json"
+    if tests.is_file():
+        record = json.loads(tests.read_text())
+        lines.append(f"`bash scripts/test` **{_minutes(record['wall_s'])}** ({record['figures']['summary']})")
+    else:
+        lines.append(f"`bash scripts/test` has no record yet (`{RECORD} tests` makes one)")
+    return "; ".join(lines) + "; [how they were measured](docs/performance.md).\n"
 
 
 def headline() -> str:
@@ -174,6 +225,12 @@ def headline() -> str:
             f"| shipped kernels called from torch, over the same kernel called in JAX | median "
             f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} points) | "
             "`tpu-kernels bench kernels` |"
+        )
+    tuned = _tuned_speedups(report)
+    if tuned:
+        lines.append(
+            f"| softmax at its autotuned block size, over its declared default | "
+            f"{min(tuned):.2f}-{max(tuned):.2f}x over {len(tuned)} points | `tpu-kernels bench tuning` |"
         )
     checked, bad = _checked(report)
     lines.append(
@@ -258,16 +315,15 @@ def overhead_table() -> str:
 
 def run_summary() -> str:
     """The main job as recorded: its size, its wall time and every result's verdict."""
-    from tpu_kernels.bench.plan import duration
-
     report = main_report()
     checked, bad = _checked(report)
     verdict = "every one within its bound" if not bad else f"wrong or failed: {', '.join(bad)}"
+    cpu = f" ({_minutes(report.cpu_s)} of CPU time)" if report.cpu_s else ""
     return (
         f"{len(report.results)} points of {len({r.benchmark for r in report.results})} benchmarks "
         f"({report.settings.get('sweep', '?')} sizes, {report.settings.get('rounds')} rounds) in "
-        f"{duration(report.wall_s or 0)}; {checked} candidate results checked against float64, {verdict}.\n\n"
-        f"{_main_provenance(report)}\n"
+        f"{_minutes(report.wall_s or 0)}{cpu}; {checked} candidate results checked against float64, "
+        f"{verdict}.\n\n{_main_provenance(report)}\n"
     )
 
 
@@ -309,6 +365,7 @@ GENERATORS = {
     "perf-kernels": kernels_table,
     "perf-tokamax": tokamax_table,
     "perf-overhead": overhead_table,
+    "perf-tuning": tuning_table,
     "perf-startup": startup_table,
     "perf-varlen": varlen_table,
     "perf-generate": generate_table,

@@ -4,6 +4,8 @@ checked against figures written into reports here."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -154,7 +156,7 @@ def test_the_printed_plan_names_each_benchmark_its_points_and_how_it_was_estimat
     earlier.add(_report(wall_s=30.0), "earlier.json")
     b = _toy()
     lines = plan.describe(plan.make([b], "full", SETTINGS, earlier), [b], "cpu")
-    assert lines[0] == "plan: 2 points of 1 benchmark, the full sizes"
+    assert lines[0] == f"plan: 2 points of 1 benchmark, {SETTINGS.rounds} rounds each, the full sizes"
     assert (
         lines[1]
         == "  toy   2 points x 2 candidates  ~60 s (1 without earlier figures)  shape=64x64, 512x512; dtype=float32"
@@ -166,8 +168,8 @@ def test_the_printed_plan_names_each_benchmark_its_points_and_how_it_was_estimat
     reduced = plan.make([b], "reduced", SETTINGS)
     lines = plan.describe(reduced, [b], "cpu")
     assert (
-        lines[0]
-        == "plan: 1 point of 1 benchmark, the reduced sizes, the default on cpu (--full for every size)"
+        lines[0] == f"plan: 1 point of 1 benchmark, {SETTINGS.rounds} rounds each, the reduced sizes, "
+        "the default on cpu (--full for every size)"
     )
     assert "no earlier run timed these points; 1 counted at 5 s each" in lines[-1]
 
@@ -205,7 +207,10 @@ def test_the_command_prints_the_plan_first_and_full_runs_every_size(tmp_path, mo
     args = ["bench", "toy.py", "--rounds", "1", "--min-sample-ms", "1", "--no-plots"]
     assert main([*args, "--out", "a"]) == 0
     out = capsys.readouterr().out
-    plan_at, first_point = out.index("plan: 1 point of 1 benchmark, the reduced sizes"), out.index("] toy ")
+    plan_at, first_point = (
+        out.index("plan: 1 point of 1 benchmark, 1 round each, the reduced sizes"),
+        out.index("] toy "),
+    )
     assert plan_at < out.index("estimate: about") < first_point
     assert "1/1] toy shape=16x16,dtype=float32" in out
     report = Report.read_json(tmp_path / "a" / "report.json")
@@ -213,11 +218,12 @@ def test_the_command_prints_the_plan_first_and_full_runs_every_size(tmp_path, mo
         "shape=16x16,dtype=float32"
     ]
     assert report.wall_s > 0 and report.results[0].wall_s > 0
+    assert 0 < report.cpu_s <= report.wall_s * os.cpu_count()  # its threads, on the cores there are
     assert report.environment["load_average"] is not None
 
     assert main([*args, "--full", "--out", str(tmp_path / "bench-results" / "b")]) == 0
     out = capsys.readouterr().out
-    assert "plan: 2 points of 1 benchmark, the full sizes" in out
+    assert "plan: 2 points of 1 benchmark, 1 round each, the full sizes" in out
     report = Report.read_json(tmp_path / "bench-results" / "b" / "report.json")
     assert report.settings["sweep"] == "full" and len(report.results) == 2
 
@@ -231,3 +237,37 @@ def test_quick_and_full_together_are_a_usage_error(capsys):
         main(["bench", "--quick", "--full"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_each_sweep_has_its_settings_and_options_override_them():
+    """A CPU's default (reduced) run times fewer rounds with a shorter warm-up than a full one,
+    with the same samples; --quick keeps QUICK's; --rounds wins over any of them."""
+    from tpu_kernels.bench import timing
+
+    full, reduced, quick = (timing.for_sweep(s) for s in ("full", "reduced", "quick"))
+    assert full == timing.Settings()
+    assert (reduced.rounds, reduced.warmup_s) == (timing.REDUCED.rounds, timing.REDUCED.warmup_s)
+    assert reduced.rounds < full.rounds and reduced.warmup_s < full.warmup_s
+    assert (reduced.min_sample_s, reduced.lead_in_s) == (full.min_sample_s, full.lead_in_s)
+    assert quick == timing.quick(timing.Settings())
+
+
+def test_the_command_times_the_reduced_sweep_with_its_settings(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toy.py").write_text(SUITE)
+    from tpu_kernels.bench import timing
+
+    assert main(["bench", "toy.py", "--no-plots", "--min-sample-ms", "1", "--out", "a"]) == 0
+    assert f"{timing.REDUCED.rounds} rounds each, the reduced sizes" in capsys.readouterr().out
+    settings = Report.read_json(tmp_path / "a" / "report.json").settings
+    assert (settings["rounds"], settings["warmup_s"]) == (timing.REDUCED.rounds, timing.REDUCED.warmup_s)
+    assert main(["bench", "toy.py", "--no-plots", "--min-sample-ms", "1", "--rounds", "2", "--out", "b"]) == 0
+    assert Report.read_json(tmp_path / "b" / "report.json").settings["rounds"] == 2
+
+
+def test_a_busy_machine_is_named_after_the_estimate():
+    assert plan.busy_note(1.9, 2) is None
+    assert plan.busy_note(4.25, 2) == (
+        "note: this machine is busy (load average 4.2 on 2 cores): expect the run to take longer than estimated"
+    )
+    assert "on 1 core)" in plan.busy_note(3.0, 1)

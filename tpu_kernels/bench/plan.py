@@ -144,6 +144,7 @@ class Plan:
     sweep: str  # "quick", "reduced" or "full" (spec.SWEEPS)
     points: list[PlannedPoint]
     sources: list[str]
+    rounds: int | None = None  # the timing rounds per point (Settings.rounds)
 
     @property
     def unknown(self) -> int:
@@ -179,7 +180,7 @@ def make(
             seconds = seen.seconds(names, settings) if seen else None
             points.append(PlannedPoint(b.name, pid, names, seconds, seen.source if seen else None))
     used = [s for s in earlier.sources if any(p.source == s for p in points)]
-    return Plan(sweep, points, used)
+    return Plan(sweep, points, used, settings.rounds)
 
 
 def axes(points: Sequence[Point]) -> str:
@@ -205,6 +206,17 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def busy_note(load: float, cores: int) -> str | None:
+    """A line after the estimate when other work holds the CPU cores (the 1-minute load average
+    above their count): the estimate replays earlier runs and knows nothing of this one's company."""
+    if load <= cores:
+        return None
+    return (
+        f"note: this machine is busy (load average {load:.1f} on {_count(cores, 'core')}): "
+        "expect the run to take longer than estimated"
+    )
+
+
 def describe(plan: Plan, benchmarks: Sequence[Benchmark], device_type: str) -> list[str]:
     """The lines printed before the run: per benchmark its points and estimate, then the total
     and where its figures come from."""
@@ -215,7 +227,10 @@ def describe(plan: Plan, benchmarks: Sequence[Benchmark], device_type: str) -> l
     }[plan.sweep]
     by_name = {b.name: b for b in benchmarks}
     grouped = plan.by_benchmark()
-    lines = [f"plan: {_count(len(plan.points), 'point')} of {_count(len(grouped), 'benchmark')}, {sizes}"]
+    rounds = f", {_count(plan.rounds, 'round')} each" if plan.rounds else ""
+    lines = [
+        f"plan: {_count(len(plan.points), 'point')} of {_count(len(grouped), 'benchmark')}{rounds}, {sizes}"
+    ]
     fill = plan.fill_s()
     width = max((len(n) for n in grouped), default=0)
     for name, pts in grouped.items():

@@ -6,7 +6,7 @@ JSON schema ("tpu_kernels.bench/1"), documented in docs/benchmarking.md:
      "environment": {time, python, platform, cpu_count, load_average, packages{...}, git_commit},
      "device": {type, name, peaks: {flops_per_s, bytes_per_s, source} | null},
      "settings": {rounds, min_sample_s, warmup_s, ..., quick, sweep},
-     "wall_s": the command's wall time (seconds),
+     "wall_s": the command's wall time (seconds), "cpu_s": the CPU time it used meanwhile,
      "timer": "wall-clock ..." (what the times are),
      "notes": [str, ...],
      "results": [{benchmark, point{...}, point_id, wall_s, flops, bytes, cost_source, input_sets,
@@ -88,6 +88,9 @@ class Report:
     results: list[PointResult] = field(default_factory=list)
     schema: str = SCHEMA
     wall_s: float | None = None  # `tpu-kernels bench`'s wall time, from its start to the report
+    # ... and the CPU time it used meanwhile (user + system, every thread and waited-for child):
+    # unlike the wall time, not stretched by other work on a shared machine
+    cpu_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

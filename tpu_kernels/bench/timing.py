@@ -37,7 +37,8 @@ from tpu_kernels.runtime import devices
 @dataclass(frozen=True)
 class Settings:
     """How `measure` times candidates (the steps in this module's docstring); `tpu-kernels
-    bench --quick` takes QUICK's rounds, sample length and warm-up time."""
+    bench --quick` takes QUICK's rounds, sample length and warm-up time, a reduced run (a CPU's
+    default) REDUCED's rounds and warm-up time (`for_sweep`)."""
 
     rounds: int = 10  # interleaved rounds; each takes one sample of every candidate
     min_sample_s: float = 0.02  # a sample's shortest duration: calls per sample are calibrated to it
@@ -54,10 +55,23 @@ class Settings:
 
 
 QUICK = Settings(rounds=5, min_sample_s=0.005, warmup_s=0.5)
+# The reduced sweep (a CPU's default run): the same samples as a full run, half as many rounds
+# and a shorter warm-up cap; most of a CPU run is compiling and the interpreter, not the rounds.
+REDUCED = Settings(rounds=5, warmup_s=1.0)
 
 
 def quick(settings: Settings) -> Settings:
     return replace(settings, rounds=QUICK.rounds, min_sample_s=QUICK.min_sample_s, warmup_s=QUICK.warmup_s)
+
+
+def reduced(settings: Settings) -> Settings:
+    return replace(settings, rounds=REDUCED.rounds, warmup_s=REDUCED.warmup_s)
+
+
+def for_sweep(sweep: str, settings: Settings | None = None) -> Settings:
+    """A sweep's default settings: QUICK's for "quick", REDUCED's for "reduced", else as given."""
+    settings = settings or Settings()
+    return quick(settings) if sweep == "quick" else reduced(settings) if sweep == "reduced" else settings
 
 
 Now = Callable[[], float]

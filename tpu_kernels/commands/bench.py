@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import sys
 import time
@@ -83,8 +84,14 @@ def sweep_for(device_type: str, *, quick: bool = False, full: bool = False) -> s
     return devices.get(device_type).bench_sweep
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU time so far: its threads' and its waited-for children's, user and system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def run(args: argparse.Namespace) -> int:
-    started = time.monotonic()
+    started, started_cpu = time.monotonic(), _cpu_seconds()
     from rich.console import Console
 
     from tpu_kernels.bench import console as bench_console
@@ -92,14 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from tpu_kernels.bench.device import resolve
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    settings = timing.quick(timing.Settings()) if args.quick else timing.Settings()
-    if args.rounds:
-        settings = replace(settings, rounds=args.rounds)
-    if args.min_sample_ms:
-        settings = replace(settings, min_sample_s=args.min_sample_ms / 1e3)
-    if args.device_time:
-        settings = replace(settings, device_time=True)
-
     problem = regex_problem("--filter", args.filter) or folder_problem("--out", args.out)
     if problem:
         print(f"tpu-kernels bench: {problem}", file=sys.stderr)
@@ -141,6 +140,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     sweep = sweep_for(device.type, quick=args.quick, full=args.full)
+    settings = timing.for_sweep(sweep)
+    if args.rounds:
+        settings = replace(settings, rounds=args.rounds)
+    if args.min_sample_ms:
+        settings = replace(settings, min_sample_s=args.min_sample_ms / 1e3)
+    if args.device_time:
+        settings = replace(settings, device_time=True)
     shipped = discover.shipped_dir()
     earlier = plan.history(
         device.to_dict(),
@@ -150,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
     the_plan = plan.make(benchmarks, sweep, settings, earlier)
     for line in plan.describe(the_plan, benchmarks, device.type):
         console.print(line, highlight=False, markup=False)
+    busy = plan.busy_note(os.getloadavg()[0], os.cpu_count() or 1) if device.type == "cpu" else None
+    if busy:
+        console.print(busy, highlight=False, markup=False)
 
     report = runner.run(
         benchmarks,
@@ -163,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out or RESULTS_DIR / datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     out.mkdir(parents=True, exist_ok=True)
-    report.wall_s = time.monotonic() - started
+    report.wall_s, report.cpu_s = time.monotonic() - started, _cpu_seconds() - started_cpu
     report.write_json(out / "report.json")
     report.write_csv(out / "report.csv")
     written = ["report.json", "report.csv"]
