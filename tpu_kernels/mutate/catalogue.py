@@ -483,8 +483,8 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-key-without-dtype",
         EAGER,
-        "                key.append((t.shape, t.dtype))",
-        "                key.append(t.shape)",
+        "                key.append((shape, dtype))",
+        "                key.append(shape)",
         "the shortcut keys an op with optional tensors on shapes only: never the executor's key, so "
         "every call misses the one-pass path (results stay right; the shortcut's saving is lost)",
         T_EAGER,
@@ -492,7 +492,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-one-pass-takes-non-contiguous",
         EAGER,
-        "            elif not t.is_contiguous():\n                return executor(*args)\n",
+        "            if not t.is_contiguous():\n                return executor(*args)  # the executor copies (or refuses) as the op says\n",
         "",
         "a non-contiguous tensor handed to the compiled entry as if contiguous",
         T_EAGER,
