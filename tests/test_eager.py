@@ -396,3 +396,94 @@ def test_threads_calling_one_op_with_different_tensors_each_get_their_own_result
     for t in threads:
         t.join()
     assert not failures
+
+
+# ---- the memo of an op's last call (EagerCpuCall._recall) -------------------------------
+# A call whose tensors all come from the view cache is remembered (records, statics, interpret
+# mode, precision, entry); the same call again runs without building the key. Each test
+# changes one thing the key holds, or the entry's life, after the memo is set.
+
+
+def _memoized(*ts: torch.Tensor, alpha: float = 2.0) -> None:
+    _cached(*ts)
+    axpy(*ts, alpha)
+    assert axpy._eager_cpu._memo is not None
+
+
+def test_the_memo_serves_only_the_same_call_again():
+    x, y = rand(16, 16), rand(16, 16)
+    _memoized(x, y)
+    for alpha in (3.0, 2, 2.0, 0.5):  # another static, an int for the float (made 2.0)
+        torch.testing.assert_close(axpy(x, y, alpha), x * float(alpha) + y, rtol=0, atol=0)
+    z = rand(16, 16)  # another tensor of the same shape: its own values
+    torch.testing.assert_close(axpy(z, y, 2.0), z * 2.0 + y, rtol=0, atol=0)
+    torch.testing.assert_close(axpy(y, x, 2.0), y * 2.0 + x, rtol=0, atol=0)  # swapped
+
+
+def test_the_memo_runs_no_entry_the_cache_has_dropped():
+    x, y = rand(16, 16), rand(16, 16)
+    _memoized(x, y)
+    axpy.cache_clear()  # e.g. the tuner's: entries traced before a new config are dropped
+    torch.testing.assert_close(axpy(x, y, 2.0), x * 2.0 + y, rtol=0, atol=0)
+    assert axpy.cache_info().misses == 1  # compiled again, not served by the memo
+
+
+@tpu_kernel("test_eager::scaled_matmul")
+def scaled_matmul(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+    return (x @ y) * scale
+
+
+def test_the_memo_follows_the_matmul_precision_and_the_interpret_mode():
+    import tpu_kernels
+
+    x, y = rand(16, 16), rand(16, 16)
+    for _ in range(4):
+        scaled_matmul(x, y, 2.0)
+    assert scaled_matmul._eager_cpu._memo is not None
+    misses = scaled_matmul.cache_info().misses
+    before = torch.get_float32_matmul_precision()
+    other = "medium" if before != "medium" else "highest"
+    try:
+        torch.set_float32_matmul_precision(other)
+        scaled_matmul(x, y, 2.0)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert scaled_matmul.cache_info().misses == misses + 1  # a new precision: a new key
+    with tpu_kernels.interpret_mode("tpu"):
+        torch.testing.assert_close(scaled_matmul(x, y, 2.0), (x @ y) * 2.0)
+    assert scaled_matmul.cache_info().misses == misses + 2  # a new interpret mode: a new key
+
+
+def test_the_memo_reads_grad_mode_again():
+    x, y = rand(16, 16, requires_grad=True), rand(16, 16)
+    with torch.no_grad():
+        _memoized(x, y)
+    out = axpy(x, y, 2.0)  # grad mode on: the autograd kernel's path, not the memo
+    assert out.requires_grad and out.grad_fn is not None
+
+
+def test_the_memo_keeps_no_dropped_tensors_view_alive():
+    """The memo holds the records weakly: a tensor the program drops frees its view (and the
+    alias of its storage the view holds) as if the memo were not there."""
+    import gc
+    import weakref
+
+    x, y = rand(16, 16), rand(16, 16)
+    _memoized(x, y)
+    record = weakref.ref(bridge.VIEWS.views[id(x)])
+    del x
+    gc.collect()
+    assert record() is None
+
+
+def test_the_shortcut_runs_under_inference_mode_and_declines_other_dispatch_states():
+    x, y = rand(16, 16), rand(16, 16)
+    with torch.inference_mode():
+        assert plain_eager() and axpy._eager_cpu.accepts((x, y, 2.0))
+        _memoized(x, y)
+        out, want = axpy(x, y, 2.0), axpy.overload(x, y, 2.0)
+    assert out.is_inference() and want.is_inference()
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    assert not out.requires_grad
+    with torch._C._AutoDispatchBelowAutograd():  # a guard the shortcut does not know
+        assert not plain_eager()

@@ -333,7 +333,7 @@ class KernelOp:
         if out is eager.DECLINED:
             self.signature.check_statics(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
-        return self._visible(out)
+        return out if self._all_visible else self._visible(out)
 
     def resolve_statics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The keyword statics a call with these arguments runs with: those given, plus, for an

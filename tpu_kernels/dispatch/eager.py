@@ -5,20 +5,26 @@ CPU kernel), several times the cost of the JAX call for a small kernel (measured
 by bench/overhead.py; docs/performance.md, "Per-call overhead"). When the dispatcher's choice is
 certain - every argument a plain CPU tensor (or a static of the schema's type),
 no gradient needed, no torch function or dispatch mode, no functorch transform,
-not compiling, dispatch state as at import - `KernelOp.__call__` calls the CPU
-kernel itself, with the arguments the dispatcher would pass it (defaults of the
-parameters not given, float statics given as ints made floats). It takes only
+not compiling, dispatch state as at import or inside torch.inference_mode() -
+`KernelOp.__call__` calls the CPU kernel itself, with the arguments the dispatcher
+would pass it (defaults of the parameters not given, float statics given as ints
+made floats). It takes only
 what the schema accepts: keyword-only parameters passed positionally, statics of
 another type, too few or too many arguments all go to the dispatcher, which
 raises its error. Every other call (meta/fake tensors, autograd, torch.compile,
 `torch.ops.ns.name(...)`, other devices, sparse or quantized tensors, keyword
 arguments) goes through the dispatcher as before. Checked by tests/test_eager.py
 and tests/test_eager_properties.py (Hypothesis) against the dispatcher.
+
+A call whose tensors all come from the view cache is remembered (`EagerCpuCall._recall`):
+the same call again - same tensors unchanged, statics, modes, interpret mode, precision,
+and the compiled entry still in its cache - runs without building the key.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -68,7 +74,19 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _precision = precision.current
 _include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
-_BASE_INCLUDE, _BASE_EXCLUDE = _include().raw_repr(), _exclude().raw_repr()
+
+
+def _tls_state() -> tuple[int, int]:
+    return _include().raw_repr(), _exclude().raw_repr()
+
+
+# The dispatch states in which the dispatcher's choice is the CPU kernel: as at import, and
+# inside torch.inference_mode() (which excludes the autograd keys: the dispatcher then goes
+# straight to the CPU kernel, whose outputs, made under the mode, are inference tensors
+# either way). Any other state (a guard that includes or excludes other keys) declines.
+_BASE_STATE = _tls_state()
+with torch.inference_mode():
+    _PLAIN_STATES = frozenset({_BASE_STATE, _tls_state()})
 
 
 def plain_eager() -> bool:
@@ -84,8 +102,7 @@ def _modes_active() -> bool:
         _tf_mode()
         or _dispatch_stack()
         or _functorch()
-        or _include().raw_repr() != _BASE_INCLUDE
-        or _exclude().raw_repr() != _BASE_EXCLUDE
+        or (_include().raw_repr(), _exclude().raw_repr()) not in _PLAIN_STATES
     )
 
 
@@ -142,11 +159,19 @@ class EagerCpuCall:
         # runs once per key, not per call
         self._unpadded: set[tuple] = set()
         self._views: dict = {}  # no cached views: every tensor is checked in full
+        # the last call whose every tensor came from the view cache (see `_recall`): one
+        # tuple, replaced whole, so a thread reads either the old or the new one
+        self._memo: tuple | None = None
+        self.memoizable = self.executor is not None and not any(s.is_list for s in self.statics)
+        self._static_idx = tuple(s.index for s in self.statics)
+        self._tensor_idx = tuple(t.index for t in self.tensors)
         if self.executor is not None:
+            self._cache = self.executor.cache
             transfer = self.executor.transfer
             self._mode = transfer.mode
             self._peek = self.executor.cache.peek
             self._run = self.executor.run
+            self._run_now = self.executor._run  # what `run` calls for the fast interpreter
             self._to_jax = transfer.to_jax
             cache = getattr(transfer, "views", None)  # the CPU's view cache (bridge.VIEWS), read here
             if cache is not None:
@@ -211,9 +236,9 @@ class EagerCpuCall:
         prepared = self._prepare(args)
         return None if prepared is None else prepared[0]
 
-    def _prepare(self, args: tuple) -> tuple[tuple, list, list[int]] | None:
-        """(the executor's cache key, the kernel's arguments, which of them are still tensors)
-        for `args` (one per parameter: `complete` first), or None when the dispatcher must
+    def _prepare(self, args: tuple) -> tuple[tuple, list, list[int], list] | None:
+        """(the executor's cache key, the kernel's arguments, which of them are still tensors,
+        each tensor parameter's view-cache record or None) for `args` (one per parameter: `complete` first), or None when the dispatcher must
         decide. The caller has checked `is_compiling()`.
 
         A tensor in the view cache (`bridge.VIEWS`, a tensor seen before) and unchanged since
@@ -248,6 +273,7 @@ class EagerCpuCall:
         views = self._views
         arrays: list = []
         fresh: list[int] = []
+        records: list = []
         any_tensor = False  # all None: no backend key, the dispatcher's error
         for i, optional in self.tensors:
             t = args[i]
@@ -256,6 +282,7 @@ class EagerCpuCall:
                     return None
                 key.append(None)
                 arrays.append(None)
+                records.append(None)
                 continue
             any_tensor = True
             if type(t) not in _TENSOR_TYPES:
@@ -273,6 +300,7 @@ class EagerCpuCall:
                     return None
                 shape, dtype = seen.shape, seen.dtype
                 arrays.append(seen.array)
+                records.append(seen)
             elif (
                 not t.is_cpu
                 or t.layout is not _STRIDED  # sparse, mkldnn: other dispatch keys
@@ -291,7 +319,7 @@ class EagerCpuCall:
                 key.append(dtype)
             else:
                 key.append((shape, dtype))
-        return (tuple(key), arrays, fresh) if any_tensor else None
+        return (tuple(key), arrays, fresh, records) if any_tensor else None
 
     def _remember_unpadded(self, key: tuple) -> None:
         if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like the executor's cache
@@ -328,10 +356,15 @@ class EagerCpuCall:
 
     def _call(self, args: tuple) -> Any:
         """The op's result for complete arguments (one per parameter), or `DECLINED`."""
+        memo = self._memo
+        if memo is not None:
+            out = self._recall(memo, args)
+            if out is not DECLINED:
+                return out
         prepared = self._prepare(args)
         if prepared is None:
             return DECLINED
-        key, arrays, fresh = prepared
+        key, arrays, fresh, records = prepared
         executor = self.executor
         if executor is None:
             return self.kernel(*args)
@@ -339,15 +372,82 @@ class EagerCpuCall:
             if self.padded.needs_padding(args):
                 return self.padded(*args)
             self._remember_unpadded(key)
+        generation = self._cache.generation  # read before the entry: a removal after it shows
         entry = self._peek(key)
         if entry is None:  # not compiled yet: the full path
             return executor(*args)
-        for j in fresh:  # tensors seen for the first time, or changed: viewed now
-            t = arrays[j]
-            if not t.is_contiguous():
-                return executor(*args)  # the executor copies (or refuses) as the op says
-            arrays[j] = self._to_jax(t)
+        if fresh:
+            for j in fresh:  # tensors seen for the first time, or changed: viewed now
+                t = arrays[j]
+                if not t.is_contiguous():
+                    return executor(*args)  # the executor copies (or refuses) as the op says
+                arrays[j] = self._to_jax(t)
+        elif self.memoizable:
+            self._memo = (
+                tuple(None if r is None else weakref.ref(r) for r in records),
+                tuple(args[i] for i in self._static_idx),
+                key[0],
+                key[1],
+                entry,
+                generation,
+            )
         return self._run(entry, arrays, args, key[0])
+
+    def _recall(self, memo: tuple, args: tuple) -> Any:
+        """The op's result if `args` is the memo's call again, else `DECLINED`.
+
+        The memo is `_prepare`'s outcome for a call whose tensors all came from the view
+        cache: their records (weakly: a dropped tensor's view is freed, not kept here), the
+        statics, the interpret mode, the matmul precision, the compiled entry and the cache's
+        generation. The same call again is: each tensor still its record's (the record alive,
+        and the five checks of `_prepare`'s cached branch), the same statics (same type and
+        value), no mode, the same interpret mode and precision, the entry not removed since
+        (`CompileCache.generation`: a clear, a discard or an eviction). Then the key it would
+        build is the memo's, and so is the entry it would find: the call runs without building
+        either. What `_prepare` reads again for a cached tensor on every call (its device,
+        conjugate and negative bits, requires_grad against grad mode) is read here too.
+        """
+        refs, statics, mode, precision_, entry, generation = memo
+        for i, value in zip(self._static_idx, statics):
+            v = args[i]
+            if type(v) is not type(value) or v != value:
+                return DECLINED
+        grad = _grad_enabled()
+        arrays: list = []
+        for i, ref in zip(self._tensor_idx, refs):
+            t = args[i]
+            if ref is None:
+                if t is not None:
+                    return DECLINED
+                arrays.append(None)
+                continue
+            seen = ref()
+            if (
+                seen is None
+                or seen.ref() is not t
+                or seen.ptr != t.data_ptr()
+                or seen.shape != t.shape
+                or seen.stride != t.stride()
+                or seen.dtype is not t.dtype
+                or type(t) not in _TENSOR_TYPES
+                or not t.is_cpu
+                or t.is_conj()
+                or t.is_neg()
+                or (t.requires_grad and grad)
+            ):
+                return DECLINED
+            arrays.append(seen.array)
+        if (
+            _modes_active()
+            or self._mode() is not mode
+            or _precision() != precision_
+            or self._cache.generation != generation
+        ):
+            return DECLINED
+        self._cache._hits += 1  # counted as `peek` counts a hit
+        if mode is True:  # the fast interpreter: what `JaxExecutor.run` does, one frame less
+            return self._run_now(entry, arrays, args, mode)
+        return self._run(entry, arrays, args, mode)
 
 
 __all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]

@@ -138,7 +138,7 @@ class CachedView:
     data pointer, shape, strides and dtype. The view is the tensor's while all five still hold
     (`ViewCache.get` checks them; so does eager.py's shortcut, which reads `ViewCache.views`)."""
 
-    __slots__ = ("array", "dtype", "ptr", "ref", "shape", "stride")
+    __slots__ = ("__weakref__", "array", "dtype", "ptr", "ref", "shape", "stride")
 
     def __init__(self, t: torch.Tensor, ref: weakref.ref, array: jax.Array) -> None:
         self.ref, self.array = ref, array

@@ -37,6 +37,9 @@ class CompileCache[V]:
         self._hits = 0
         self._misses = 0
         self._evictions = 0
+        # counts every removal (eviction, discard, clear): a holder of a value found here
+        # (eager.py's memo of an op's last call) uses it while the generation is unchanged
+        self.generation = 0
 
     def get_or_build(self, key: Any, build: Callable[[], V]) -> V:
         with self._lock:
@@ -58,6 +61,7 @@ class CompileCache[V]:
                 while len(self._entries) > self.maxsize:
                     self._entries.popitem(last=False)
                     self._evictions += 1
+                    self.generation += 1
             return value
 
     def peek(self, key: Any) -> V | None:
@@ -82,6 +86,7 @@ class CompileCache[V]:
         with self._lock:
             if self._entries.get(key) is value:
                 del self._entries[key]
+                self.generation += 1
 
     def info(self) -> CacheInfo:
         with self._lock:
@@ -91,6 +96,7 @@ class CompileCache[V]:
         with self._lock:
             self._entries.clear()
             self._hits = self._misses = self._evictions = 0
+            self.generation += 1
 
     def keys(self) -> list[Any]:
         with self._lock:
