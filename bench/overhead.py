@@ -254,6 +254,29 @@ def op_table(ops: list[dict]) -> list[str]:
     return lines
 
 
+def op_markdown(ops: list[dict]) -> str:
+    """The per-op table and the goals' verdicts as markdown (the generated performance page's)."""
+    lines = [
+        "| op | floor | op | direct | op / floor | op / direct |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in ops:
+        lines.append(
+            f"| {r['name']} | {r['floor_us']:.1f} us | {r['op_us']:.1f} us | {r['direct_us']:.1f} us | "
+            f"{r['op_over_floor']:.2f} | {r['op_over_direct']:.2f} |"
+        )
+    worst_floor = max(r["op_over_floor"] for r in ops)
+    worst = max(r["op_over_direct"] for r in ops)
+    lines += [
+        "",
+        f"- worst op / floor: {worst_floor:.2f} (goal: at most {FLOOR_GOAL}, "
+        f"{'met' if worst_floor <= FLOOR_GOAL else 'not met'})",
+        f"- worst op / direct: {worst:.2f} (goal: at most {RATIO_GOAL}, "
+        f"{'met' if worst <= RATIO_GOAL else 'not met'}; stretch {RATIO_STRETCH})",
+    ]
+    return "\n".join(lines)
+
+
 def per_call_us(fn: Callable[[], object], calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):

@@ -12,6 +12,8 @@ Each record is a file in bench/reports/:
   varlen.json     python bench/varlen.py --repeat 3
   generate.json   python bench/generate.py --repeat 5
   breakdown.json  python bench/generate.py --breakdown
+  overhead.json   python bench/overhead.py (the pieces of a call, and every op against its floor)
+  dispatch.json   python bench/dispatch_modes.py (synchronous against asynchronous CPU dispatch)
   tests.json      the test suite as `bash scripts/test` runs it (its serial tests, then the rest
                   on 2 workers): its wall time and pytest's summary; a long run, so never part
                   of the default (name it: `python bench/record.py tests`)
@@ -46,6 +48,8 @@ SCRIPTS: dict[str, list[str]] = {
     "varlen": ["bench/varlen.py", "--repeat", "3"],
     "generate": ["bench/generate.py", "--repeat", "5"],
     "breakdown": ["bench/generate.py", "--breakdown"],
+    "overhead": ["bench/overhead.py"],
+    "dispatch": ["bench/dispatch_modes.py"],
 }
 MAIN = "main"
 TESTS = "tests"

@@ -67,12 +67,18 @@ CASES = {
     "an op call, the environment asking for asynchronous dispatch": (
         "ok = all(torch.equal(add(x, y), x + y) for _ in range(3))"
     ),
+    "an op call, the environment asking for synchronous dispatch": (
+        "ok = all(torch.equal(add(x, y), x + y) for _ in range(3))"
+    ),
 }
-# the environment each case adds
-ENVIRONMENT = {"an op call, the environment asking for asynchronous dispatch": {cpu_client.ENV: "1"}}
+# the environment each case adds (JAX itself reads no variable for the flag: tpu_kernels does)
+ENVIRONMENT = {
+    "an op call, the environment asking for asynchronous dispatch": {cpu_client.ENV: "1"},
+    "an op call, the environment asking for synchronous dispatch": {cpu_client.ENV: "0"},
+}
 
 
-pytestmark = pytest.mark.slow  # six fresh processes importing torch, JAX and tpu_kernels
+pytestmark = pytest.mark.slow  # seven fresh processes importing torch, JAX and tpu_kernels
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +117,7 @@ def runs() -> dict[str, tuple[dict, str]]:
         "a TPU lowering",
         "a jax_function call",
         "the program's JAX arrays first, the flag off before them",
+        "an op call, the environment asking for synchronous dispatch",
     ],
 )
 def test_the_cpu_client_is_synchronous_when_tpu_kernels_or_the_program_asked_first(runs, case):
@@ -136,3 +143,31 @@ def test_a_choice_the_environment_states_is_kept_without_a_note(runs):
     assert figures["ok"] and not figures["made_by_import"]
     assert figures["flag"] is True and not figures["ready_on_return"]
     assert "asynchronous dispatch" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [("1", True), ("true", True), (" On ", True), ("yes", True), ("0", False), ("false", False),
+     ("OFF", False), ("no", False), ("", None), (None, None)],
+)
+def test_the_environments_choice_is_read_by_tpu_kernels(monkeypatch, value, want):
+    if value is None:
+        monkeypatch.delenv(cpu_client.ENV, raising=False)
+    else:
+        monkeypatch.setenv(cpu_client.ENV, value)
+    assert cpu_client.stated() is want
+
+
+def test_a_value_it_cannot_read_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv(cpu_client.ENV, "sometimes")
+    with pytest.raises(ValueError, match=f"{cpu_client.ENV}='sometimes'.*expected 1"):
+        cpu_client.stated()
+
+
+def test_jax_itself_reads_no_environment_variable_for_the_flag():
+    """Why the variable is tpu_kernels': JAX's flag ignores JAX_CPU_ENABLE_ASYNC_DISPATCH (if a
+    JAX release starts reading it, this fails, and ENV could become JAX's own again)."""
+    code = "import jax; print(jax.config.read('jax_cpu_enable_async_dispatch'))"
+    env = {**os.environ, "JAX_CPU_ENABLE_ASYNC_DISPATCH": "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

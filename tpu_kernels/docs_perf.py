@@ -52,7 +52,14 @@ def main_report(device: str = DEVICE):
 
 @cache
 def script(name: str) -> ModuleType:
-    """bench/<name>.py, imported (its folder on sys.path: the scripts import `_child`)."""
+    """bench/<name>.py, imported (its folder on sys.path: the scripts import `_child`). A
+    benchmark suite is imported as the harness imports it, so that a process doing both
+    (the tests) runs its module, and registers its ops, once."""
+    path = BENCH / f"{name}.py"
+    if "def benchmarks(" in path.read_text():
+        from tpu_kernels.bench.discover import import_suite
+
+        return import_suite(path)
     if str(BENCH) not in sys.path:
         sys.path.append(str(BENCH))
     spec = importlib.util.spec_from_file_location(f"tpu_kernels_bench_script_{name}", BENCH / f"{name}.py")
@@ -358,6 +365,18 @@ def breakdown_tables() -> str:
     return "\n".join(lines) + f"\n\n{_script_provenance(record)}\n"
 
 
+def ops_table() -> str:
+    """Every shipped op (and a Tokamax op) against its floor and its own JAX function."""
+    record = _read("overhead")
+    return script("overhead").op_markdown(record["figures"]["ops"]) + f"\n\n{_script_provenance(record)}\n"
+
+
+def dispatch_table() -> str:
+    """Synchronous against asynchronous JAX CPU dispatch: small and large ops, threads, Ctrl-C."""
+    record = _read("dispatch")
+    return script("dispatch_modes").table(record["figures"]) + f"\n\n{_script_provenance(record)}\n"
+
+
 GENERATORS = {
     "perf-bench-time": bench_time,
     "perf-headline": headline,
@@ -370,4 +389,6 @@ GENERATORS = {
     "perf-varlen": varlen_table,
     "perf-generate": generate_table,
     "perf-breakdown": breakdown_tables,
+    "perf-ops": ops_table,
+    "perf-dispatch": dispatch_table,
 }

@@ -21,12 +21,13 @@ import overhead
 
 row = overhead.op_row("x 32x32", op_us=46.0, floor_us=40.0, direct_us=20.0)
 lines = overhead.op_table([row, overhead.op_row("y 128x256", 60.0, 50.0, 50.0)])
+markdown = overhead.op_markdown([row, overhead.op_row("y 128x256", 60.0, 50.0, 50.0)])
 single = jax.jit(lambda a: a * 2)
 pair = jax.jit(lambda a: (a + 1, [a - 1]))
 a = jnp.arange(6.0)
 outs = [overhead.waited(single, [a])(), overhead.waited(pair, [a])()]
 leaves = jax.tree_util.tree_leaves(outs)
-print(json.dumps({"row": row, "lines": lines, "ready": [x.is_ready() for x in leaves],
+print(json.dumps({"row": row, "lines": lines, "markdown": markdown, "ready": [x.is_ready() for x in leaves],
                   "values": [x.tolist() for x in leaves]}))
 """
 
@@ -54,6 +55,12 @@ def test_op_table_ratios_verdicts_and_the_direct_calls_wait():
     # the worst of each ratio is judged: 1.20 misses 1.15; 2.30 misses both 1.5 and 1.3
     assert floor_verdict == "worst op/floor 1.20 (goal <= 1.15: MISSED)"
     assert direct_verdict == "worst op/direct 2.30 (goal <= 1.5: MISSED; stretch <= 1.3: missed)"
+    # the generated page's table: the same figures and verdicts
+    md = r["markdown"].splitlines()
+    assert md[2] == "| x 32x32 | 40.0 us | 46.0 us | 20.0 us | 1.15 | 2.30 |"
+    assert md[3] == "| y 128x256 | 50.0 us | 60.0 us | 50.0 us | 1.20 | 1.20 |"
+    assert md[-2] == "- worst op / floor: 1.20 (goal: at most 1.15, not met)"
+    assert md[-1] == "- worst op / direct: 2.30 (goal: at most 1.5, not met; stretch 1.3)"
     # a single array and a pytree of them both come back ready, with the function's values
     assert r["ready"] == [True, True, True]
     assert r["values"] == [

@@ -93,6 +93,9 @@ def import_suite(path: Path) -> ModuleType:
     suite that imports a device's module registers that device (tpu_kernels.runtime.devices), so the
     command imports every suite before it resolves --device."""
     name = f"tpu_kernels_bench_suite_{path.stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(loaded.__file__ or "").resolve() == path.resolve():
+        return loaded  # run again, it would register its ops a second time (names are global)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load benchmark suite {path}")
