@@ -53,9 +53,14 @@ def main_report(device: str = DEVICE):
 @cache
 def script(name: str) -> ModuleType:
     """bench/<name>.py, imported (its folder on sys.path: the scripts import `_child`). A
-    benchmark suite is imported as the harness imports it, so that a process doing both
-    (the tests) runs its module, and registers its ops, once."""
+    script some module of this process already ran (`import overhead`, or the harness's
+    import of a suite) is that module: a script that registers ops at import (overhead.py,
+    dispatch_modes.py) must run once per process, since op names are global. Otherwise a
+    benchmark suite is imported as the harness imports it, for the same reason."""
     path = BENCH / f"{name}.py"
+    loaded = _loaded_from(path)
+    if loaded is not None:
+        return loaded
     if "def benchmarks(" in path.read_text():
         from tpu_kernels.bench.discover import import_suite
 
@@ -67,6 +72,16 @@ def script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _loaded_from(path: Path) -> ModuleType | None:
+    """A module of this process that was run from the file at `path`, if any."""
+    target = path.resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and file.endswith(path.name) and Path(file).resolve() == target:
+            return module
+    return None
 
 
 # ---- the line under every table ---------------------------------------------------------------

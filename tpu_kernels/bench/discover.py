@@ -89,13 +89,19 @@ def load(path: Path, *, quick: bool, device_type: str) -> list[Benchmark]:
 
 
 def import_suite(path: Path) -> ModuleType:
-    """The suite module at `path`, imported (once per process: its module name is fixed). A
+    """The suite module at `path`, imported once per process while its file is unchanged (its
+    module name is fixed; a file edited since is run again). A
     suite that imports a device's module registers that device (tpu_kernels.runtime.devices), so the
     command imports every suite before it resolves --device."""
     name = f"tpu_kernels_bench_suite_{path.stem}"
+    source = path.read_text()
     loaded = sys.modules.get(name)
-    if loaded is not None and Path(loaded.__file__ or "").resolve() == path.resolve():
-        return loaded  # run again, it would register its ops a second time (names are global)
+    if (
+        loaded is not None
+        and Path(loaded.__file__ or "").resolve() == path.resolve()
+        and getattr(loaded, "_tpu_kernels_suite_source", None) == source
+    ):
+        return loaded  # unchanged: run again, it would register its ops a second time
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load benchmark suite {path}")
@@ -104,6 +110,7 @@ def import_suite(path: Path) -> ModuleType:
     if str(path.parent) not in sys.path:  # suites import their shared helpers (bench/_common.py);
         sys.path.append(str(path.parent))  # appended, so a suite named like a package cannot shadow it
     spec.loader.exec_module(module)
+    module._tpu_kernels_suite_source = source  # type: ignore[attr-defined]  # what it ran
     if not hasattr(module, "benchmarks"):
         raise AttributeError(
             f"{path}: a suite defines benchmarks(quick: bool, device_type: str) -> list[Benchmark]"
