@@ -487,3 +487,36 @@ def test_the_shortcut_runs_under_inference_mode_and_declines_other_dispatch_stat
     assert not out.requires_grad
     with torch._C._AutoDispatchBelowAutograd():  # a guard the shortcut does not know
         assert not plain_eager()
+
+
+# ---- a float static's sign of zero is part of the cache key ----------------------------
+
+
+@tpu_kernel("test_eager::divide")
+def divide(x: torch.Tensor, alpha: float, alphas: list[float]) -> torch.Tensor:
+    return x / alpha + x / alphas[0]
+
+
+@tpu_kernel("test_eager::over")
+def over(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x / alpha  # scalar statics only: the memo of the last call takes it
+
+
+@pytest.mark.parametrize("first", [0.0, -0.0])
+def test_zero_and_negative_zero_statics_never_share_an_executable(first):
+    """0.0 == -0.0 (and they hash alike), but each traces its own constant: x / -0.0 is -inf.
+    On every path (the shortcut, its memo of the last call, the dispatcher), in either order."""
+    x = torch.ones(4)
+    for _ in range(3):  # cached views: the third call sets the memo
+        divide(x, first, [first])
+    for alpha in (-first, first, -first):
+        want = x / alpha + x / alpha
+        torch.testing.assert_close(divide(x, alpha, [alpha]), want, rtol=0, atol=0)
+        torch.testing.assert_close(divide.overload(x, alpha, [alpha]), want, rtol=0, atol=0)
+    mixed = x / first + x / -first  # inf + -inf: nan where each sign is kept
+    torch.testing.assert_close(divide(x, first, [-first]), mixed, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(divide(x, 1.0, [first]), x + x / first, rtol=0, atol=0)
+    for _ in range(3):
+        over(x, first)
+    assert over._eager_cpu._memo is not None
+    torch.testing.assert_close(over(x, -first), x / -first, rtol=0, atol=0)

@@ -172,6 +172,29 @@ def _expected(schema_type: str) -> str:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """What an `int` static holds: torch's schema stores ints as signed 64-bit integers."""
 DOUBLE_OVERFLOW = 2**1024 - 2**970
+
+# A float static's -0.0 in a compile-cache key. 0.0 == -0.0 and they hash alike, so as plain
+# key parts they would share an executable; but a static is a constant in the trace, and a
+# kernel traced with one is not the other's (x / 0.0 is inf, x / -0.0 is -inf).
+NEGATIVE_ZERO = ("float", "-0.0")
+
+
+def static_key(v: Any) -> Any:
+    """A static's part of a cache key: the value, a list as a tuple, -0.0 as NEGATIVE_ZERO."""
+    if type(v) is float:
+        return NEGATIVE_ZERO if v == 0.0 and math.copysign(1.0, v) < 0 else v
+    if isinstance(v, (list, tuple)):
+        return tuple(static_key(e) for e in v)
+    return v
+
+
+def static_value(k: Any) -> Any:
+    """The static a key part stands for (`static_key`'s inverse, lists as tuples)."""
+    if k is NEGATIVE_ZERO or k == NEGATIVE_ZERO:
+        return -0.0
+    if type(k) is tuple:
+        return tuple(static_value(e) for e in k)
+    return k
 """The smallest int magnitude float() cannot convert (it rounds to 2**1024): a `float` static
 (a double) given an int holds it only below this."""
 

@@ -24,6 +24,7 @@ and the compiled entry still in its cache - runs without building the key.
 from __future__ import annotations
 
 import inspect
+import math
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -31,7 +32,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from tpu_kernels import _compat
-from tpu_kernels.definition.signature import DOUBLE_OVERFLOW, INT64_MAX, INT64_MIN, Kind
+from tpu_kernels.definition.signature import (
+    DOUBLE_OVERFLOW,
+    INT64_MAX,
+    INT64_MIN,
+    NEGATIVE_ZERO,
+    Kind,
+    static_key,
+)
 from tpu_kernels.runtime import precision
 from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
@@ -72,6 +80,7 @@ _dispatch_stack = _compat.get("torch_dispatch_stack_len")
 _functorch = _compat.get("functorch_transforms_active")
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_copysign = math.copysign
 _precision = precision.current
 _include, _exclude = _compat.get("dispatch_tls_include"), _compat.get("dispatch_tls_exclude")
 
@@ -263,9 +272,11 @@ class EagerCpuCall:
                     return None
                 if is_int and any(not INT64_MIN <= e <= INT64_MAX for e in v):
                     return None
-                key.append(tuple(v))
+                key.append(static_key(v))
             elif type(v) not in types or (is_int and not INT64_MIN <= v <= INT64_MAX):
                 return None
+            elif v == 0.0 and type(v) is float and _copysign(1.0, v) < 0:
+                key.append(NEGATIVE_ZERO)  # static_key's, inline: the hot path
             else:
                 key.append(v)
         grad = _grad_enabled()
@@ -412,6 +423,8 @@ class EagerCpuCall:
             v = args[i]
             if type(v) is not type(value) or v != value:
                 return DECLINED
+            if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):
+                return DECLINED  # 0.0 == -0.0, but each traces its own constant
         grad = _grad_enabled()
         arrays: list = []
         for i, ref in zip(self._tensor_idx, refs):

@@ -19,7 +19,7 @@ import torch
 
 from tpu_kernels import _compat
 from tpu_kernels.definition import dtypes
-from tpu_kernels.definition.signature import Kind, Signature
+from tpu_kernels.definition.signature import Kind, Signature, static_key
 from tpu_kernels.dispatch import symbolic
 from tpu_kernels.errors import InvalidArgumentError, KernelError, wrapping
 from tpu_kernels.runtime.bridge import describe
@@ -218,7 +218,7 @@ def _spec_key(tensors: list[Any]) -> tuple:
 
 
 def _hashable(statics: dict) -> tuple:
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in statics.items())
+    return tuple((k, static_key(v)) for k, v in statics.items())
 
 
 __all__ = ["DerivedFake", "jax_shape_fn", "Kind"]

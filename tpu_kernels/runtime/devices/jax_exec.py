@@ -26,7 +26,7 @@ import torch
 
 from tpu_kernels import _compat
 from tpu_kernels.definition import dtypes
-from tpu_kernels.definition.signature import Kind, Signature
+from tpu_kernels.definition.signature import Kind, Signature, static_key, static_value
 from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, KernelError, wrapping
 from tpu_kernels.runtime import interpret, precision
 from tpu_kernels.runtime.bridge import describe
@@ -187,8 +187,7 @@ class JaxExecutor:
         statics, shapes, dtypes). `eager.EagerCpuCall.key` builds the same layout."""
         key: list[Any] = [self._mode(), _precision()]
         for i in self._static_idx:
-            v = values[i]
-            key.append(tuple(v) if isinstance(v, list) else v)
+            key.append(static_key(values[i]))
         arrays: list[Any] = []
         to_jax, on_device = self._to_jax, self._on_device
         if self.simple:
@@ -240,7 +239,7 @@ class JaxExecutor:
     # ---- the cold path: trace and compile once per key -----------------------------
     def _build(self, arrays: list[Any], key: tuple, load: bool = True) -> Entry:
         mode, matmul_precision = key[0], key[1]
-        statics = self.sig.static_kwargs(tuple(key[2 : 2 + len(self._static_idx)]))
+        statics = self.sig.static_kwargs(tuple(static_value(k) for k in key[2 : 2 + len(self._static_idx)]))
         names = [name for _, _, name in self._tensor_params]
         for (_, _, name), a in zip(self._tensor_params, arrays):
             for leaf in a if isinstance(a, list) else [a]:
