@@ -1,8 +1,10 @@
-"""Shared by the suites: fresh random inputs (never zeros), the sweep axes, and the one
-benchmark each registered kernel family gets (the kernel, its Helion twin, torch)."""
+"""Shared by the suites: fresh random inputs (never zeros), the sweep axes, the one
+benchmark each registered kernel family gets (the kernel, its Helion twin, torch), and the
+scripts' plain per-call timer."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -11,6 +13,14 @@ from tpu_kernels import bench
 from tpu_kernels.kernels.registry import Family
 
 FLOATS = [torch.float32, torch.bfloat16]
+
+
+def per_call_us(fn: Callable[[], object], calls: int) -> float:
+    """`fn()` `calls` times in a row: microseconds per call (bench/overhead.py, dispatch_modes.py)."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def randn(*shape: int, dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> torch.Tensor:

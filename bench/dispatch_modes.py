@@ -32,6 +32,7 @@ import sys
 import time
 
 import torch
+from _common import per_call_us
 
 from tpu_kernels import cpu_client, tpu_kernel
 
@@ -56,13 +57,6 @@ def _ops() -> dict:
         "small": (axpy, SMALL, lambda x, y: x * 2 + y, 2000),
         "large": (matmul, LARGE, lambda x, y: x @ y, 20),
     }
-
-
-def _per_call_us(fn, calls: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def _threads(op, shape, reference, calls: int, n_threads: int) -> tuple[float, bool]:
@@ -105,7 +99,7 @@ def measure(rounds: int) -> dict:
         x, y = torch.randn(*shape), torch.randn(*shape)
         for _ in range(3):
             op(x, y)
-        per_call = [_per_call_us(lambda op=op, x=x, y=y: op(x, y), calls) for _ in range(rounds)]
+        per_call = [per_call_us(lambda op=op, x=x, y=y: op(x, y), calls) for _ in range(rounds)]
         one = [_threads(op, shape, reference, calls, 1) for _ in range(rounds)]
         two = [_threads(op, shape, reference, calls // 2 or 1, 2) for _ in range(rounds)]
         out["ops"][name] = {

@@ -38,13 +38,13 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import torch  # noqa: E402
+from _common import per_call_us  # noqa: E402
 
 from tpu_kernels import tpu_kernel  # noqa: E402
 from tpu_kernels.runtime import bridge
@@ -276,13 +276,6 @@ def op_markdown(ops: list[dict]) -> str:
             f"- worst op / direct: {worst:.2f} (goal: at most {RATIO_GOAL}, {direct_met}; stretch {RATIO_STRETCH})",
         ]
     )
-
-
-def per_call_us(fn: Callable[[], object], calls: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def measure(candidates: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:

@@ -8,7 +8,8 @@ differs from what its records give. A figure on those pages is therefore one a r
 holds, with a line naming the command, the machine, its load and the commit.
 
 The scripts' own table code renders their figures (bench/startup.py, varlen.py,
-generate.py), so a page and the script's printout cannot disagree. Like docs_tables,
+generate.py, overhead.py, dispatch_modes.py), so a page and the script's printout cannot
+disagree. Like docs_tables,
 not imported by `tpu_kernels`: it imports the benchmark scripts and the kernels.
 """
 

@@ -180,7 +180,6 @@ class EagerCpuCall:
             self._mode = transfer.mode
             self._peek = self.executor.cache.peek
             self._run = self.executor.run
-            self._run_now = self.executor._run  # what `run` calls for the fast interpreter
             self._to_jax = transfer.to_jax
             cache = getattr(transfer, "views", None)  # the CPU's view cache (bridge.VIEWS), read here
             if cache is not None:
@@ -299,14 +298,7 @@ class EagerCpuCall:
             if type(t) not in _TENSOR_TYPES:
                 return None
             seen = views.get(id(t))
-            if (
-                seen is not None
-                and seen.ref() is t
-                and seen.ptr == t.data_ptr()
-                and seen.shape == t.shape
-                and seen.stride == t.stride()
-                and seen.dtype is t.dtype
-            ):
+            if seen is not None and seen.holds(t):
                 if not t.is_cpu or t.is_conj() or t.is_neg() or (grad and t.requires_grad):
                     return None
                 shape, dtype = seen.shape, seen.dtype
@@ -437,11 +429,7 @@ class EagerCpuCall:
             seen = ref()
             if (
                 seen is None
-                or seen.ref() is not t
-                or seen.ptr != t.data_ptr()
-                or seen.shape != t.shape
-                or seen.stride != t.stride()
-                or seen.dtype is not t.dtype
+                or not seen.holds(t)
                 or type(t) not in _TENSOR_TYPES
                 or not t.is_cpu
                 or t.is_conj()
@@ -457,9 +445,7 @@ class EagerCpuCall:
             or self._cache.generation != generation
         ):
             return DECLINED
-        self._cache._hits += 1  # counted as `peek` counts a hit
-        if mode is True:  # the fast interpreter: what `JaxExecutor.run` does, one frame less
-            return self._run_now(entry, arrays, args, mode)
+        self._cache.hit()  # counted as `peek` counts a hit
         return self._run(entry, arrays, args, mode)
 
 

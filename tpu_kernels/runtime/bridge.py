@@ -136,13 +136,24 @@ def to_torch_cpu(a: jax.Array) -> torch.Tensor:
 class CachedView:
     """A tensor's cached JAX view, and the tensor as it was when viewed: its weak reference,
     data pointer, shape, strides and dtype. The view is the tensor's while all five still hold
-    (`ViewCache.get` checks them; so does eager.py's shortcut, which reads `ViewCache.views`)."""
+    (`holds`: `ViewCache.get` asks it, and so does eager.py's shortcut, which reads
+    `ViewCache.views`)."""
 
     __slots__ = ("__weakref__", "array", "dtype", "ptr", "ref", "shape", "stride")
 
     def __init__(self, t: torch.Tensor, ref: weakref.ref, array: jax.Array) -> None:
         self.ref, self.array = ref, array
         self.ptr, self.shape, self.stride, self.dtype = t.data_ptr(), t.shape, t.stride(), t.dtype
+
+    def holds(self, t: torch.Tensor) -> bool:
+        """Whether the view is still `t`'s: the same object, memory, shape, strides and dtype."""
+        return (
+            self.ref() is t
+            and self.ptr == t.data_ptr()
+            and self.shape == t.shape
+            and self.stride == t.stride()
+            and self.dtype is t.dtype
+        )
 
 
 class ViewCache:
@@ -176,14 +187,7 @@ class ViewCache:
         """An argument for one jitted call on `t`: its cached view, or a one-off `host_view`."""
         key = id(t)
         entry = self.views.get(key)
-        if (
-            entry is not None
-            and entry.ref() is t
-            and entry.ptr == t.data_ptr()
-            and entry.shape == t.shape
-            and entry.stride == t.stride()
-            and entry.dtype is t.dtype
-        ):
+        if entry is not None and entry.holds(t):
             self.hits += 1
             return entry.array
         self.misses += 1

@@ -80,6 +80,10 @@ class CompileCache[V]:
             self._hits += 1  # not under the lock: counts from racing threads may be lost
         return value
 
+    def hit(self) -> None:
+        """Count a hit found without `peek` (eager.py's memo of the last call's entry)."""
+        self._hits += 1  # not under the lock, as in peek
+
     def discard(self, key: Any, value: V) -> None:
         """Forget `key` if it still maps to `value` (an entry found bad at run time; a
         thread that already rebuilt it keeps its new value)."""
