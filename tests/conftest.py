@@ -90,3 +90,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if serial:
             config.hook.pytest_deselected(items=serial)
             items[:] = [item for item in items if not item.get_closest_marker("serial")]
+
+
+# ---- the native checks and their Python twins (tpu_kernels/native) ---------------------
+_NATIVE_EAGER = []
+
+
+def native_eager_checks():
+    """The built eager_checks extension, configured as dispatch/eager.py configures it; built
+    here first when scripts/env.sh has not (a missing compiler fails the test that asks)."""
+    if not _NATIVE_EAGER:
+        import torch
+
+        from tpu_kernels import native
+        from tpu_kernels.dispatch import eager
+
+        module = native.module("eager_checks")
+        if module is None:
+            native.build("eager_checks")
+            module = native.module("eager_checks")
+        assert module is not None, (
+            "tpu_kernels.native: eager_checks built but not loadable (status: python -m tpu_kernels.native status)"
+        )
+        module.configure(torch.Tensor, torch.nn.Parameter, tuple(eager._PLAIN_STATES))
+        _NATIVE_EAGER.append(module)
+    return _NATIVE_EAGER[0]
+
+
+@pytest.fixture(scope="session")
+def native_eager():
+    """The built eager_checks extension (tpu_kernels/native), configured."""
+    return native_eager_checks()
+
+
+@pytest.fixture(params=["native", "python"])
+def eager_checks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the eager shortcut's checks in C++ (as shipped) and with their Python
+    twins (a process without the build): each must pass with both."""
+    from tpu_kernels.dispatch import eager
+
+    if request.param == "native":
+        module = native_eager_checks()
+        monkeypatch.setattr(eager, "recall_checks", module.recall)
+        monkeypatch.setattr(eager, "_modes_active", module.modes_active)
+    else:
+        monkeypatch.setattr(eager, "recall_checks", eager.recall_checks_py)
+        monkeypatch.setattr(eager, "_modes_active", eager._modes_active_py)
+    return request.param

@@ -384,7 +384,9 @@ def breakdown_tables() -> str:
 def ops_table() -> str:
     """Every shipped op (and a Tokamax op) against its floor and its own JAX function."""
     record = _read("overhead")
-    return script("overhead").op_markdown(record["figures"]["ops"]) + f"\n\n{_script_provenance(record)}\n"
+    figures = record["figures"]
+    table = script("overhead").op_markdown(figures["ops"], figures.get("native_checks"))
+    return table + f"\n\n{_script_provenance(record)}\n"
 
 
 def dispatch_table() -> str:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, native
 from tpu_kernels.definition.signature import (
     DOUBLE_OVERFLOW,
     INT64_MAX,
@@ -58,7 +58,7 @@ _STATIC_TYPES: dict[str, tuple[type, ...]] = {
 # list statics: the element types taken without conversion (a float list given ints goes
 # to the dispatcher, which converts them)
 _LIST_TYPES: dict[str, tuple[type, ...]] = {"int[]": (int,), "float[]": (float,), "bool[]": (bool,)}
-_MISSING = object()
+_EMPTY = inspect.Parameter.empty
 _UNPADDED_MAX = 1024
 
 
@@ -103,16 +103,72 @@ def plain_eager() -> bool:
     return not _is_compiling() and not _modes_active()
 
 
-def _modes_active() -> bool:
+def _modes_active_py() -> bool:
     """`plain_eager`'s probes but tracing's: a mode, a transform or a dispatch-state change
     (KernelOp.__call__ and try_all have checked `is_compiling()` before the shortcut, for
-    dynamo, which must never trace into it)."""
+    dynamo, which must never trace into it). The native twin (native/eager_checks.cpp) reads
+    the same thread-local state in C++; a functorch transform shows there as its dispatch keys
+    in the thread's included set."""
     return bool(
         _tf_mode()
         or _dispatch_stack()
         or _functorch()
         or (_include().raw_repr(), _exclude().raw_repr()) not in _PLAIN_STATES
     )
+
+
+def recall_checks_py(
+    refs: tuple, static_idx: tuple, statics: tuple, args: tuple, tensor_idx: tuple
+) -> list | None:
+    """`EagerCpuCall._recall`'s checks (the Python twin of native/eager_checks.cpp's `recall`):
+    the memo's statics again (same type and value, a zero of the same sign), no mode, and each
+    tensor still its view-cache record's (`refs`: weak references to the records, None for an
+    Optional[Tensor] the memo's call left out) and one the shortcut may take (CPU, no
+    conjugate or negative bit, not requiring grad under grad mode). The records' arrays, or
+    None: decline."""
+    for i, value in zip(static_idx, statics):
+        v = args[i]
+        if type(v) is not type(value) or v != value:
+            return None
+        if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):
+            return None  # 0.0 == -0.0, but each traces its own constant
+    if _modes_active_py():
+        return None
+    grad = _grad_enabled()
+    arrays: list = []
+    for i, ref in zip(tensor_idx, refs):
+        t = args[i]
+        if ref is None:
+            if t is not None:
+                return None
+            arrays.append(None)
+            continue
+        seen = ref()
+        if (
+            seen is None
+            or type(t) not in _TENSOR_TYPES
+            or not seen.holds(t)
+            or not t.is_cpu
+            or t.is_conj()
+            or t.is_neg()
+            or (t.requires_grad and grad)
+        ):
+            return None
+        arrays.append(seen.array)
+    return arrays
+
+
+# The checks in C++ where the extension is built for this torch (python -m tpu_kernels.native
+# build; scripts/env.sh builds it): the same answers, without a dozen Python attribute reads
+# per tensor (their cost, measured: bench/overhead.py, docs/performance.md)
+_native = native.module("eager_checks")
+if _native is not None:
+    _native.configure(torch.Tensor, torch.nn.Parameter, tuple(_PLAIN_STATES))
+    _modes_active, recall_checks = _native.modes_active, _native.recall
+else:
+    _modes_active, recall_checks = _modes_active_py, recall_checks_py
+NATIVE = _native is not None
+"""Whether this process runs the shortcut's checks in C++ (bench/overhead.py prints it)."""
 
 
 DECLINED = object()
@@ -208,18 +264,16 @@ class EagerCpuCall:
         if kwargs:
             if n > self.n_positional:
                 return None
-            values = [*args, *([_MISSING] * (self.n - n))]
+            values = [*args, *self.defaults[n:]]  # a required parameter's default: inspect's empty
             names = self.names
             for name, v in kwargs.items():
                 i = names.get(name, -1)
                 if i < n:  # unknown (-1), or also given positionally
                     return None
                 values[i] = v
-            for i in range(n, self.n):
-                if values[i] is _MISSING:
-                    if i in self.required:
-                        return None
-                    values[i] = self.defaults[i]
+            for i in self.required:
+                if i >= n and values[i] is _EMPTY:  # a required parameter neither given nor named
+                    return None
             args = tuple(values)
         elif n != self.n or self.n_positional != self.n:
             if not self.n_required <= n <= self.n_positional:
@@ -411,35 +465,9 @@ class EagerCpuCall:
         conjugate and negative bits, requires_grad against grad mode) is read here too.
         """
         refs, statics, mode, precision_, entry, generation = memo
-        for i, value in zip(self._static_idx, statics):
-            v = args[i]
-            if type(v) is not type(value) or v != value:
-                return DECLINED
-            if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):
-                return DECLINED  # 0.0 == -0.0, but each traces its own constant
-        grad = _grad_enabled()
-        arrays: list = []
-        for i, ref in zip(self._tensor_idx, refs):
-            t = args[i]
-            if ref is None:
-                if t is not None:
-                    return DECLINED
-                arrays.append(None)
-                continue
-            seen = ref()
-            if (
-                seen is None
-                or not seen.holds(t)
-                or type(t) not in _TENSOR_TYPES
-                or not t.is_cpu
-                or t.is_conj()
-                or t.is_neg()
-                or (t.requires_grad and grad)
-            ):
-                return DECLINED
-            arrays.append(seen.array)
+        arrays = recall_checks(refs, self._static_idx, statics, args, self._tensor_idx)
         if (
-            _modes_active()
+            arrays is None
             or self._mode() is not mode
             or _precision() != precision_
             or self._cache.generation != generation
@@ -449,4 +477,4 @@ class EagerCpuCall:
         return self._run(entry, arrays, args, mode)
 
 
-__all__ = ["DECLINED", "EagerCpuCall", "plain_eager"]
+__all__ = ["DECLINED", "NATIVE", "EagerCpuCall", "plain_eager", "recall_checks", "recall_checks_py"]

@@ -307,7 +307,12 @@ SHIPPED: tuple[Mutation, ...] = (
 T_PROGRAM = ("tests/cache/test_program.py",)
 T_BUILD = ("tests/cache/test_build.py",)
 BUILD_FAST = "not two_processes_write_at_once and not run_time_state_reaches_every_later_process"
-T_EAGER = ("tests/test_eager.py", "tests/test_eager_properties.py", "tests/tokamax/test_wrap.py")
+T_EAGER = (
+    "tests/test_eager.py",
+    "tests/test_eager_properties.py",
+    "tests/test_native.py",
+    "tests/tokamax/test_wrap.py",
+)
 T_FAKE = ("tests/test_fake.py",)
 T_BUCKETS = ("tests/test_buckets.py",)
 BUCKETS_FAST = "not inductor"
@@ -510,8 +515,8 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-memo-ignores-statics",
         EAGER,
-        "            if type(v) is not type(value) or v != value:",
-        "            if type(v) is not type(value):",
+        "        if type(v) is not type(value) or v != value:",
+        "        if type(v) is not type(value):",
         "the memo serves a call with another float static: x * 2 + y returned for alpha=3",
         T_EAGER,
     ),
@@ -542,9 +547,26 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-memo-takes-tensors-needing-grad",
         EAGER,
-        "                or (t.requires_grad and grad)\n",
+        "            or (t.requires_grad and grad)\n",
         "",
         "the memo runs a call whose inputs need gradients once grad mode is on: no grad_fn",
+        T_EAGER,
+    ),
+    # the Python twins of the native checks (a process without the build runs them)
+    _toolkit(
+        "eager-twin-ignores-conjugate-bit",
+        EAGER,
+        "            or t.is_conj()\n            or t.is_neg()\n            or (t.requires_grad and grad)\n",
+        "            or t.is_neg()\n            or (t.requires_grad and grad)\n",
+        "without the native build the memo hands a conjugate view's memory to the kernel unconjugated",
+        T_EAGER,
+    ),
+    _toolkit(
+        "eager-twin-zero-sign",
+        EAGER,
+        "        if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):",
+        "        if False:",
+        "without the native build the memo serves alpha=-0.0 the 0.0 executable: x / -0.0 gives +inf",
         T_EAGER,
     ),
     _toolkit(

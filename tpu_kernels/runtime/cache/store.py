@@ -80,7 +80,7 @@ def shared_trusted() -> bool:
     return os.environ.get(TRUST_ENV, "").strip().lower() == "shared"
 
 
-def _owner_problem(path: Path, st: os.stat_result) -> str | None:
+def owner_problem(path: Path, st: os.stat_result) -> str | None:
     if shared_trusted():
         return None
     if st.st_uid != os.geteuid():
@@ -124,7 +124,7 @@ def untrusted(root: Path) -> str | None:
             return f"{path} cannot be read ({e.strerror})"
         if not stat.S_ISDIR(st.st_mode):
             return f"{path} is not a directory"
-        problem = _owner_problem(path, st)
+        problem = owner_problem(path, st)
         if problem:
             return problem
     return None
@@ -177,7 +177,7 @@ def read(path: Path) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise entry.Rejected("not a regular file")
-        problem = _owner_problem(path, st)
+        problem = owner_problem(path, st)
         if problem:
             raise entry.Rejected(problem)
         if st.st_size > MAX_ENTRY_BYTES:
