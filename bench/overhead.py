@@ -261,8 +261,8 @@ def _checks_text(native: bool | None) -> str:
     if native is None:
         return "not recorded"
     if native:
-        return "native (C++, tpu_kernels/native)"
-    return "their Python twins (no native build: python -m tpu_kernels.native build)"
+        return "native (C++, tpu_kernels/runtime/native)"
+    return "their Python twins (no native build: python -m tpu_kernels.runtime.native build)"
 
 
 def op_markdown(ops: list[dict], native: bool | None = None) -> str:
@@ -390,7 +390,7 @@ def main() -> dict:
         "low_level_dlpack": bridge.LOW_LEVEL,
         # whether JAX's CPU client hands each call to a worker thread (the flag it was made with)
         "jax_cpu_async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
-        # whether the eager shortcut's checks ran in C++ (tpu_kernels/native) or as Python
+        # whether the eager shortcut's checks ran in C++ (tpu_kernels/runtime/native) or as Python
         "native_checks": eager.NATIVE,
     }
     ops = op_ratios(max(200, args.calls // 4), args.rounds)

@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("serial")]
 
 
-# ---- the native checks and their Python twins (tpu_kernels/native) ---------------------
+# ---- the native checks and their Python twins (tpu_kernels/runtime/native) ---------------------
 _NATIVE_EAGER = []
 
 
@@ -102,15 +102,15 @@ def native_eager_checks():
     if not _NATIVE_EAGER:
         import torch
 
-        from tpu_kernels import native
         from tpu_kernels.dispatch import eager
+        from tpu_kernels.runtime import native
 
         module = native.module("eager_checks")
         if module is None:
             native.build("eager_checks")
             module = native.module("eager_checks")
         assert module is not None, (
-            "tpu_kernels.native: eager_checks built but not loadable (status: python -m tpu_kernels.native status)"
+            "tpu_kernels.runtime.native: eager_checks built but not loadable (status: python -m tpu_kernels.runtime.native status)"
         )
         module.configure(torch.Tensor, torch.nn.Parameter, tuple(eager._PLAIN_STATES))
         _NATIVE_EAGER.append(module)
@@ -119,7 +119,7 @@ def native_eager_checks():
 
 @pytest.fixture(scope="session")
 def native_eager():
-    """The built eager_checks extension (tpu_kernels/native), configured."""
+    """The built eager_checks extension (tpu_kernels/runtime/native), configured."""
     return native_eager_checks()
 
 

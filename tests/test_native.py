@@ -1,4 +1,4 @@
-"""tpu_kernels.native: the C++ checks give their Python twins' answers, and load only when safe.
+"""tpu_kernels.runtime.native: the C++ checks give their Python twins' answers, and load only when safe.
 
 The eager shortcut's memo checks (`recall`, `modes_active`: native/eager_checks.cpp) against
 `eager.recall_checks_py` / `eager._modes_active_py` on the same inputs: statics of every kind
@@ -22,9 +22,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tpu_kernels import native
 from tpu_kernels.dispatch import eager
-from tpu_kernels.runtime import bridge
+from tpu_kernels.runtime import bridge, native
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -345,6 +344,8 @@ def test_bad_arguments_raise_a_clear_error(fast):
         fast.recall((), (0,), (), (1,), ())
     with pytest.raises(IndexError, match="outside args"):
         fast.recall((), (5,), (1,), (1,), ())
+    with pytest.raises(TypeError, match="weak references to records"):
+        fast.recall((object(),), (), (), (torch.ones(1),), (0,))
     with pytest.raises(TypeError, match="plain_states"):
         fast.configure(torch.Tensor, torch.nn.Parameter, [])
 
@@ -408,7 +409,7 @@ def test_a_damaged_build_is_not_loaded_and_says_how_to_mend_it(fast, tmp_path, m
     path.write_bytes(b"\x7fELF not really")
     native.module.cache_clear()
     try:
-        with pytest.warns(RuntimeWarning, match="does not load.*python -m tpu_kernels.native build"):
+        with pytest.warns(RuntimeWarning, match="does not load.*python -m tpu_kernels.runtime.native build"):
             assert native.module("eager_checks") is None
     finally:
         native.module.cache_clear()
@@ -416,7 +417,7 @@ def test_a_damaged_build_is_not_loaded_and_says_how_to_mend_it(fast, tmp_path, m
 
 def test_the_command_says_where_the_build_is(fast):
     out = subprocess.run(
-        [sys.executable, "-m", "tpu_kernels.native", "status"],
+        [sys.executable, "-m", "tpu_kernels.runtime.native", "status"],
         env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
         capture_output=True,
         text=True,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from tpu_kernels import _compat, native
+from tpu_kernels import _compat
 from tpu_kernels.definition.signature import (
     DOUBLE_OVERFLOW,
     INT64_MAX,
@@ -40,7 +40,7 @@ from tpu_kernels.definition.signature import (
     Kind,
     static_key,
 )
-from tpu_kernels.runtime import precision
+from tpu_kernels.runtime import native, precision
 from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def recall_checks_py(
     return arrays
 
 
-# The checks in C++ where the extension is built for this torch (python -m tpu_kernels.native
+# The checks in C++ where the extension is built for this torch (python -m tpu_kernels.runtime.native
 # build; scripts/env.sh builds it): the same answers, without a dozen Python attribute reads
 # per tensor (their cost, measured: bench/overhead.py, docs/performance.md)
 _native = native.module("eager_checks")

@@ -171,8 +171,15 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
     if table is not None and "implementation" in names:
         where = names.index("implementation")
-        device = next(v.device for v in values if isinstance(v, torch.Tensor))
-        values[where] = implementation.resolve_implementation(table, device, values[where])
+        for v in values:  # the first tensor's device type (no torch.device made for a CPU one)
+            if isinstance(v, torch.Tensor):
+                kind = "cpu" if v.is_cpu else v.device.type
+                break
+        else:
+            raise TypeError(
+                f"{op.name}: call_op was given no tensor argument to choose an implementation by."
+            )
+        values[where] = implementation.resolve_implementation(table, kind, values[where])
     # every parameter named: the eager shortcut takes them as they are (KernelOp.try_all);
     # any other call goes through the op's schema as it takes them
     out = op.try_all(tuple(values))

@@ -6,8 +6,8 @@ One extension today, `eager_checks` (eager_checks.cpp): the eager shortcut's per
 Python twin that gives the same answers (tests/test_native.py runs both on the same inputs);
 a process without the build runs the twin.
 
-    python -m tpu_kernels.native build     # compile (scripts/env.sh does; needs a C++ compiler)
-    python -m tpu_kernels.native status    # built? loaded? where?
+    python -m tpu_kernels.runtime.native build     # compile (scripts/env.sh does; needs a C++ compiler)
+    python -m tpu_kernels.runtime.native status    # built? loaded? where?
 
 A build is compiled with torch.utils.cpp_extension into
 `$XDG_CACHE_HOME/tpu-kernels/native/<tag>/` (default ~/.cache), `TPU_KERNELS_NATIVE_DIR` moves
@@ -57,7 +57,9 @@ def root() -> Path:
 
 def source(name: str) -> Path:
     if name not in EXTENSIONS:
-        raise ValueError(f"tpu_kernels.native: no extension {name!r}; there are {', '.join(EXTENSIONS)}")
+        raise ValueError(
+            f"tpu_kernels.runtime.native: no extension {name!r}; there are {', '.join(EXTENSIONS)}"
+        )
     return _SOURCE_DIR / f"{name}.cpp"
 
 
@@ -118,7 +120,7 @@ def build(name: str) -> Path:
         verbose=False,
     )
     if not path.is_file():
-        raise RuntimeError(f"tpu_kernels.native: building {name} left no {path}")
+        raise RuntimeError(f"tpu_kernels.runtime.native: building {name} left no {path}")
     module.cache_clear()
     return path
 
@@ -152,7 +154,7 @@ def module(name: str) -> ModuleType | None:
     except (ImportError, OSError) as e:  # a damaged or half-written build
         warnings.warn(
             f"tpu_kernels: the native extension {path} does not load ({e}); build it again with "
-            f"`python -m tpu_kernels.native build`. The Python checks run instead (same results, slower).",
+            f"`python -m tpu_kernels.runtime.native build`. The Python checks run instead (same results, slower).",
             RuntimeWarning,
             stacklevel=2,
         )

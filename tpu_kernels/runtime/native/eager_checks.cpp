@@ -1,5 +1,5 @@
 // The eager shortcut's per-call checks in C++ (tpu_kernels/dispatch/eager.py reads them
-// through tpu_kernels.native): each is the same test as eager.py's Python code, in one call
+// through tpu_kernels.runtime.native): each is the same test as eager.py's Python code, in one call
 // instead of a dozen attribute reads. tests/test_native.py runs both on the same inputs.
 //
 //   configure(tensor_type, parameter_type, plain_states)
@@ -278,6 +278,11 @@ PyObject* py_recall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       }
       PyList_SET_ITEM(arrays, j, Py_NewRef(Py_None));
       continue;
+    }
+    if (!PyWeakref_Check(ref)) {
+      Py_DECREF(arrays);
+      PyErr_SetString(PyExc_TypeError, "recall: refs holds weak references to records, or None");
+      return nullptr;
     }
     PyObject* record = deref(ref);
     if (record == nullptr) {
