@@ -21,13 +21,16 @@ import overhead
 
 row = overhead.op_row("x 32x32", op_us=46.0, floor_us=40.0, direct_us=20.0)
 lines = overhead.op_table([row, overhead.op_row("y 128x256", 60.0, 50.0, 50.0)])
-markdown = overhead.op_markdown([row, overhead.op_row("y 128x256", 60.0, 50.0, 50.0)])
+rows = [row, overhead.op_row("y 128x256", 60.0, 50.0, 50.0)]
+markdown = overhead.op_markdown(rows, True)
+markdown_twins, markdown_unrecorded = overhead.op_markdown(rows, False), overhead.op_markdown(rows)
 single = jax.jit(lambda a: a * 2)
 pair = jax.jit(lambda a: (a + 1, [a - 1]))
 a = jnp.arange(6.0)
 outs = [overhead.waited(single, [a])(), overhead.waited(pair, [a])()]
 leaves = jax.tree_util.tree_leaves(outs)
-print(json.dumps({"row": row, "lines": lines, "markdown": markdown, "ready": [x.is_ready() for x in leaves],
+print(json.dumps({"row": row, "lines": lines, "markdown": markdown, "markdown_twins": markdown_twins,
+                  "markdown_unrecorded": markdown_unrecorded, "ready": [x.is_ready() for x in leaves],
                   "values": [x.tolist() for x in leaves]}))
 """
 
@@ -59,8 +62,12 @@ def test_op_table_ratios_verdicts_and_the_direct_calls_wait():
     md = r["markdown"].splitlines()
     assert md[2] == "| x 32x32 | 40.0 us | 46.0 us | 20.0 us | 1.15 | 2.30 |"
     assert md[3] == "| y 128x256 | 50.0 us | 60.0 us | 50.0 us | 1.20 | 1.20 |"
-    assert md[-2] == "- worst op / floor: 1.20 (goal: at most 1.15, not met)"
-    assert md[-1] == "- worst op / direct: 2.30 (goal: at most 1.5, not met; stretch 1.3)"
+    assert md[-3] == "- worst op / floor: 1.20 (goal: at most 1.15, not met)"
+    assert md[-2] == "- worst op / direct: 2.30 (goal: at most 1.5, not met; stretch 1.3)"
+    # and which checks the shortcut ran (the record's native_checks; None: an older record)
+    assert md[-1] == "- the eager shortcut's checks: native (C++, tpu_kernels/runtime/native)"
+    assert r["markdown_twins"].splitlines()[-1].startswith("- the eager shortcut's checks: their Python twins")
+    assert r["markdown_unrecorded"].splitlines()[-1] == "- the eager shortcut's checks: not recorded"
     # a single array and a pytree of them both come back ready, with the function's values
     assert r["ready"] == [True, True, True]
     assert r["values"] == [

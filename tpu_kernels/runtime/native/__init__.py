@@ -69,7 +69,7 @@ def tag(name: str) -> str:
         source(name).read_bytes(),
         torch.__version__.encode(),
         str(torch.version.git_version).encode(),
-        str(torch._C._GLIBCXX_USE_CXX11_ABI).encode(),
+        str(torch.compiled_with_cxx11_abi()).encode(),
         sys.version.encode(),
         platform.machine().encode(),
     ]
