@@ -133,7 +133,9 @@ def eager_checks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         module = native_eager_checks()
         monkeypatch.setattr(eager, "recall_checks", module.recall)
         monkeypatch.setattr(eager, "_modes_active", module.modes_active)
+        monkeypatch.setattr(eager, "complete_args", module.complete)
     else:
         monkeypatch.setattr(eager, "recall_checks", eager.recall_checks_py)
         monkeypatch.setattr(eager, "_modes_active", eager._modes_active_py)
+        monkeypatch.setattr(eager, "complete_args", eager.complete_args_py)
     return request.param

@@ -350,6 +350,93 @@ def test_bad_arguments_raise_a_clear_error(fast):
         fast.configure(torch.Tensor, torch.nn.Parameter, [])
 
 
+# ---- complete: a call's arguments, one per parameter --------------------------------------
+def _signatures() -> dict[str, eager.EagerCpuCall]:
+    """Shortcuts of ops whose signatures differ: keyword-only statics, float statics with and
+    without defaults, an optional tensor, a list static (tpu_kernels' own ops and two here)."""
+    from tpu_kernels import tpu_kernel
+    from tpu_kernels.kernels import matmul, rmsnorm, scale_add
+
+    @tpu_kernel("test_native::mixed")
+    def mixed(x: torch.Tensor, alpha: float, n: int = 2, beta: float = 1, *, tag: str = "a") -> torch.Tensor:
+        return x * alpha * n * beta
+
+    @tpu_kernel("test_native::optional")
+    def optional(x: torch.Tensor, bias: torch.Tensor | None = None, *, scale: float = 1.0) -> torch.Tensor:
+        return x * scale if bias is None else x * scale + bias
+
+    ops = {"mixed": mixed, "optional": optional, "scale_add": scale_add, "rmsnorm": rmsnorm, "matmul": matmul}
+    return {name: op._eager_cpu for name, op in ops.items()}
+
+
+SIGNATURES = _signatures()
+VALUES = [torch.ones(2), None, 0, 3, -7, True, 2.5, -0.0, 2**70, 2**1100, -(2**1100), "a", torch.float32]
+KEYWORDS = [
+    "x",
+    "y",
+    "alpha",
+    "n",
+    "beta",
+    "tag",
+    "bias",
+    "scale",
+    "eps",
+    "block_rows",
+    "weight",
+    "a",
+    "b",
+    "nope",
+]
+
+
+def _same_values(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    if len(a) != len(b):
+        return False
+    # float statics are made anew (float(3) is a new object): same type and value; else the same object
+    return all(u is v or (type(u) is float and type(v) is float and str(u) == str(v)) for u, v in zip(a, b))
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(sorted(SIGNATURES)),
+    args=st.lists(st.sampled_from(VALUES), max_size=7),
+    kwargs=st.dictionaries(st.sampled_from(KEYWORDS), st.sampled_from(VALUES), max_size=4),
+)
+def test_complete_fills_a_call_as_in_python(fast, name, args, kwargs):
+    """Any split of a call into positional and keyword arguments (too many, too few, unknown
+    or repeated names, ints for float statics, ints no double holds)."""
+    spec = SIGNATURES[name]._spec
+    args = tuple(args)
+    before = (args, dict(kwargs))
+    native_out = fast.complete(args, kwargs, spec)
+    python_out = eager.complete_args_py(args, kwargs, spec)
+    assert _same_values(native_out, python_out), (native_out, python_out)
+    assert args == before[0] and kwargs == before[1]  # neither writes the caller's tuple or dict
+
+
+def test_complete_makes_given_ints_floats_and_leaves_the_callers_tuple(fast):
+    shortcut = SIGNATURES["mixed"]
+    args = (torch.ones(2), 3)
+    for complete in (fast.complete, eager.complete_args_py):
+        out = complete(args, None, shortcut._spec)
+        assert out[1] == 3.0 and type(out[1]) is float and args[1] == 3 and type(args[1]) is int
+        assert out[2] == 2 and out[3] == 1 and type(out[3]) is int  # defaults as written
+        assert out[4] == "a"
+        out = complete((torch.ones(2),), {"alpha": 2, "beta": 4}, shortcut._spec)
+        assert (out[1], out[3]) == (2.0, 4.0) and type(out[3]) is float
+        assert complete((torch.ones(2), 2**1100), None, shortcut._spec) is None  # no double holds it
+        assert (
+            complete((torch.ones(2), 1.0, 2, 1.0, "b"), None, shortcut._spec) is None
+        )  # tag is keyword-only
+        assert complete((torch.ones(2),), {"alpha": 1.0, "x": 1}, shortcut._spec) is None  # x twice
+        assert complete((torch.ones(2),), {"alpha": 1.0, "nope": 1}, shortcut._spec) is None  # unknown
+        assert complete((), {"alpha": 1.0}, shortcut._spec) is None  # x missing
+    with pytest.raises(TypeError, match=r"complete\(args: tuple"):
+        fast.complete([], None, shortcut._spec)
+
+
 # ---- loading ------------------------------------------------------------------------------
 def _python(code: str, **env: str) -> str:
     out = subprocess.run(

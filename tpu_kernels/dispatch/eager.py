@@ -158,15 +158,45 @@ def recall_checks_py(
     return arrays
 
 
+def complete_args_py(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | None:
+    """`EagerCpuCall.complete` (the Python twin of native/eager_checks.cpp's `complete`):
+    `spec` is the op's `EagerCpuCall._spec`."""
+    names, n_positional, n_required, defaults, required, floats, param_names, _, _ = spec
+    n, n_params = len(args), len(defaults)
+    if kwargs:
+        if n > n_positional:
+            return None
+        values = [*args, *defaults[n:]]  # a required parameter's default: inspect's empty
+        for name, v in kwargs.items():
+            i = names.get(name, -1)
+            if i < n:  # unknown (-1), or also given positionally
+                return None
+            values[i] = v
+        for i in required:
+            if i >= n and values[i] is _EMPTY:  # a required parameter neither given nor named
+                return None
+        args = tuple(values)
+    elif n != n_params or n_positional != n_params:
+        if not n_required <= n <= n_positional:
+            return None
+        args = args + defaults[n:]
+    for i in floats:  # given ones only: a default reaches the kernel as written
+        if type(args[i]) is int and (i < n or (kwargs and param_names[i] in kwargs)):
+            if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
+                return None  # no double holds it: Signature.check_statics says so
+            args = args[:i] + (float(args[i]),) + args[i + 1 :]
+    return args
+
+
 # The checks in C++ where the extension is built for this torch (python -m tpu_kernels.runtime.native
 # build; scripts/env.sh builds it): the same answers, without a dozen Python attribute reads
 # per tensor (their cost, measured: bench/overhead.py, docs/performance.md)
 _native = native.module("eager_checks")
 if _native is not None:
     _native.configure(torch.Tensor, torch.nn.Parameter, tuple(_PLAIN_STATES))
-    _modes_active, recall_checks = _native.modes_active, _native.recall
+    _modes_active, recall_checks, complete_args = _native.modes_active, _native.recall, _native.complete
 else:
-    _modes_active, recall_checks = _modes_active_py, recall_checks_py
+    _modes_active, recall_checks, complete_args = _modes_active_py, recall_checks_py, complete_args_py
 NATIVE = _native is not None
 """Whether this process runs the shortcut's checks in C++ (bench/overhead.py prints it)."""
 
@@ -215,6 +245,18 @@ class EagerCpuCall:
             if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
         )
         self.rewrite = bool(self.floats) or self.n_positional != self.n  # `complete` has work
+        # what `complete` reads, in the order its twins take it
+        self._spec = (
+            self.names,
+            self.n_positional,
+            self.n_required,
+            self.defaults,
+            tuple(sorted(self.required)),
+            self.floats,
+            self.param_names,
+            DOUBLE_OVERFLOW,
+            _EMPTY,
+        )
         executor = getattr(kernel, "kernel", kernel)  # a PaddedKernel's own (buckets.py)
         self.executor = executor if isinstance(executor, JaxExecutor) else None
         self.padded = kernel if self.executor is not None and executor is not kernel else None
@@ -260,31 +302,7 @@ class EagerCpuCall:
         float), as the dispatcher hands them to the kernel; None if the dispatcher would
         refuse the call's arity or keywords (a keyword-only parameter passed positionally,
         an unknown keyword, an argument given twice, a required one missing)."""
-        n = len(args)
-        if kwargs:
-            if n > self.n_positional:
-                return None
-            values = [*args, *self.defaults[n:]]  # a required parameter's default: inspect's empty
-            names = self.names
-            for name, v in kwargs.items():
-                i = names.get(name, -1)
-                if i < n:  # unknown (-1), or also given positionally
-                    return None
-                values[i] = v
-            for i in self.required:
-                if i >= n and values[i] is _EMPTY:  # a required parameter neither given nor named
-                    return None
-            args = tuple(values)
-        elif n != self.n or self.n_positional != self.n:
-            if not self.n_required <= n <= self.n_positional:
-                return None
-            args = args + self.defaults[n:]
-        for i in self.floats:  # given ones only: a default reaches the kernel as written
-            if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):
-                if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
-                    return None  # no double holds it: Signature.check_statics says so
-                args = args[:i] + (float(args[i]),) + args[i + 1 :]
-        return args
+        return complete_args(args, kwargs, self._spec)
 
     def key(self, args: tuple) -> tuple | None:
         """The executor's cache key for `args`, or None when the dispatcher must decide.
@@ -391,7 +409,7 @@ class EagerCpuCall:
     def try_call(self, args: tuple, kwargs: dict | None = None) -> Any:
         """The op's result, or `DECLINED`."""
         if kwargs or len(args) != self.n or self.rewrite:
-            args = self.complete(args, kwargs)
+            args = complete_args(args, kwargs, self._spec)
             if args is None:
                 return DECLINED
         return self._call(args)
@@ -477,4 +495,13 @@ class EagerCpuCall:
         return self._run(entry, arrays, args, mode)
 
 
-__all__ = ["DECLINED", "NATIVE", "EagerCpuCall", "plain_eager", "recall_checks", "recall_checks_py"]
+__all__ = [
+    "DECLINED",
+    "NATIVE",
+    "EagerCpuCall",
+    "complete_args",
+    "complete_args_py",
+    "plain_eager",
+    "recall_checks",
+    "recall_checks_py",
+]

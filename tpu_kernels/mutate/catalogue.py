@@ -506,8 +506,8 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-int-defaults-made-float",
         EAGER,
-        "            if type(args[i]) is int and (i < n or (kwargs and self.param_names[i] in kwargs)):",
-        "            if type(args[i]) is int:",
+        "        if type(args[i]) is int and (i < n or (kwargs and param_names[i] in kwargs)):",
+        "        if type(args[i]) is int:",
         "an int default of a float static made a float, where the dispatcher passes it as written",
         T_EAGER,
     ),

@@ -8,6 +8,9 @@
 //   modes_active() -> bool
 //       eager._modes_active: a torch function mode, a torch dispatch mode, or a thread-local
 //       dispatch key set outside the plain states (a functorch transform adds its keys to it)
+//   complete(args, kwargs, spec) -> tuple | None
+//       eager.EagerCpuCall.complete: one value per parameter (defaults filled, float statics
+//       given as ints made floats), or None where the dispatcher must decide
 //   recall(refs, static_idx, statics, args, tensor_idx) -> list | None
 //       eager.EagerCpuCall._recall's checks: the memo's statics again (same type and value,
 //       same sign of a zero), no mode, and each tensor still its view-cache record's (same
@@ -304,12 +307,162 @@ PyObject* py_recall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return arrays;
 }
 
+// Put `v` (a new reference) at `i` of a tuple this file made, releasing what was there.
+void replace_item(PyObject* tuple, Py_ssize_t i, PyObject* v) {
+  PyObject* old = PyTuple_GET_ITEM(tuple, i);
+  PyTuple_SET_ITEM(tuple, i, v);
+  Py_DECREF(old);
+}
+
+// complete(args, kwargs, spec) -> tuple | None: eager.EagerCpuCall.complete (its Python twin):
+// one value per parameter as the dispatcher hands them to the kernel, or None where the
+// dispatcher must decide (arity, keywords). spec = EagerCpuCall._spec: (names: dict name ->
+// index, n_positional, n_required, defaults: tuple (inspect's empty for a required one),
+// required: tuple of indices, floats: tuple of indices of float statics, param_names: tuple,
+// double_overflow: int, empty: inspect.Parameter.empty).
+PyObject* py_complete(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyTuple_Check(a[0]) || !(a[1] == Py_None || PyDict_Check(a[1])) || !PyTuple_Check(a[2]) ||
+      PyTuple_GET_SIZE(a[2]) != 9) {
+    PyErr_SetString(PyExc_TypeError, "complete(args: tuple, kwargs: dict | None, spec: 9-tuple)");
+    return nullptr;
+  }
+  PyObject *args = a[0], *spec = a[2];
+  PyObject* kwargs = (a[1] != Py_None && PyDict_GET_SIZE(a[1]) > 0) ? a[1] : nullptr;
+  PyObject* names = PyTuple_GET_ITEM(spec, 0);
+  const Py_ssize_t n_positional = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
+  const Py_ssize_t n_required = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
+  PyObject *defaults = PyTuple_GET_ITEM(spec, 3), *required = PyTuple_GET_ITEM(spec, 4),
+           *floats = PyTuple_GET_ITEM(spec, 5), *param_names = PyTuple_GET_ITEM(spec, 6),
+           *overflow = PyTuple_GET_ITEM(spec, 7), *empty = PyTuple_GET_ITEM(spec, 8);
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  if (!PyDict_Check(names) || !PyTuple_Check(defaults) || !PyTuple_Check(required) || !PyTuple_Check(floats) ||
+      !PyTuple_Check(param_names) || PyTuple_GET_SIZE(param_names) != PyTuple_GET_SIZE(defaults)) {
+    PyErr_SetString(PyExc_TypeError, "complete: spec is (names, n_positional, n_required, defaults, required, floats, param_names, double_overflow, empty)");
+    return nullptr;
+  }
+  const Py_ssize_t n_params = PyTuple_GET_SIZE(defaults);
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject* out = nullptr;  // a new tuple, filled below
+  if (kwargs != nullptr) {
+    if (n > n_positional || n > n_params) {
+      Py_RETURN_NONE;
+    }
+    out = PyTuple_New(n_params);
+    if (out == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < n_params; i++) {
+      PyObject* v = i < n ? PyTuple_GET_ITEM(args, i) : PyTuple_GET_ITEM(defaults, i);
+      PyTuple_SET_ITEM(out, i, Py_NewRef(v));
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(kwargs, &pos, &key, &value)) {
+      PyObject* index = PyDict_GetItemWithError(names, key);
+      if (index == nullptr) {
+        Py_DECREF(out);
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+        Py_RETURN_NONE;  // an unknown keyword
+      }
+      const Py_ssize_t i = PyLong_AsSsize_t(index);
+      if (i < 0 || i >= n_params || i < n) {  // also given positionally
+        Py_DECREF(out);
+        if (PyErr_Occurred()) {
+          return nullptr;
+        }
+        Py_RETURN_NONE;
+      }
+      replace_item(out, i, Py_NewRef(value));
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(required); j++) {
+      const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(required, j));
+      if (i >= n && i < n_params && PyTuple_GET_ITEM(out, i) == empty) {  // neither given nor named
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+      }
+    }
+  } else if (n != n_params || n_positional != n_params) {
+    if (n < n_required || n > n_positional || n > n_params) {
+      Py_RETURN_NONE;
+    }
+    out = PyTuple_New(n_params);
+    if (out == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < n_params; i++) {
+      PyObject* v = i < n ? PyTuple_GET_ITEM(args, i) : PyTuple_GET_ITEM(defaults, i);
+      PyTuple_SET_ITEM(out, i, Py_NewRef(v));
+    }
+  } else {
+    out = Py_NewRef(args);
+  }
+  // float statics given as ints (positionally or by keyword; a default stays as written)
+  for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(floats); j++) {
+    const Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(floats, j));
+    if (i < 0 || i >= PyTuple_GET_SIZE(out)) {
+      Py_DECREF(out);
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_IndexError, "complete: a float index outside the parameters");
+      }
+      return nullptr;
+    }
+    PyObject* v = PyTuple_GET_ITEM(out, i);
+    if (!PyLong_CheckExact(v)) {
+      continue;
+    }
+    int given = i < n;
+    if (!given && kwargs != nullptr) {
+      given = PyDict_Contains(kwargs, PyTuple_GET_ITEM(param_names, i));
+      if (given < 0) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+    }
+    if (!given) {
+      continue;
+    }
+    // -double_overflow < v < double_overflow: a double holds it
+    PyObject* magnitude = PyNumber_Absolute(v);
+    const int fits = magnitude == nullptr ? -1 : PyObject_RichCompareBool(magnitude, overflow, Py_LT);
+    Py_XDECREF(magnitude);
+    if (fits != 1) {
+      Py_DECREF(out);
+      if (fits < 0) {
+        return nullptr;
+      }
+      Py_RETURN_NONE;  // no double holds it: Signature.check_statics says so
+    }
+    PyObject* as_float = PyNumber_Float(v);
+    if (as_float == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (out == args) {  // the caller's tuple: never written
+      PyObject* copy = PyTuple_GetSlice(args, 0, PyTuple_GET_SIZE(args));
+      Py_DECREF(out);
+      if (copy == nullptr) {
+        Py_DECREF(as_float);
+        return nullptr;
+      }
+      out = copy;
+    }
+    replace_item(out, i, as_float);
+  }
+  return out;
+}
+
 PyMethodDef methods[] = {
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_configure)), METH_FASTCALL,
      "configure(tensor_type, parameter_type, plain_states)"},
     {"modes_active", py_modes_active, METH_NOARGS, "eager._modes_active's test"},
     {"recall", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_recall)), METH_FASTCALL,
      "recall(refs, static_idx, statics, args, tensor_idx) -> list of arrays, or None"},
+    {"complete", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_complete)), METH_FASTCALL,
+     "complete(args, kwargs, spec) -> tuple, or None"},
     {nullptr, nullptr, 0, nullptr}};
 
 #define TK_STR_(x) #x
