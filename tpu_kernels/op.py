@@ -345,16 +345,17 @@ class KernelOp:
         filled = self.tuned.fill(args, kwargs)
         return {k: v for k, v in filled.items() if not isinstance(v, torch.Tensor)}
 
-    def try_all(self, values: tuple) -> Any:
+    def try_all(self, values: tuple, checked: Callable | None = None, recall_only: bool = False) -> Any:
         """The eager shortcut for a call that names every parameter: `values` one per
         parameter in the signature's order (`param_names`), as if each were passed by name.
         The op's (visible) result, or `eager.DECLINED` when the shortcut cannot take the call
         (then call the op as usual: the dispatcher decides). tokamax/wrap.py's `call_op` uses
-        it: a public function's locals() already hold every argument."""
+        it: a public function's locals() already hold every argument. `checked` and
+        `recall_only`: a public function's argument check, as `EagerCpuCall.try_all` takes it."""
         shortcut = self._eager_cpu
         if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling() or capture.ACTIVE:
             return eager.DECLINED
-        out = shortcut.try_all(values)
+        out = shortcut.try_all(values, checked, recall_only)
         return out if out is eager.DECLINED else self._visible(out)
 
     def _visible(self, out: Any) -> Any:

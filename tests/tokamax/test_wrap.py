@@ -175,6 +175,78 @@ def test_call_op_takes_the_eager_shortcut_with_every_parameter_named_and_steps_a
     assert meta.device.type == "meta" and meta.shape == (2, 3)
 
 
+def test_call_op_skips_a_check_only_for_the_memos_call_that_passed_it(eager_checks):
+    """call_op(check=...) leaves the public function's argument check out only for the same
+    call again on the eager shortcut, after that call passed the same check: a call the op
+    itself took unchecked, a tensor changed in place, another static or another public
+    function's check all run the check (and raise where it raises)."""
+    import tpu_kernels.tokamax as tk
+    from tpu_kernels.tokamax.normalization.op import layer_norm_op
+
+    x, w = rand(4, 8), rand(8)
+    want = norm_reference.rms_norm(x.double(), w.double()).float()
+    for _ in range(3):  # views cached; the memo set by a checked call
+        out = tk.rms_norm(x, w)
+    assert layer_norm_op._eager_cpu._memo[6] is not None
+    assert_close(out, want)
+
+    calls = []
+
+    def counting(values):
+        calls.append(1)
+        from tpu_kernels.tokamax.normalization.op import _check_rms_norm
+
+        _check_rms_norm(values)
+
+    args = {"x": x, "weight": w, "bias": None, "dim": -1, "eps": 1e-6, "scale_offset": 0.0}
+    args.update(subtract_mean=False, implementation=None)
+    for _ in range(3):
+        assert_close(call_op(layer_norm_op, args, counting), want)
+    assert len(calls) == 1  # checked once; the memo's call again after that needs no check
+    call_op(layer_norm_op, {**args, "eps": 1e-5}, counting)
+    assert len(calls) == 2  # another static: checked
+
+    # a call the op takes but the public function refuses: the op's own (unchecked) call sets
+    # the memo, and the public function must still refuse it
+    from tpu_kernels.tokamax.wrap import public_op
+
+    def at_most_four_rows(values):
+        if values[0].shape[0] > 4:
+            raise ValueError("short_rows: at most 4 rows")
+
+    def short_rows(
+        x: torch.Tensor, weight: torch.Tensor, *, implementation: str | None = None
+    ) -> torch.Tensor:
+        return call_op(op, locals(), at_most_four_rows)
+
+    short_rows.__name__ = fresh_name("test_public_short_rows")
+    op = public_op(short_rows, calls=lambda x, weight, *, implementation: x * weight, table="layer_norm")
+    tall = rand(6, 8)
+    for _ in range(3):
+        assert_close(op(tall, w, implementation="xla"), tall * w)
+    assert op._eager_cpu._memo is not None and op._eager_cpu._memo[6] is None
+    with pytest.raises(ValueError, match="at most 4 rows"):
+        short_rows(tall, w)
+    short = rand(4, 8)
+    for _ in range(3):
+        assert_close(short_rows(short, w), short * w)
+    with torch.no_grad():
+        short.resize_(6, 8)  # the same tensor object, now too tall
+    with pytest.raises(ValueError, match="at most 4 rows"):
+        short_rows(short, w)
+    # a checked call memoized, then the weight resized in place: checked again, refused
+    for _ in range(3):
+        tk.rms_norm(x, w)
+    with torch.no_grad():
+        w.resize_(4)
+    with pytest.raises(ValueError, match=r"tokamax.rms_norm: weight must have shape"):
+        tk.rms_norm(x, w)
+    # another public function over the same op: its own check, its own message
+    b = rand(3)
+    with pytest.raises(ValueError, match=r"tokamax.layer_norm: bias must have shape"):
+        tk.layer_norm(x, rand(8), b)
+
+
 def test_call_op_also_calls_an_op_not_made_by_tokamax_op():
     @tpu_kernel(uname("shifted"))
     def shifted(x: jax.Array, y: jax.Array, *, by: float) -> jax.Array:

@@ -414,12 +414,19 @@ class EagerCpuCall:
                 return DECLINED
         return self._call(args)
 
-    def try_all(self, values: tuple) -> Any:
+    def try_all(self, values: tuple, checked: Callable | None = None, recall_only: bool = False) -> Any:
         """`try_call` for a call that names every parameter (`values`: one per parameter, in
         order, as `tokamax.wrap.call_op` has them from a public function's locals()): what
         `try_call(args, kwargs)` does with those names as keywords, without building them.
         Every float static given as an int is made a float, as the dispatcher converts an
-        argument it is given."""
+        argument it is given.
+
+        `checked`: the public function's argument check (a pure function of the values'
+        shapes, dtypes and statics), which the caller has run on `values` (`recall_only`:
+        has not run yet). The memo remembers it: with `recall_only`, the call runs only as the
+        memo's call again, and only if the memo's call passed the same check - the same
+        tensors unchanged and the same statics pass it again, so it need not run; else
+        DECLINED, and the caller checks, then calls again without `recall_only`."""
         if len(values) != self.n:
             return DECLINED
         for i in self.floats:
@@ -427,12 +434,18 @@ class EagerCpuCall:
                 if not -DOUBLE_OVERFLOW < values[i] < DOUBLE_OVERFLOW:
                     return DECLINED
                 values = values[:i] + (float(values[i]),) + values[i + 1 :]
-        return self._call(values)
+        if recall_only:
+            memo = self._memo
+            if memo is None or checked is None or memo[6] is not checked:
+                return DECLINED
+            return self._recall(memo, values)
+        return self._call(values, checked)
 
-    def _call(self, args: tuple) -> Any:
-        """The op's result for complete arguments (one per parameter), or `DECLINED`."""
+    def _call(self, args: tuple, checked: Callable | None = None) -> Any:
+        """The op's result for complete arguments (one per parameter), or `DECLINED`;
+        `checked`: the check the caller ran on them (`try_all`), remembered with the memo."""
         memo = self._memo
-        if memo is not None:
+        if memo is not None and (checked is None or memo[6] is checked):
             out = self._recall(memo, args)
             if out is not DECLINED:
                 return out
@@ -465,6 +478,7 @@ class EagerCpuCall:
                 key[1],
                 entry,
                 generation,
+                checked,
             )
         return self._run(entry, arrays, args, key[0])
 
@@ -482,7 +496,7 @@ class EagerCpuCall:
         either. What `_prepare` reads again for a cached tensor on every call (its device,
         conjugate and negative bits, requires_grad against grad mode) is read here too.
         """
-        refs, statics, mode, precision_, entry, generation = memo
+        refs, statics, mode, precision_, entry, generation, _ = memo
         arrays = recall_checks(refs, self._static_idx, statics, args, self._tensor_idx)
         if (
             arrays is None

@@ -561,6 +561,24 @@ TOOLKIT: tuple[Mutation, ...] = (
         "without the native build the memo hands a conjugate view's memory to the kernel unconjugated",
         T_EAGER,
     ),
+    # a public function's argument check, left out only for the memo's call that passed it
+    _toolkit(
+        "eager-memo-skips-a-check-it-never-passed",
+        EAGER,
+        "            if memo is None or checked is None or memo[6] is not checked:",
+        "            if memo is None or checked is None:",
+        "a Tokamax public function skips its argument check after the op alone ran the call: "
+        "arguments it refuses get a result",
+        T_EAGER,
+    ),
+    _toolkit(
+        "call-op-never-checks",
+        "tpu_kernels/tokamax/wrap.py",
+        "        check(values)\n",
+        "",
+        "call_op runs the op without the public function's argument check",
+        T_EAGER,
+    ),
     _toolkit(
         "eager-twin-zero-sign",
         EAGER,

@@ -156,13 +156,19 @@ def _family_package(declared: Callable) -> str | None:
     return package if found else None
 
 
-def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
+def call_op(op: KernelOp, arguments: Mapping[str, Any], check: Callable[[tuple], None] | None = None) -> Any:
     """Call `op` with the values its parameters name in `arguments` (a public function's
     `locals()`, after it has checked and converted them): positional parameters by position,
     keyword-only ones by keyword, as the op's schema wants them. For an op with an
     implementation table (`tokamax_op(table=)`), `implementation` is resolved by the first
     tensor's device (`resolve_implementation`: None chooses by device; a name that cannot run
-    there is an error naming the op)."""
+    there is an error naming the op).
+
+    `check`: the public function's argument check, given the op's values in parameter order
+    (raises on bad arguments; a pure function of the tensors' shapes and dtypes and the
+    statics). call_op runs it before the op, except for the same call again on the eager
+    shortcut: the op's memo of its last call (same tensors unchanged, same statics) passed the
+    same check, so it passes again (`KernelOp.try_all(recall_only=True)`)."""
     names, table = op.param_names, op.implementation_table
     try:
         values = [arguments[name] for name in names]
@@ -182,7 +188,13 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any]) -> Any:
         values[where] = implementation.resolve_implementation(table, kind, values[where])
     # every parameter named: the eager shortcut takes them as they are (KernelOp.try_all);
     # any other call goes through the op's schema as it takes them
-    out = op.try_all(tuple(values))
+    values = tuple(values)
+    if check is not None:
+        out = op.try_all(values, check, recall_only=True)
+        if out is not eager.DECLINED:
+            return out
+        check(values)
+    out = op.try_all(values, check)
     if out is not eager.DECLINED:
         return out
     positional, keyword = op.call_names

@@ -60,8 +60,19 @@ def layer_norm(
     Returns:
       x's shape and dtype.
     """
+    return call_op(layer_norm_op, locals(), _check_layer_norm)
+
+
+def _check_layer_norm(values: tuple) -> None:
+    """layer_norm's argument check, on layer_norm_op's values (x, weight, bias, dim, ...)."""
+    x, weight, bias, dim = values[:4]
     _check(x, dim, "layer_norm", weight=weight, bias=bias)
-    return call_op(layer_norm_op, locals())
+
+
+def _check_rms_norm(values: tuple) -> None:
+    """rms_norm's: the same op, its bias always None."""
+    x, weight, _, dim = values[:4]
+    _check(x, dim, "rms_norm", weight=weight)
 
 
 def _layer_norm(x, weight, bias, *, dim, eps, **kwargs):
@@ -108,14 +119,6 @@ def rms_norm(
     Tokamax's `layer_norm(..., subtract_mean=False)`, the same op
     (torch.ops.tokamax.layer_norm); x's shape and dtype.
     """
-    _check(x, dim, "rms_norm", weight=weight)
-    return layer_norm(
-        x,
-        weight,
-        None,
-        dim=dim,
-        eps=eps,
-        scale_offset=scale_offset,
-        subtract_mean=False,
-        implementation=implementation,
-    )
+    arguments = {"x": x, "weight": weight, "bias": None, "dim": dim, "eps": eps}
+    arguments.update(scale_offset=scale_offset, subtract_mean=False, implementation=implementation)
+    return call_op(layer_norm_op, arguments, _check_rms_norm)
