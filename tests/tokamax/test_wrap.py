@@ -203,6 +203,14 @@ def test_call_op_skips_a_check_only_for_the_memos_call_that_passed_it(eager_chec
     for _ in range(3):
         assert_close(call_op(layer_norm_op, args, counting), want)
     assert len(calls) == 1  # checked once; the memo's call again after that needs no check
+    # an implementation that cannot run on the CPU is refused as before, memo or not
+    from tpu_kernels.tokamax.implementation import ImplementationError
+
+    with pytest.raises(ImplementationError, match="triton"):
+        call_op(layer_norm_op, {**args, "implementation": "triton"}, counting)
+    assert len(calls) == 1
+    assert_close(call_op(layer_norm_op, {**args, "implementation": "xla"}, counting), want)
+    assert len(calls) == 1  # "xla" is what None resolves to on the CPU: the memo's call
     call_op(layer_norm_op, {**args, "eps": 1e-5}, counting)
     assert len(calls) == 2  # another static: checked
 

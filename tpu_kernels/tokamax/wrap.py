@@ -156,6 +156,15 @@ def _family_package(declared: Callable) -> str | None:
     return package if found else None
 
 
+def _cpu_implementation(table: str, requested: str | None) -> str | None:
+    """`requested` resolved for CPU tensors, or None where it cannot run there (then the call
+    goes the usual way, which raises the error naming the op)."""
+    try:
+        return implementation.resolve_implementation(table, "cpu", requested)
+    except implementation.ImplementationError:
+        return None
+
+
 def call_op(op: KernelOp, arguments: Mapping[str, Any], check: Callable[[tuple], None] | None = None) -> Any:
     """Call `op` with the values its parameters name in `arguments` (a public function's
     `locals()`, after it has checked and converted them): positional parameters by position,
@@ -175,8 +184,18 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any], check: Callable[[tuple],
     except KeyError:
         missing = [name for name in names if name not in arguments]
         raise TypeError(f"{op.name}: call_op has no value for {missing}.") from None
-    if table is not None and "implementation" in names:
-        where = names.index("implementation")
+    where = names.index("implementation") if table is not None and "implementation" in names else None
+    if check is not None:
+        # the memo's call again, before any device is read: its tensors are CPU tensors (the
+        # recall checks each), so its implementation is the CPU's
+        same = values
+        if where is not None:
+            same = values.copy()
+            same[where] = _cpu_implementation(table, values[where])
+        out = op.try_all(tuple(same), check, recall_only=True)
+        if out is not eager.DECLINED:
+            return out
+    if where is not None:
         for v in values:  # the first tensor's device type (no torch.device made for a CPU one)
             if isinstance(v, torch.Tensor):
                 kind = "cpu" if v.is_cpu else v.device.type
@@ -190,9 +209,6 @@ def call_op(op: KernelOp, arguments: Mapping[str, Any], check: Callable[[tuple],
     # any other call goes through the op's schema as it takes them
     values = tuple(values)
     if check is not None:
-        out = op.try_all(values, check, recall_only=True)
-        if out is not eager.DECLINED:
-            return out
         check(values)
     out = op.try_all(values, check)
     if out is not eager.DECLINED:

@@ -119,6 +119,14 @@ def rms_norm(
     Tokamax's `layer_norm(..., subtract_mean=False)`, the same op
     (torch.ops.tokamax.layer_norm); x's shape and dtype.
     """
-    arguments = {"x": x, "weight": weight, "bias": None, "dim": dim, "eps": eps}
-    arguments.update(scale_offset=scale_offset, subtract_mean=False, implementation=implementation)
+    arguments = {
+        "x": x,
+        "weight": weight,
+        "bias": None,
+        "dim": dim,
+        "eps": eps,
+        "scale_offset": scale_offset,
+        "subtract_mean": False,
+        "implementation": implementation,
+    }
     return call_op(layer_norm_op, arguments, _check_rms_norm)
