@@ -575,7 +575,7 @@ TOOLKIT: tuple[Mutation, ...] = (
         "call-op-never-checks",
         "tpu_kernels/tokamax/wrap.py",
         "        check(values)\n",
-        "",
+        "        pass\n",
         "call_op runs the op without the public function's argument check",
         T_EAGER,
     ),
