@@ -314,6 +314,19 @@ void replace_item(PyObject* tuple, Py_ssize_t i, PyObject* v) {
   Py_DECREF(old);
 }
 
+// A new tuple: `args`, then `defaults` from where args end (one value per parameter).
+PyObject* with_defaults(PyObject* args, PyObject* defaults) {
+  const Py_ssize_t n = PyTuple_GET_SIZE(args), n_params = PyTuple_GET_SIZE(defaults);
+  PyObject* out = PyTuple_New(n_params);
+  if (out == nullptr) {
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n_params; i++) {
+    PyTuple_SET_ITEM(out, i, Py_NewRef(i < n ? PyTuple_GET_ITEM(args, i) : PyTuple_GET_ITEM(defaults, i)));
+  }
+  return out;
+}
+
 // complete(args, kwargs, spec) -> tuple | None: eager.EagerCpuCall.complete (its Python twin):
 // one value per parameter as the dispatcher hands them to the kernel, or None where the
 // dispatcher must decide (arity, keywords). spec = EagerCpuCall._spec: (names: dict name ->
@@ -349,13 +362,9 @@ PyObject* py_complete(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
     if (n > n_positional || n > n_params) {
       Py_RETURN_NONE;
     }
-    out = PyTuple_New(n_params);
+    out = with_defaults(args, defaults);
     if (out == nullptr) {
       return nullptr;
-    }
-    for (Py_ssize_t i = 0; i < n_params; i++) {
-      PyObject* v = i < n ? PyTuple_GET_ITEM(args, i) : PyTuple_GET_ITEM(defaults, i);
-      PyTuple_SET_ITEM(out, i, Py_NewRef(v));
     }
     Py_ssize_t pos = 0;
     PyObject *key, *value;
@@ -389,13 +398,9 @@ PyObject* py_complete(PyObject*, PyObject* const* a, Py_ssize_t nargs) {
     if (n < n_required || n > n_positional || n > n_params) {
       Py_RETURN_NONE;
     }
-    out = PyTuple_New(n_params);
+    out = with_defaults(args, defaults);
     if (out == nullptr) {
       return nullptr;
-    }
-    for (Py_ssize_t i = 0; i < n_params; i++) {
-      PyObject* v = i < n ? PyTuple_GET_ITEM(args, i) : PyTuple_GET_ITEM(defaults, i);
-      PyTuple_SET_ITEM(out, i, Py_NewRef(v));
     }
   } else {
     out = Py_NewRef(args);
