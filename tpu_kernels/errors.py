@@ -62,3 +62,9 @@ def wrapping(cause: BaseException) -> type[KernelError]:
     if isinstance(cause, TypeError):
         return InvalidArgumentTypeError
     return KernelError
+
+
+# The floating dtypes the shipped kernels (and Helion ops with float_only=) accept, as their
+# integer-input error says it (docs/dtypes.md). Here, not in definition/dtypes.py, because the
+# kernels' JAX halves say it too and import without torch (tpu_kernels.chip).
+FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"

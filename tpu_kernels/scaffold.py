@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.template_files import ENV, PLACEHOLDER, ScaffoldError, render, templates_dir
 
 SUFFIX = ".tmpl"
 
@@ -43,8 +43,6 @@ def _backends() -> tuple[str, ...]:
 
 BACKENDS = _backends()  # a template variant folder per kernel language (sources.Language)
 COMMON = "common"
-ENV = "TPU_KERNELS_TEMPLATES"
-PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 # Names a generated package may not take: its own modules and folders, and what the
 # generated code imports (a package of that name would shadow it, or be shadowed).
@@ -55,31 +53,12 @@ RESERVED = frozenset(
 RESERVED_NAMESPACES = frozenset({"aten", "prim", "prims", "torch"})
 
 
-class ScaffoldError(TpuKernelsError, ValueError):
-    """A template cannot be rendered as asked (bad name, unknown template, existing files)."""
-
-
 @dataclass(frozen=True)
 class Template:
     name: str
     path: Path
     description: str
     backends: tuple[str, ...]
-
-
-def templates_dir() -> Path:
-    """Where the templates are: $TPU_KERNELS_TEMPLATES, the checkout's `templates/`, or the
-    copy installed inside the package."""
-    package = Path(__file__).resolve().parent
-    candidates = [Path(os.environ[ENV])] if os.environ.get(ENV) else []
-    candidates += [package.parent / "templates", package / "_templates"]
-    for c in candidates:
-        if c.is_dir():
-            return c
-    raise ScaffoldError(
-        f"tpu-kernels new: no templates folder found (looked in {', '.join(map(str, candidates))}); "
-        f"set {ENV} to the templates/ folder of a tpu_kernels checkout."
-    )
 
 
 def list_templates(root: Path | None = None) -> dict[str, Template]:
@@ -124,15 +103,6 @@ def validate_namespace(namespace: str) -> None:
             f"tpu-kernels new: namespace {namespace!r} must be a Python identifier other than "
             f"{', '.join(sorted(RESERVED_NAMESPACES))}, like mylib."
         )
-
-
-def render(text: str, values: dict[str, str], where: str = "template") -> str:
-    def sub(m: re.Match) -> str:
-        if m[1] not in values:
-            raise ScaffoldError(f"{where}: unknown placeholder {{{{{m[1]}}}}}; known: {sorted(values)}")
-        return values[m[1]]
-
-    return PLACEHOLDER.sub(sub, text)
 
 
 def _backend(template: Template, backend: str) -> None:

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from tpu_kernels.errors import FLOAT_DTYPES_TEXT as _FLOAT_DTYPES_TEXT
 from tpu_kernels.errors import InvalidArgumentTypeError
 
 TORCH_TO_JAX: dict[torch.dtype, np.dtype] = {
@@ -38,8 +39,9 @@ WIDE = frozenset({torch.float64, torch.int64})
 WIDE_JAX = frozenset(TORCH_TO_JAX[t] for t in WIDE)
 
 # The floating dtypes the shipped kernels (and Helion ops with float_only=) accept, as their
-# integer-input error says it (docs/dtypes.md).
-FLOAT_DTYPES_TEXT = "float16, bfloat16, float32 or float64"
+# integer-input error says it (docs/dtypes.md); defined in errors.py, which the kernels' JAX
+# halves import without torch.
+FLOAT_DTYPES_TEXT = _FLOAT_DTYPES_TEXT
 
 
 def needs_x64(arrays: Any, statics: dict[str, Any] | None = None) -> bool:

@@ -13,9 +13,7 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.definition.dtypes import (
-    FLOAT_DTYPES_TEXT,  # the integer-input error's words (Helion ops say it too)
-)
+from tpu_kernels.errors import FLOAT_DTYPES_TEXT  # the integer-input error's words (Helion ops say it too)
 
 # Kernel wrappers may be traced with symbolic sizes (the fake function under
 # torch.compile(dynamic=True)): decisions that need a concrete size fall back

@@ -31,6 +31,11 @@ from jax.experimental.pallas import tpu as pltpu
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
 
 
+# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles;
+# blocks larger than a dimension become the whole dimension (_block).
+TUNE = {"block_m": [128, 256, 512], "block_n": [128, 256, 512], "block_k": [256, 512]}
+
+
 def _kernel(a_ref, b_ref, o_ref, acc_ref, *, n_k: int):
     k = pl.program_id(2)
 

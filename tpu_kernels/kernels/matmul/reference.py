@@ -1,23 +1,14 @@
-"""References for matmul: torch for checking, JAX for deriving the backward."""
+"""References for matmul: torch for checking; the JAX one (for deriving the backward) lives in
+jax_reference.py, torch-free, and is re-exported here."""
 
-import jax
-import jax.numpy as jnp
 import torch
 
+from tpu_kernels.kernels.matmul.jax_reference import matmul_jax
 from tpu_kernels.verification.tolerance import Reference, rms
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
-
-
-def matmul_jax(
-    a: jax.Array, b: jax.Array, *, block_m: int = 256, block_n: int = 256, block_k: int = 256
-) -> jax.Array:
-    """Differentiable JAX twin of the Pallas kernel (same signature, same accumulation)."""
-    del block_m, block_n, block_k
-    acc = jnp.promote_types(a.dtype, jnp.float32)
-    return jnp.matmul(a, b, preferred_element_type=acc).astype(a.dtype)
 
 
 def _terms(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -33,3 +24,6 @@ CHECK = Reference(
     grad_reduces=lambda a, b: {"a": b.shape[-1], "b": a.shape[0]},
     scale=_terms,
 )
+
+
+__all__ = ["CHECK", "matmul", "matmul_jax"]

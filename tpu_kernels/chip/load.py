@@ -1,0 +1,101 @@
+"""The JAX halves of the shipped kernels and of the Pallas templates, imported without torch.
+
+A TPU host may have JAX and no torch (the v5e development machine: Python 3.11, JAX 0.10.2,
+no torch installable). Each family folder's `pallas.py` (kernel, wrapper, block choice,
+`TUNE`), `jax_reference.py` and `shapes.py` import only JAX, NumPy and torch-free parts of
+tpu_kernels; the folder's `__init__.py` registers the torch op and so imports torch. Where
+torch cannot be imported, `family()` puts bare package modules for `tpu_kernels.kernels` and
+the family folder into `sys.modules` (their `__init__`s are not run) and imports the three
+modules from them. With torch present the packages import as usual.
+
+A Pallas template (`templates/<name>/pallas/{{name}}/pallas.py.tmpl`) is rendered in memory
+with the template's placeholders and imported as a module of its own (`template()`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import tpu_kernels
+from tpu_kernels import template_files
+
+PACKAGE = Path(tpu_kernels.__file__).resolve().parent
+KERNELS = PACKAGE / "kernels"
+
+
+def torch_available() -> bool:
+    """Whether `import torch` can succeed here (a `sys.modules["torch"] = None` block counts)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _bare_package(name: str, path: Path) -> None:
+    """`name` as a package whose `__init__` is not run: its submodules import from `path`."""
+    if name in sys.modules:
+        return
+    module = types.ModuleType(name, f"{name} (bare: loaded without torch by tpu_kernels.chip.load)")
+    module.__path__ = [str(path)]
+    module.__package__ = name
+    sys.modules[name] = module
+
+
+@dataclass(frozen=True)
+class JaxHalf:
+    """A family's torch-free modules."""
+
+    name: str
+    pallas: types.ModuleType
+    jax_reference: types.ModuleType
+    shapes: types.ModuleType
+
+
+def families() -> list[str]:
+    """The shipped families: folders of tpu_kernels/kernels with a `pallas.py`."""
+    return sorted(p.parent.name for p in KERNELS.glob("*/pallas.py"))
+
+
+def family(name: str) -> JaxHalf:
+    """The family `name`'s pallas, jax_reference and shapes modules, importing no torch when
+    torch is absent."""
+    if name not in families():
+        raise ValueError(f"tpu_kernels.chip: no shipped kernel family {name!r}; there are {families()}.")
+    package = f"tpu_kernels.kernels.{name}"
+    if not torch_available():
+        _bare_package("tpu_kernels.kernels", KERNELS)
+        _bare_package(package, KERNELS / name)
+    modules = [importlib.import_module(f"{package}.{m}") for m in ("pallas", "jax_reference", "shapes")]
+    return JaxHalf(name, *modules)
+
+
+def template(name: str, *, op: str | None = None) -> types.ModuleType:
+    """The Pallas template `name`'s kernel module, rendered for op name `op` (default `name`)
+    without writing files. Placeholders as `tpu-kernels new` fills them."""
+    source = template_files.templates_dir() / name / "pallas" / "{{name}}" / "pallas.py.tmpl"
+    if not source.is_file():
+        raise ValueError(f"tpu_kernels.chip: no Pallas template {name!r} at {source}.")
+    op = op or name
+    values = {"name": op, "namespace": "chip", "op": f"chip::{op}", "template": name, "backend": "pallas"}
+    text = template_files.render(source.read_text(), values, str(source))
+    module_name = f"tpu_kernels_chip_templates.{op}"
+    module = types.ModuleType(module_name)
+    module.__file__ = str(source)
+    exec(compile(text, str(source), "exec"), module.__dict__)
+    sys.modules[module_name] = module
+    return module
+
+
+def template_names() -> list[str]:
+    """The templates that have a Pallas variant."""
+    return sorted(p.parent.parent.name for p in template_files.templates_dir().glob("*/pallas/{{name}}"))
+
+
+__all__ = ["JaxHalf", "families", "family", "template", "template_names", "torch_available"]

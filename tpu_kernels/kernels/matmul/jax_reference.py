@@ -1,0 +1,16 @@
+"""matmul's JAX reference (no torch: the chip runner imports it on a TPU host without torch).
+
+The differentiable twin of the Pallas kernel: the op's backward is derived from it with
+jax.vjp, and `python -m tpu_kernels.chip` times it under jit as XLA's version of the same math.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+def matmul_jax(a: jax.Array, b: jax.Array, **tunables: int) -> jax.Array:
+    """a @ b with a float32 accumulator, rounded to a's dtype (the kernel's accumulation);
+    the kernel's block sizes (`tunables`) cannot change the result and are ignored."""
+    del tunables
+    acc = jnp.promote_types(a.dtype, jnp.float32)
+    return jnp.matmul(a, b, preferred_element_type=acc).astype(a.dtype)
