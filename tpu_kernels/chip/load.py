@@ -63,6 +63,14 @@ def families() -> list[str]:
     return sorted(p.parent.name for p in KERNELS.glob("*/pallas.py"))
 
 
+def shared(name: str) -> types.ModuleType:
+    """A torch-free module the families share (`_blocks`, `_vmem`), importing no torch when
+    torch is absent."""
+    if not torch_available():
+        _bare_package("tpu_kernels.kernels", KERNELS)
+    return importlib.import_module(f"tpu_kernels.kernels.{name}")
+
+
 def family(name: str) -> JaxHalf:
     """The family `name`'s pallas, jax_reference and shapes modules, importing no torch when
     torch is absent."""
@@ -98,4 +106,4 @@ def template_names() -> list[str]:
     return sorted(p.parent.parent.name for p in template_files.templates_dir().glob("*/pallas/{{name}}"))
 
 
-__all__ = ["JaxHalf", "families", "family", "template", "template_names", "torch_available"]
+__all__ = ["JaxHalf", "families", "family", "shared", "template", "template_names", "torch_available"]

@@ -28,6 +28,7 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
 
 
@@ -92,10 +93,20 @@ def matmul(
     return out if (mp, np_) == (m, n) else out[:m, :n]
 
 
+def vmem_need(bm: int, bn: int, bk: int, itemsize: int) -> int:
+    """VMEM of one grid step: double-buffered a, b and output blocks, the float32 accumulator,
+    and the dot's float32 result before it is added (a temporary of the body)."""
+    rows = _vmem.padded_rows
+    ab = rows(bm, itemsize) * _vmem.padded_cols(bk) + rows(bk, itemsize) * _vmem.padded_cols(bn)
+    out = rows(bm, itemsize) * _vmem.padded_cols(bn)
+    return 2 * (ab + out) * itemsize + 2 * rows(bm, 4) * _vmem.padded_cols(bn) * 4
+
+
 def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int) -> jax.Array:
     """a @ b for dimensions that are multiples of their blocks."""
     (m, k), n = a.shape, b.shape[1]
     acc = jnp.promote_types(a.dtype, jnp.float32)
+    need = vmem_need(bm, bn, bk, a.dtype.itemsize)
     grid = (m // bm, n // bn, k // bk)
     return pl.pallas_call(
         functools.partial(_kernel, n_k=grid[2]),
@@ -110,6 +121,6 @@ def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int) -> jax.Array:
             out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
             scratch_shapes=[pltpu.VMEM((bm, bn), acc)],
         ),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        compiler_params=_vmem.compiler_params(("parallel", "parallel", "arbitrary"), need),
         cost_estimate=cost(2 * m * n * k, 0, (m * k + k * n + m * n) * a.dtype.itemsize),
     )(a, b)

@@ -1,0 +1,192 @@
+"""A Llama-style decoder layer two ways, for the chip runner: from the shipped kernels and the
+flash-attention template at their defaults, and from XLA's matmuls, XLA's rmsnorm (the family's
+JAX reference) and JAX's own Pallas flash attention (512-blocks).
+
+    h = rmsnorm(x); q, k, v = h Wq, h Wk, h Wv; o = attention(q, k, v, causal)
+    x = x + o Wo; h = rmsnorm(x); x = x + (silu(h Wg) * (h Wu)) Wd
+
+Forward, and forward + backward (the gradient of every input and weight for a given output
+cotangent). The shipped kernels get their backward from their own backward kernels through
+`jax.custom_vjp` (matmul's: two more kernel matmuls). The elementwise glue (silu, the residual
+adds, the head reshapes) is plain JAX on both sides. The forward's error is against a float64
+forward on the host; the gradients are compared with the XLA layer's (no float64 backward).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpu_kernels.chip import load, measure
+
+
+def shapes(quick: bool) -> list[dict[str, int]]:
+    if quick:
+        return [dict(tokens=256, d=256, heads=2, head_dim=128, ffn=512)]
+    return [dict(tokens=2048, d=4096, heads=32, head_dim=128, ffn=14336)]  # Llama 3 8B widths, MHA
+
+
+def _kernels(statics: dict):
+    mm = load.family("matmul").pallas
+    rms = load.family("rmsnorm").pallas
+    fa = load.template("flash_attention")
+    mm_kw, rms_kw, fa_kw = statics.get("matmul", {}), statics.get("rmsnorm", {}), statics.get("flash_attention", {})
+
+    @jax.custom_vjp
+    def matmul(a, b):
+        return mm.matmul(a, b, **mm_kw)
+
+    def matmul_fwd(a, b):
+        return matmul(a, b), (a, b)
+
+    def matmul_bwd(res, g):
+        a, b = res
+        return mm.matmul(g, b.T, **mm_kw), mm.matmul(a.T, g, **mm_kw)
+
+    matmul.defvjp(matmul_fwd, matmul_bwd)
+
+    @jax.custom_vjp
+    def rmsnorm(x, w):
+        return rms.rmsnorm(x, w, **rms_kw)[0]
+
+    def rmsnorm_fwd(x, w):
+        y, r = rms.rmsnorm(x, w, **rms_kw)
+        return y, (x, w, r)
+
+    def rmsnorm_bwd(res, g):
+        x, w, r = res
+        return rms.rmsnorm_backward(x, w, r, g, **rms_kw)
+
+    rmsnorm.defvjp(rmsnorm_fwd, rmsnorm_bwd)
+
+    @jax.custom_vjp
+    def attention(q, k, v):
+        return fa.flash_attention(q, k, v, causal=True, **fa_kw)[0]
+
+    def attention_fwd(q, k, v):
+        out, lse = fa.flash_attention(q, k, v, causal=True, **fa_kw)
+        return out, (q, k, v, out, lse)
+
+    def attention_bwd(res, g):
+        q, k, v, out, lse = res
+        return fa.flash_attention_backward(q, k, v, out, lse, g, causal=True, **fa_kw)
+
+    attention.defvjp(attention_fwd, attention_bwd)
+    return matmul, rmsnorm, attention
+
+
+def _xla_kernels():
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    ref = load.family("rmsnorm").jax_reference
+    mm_ref = load.family("matmul").jax_reference
+
+    def attention(q, k, v):
+        s = q.shape[2]
+        b = min(512, s)
+        sizes = fa.BlockSizes(block_q=b, block_k_major=b, block_k=b, block_b=1, block_q_major_dkv=b,
+                              block_k_major_dkv=b, block_k_dkv=b, block_q_dkv=b, block_k_major_dq=b,
+                              block_k_dq=b, block_q_dq=b)
+        return fa.flash_attention(q, k, v, causal=True, sm_scale=1.0 / np.sqrt(q.shape[-1]), block_sizes=sizes)
+
+    return mm_ref.matmul_jax, (lambda x, w: ref.rmsnorm_jax(x, w)[0]), attention
+
+
+def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int):
+    def run(x, w1, w2, wq, wk, wv, wo, wg, wu, wd):
+        t = x.shape[0]
+
+        def split(a):  # [t, heads * head_dim] -> [1, heads, t, head_dim]
+            return a.reshape(t, heads, head_dim).transpose(1, 0, 2)[None]
+
+        h = rmsnorm(x, w1)
+        o = attention(split(matmul(h, wq)), split(matmul(h, wk)), split(matmul(h, wv)))
+        x = x + matmul(o[0].transpose(1, 0, 2).reshape(t, heads * head_dim), wo)
+        h = rmsnorm(x, w2)
+        return x + matmul(jax.nn.silu(matmul(h, wg)) * matmul(h, wu), wd)
+
+    return run
+
+
+def _inputs(dims: dict[str, int], rng: np.random.Generator) -> list[np.ndarray]:
+    t, d, f = dims["tokens"], dims["d"], dims["ffn"]
+
+    def w(*shape, scale=1.0):
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(jnp.bfloat16)
+
+    return [w(t, d), w(d), w(d), w(d, d, scale=d**-0.5), w(d, d, scale=d**-0.5), w(d, d, scale=d**-0.5),
+            w(d, d, scale=d**-0.5), w(d, f, scale=d**-0.5), w(d, f, scale=d**-0.5), w(f, d, scale=f**-0.5)]
+
+
+def _forward64(args: list[np.ndarray], heads: int, head_dim: int) -> np.ndarray:
+    """The layer in float64 on the host, from the same bf16 inputs."""
+    x, w1, w2, wq, wk, wv, wo, wg, wu, wd = (np.asarray(a).astype(np.float64) for a in args)
+    t = x.shape[0]
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w
+
+    h = rms(x, w1)
+    q, k, v = (np.ascontiguousarray((h @ wt).reshape(t, heads, head_dim).transpose(1, 0, 2)) for wt in (wq, wk, wv))
+    mask = np.arange(t)[None, :] <= np.arange(t)[:, None]
+    o = np.empty_like(q)
+    for i in range(heads):
+        s = np.where(mask, q[i] @ k[i].T / np.sqrt(head_dim), -np.inf)
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        o[i] = (p / p.sum(axis=-1, keepdims=True)) @ v[i]
+    x = x + o.transpose(1, 0, 2).reshape(t, heads * head_dim) @ wo
+    h = rms(x, w2)
+    g = h @ wg
+    return x + (g / (1 + np.exp(-g)) * (h @ wu)) @ wd
+
+
+def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s: float, statics: dict) -> dict[str, Any]:
+    heads, head_dim = dims["heads"], dims["head_dim"]
+    rng = np.random.default_rng(0)
+    host = _inputs(dims, rng)
+    args = [jax.device_put(a) for a in host]
+    ours = _layer(*_kernels(statics), heads, head_dim)
+    theirs = _layer(*_xla_kernels(), heads, head_dim)
+    if backward:
+        cot = jax.device_put((rng.standard_normal(host[0].shape, dtype=np.float32)).astype(jnp.bfloat16))
+
+        def grads(f):
+            def g(*a):
+                _, vjp = jax.vjp(f, *a)
+                return vjp(cot)
+
+            return g
+
+        ours, theirs = grads(ours), grads(theirs)
+    row: dict[str, Any] = {"id": f"decoder_layer/{'fwd_bwd' if backward else 'fwd'}/bf16" + "".join(
+        f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward}
+    outs = {}
+    for name, fn in (("ours", ours), ("xla", theirs)):
+        compiled, compile_s, error = measure.compile_fn(fn, args)
+        row[f"{name}_compiles"] = error is None
+        if error is not None:
+            row[f"{name}_error"] = error
+            continue
+        try:
+            outs[name] = jax.device_get(compiled(*args))
+            row[f"{name}_ms"] = round(measure.timed(compiled, args, rounds=rounds) * 1e3, 3)
+        except Exception as e:  # a runtime failure is a verdict too
+            row[f"{name}_run_error"] = measure.error_text(e)
+    if "ours_ms" in row and "xla_ms" in row:
+        row["speed_vs_xla"] = round(row["xla_ms"] / row["ours_ms"], 3)
+    if not backward and outs:
+        ref = _forward64(host, heads, head_dim)
+        for name, out in outs.items():
+            row[f"error_{name}_vs_f64"] = measure.normwise(out, ref)
+    elif len(outs) == 2:
+        row["error_grads_ours_vs_xla"] = max(
+            measure.normwise(a, b) for a, b in zip(jax.tree_util.tree_leaves(outs["ours"]),
+                                                   jax.tree_util.tree_leaves(outs["xla"]))
+        )
+    return row
+
+
+__all__ = ["measure_layer", "shapes"]

@@ -1,0 +1,124 @@
+"""How the chip runner measures one point: compile verdict, time, error against float64.
+
+- Time: `n` calls issued back to back, one `block_until_ready` at the end, the minimum over
+  `rounds` of the mean per call. On the v5e development machine every jitted call costs
+  about 110 us of dispatch (gVisor), so a point whose time is within 2x of the measured
+  dispatch floor (`dispatch_floor`) is marked dispatch-bound: its time says little about the
+  kernel.
+- Error: normwise, ||y - ref|| / ||ref|| over the checked elements, where ref is computed on
+  the host in float64 (NumPy) from the very inputs sent to the chip. For a matmul the host
+  checks a sample of rows (the float64 product of all of an 8192^3 is minutes of host time);
+  the record says how many.
+- Compile: `jax.jit(fn).lower(*args).compile()`; a failure is the verdict, with the
+  compiler's message (its first line that names the error, and the start of the text).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+# TPU v5e peaks (per chip: one TensorCore): ../shared/FACTS.md "The TPU v5e development machine";
+# Google's v5e page gives 197 TF/s bf16 and 819 GB/s HBM. float32 matmuls run on the bf16 MXU
+# in passes (one at "default", six at "highest"), so their share is given of the bf16 peak.
+PEAKS = {
+    "TPU v5 lite": {"flops": 197e12, "hbm_bytes": 819e9},
+    "TPU v5e": {"flops": 197e12, "hbm_bytes": 819e9},
+}
+
+
+def peaks(device_kind: str) -> dict[str, float] | None:
+    return PEAKS.get(device_kind)
+
+
+def compile_fn(fn: Callable, args: Sequence[Any]) -> tuple[Any, float, str | None]:
+    """-> (compiled or None, seconds, error text or None)."""
+    start = time.perf_counter()
+    try:
+        compiled = jax.jit(fn).lower(*args).compile()
+    except Exception as e:  # the compiler's verdict: recorded, not raised
+        return None, time.perf_counter() - start, error_text(e)
+    return compiled, time.perf_counter() - start, None
+
+
+def error_text(e: BaseException, limit: int = 600) -> str:
+    text = f"{type(e).__name__}: {e}"
+    for line in text.splitlines():
+        if any(w in line for w in ("RESOURCE_EXHAUSTED", "Unsupported", "Mosaic", "Error", "error")):
+            first = line.strip()
+            break
+    else:
+        first = text.splitlines()[0] if text else type(e).__name__
+    rest = text if first in text[:limit] else first + " | " + text
+    return rest[:limit]
+
+
+def time_calls(fn: Callable, args: Sequence[Any], *, n: int, rounds: int, budget_s: float = 5.0) -> float:
+    """Seconds per call: min over rounds of (n calls, one wait) / n. `fn` is compiled already."""
+    out = fn(*args)
+    jax.block_until_ready(out)
+    best = float("inf")
+    spent = 0.0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        took = time.perf_counter() - start
+        best = min(best, took / n)
+        spent += took
+        if spent > budget_s:
+            break
+    return best
+
+
+def calls_for(estimate_s: float, *, target_s: float = 0.25, lo: int = 3, hi: int = 200) -> int:
+    """How many calls make a round of about `target_s`."""
+    return int(min(hi, max(lo, target_s / max(estimate_s, 1e-6))))
+
+
+def timed(compiled: Any, args: Sequence[Any], *, rounds: int = 5) -> float:
+    """Time a compiled function: one call sizes the rounds, then `time_calls`."""
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    first = time.perf_counter() - start
+    return time_calls(compiled, args, n=calls_for(first), rounds=rounds)
+
+
+def dispatch_floor() -> float:
+    """Seconds per call of a trivial jitted function: the machine's dispatch cost."""
+    x = jax.device_put(np.ones((8, 128), np.float32))
+    f = jax.jit(lambda a: a + 1).lower(x).compile()
+    return time_calls(f, [x], n=200, rounds=5)
+
+
+def normwise(y: Any, ref: np.ndarray) -> float:
+    """||y - ref|| / ||ref|| in float64 (0 for an all-zero ref matched exactly)."""
+    y = np.asarray(y, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    den = float(np.linalg.norm(ref))
+    num = float(np.linalg.norm(y - ref))
+    return num / den if den else num
+
+
+def host(a: Any) -> np.ndarray:
+    """A device array as float64 on the host."""
+    return np.asarray(jax.device_get(a)).astype(np.float64)
+
+
+__all__ = [
+    "PEAKS",
+    "calls_for",
+    "compile_fn",
+    "dispatch_floor",
+    "error_text",
+    "host",
+    "normwise",
+    "peaks",
+    "time_calls",
+    "timed",
+]

@@ -1,0 +1,459 @@
+"""The chip runner's grid: every shipped kernel and Pallas template at model shapes.
+
+A `Point` is one kernel at one shape and dtype, at the kernel's defaults (or at the statics
+given): how to make its inputs on the host, the Pallas function, the same math in XLA (the
+kernel's JAX reference under jit; for attention `jax.nn.dot_product_attention` and JAX's own
+Pallas flash attention), a float64 host check of an output, and its flops and bytes.
+
+Shapes (`grid()`): row widths of real models' hidden and FFN sizes (2048-16384: Llama 3 8B
+4096/14336, 13B-class 5120, 70B 8192) at 16 to 16k rows; vocabulary rows 32k-256k; matmuls
+2048^3-8192^3, projection and FFN shapes, decode shapes (M = 1-64); attention at sequence
+1k-8k with head_dim 64 and 128, causal or not; bfloat16 and float32. `quick=True` gives a few
+small points of each kind (the CPU test of the runner, in interpret mode).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpu_kernels.chip import load
+
+DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+
+
+@dataclass
+class Point:
+    id: str
+    section: str  # "rows", "matmul", "attention", "template"
+    kernel: str  # "rmsnorm", "rmsnorm_backward", "template.flash_attention", ...
+    dtype: str  # "bf16" / "f32"
+    shape: tuple
+    make: Callable[[np.random.Generator], tuple]  # host inputs (NumPy, in the point's dtypes)
+    pallas: Callable  # JAX function of the inputs
+    xla: dict[str, Callable]  # baseline name -> JAX function of the inputs
+    check: Callable[[tuple, Any], float]  # (host inputs, outputs on host) -> normwise error
+    flops: float
+    bytes: float
+    statics: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def bound(self) -> str:
+        """Roofline side: "compute" when the point's flops per byte pass the chip's ridge (v5e:
+        197e12 / 819e9 = 240 flops per byte), else "bandwidth"."""
+        return "compute" if self.flops / max(self.bytes, 1) > 240 else "bandwidth"
+
+
+def _randn(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(DTYPES[dtype])
+
+
+def _f64(a: Any) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def _err(y: Any, ref: np.ndarray) -> float:
+    from tpu_kernels.chip.measure import normwise
+
+    return normwise(_f64(y), ref)
+
+
+def _itemsize(dtype: str) -> int:
+    return jnp.dtype(DTYPES[dtype]).itemsize
+
+
+# ---------------------------------------------------------------- host float64 references
+def rmsnorm64(x, w, eps=1e-6):
+    x, w = _f64(x), _f64(w)
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return x * r * w, r
+
+
+def rmsnorm_bwd64(x, w, r, dy):
+    x, w, r, dy = map(_f64, (x, w, r, dy))
+    xhat, g = x * r, dy * w
+    dx = r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return dx, np.sum(dy * xhat, axis=0)
+
+
+def softmax64(x):
+    x = _f64(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_bwd64(y, dy):
+    y, dy = _f64(y), _f64(dy)
+    return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+
+def attention64(q, k, v, causal, scale):
+    """One head: q [sq, d], k and v [sk, d] -> out [sq, d], lse [sq]."""
+    q, k, v = _f64(q), _f64(k), _f64(v)
+    s = q @ k.T * scale
+    if causal:
+        s = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    return (p / l) @ v, (m + np.log(l))[:, 0]
+
+
+def attention_bwd64(q, k, v, do, causal, scale):
+    q, k, v, do = _f64(q), _f64(k), _f64(v), _f64(do)
+    s = q @ k.T * scale
+    if causal:
+        s = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    out = p @ v
+    dv = p.T @ do
+    dp = do @ v.T
+    ds = p * (dp - np.sum(do * out, axis=-1, keepdims=True))
+    return ds @ k * scale, ds.T @ q * scale, dv
+
+
+# ---------------------------------------------------------------- row kernels
+def _rms_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
+    p, ref = h.pallas, h.jax_reference
+    points = []
+    for rows, d in shapes:
+        for dt in dtypes:
+            n, it = rows * d, _itemsize(dt)
+            fwd = functools.partial(p.rmsnorm, **statics)
+
+            def make(rng, rows=rows, d=d, dt=dt):
+                return _randn(rng, (rows, d), dt), _randn(rng, (d,), dt)
+
+            def check(inputs, out):
+                return _err(out[0], rmsnorm64(*inputs)[0])
+
+            points.append(
+                Point(
+                    f"rmsnorm/{dt}[{rows},{d}]", "rows", "rmsnorm", dt, (rows, d), make, fwd,
+                    {"xla": jax.jit(functools.partial(ref.rmsnorm_jax))}, check,
+                    4 * n, 2 * n * it + 4 * rows, dict(statics),
+                )
+            )
+            bwd = functools.partial(p.rmsnorm_backward, **statics)
+
+            def make_b(rng, rows=rows, d=d, dt=dt):
+                x, w = _randn(rng, (rows, d), dt), _randn(rng, (d,), dt)
+                r = rmsnorm64(x, w)[1].astype(np.float32)
+                return x, w, r, _randn(rng, (rows, d), dt)
+
+            def check_b(inputs, out):
+                dx, dw = rmsnorm_bwd64(*inputs)
+                return max(_err(out[0], dx), _err(out[1], dw))
+
+            points.append(
+                Point(
+                    f"rmsnorm_backward/{dt}[{rows},{d}]", "rows", "rmsnorm_backward", dt, (rows, d), make_b,
+                    bwd, {"xla": ref.rmsnorm_backward_jax}, check_b,
+                    8 * n, 3 * n * it + 4 * rows, dict(statics),
+                )
+            )
+    return points
+
+
+def _softmax_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
+    p, ref = h.pallas, h.jax_reference
+    points = []
+    for rows, d in shapes:
+        for dt in dtypes:
+            n, it = rows * d, _itemsize(dt)
+
+            def make(rng, rows=rows, d=d, dt=dt):
+                return (_randn(rng, (rows, d), dt, 3.0),)
+
+            def check(inputs, out):
+                return _err(out, softmax64(*inputs))
+
+            points.append(
+                Point(
+                    f"softmax/{dt}[{rows},{d}]", "rows", "softmax", dt, (rows, d), make,
+                    functools.partial(p.softmax, **statics), {"xla": ref.softmax_jax}, check,
+                    5 * n, 2 * n * it, dict(statics),
+                )
+            )
+
+            def make_b(rng, rows=rows, d=d, dt=dt):
+                y = softmax64(_randn(rng, (rows, d), dt, 3.0)).astype(DTYPES[dt])
+                return y, _randn(rng, (rows, d), dt)
+
+            def check_b(inputs, out):
+                return _err(out, softmax_bwd64(*inputs))
+
+            points.append(
+                Point(
+                    f"softmax_backward/{dt}[{rows},{d}]", "rows", "softmax_backward", dt, (rows, d), make_b,
+                    functools.partial(p.softmax_backward, **statics), {"xla": ref.softmax_backward_jax},
+                    check_b, 4 * n, 3 * n * it, dict(statics),
+                )
+            )
+    return points
+
+
+def _scale_add_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
+    points = []
+    for rows, d in shapes:
+        for dt in dtypes:
+            n, it = rows * d, _itemsize(dt)
+
+            def make(rng, rows=rows, d=d, dt=dt):
+                return _randn(rng, (rows, d), dt), _randn(rng, (rows, d), dt)
+
+            def check(inputs, out):
+                x, y = map(_f64, inputs)
+                return _err(out, x + 0.5 * y)
+
+            points.append(
+                Point(
+                    f"scale_add/{dt}[{rows},{d}]", "rows", "scale_add", dt, (rows, d), make,
+                    functools.partial(h.pallas.scale_add, alpha=0.5, **statics),
+                    {"xla": functools.partial(h.jax_reference.scale_add_jax, alpha=0.5)}, check,
+                    2 * n, 3 * n * it, dict(statics),
+                )
+            )
+    return points
+
+
+# ---------------------------------------------------------------- matmul
+CHECK_ROWS = 64  # rows of a matmul's output the host checks in float64
+
+
+def _rows_of(m: int) -> np.ndarray:
+    return np.unique(np.linspace(0, m - 1, min(m, CHECK_ROWS)).astype(int))
+
+
+def matmul_point(fn: Callable, xla: dict, kernel: str, m: int, k: int, n: int, dt: str, statics: dict,
+                 section: str = "matmul", note: str = "") -> Point:
+    def make(rng):
+        return _randn(rng, (m, k), dt), _randn(rng, (k, n), dt)
+
+    def check(inputs, out):
+        a, b = inputs
+        rows = _rows_of(m)
+        return _err(np.asarray(out)[rows], _f64(a[rows]) @ _f64(b))
+
+    return Point(
+        f"{kernel}/{dt}[{m},{k},{n}]" + "".join(f"/{k_}={v}" for k_, v in sorted(statics.items())),
+        section, kernel, dt, (m, k, n), make, functools.partial(fn, **statics), xla, check,
+        2 * m * k * n, (m * k + k * n + m * n) * _itemsize(dt), dict(statics), note,
+    )
+
+
+def _matmul_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
+    xla = {"xla": h.jax_reference.matmul_jax}
+    return [matmul_point(h.pallas.matmul, xla, "matmul", m, k, n, dt, statics) for (m, k, n) in shapes for dt in dtypes]
+
+
+# ---------------------------------------------------------------- attention
+def _jax_flash(causal: bool, scale: float, block: int = 512):
+    """JAX's own Pallas flash attention at 512-blocks (its fastest in the issue's measurements),
+    with blocks capped at the sequence."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    def run(q, k, v):
+        sq, sk = q.shape[2], k.shape[2]
+        bq, bk = min(block, sq), min(block, sk)
+        sizes = fa.BlockSizes(
+            block_q=bq, block_k_major=bk, block_k=bk, block_b=1,
+            block_q_major_dkv=bq, block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq,
+            block_k_major_dq=bk, block_k_dq=bk, block_q_dq=bq,
+        )
+        return fa.flash_attention(q, k, v, causal=causal, sm_scale=scale, block_sizes=sizes)
+
+    return run
+
+
+def _xla_attention(causal: bool, scale: float):
+    def run(q, k, v):  # jax.nn.dot_product_attention takes [batch, seq, heads, d]
+        t = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731
+        return t(jax.nn.dot_product_attention(t(q), t(k), t(v), is_causal=causal, scale=scale))
+
+    return run
+
+
+def _grad_of(attn: Callable) -> Callable:
+    """fwd + bwd of an attention function: (q, k, v, do) -> (dq, dk, dv)."""
+
+    def run(q, k, v, do):
+        _, vjp = jax.vjp(attn, q, k, v)
+        return vjp(do)
+
+    return run
+
+
+def attention_points(fa: Any, shapes, dtypes, causals, statics: dict, *, backward: bool = True,
+                     baselines: bool = True) -> list[Point]:
+    """The flash-attention template (module `fa`) forward, and forward + backward."""
+    points = []
+    for b, hds, s, d in shapes:
+        for dt in dtypes:
+            for causal in causals:
+                scale = 1.0 / np.sqrt(d)
+                tag = f"{dt}[{b},{hds},{s},{d}]" + ("/causal" if causal else "")
+                tag += "".join(f"/{k_}={v}" for k_, v in sorted(statics.items()))
+                flops = 4 * b * hds * s * s * d * (0.5 if causal else 1.0)
+                nbytes = 4 * b * hds * s * d * _itemsize(dt)
+                fwd = functools.partial(fa.flash_attention, causal=causal, **statics)
+
+                def make(rng, b=b, hds=hds, s=s, d=d, dt=dt):
+                    return tuple(_randn(rng, (b, hds, s, d), dt) for _ in range(3))
+
+                def check(inputs, out, causal=causal, scale=scale):
+                    q, k, v = (a[0, 0] for a in inputs)
+                    return _err(np.asarray(out[0])[0, 0], attention64(q, k, v, causal, scale)[0])
+
+                xla = {}
+                if baselines:
+                    xla = {"jax_flash": _jax_flash(causal, scale), "xla": _xla_attention(causal, scale)}
+                points.append(
+                    Point(f"flash_attention/{tag}", "attention", "template.flash_attention", dt, (b, hds, s, d),
+                          make, fwd, xla, check, flops, nbytes, dict(statics, causal=causal))
+                )
+                if not backward:
+                    continue
+
+                def template_grad(q, k, v, do, causal=causal):
+                    out, lse = fa.flash_attention(q, k, v, causal=causal, **statics)
+                    return fa.flash_attention_backward(q, k, v, out, lse, do, causal=causal, **statics)
+
+                def make_b(rng, b=b, hds=hds, s=s, d=d, dt=dt):
+                    return tuple(_randn(rng, (b, hds, s, d), dt) for _ in range(4))
+
+                def check_b(inputs, out, causal=causal, scale=scale):
+                    q, k, v, do = (a[0, 0] for a in inputs)
+                    refs = attention_bwd64(q, k, v, do, causal, scale)
+                    return max(_err(np.asarray(o)[0, 0], r) for o, r in zip(out, refs))
+
+                xla_b = {}
+                if baselines:
+                    xla_b = {
+                        "jax_flash": _grad_of(_jax_flash(causal, scale)),
+                        "xla": _grad_of(_xla_attention(causal, scale)),
+                    }
+                points.append(
+                    Point(f"flash_attention_fwd_bwd/{tag}", "attention", "template.flash_attention_fwd_bwd", dt,
+                          (b, hds, s, d), make_b, template_grad, xla_b, check_b, 3.5 * flops, 2 * nbytes,
+                          dict(statics, causal=causal), "forward + backward, each side")
+                )
+    return points
+
+
+# ---------------------------------------------------------------- templates (besides attention)
+def _template_points(shapes_rows, mm_shapes, dtypes) -> list[Point]:
+    points = []
+    ew = load.template("elementwise")
+    rr = load.template("row_reduction")
+    mm = load.template("matmul")
+    for rows, d in shapes_rows:
+        for dt in dtypes:
+            n, it = rows * d, _itemsize(dt)
+
+            def make2(rng, rows=rows, d=d, dt=dt):
+                return _randn(rng, (rows, d), dt), _randn(rng, (rows, d), dt)
+
+            def check_ew(inputs, out):
+                x, y = map(_f64, inputs)
+                return _err(out, 0.5 * x + y)
+
+            def ew_xla(x, y):
+                acc = jnp.promote_types(x.dtype, jnp.float32)
+                return (0.5 * x.astype(acc) + y.astype(acc)).astype(x.dtype)
+
+            points.append(Point(f"template.elementwise/{dt}[{rows},{d}]", "template", "template.elementwise", dt,
+                                (rows, d), make2, functools.partial(ew.elementwise, alpha=0.5), {"xla": ew_xla},
+                                check_ew, 2 * n, 3 * n * it))
+
+            def make_rr(rng, rows=rows, d=d, dt=dt):
+                return _randn(rng, (rows, d), dt), _randn(rng, (d,), dt)
+
+            def check_rr(inputs, out):
+                return _err(out[0], rmsnorm64(*inputs)[0])
+
+            rms_ref = load.family("rmsnorm").jax_reference
+            points.append(Point(f"template.row_reduction/{dt}[{rows},{d}]", "template", "template.row_reduction", dt,
+                                (rows, d), make_rr, rr.row_reduction, {"xla": rms_ref.rmsnorm_jax}, check_rr,
+                                4 * n, 2 * n * it))
+
+            def make_rrb(rng, rows=rows, d=d, dt=dt):
+                x, w = _randn(rng, (rows, d), dt), _randn(rng, (d,), dt)
+                return x, w, rmsnorm64(x, w)[1].astype(np.float32), _randn(rng, (rows, d), dt)
+
+            def check_rrb(inputs, out):
+                dx, dw = rmsnorm_bwd64(*inputs)
+                return max(_err(out[0], dx), _err(out[1], dw))
+
+            points.append(Point(f"template.row_reduction_backward/{dt}[{rows},{d}]", "template",
+                                "template.row_reduction_backward", dt, (rows, d), make_rrb, rr.row_reduction_backward,
+                                {"xla": rms_ref.rmsnorm_backward_jax}, check_rrb, 8 * n, 3 * n * it))
+    mm_ref = load.family("matmul").jax_reference.matmul_jax
+    for m, k, n in mm_shapes:
+        for dt in dtypes:
+            points.append(matmul_point(mm.matmul, {"xla": mm_ref}, "template.matmul", m, k, n, dt, {},
+                                       section="template"))
+    return points
+
+
+ROW_BUILDERS = {"rmsnorm": _rms_points, "softmax": _softmax_points, "scale_add": _scale_add_points}
+
+
+def row_points(family: str, shapes, dtypes, statics: dict) -> list[Point]:
+    """A row family's points (rmsnorm's and softmax's: forward and backward)."""
+    return ROW_BUILDERS[family](load.family(family), shapes, dtypes, statics)
+
+
+# ---------------------------------------------------------------- the grid
+ROWS = [(16, 4096), (2048, 4096), (8192, 4096), (16384, 2048), (4096, 5120), (8192, 8192), (4096, 14336),
+        (1024, 16384)]
+SOFTMAX = [(4096, 1024), (4096, 4096), (8192, 8192), (2048, 32768), (512, 131072), (8, 131072),
+           (256, 262144)]
+SCALE_ADD = [(16, 4096), (4096, 4096), (8192, 14336)]
+MATMUL_BF16 = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 14336),
+               (8192, 14336, 4096), (8192, 4096, 4096), (8192, 4096, 1024), (1, 4096, 14336),
+               (16, 4096, 14336), (64, 4096, 4096), (64, 14336, 4096)]
+MATMUL_F32 = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 14336), (16, 4096, 14336)]
+ATTENTION = [(1, 8, s, 128) for s in (1024, 2048, 4096, 8192)] + [(1, 16, s, 64) for s in (2048, 8192)]
+TEMPLATE_ROWS = [(8192, 4096)]
+TEMPLATE_MM = [(4096, 4096, 4096)]
+
+
+def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", "attention", "template"),
+         statics: dict[str, dict] | None = None) -> list[Point]:
+    """Every point of the runner's grid (or, `quick`, a few small ones of each kind).
+    `statics` overrides a kernel's defaults by family name (e.g. {"matmul": {"block_m": 256}})."""
+    statics = statics or {}
+    if quick:
+        rows, soft, sa = [(16, 256), (40, 512)], [(16, 256), (8, 1024)], [(16, 256)]
+        mm_bf16, mm_f32, attn = [(64, 256, 256), (8, 256, 384)], [(64, 256, 128)], [(1, 2, 256, 128)]
+        t_rows, t_mm, dtypes = [(16, 256)], [(128, 256, 256)], ("bf16", "f32")
+    else:
+        rows, soft, sa, mm_bf16, mm_f32, attn = ROWS, SOFTMAX, SCALE_ADD, MATMUL_BF16, MATMUL_F32, ATTENTION
+        t_rows, t_mm, dtypes = TEMPLATE_ROWS, TEMPLATE_MM, ("bf16", "f32")
+    points: list[Point] = []
+    if "rows" in sections:
+        for family, shapes in (("rmsnorm", rows), ("softmax", soft), ("scale_add", sa)):
+            points += row_points(family, shapes, dtypes, statics.get(family, {}))
+    if "matmul" in sections:
+        mm = load.family("matmul")
+        points += _matmul_points(mm, mm_bf16, ("bf16",), statics.get("matmul", {}))
+        points += _matmul_points(mm, mm_f32, ("f32",), statics.get("matmul", {}))
+    if "attention" in sections:
+        fa = load.template("flash_attention")
+        points += attention_points(fa, attn, ("bf16",), (False, True), statics.get("flash_attention", {}))
+        points += attention_points(fa, attn[1:2], ("f32",), (True,), statics.get("flash_attention", {}))
+    if "template" in sections:
+        points += _template_points(t_rows, t_mm, dtypes)
+    return points
+
+
+__all__ = ["Point", "attention_points", "grid", "matmul_point", "row_points"]

@@ -1,0 +1,140 @@
+"""The chip runner's sections: each returns the rows it adds to the record."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tpu_kernels.chip import load, measure, points, run, tune as tuning
+
+
+@dataclass
+class Context:
+    peaks: dict | None
+    floor_s: float
+    rounds: int
+    deadline: float
+    quick: bool = False
+    statics: dict = field(default_factory=dict)
+    grid: tuple = ("rows", "matmul", "attention", "template")
+
+
+def grid(ctx: Context) -> list[dict[str, Any]]:
+    pts = points.grid(quick=ctx.quick, sections=ctx.grid, statics=ctx.statics)
+    return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline)
+
+
+# ---------------------------------------------------------------- float32 matmul precision
+PRECISIONS = ("default", "high", "highest")
+
+
+def _precision_context(name: str):
+    """How tpu_kernels traces a kernel at a JAX matmul precision: `traced_at` where the
+    toolkit has it (Pallas bodies at a precision Mosaic accepts), else JAX's own setting."""
+    try:
+        from tpu_kernels.runtime.mosaic_precision import traced_at
+    except ImportError:
+        return jax.default_matmul_precision(name), "jax.default_matmul_precision"
+    return traced_at(name), "tpu_kernels.runtime.mosaic_precision.traced_at"
+
+
+def precision(ctx: Context) -> list[dict[str, Any]]:
+    mm = load.family("matmul")
+    shapes = [(256, 256, 256)] if ctx.quick else [(4096, 4096, 4096), (8192, 4096, 14336)]
+    rows = []
+    for setting in PRECISIONS:
+        for m, k, n in shapes:
+            _, how = _precision_context(setting)
+
+            def traced(fn, setting=setting):
+                def f(a, b):
+                    cm, _ = _precision_context(setting)
+                    with cm:
+                        return fn(a, b)
+
+                return f
+
+            def xla(a, b, setting=setting):
+                with jax.default_matmul_precision(setting):
+                    return jnp.matmul(a, b, preferred_element_type=jnp.float32)
+
+            p = points.matmul_point(traced(functools.partial(mm.pallas.matmul, **ctx.statics.get("matmul", {}))),
+                                    {"xla": xla}, "matmul", m, k, n, "f32", {}, section="precision")
+            p.id = f"matmul/f32[{m},{k},{n}]/precision={setting}"
+            p.note = f"traced with {how}({setting!r}); XLA's jnp.matmul under jax.default_matmul_precision"
+            row = run.run_point(p, seed=len(rows), rounds=ctx.rounds, floor_s=ctx.floor_s, peaks=ctx.peaks)
+            row["precision"] = setting
+            rows.append(row)
+            print(run.summary(row), flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- tuning spaces
+def tune(ctx: Context) -> list[dict[str, Any]]:
+    if ctx.quick:
+        groups = tuning.matmul_sweep([(128, 256, 256, "bf16")])[:1]
+        groups += tuning.row_sweep([("softmax", 64, 256, "f32")])
+        groups += tuning.attention_sweep([(1, 1, 256, 128, True)])
+    else:
+        groups = tuning.matmul_sweep([(4096, 4096, 4096, "bf16"), (8192, 4096, 14336, "bf16"),
+                                      (2048, 2048, 2048, "bf16"), (16, 4096, 14336, "bf16")])
+        groups += tuning.attention_sweep([(1, 8, 4096, 128, True), (1, 8, 2048, 128, False)])
+        groups += tuning.row_sweep([("rmsnorm", 8192, 4096, "bf16"), ("softmax", 4096, 4096, "f32"),
+                                    ("rmsnorm", 8192, 4096, "f32"), ("softmax", 4096, 4096, "bf16"),
+                                    ("scale_add", 4096, 4096, "f32"), ("softmax", 512, 32768, "f32"),
+                                    ("rmsnorm", 4096, 14336, "bf16")])
+        groups += tuning.matmul_sweep([(4096, 4096, 4096, "f32")])
+    rows = []
+    for label, cands in groups:
+        for i, p in enumerate(cands):
+            if time.monotonic() > ctx.deadline:
+                print(f"  stopped at the time budget in {label}", flush=True)
+                return rows
+            row = run.run_point(p, seed=i, rounds=max(3, ctx.rounds - 2), floor_s=ctx.floor_s, peaks=ctx.peaks,
+                                baselines=(i == 0))
+            row["group"] = label
+            rows.append(row)
+            print(run.summary(row), flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- the calibration corpus
+def corpus(ctx: Context) -> list[dict[str, Any]]:
+    from tpu_kernels.chip import corpus as calls
+
+    rows = []
+    for c in calls.calls():
+        if time.monotonic() > ctx.deadline:
+            print("  stopped at the time budget", flush=True)
+            break
+        rows.append(calls.compile_verdict(c))
+    failed = sum(not r["compiles"] for r in rows)
+    print(f"  {len(rows)} calls compiled: {len(rows) - failed} compile, {failed} refused", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- a decoder layer
+def layer(ctx: Context) -> list[dict[str, Any]]:
+    from tpu_kernels.chip import layer as decoder
+
+    rows = []
+    for dims in decoder.shapes(ctx.quick):
+        for backward in (False, True):
+            with contextlib.suppress(Exception):
+                jax.clear_caches()
+            row = decoder.measure_layer(dims, backward=backward, rounds=ctx.rounds, floor_s=ctx.floor_s,
+                                  statics=ctx.statics)
+            rows.append(row)
+            print(f"  {row['id']:<60} " + "  ".join(f"{k}={v}" for k, v in row.items() if k.endswith("_ms")
+                                                     or k.startswith("speed") or k.startswith("error")), flush=True)
+    return rows
+
+
+__all__ = ["Context", "corpus", "grid", "layer", "precision", "tune"]

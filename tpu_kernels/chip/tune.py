@@ -1,0 +1,87 @@
+"""Tuning spaces measured on the chip: each candidate config of a kernel at a shape, timed.
+
+The record of a sweep (`"tune"` in the chip record) is what the v5e tables and the cost
+model's fit are made from (docs/autotuning.md): per point, every config's compile verdict
+and time, the baseline's time once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tpu_kernels.chip import load, points
+
+# Large blocks beyond the op's own tuning space (matmul.pallas.TUNE): the MXU-filling shapes
+# the issue found fastest on a v5e (1024-class blocks with a raised scoped VMEM limit).
+LARGE_BLOCKS = [
+    (1024, 1024, 256), (1024, 1024, 512), (1024, 1024, 1024), (512, 1024, 512), (1024, 512, 512),
+    (512, 1024, 1024), (1024, 512, 1024), (512, 512, 1024), (512, 512, 2048), (1024, 2048, 512),
+    (2048, 1024, 512), (512, 2048, 512), (2048, 512, 512), (1024, 1024, 2048), (256, 1024, 1024),
+    (256, 2048, 1024), (2048, 1024, 256), (1024, 2048, 256),
+]
+
+
+def matmul_configs(m: int, k: int, n: int, itemsize: int) -> list[dict[str, int]]:
+    """The op's tuning space and `LARGE_BLOCKS`, less those whose buffers pass the 48 MiB a
+    shipped kernel may raise its limit to; blocks past a dimension collapse to it, so
+    duplicates are dropped."""
+    _vmem = load.shared("_vmem")
+    mm = load.family("matmul").pallas
+    space = [(bm, bn, bk) for bm in mm.TUNE["block_m"] for bn in mm.TUNE["block_n"] for bk in mm.TUNE["block_k"]]
+    seen, configs = set(), []
+    for bm, bn, bk in space + LARGE_BLOCKS:
+        em, en, ek = min(bm, m), min(bn, n), min(bk, k)
+        if (em, en, ek) in seen or not _vmem.fits(mm.vmem_need(em, en, ek, itemsize)):
+            continue
+        seen.add((em, en, ek))
+        configs.append({"block_m": bm, "block_n": bn, "block_k": bk})
+    return configs
+
+
+def matmul_sweep(shapes: list[tuple[int, int, int, str]]) -> list[tuple[str, list[points.Point]]]:
+    mm = load.family("matmul")
+    xla = {"xla": mm.jax_reference.matmul_jax}
+    out = []
+    for m, k, n, dt in shapes:
+        cands = [points.matmul_point(mm.pallas.matmul, xla, "matmul", m, k, n, dt, c, section="tune")
+                 for c in matmul_configs(m, k, n, 2 if dt == "bf16" else 4)]
+        out.append((f"matmul/{dt}[{m},{k},{n}]", cands))
+    return out
+
+
+ROW_CANDIDATES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+def row_sweep(shapes: list[tuple[str, int, int, str]]) -> list[tuple[str, list[points.Point]]]:
+    out = []
+    for family, rows, d, dt in shapes:
+        cands = []
+        for br in ROW_CANDIDATES:
+            if br > rows:
+                continue
+            cands += points.row_points(family, [(rows, d)], (dt,), {"block_rows": br})
+        out.append((f"{family}/{dt}[{rows},{d}]", cands))
+    return out
+
+
+def attention_sweep(shapes: list[tuple[int, int, int, int, bool]], dt: str = "bf16") -> list[tuple[str, list]]:
+    fa = load.template("flash_attention")
+    out = []
+    for b, h, s, d, causal in shapes:
+        cands = []
+        for bq, bk in itertools.product((128, 256, 512, 1024), (128, 256, 512, 1024)):
+            if bq > s or bk > s:
+                continue
+            cands += points.attention_points(fa, [(b, h, s, d)], (dt,), (causal,), {"block_q": bq, "block_k": bk},
+                                             baselines=False)
+        out.append((f"flash_attention/{dt}[{b},{h},{s},{d}]" + ("/causal" if causal else ""), cands))
+    return out
+
+
+def best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in rows if r["pallas"].get("time_s")]
+    return min(ok, key=lambda r: r["pallas"]["time_s"]) if ok else None
+
+
+__all__ = ["attention_sweep", "best", "matmul_configs", "matmul_sweep", "row_sweep"]
