@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import pytest
 
+from tpu_kernels.check import chip_record
 from tpu_kernels.chip import corpus
 from tpu_kernels.lowering.chips import chip, targeting
 
@@ -78,3 +79,53 @@ def test_error_text_keeps_the_compilers_cause_past_the_limit():
     e = RuntimeError("x" * 2000 + " RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: 17.0M of 16.0M")
     text = corpus.error_text(e)
     assert len(text) <= 610 and "CompileTimeScopedVmemOom" in text and text.startswith("RuntimeError: xx")
+
+
+# ---- the check against the chip's verdicts ----------------------------------------------------
+
+# Facts seen on a v5e before the corpus record existed (issue 45, ../shared/FACTS.md), as a
+# record of the same form: the check must agree with each.
+FACTS_V5E = {
+    "chip": "v5e",
+    "calls": [
+        # the shipped rmsnorm_backward at its shipped example: 12.3 MiB of buffers, refused (its
+        # float32 temporaries)
+        {"id": "rmsnorm_bwd/bf16[8192,4096]/block_rows=256", "compiles": False, "error": "E1001"},
+        # buffers of exactly 16.0 MiB fail (two-step: in and out double-buffered; one-step: single)
+        {"id": "copy/bf16[1024,4096]/block_rows=512", "compiles": False, "error": "E1001"},
+        {"id": "copy/bf16[1024,4096]/block_rows=1024", "compiles": False, "error": "E1001"},
+        # a one-step grid of 24 MiB if double-buffered compiles: it is single-buffered
+        {"id": "copy/bf16[768,4096]/block_rows=768", "compiles": True, "error": None},
+        # vmem_limit_bytes of 100 MiB works
+        {
+            "id": "copy/bf16[10240,4096]/block_rows=2560,vmem_limit_bytes=104857600",
+            "compiles": True,
+            "error": None,
+        },
+    ],
+}
+
+
+def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
+    rows, missing = chip_record.compare(record, calls)
+    assert not missing, f"record ids not in the corpus: {missing[:5]}"
+    result = chip_record.summary(rows)
+    for r in rows:
+        if not r.agrees:
+            print("disagrees:", r.describe())
+    print(f"{result['agree']} of {result['calls']} agree ({result['agreement']:.1%})")
+    return result
+
+
+def test_the_check_agrees_with_the_known_chip_facts(calls):
+    result = _held_to(FACTS_V5E, calls)
+    assert result["agree"] == result["calls"] == len(FACTS_V5E["calls"])
+
+
+@pytest.mark.skipif(not chip_record.record_path("v5e").exists(), reason="no chip record committed yet")
+def test_the_check_agrees_with_the_chips_record(calls):
+    """>= 99% of the corpus agrees with the v5e's verdicts, and no call passes that the chip refused."""
+    result = _held_to(chip_record.load(chip_record.record_path("v5e")), calls)
+    assert result["calls"] >= 300
+    assert not result["false_passes"], [r.describe() for r in result["false_passes"]]
+    assert result["agreement"] >= 0.99
