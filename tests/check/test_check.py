@@ -96,9 +96,10 @@ def test_json_report(tmp_path, capsys):
 def test_verbose_lists_every_vmem_buffer(capsys):
     assert main(["check", "-v", "--filter", "tpu_kernels::matmul$"]) == 0
     out = capsys.readouterr().out
-    assert "kernel _kernel, grid 2x2x2: 1.0 MiB of VMEM per step" in out
-    assert "input 0    bfloat16[256, 256] x2: 256.0 KiB" in out
-    assert "scratch 0  float32[256, 256]: 256.0 KiB" in out
+    # the 2048^3 example at the default (1024, 2048, 512) blocks
+    assert "kernel _kernel, grid 2x1x4: 22.0 MiB of VMEM per step" in out
+    assert "input 0    bfloat16[1024, 512] x2: 2.0 MiB" in out
+    assert "scratch 0  float32[1024, 2048]: 8.0 MiB" in out
 
 
 def test_vmem_estimate_counts_buffers_copies_and_tile_padding():

@@ -7,13 +7,16 @@ dimensions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.errors import FLOAT_DTYPES_TEXT  # the integer-input error's words (Helion ops say it too)
+from tpu_kernels.errors import FLOAT_DTYPES_TEXT
+from tpu_kernels.kernels import _vmem  # the integer-input error's words (Helion ops say it too)
 
 # Kernel wrappers may be traced with symbolic sizes (the fake function under
 # torch.compile(dynamic=True)): decisions that need a concrete size fall back
@@ -35,6 +38,85 @@ def row_block(rows: int, target: int) -> int:
     if rows <= target:
         return rows
     return max(SUBLANES, target // SUBLANES * SUBLANES)
+
+
+# A row kernel's default block holds about this much of one input: on a v5e the shipped row
+# kernels reach their bandwidth plateau (~76% of HBM peak) from 512 KiB blocks, and the
+# row-reduction template's 1 MiB blocks ran at 75-78% (bench/reports/chip_v5e.json, "tune").
+ROW_BLOCK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class RowFootprint:
+    """What one row of a row kernel's block costs in VMEM: its `blocks` row-shaped input and
+    output blocks (each double-buffered, in the kernel's dtype), `temporaries` float32 arrays
+    of the block's shape that the body keeps live (a bf16 block upcast to float32, its
+    squares, the output before the cast), and `columns` (rows, 1) float32 blocks (a residual
+    such as inv_rms, padded to 128 lanes)."""
+
+    blocks: int
+    temporaries: int
+    columns: int = 0
+
+    def need(self, block_rows: int, cols: int, itemsize: int) -> int:
+        """VMEM bytes of one grid step with `block_rows` rows of width `cols`."""
+        width = _vmem.padded_cols(cols)
+        io = 2 * self.blocks * _vmem.padded_rows(block_rows, itemsize) * width * itemsize
+        temps = self.temporaries * _vmem.padded_rows(block_rows, 4) * width * 4
+        residual = 2 * self.columns * _vmem.padded_rows(block_rows, 4) * 128 * 4
+        return io + temps + residual + 2 * 8 * width * 4  # + a (1, cols) weight row, float32-padded
+
+
+def rows_tile(itemsize: int) -> int:
+    """A row block's natural multiple: the dtype's sublane tile (8 rows of 32-bit, 16 of 16-bit)."""
+    return SUBLANES * max(1, 4 // itemsize)
+
+
+def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint) -> int | None:
+    """The default rows per block: about ROW_BLOCK_BYTES of one input, fewer where the block's
+    VMEM need (with the body's float32 temporaries) would pass `_vmem.BUDGET`; all rows when
+    there are fewer. None when even one tile of rows passes the budget (rows too wide for a
+    whole-row block)."""
+    if export.is_symbolic_dim(rows) or export.is_symbolic_dim(cols):
+        return 8 * SUBLANES
+    tile = rows_tile(itemsize)
+    per_row = footprint.need(tile, cols, itemsize) / tile
+    target = min(ROW_BLOCK_BYTES / max(1, cols * itemsize), _vmem.BUDGET / per_row)
+    if target < tile and footprint.need(min(rows, tile), cols, itemsize) > _vmem.BUDGET:
+        return None
+    br = max(tile, int(target) // tile * tile)
+    return rows if rows <= br else br
+
+
+def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int | None, footprint: RowFootprint) -> int:
+    """`block_rows` as given (rounded to the sublane multiple, capped at the rows), or the
+    default; refuses a block whose VMEM need passes what a shipped kernel may ask for."""
+    if block_rows is None:
+        br = auto_rows(rows, cols, itemsize, footprint)
+        if br is None:
+            raise ValueError(
+                f"{op}: rows of {cols} elements are too wide for whole-row blocks in VMEM "
+                f"({footprint.need(rows_tile(itemsize), cols, itemsize) / _vmem.MIB:.1f} MiB for "
+                f"{rows_tile(itemsize)} rows)."
+            )
+        return br
+    br = row_block(rows, block_rows)
+    need = footprint.need(br, cols, itemsize)
+    if not export.is_symbolic_dim(need) and not _vmem.fits(need):
+        fit = max(SUBLANES, int(_vmem.CAP * 0.75 / (need / br)) // SUBLANES * SUBLANES)
+        raise ValueError(
+            f"{op}: block_rows={block_rows} needs about {need / _vmem.MIB:.0f} MiB of VMEM at rows of {cols} "
+            f"elements ({itemsize}-byte), over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; "
+            f"pass block_rows <= {fit}, or leave it unset (None) for a block sized to the chip."
+        )
+    return br
+
+
+def row_params(footprint: RowFootprint, block_rows: int, cols: int, itemsize: int,
+               semantics: tuple[str, ...] = ("parallel",)) -> pltpu.CompilerParams:
+    """A row kernel's compiler params: its grid's semantics (`parallel_rows`), and Mosaic's
+    scoped VMEM limit raised where the block needs it (`_vmem.compiler_params`)."""
+    return _vmem.compiler_params(semantics, footprint.need(block_rows, cols, itemsize))
 
 
 

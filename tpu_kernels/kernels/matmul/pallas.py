@@ -10,12 +10,17 @@ dimension); the defaults fill the MXU on every TPU generation.
 Every shape runs with every legal block: a dimension that is not a multiple of
 its block is padded with zeros up to one (zeros in K add nothing to a dot
 product; the padded rows of M and columns of N are sliced off the result), so
-a block size, tuned or given, never makes a call fail. The padding costs a
-copy of the operands only at shapes that need it.
+a block size, tuned or given, never makes a call fail unless its VMEM need
+passes what a shipped kernel may ask for (`_vmem.CAP`: refused with the sizes
+that fit). The padding costs a copy of the operands only at shapes that need
+it; a default block halves (down to 256) where it would pad a dimension by more
+than a sixteenth.
 
-VMEM per grid step: double-buffered inputs 2 * (bm*bk + bk*bn) * itemsize,
-double-buffered output 2 * bm*bn * itemsize, accumulator bm*bn*4 bytes;
-768 KiB for bf16 at the 256x256x256 default, far under every chip's budget.
+VMEM per grid step (`vmem_need`): double-buffered inputs 2 * (bm*bk + bk*bn) *
+itemsize, double-buffered output 2 * bm*bn * itemsize, the float32 accumulator
+and the dot's float32 result, 2 * bm*bn*4 bytes: 30 MiB for bf16 at the
+(1024, 2048, 512) default, so the kernel raises Mosaic's scoped limit
+(`_vmem.compiler_params`; v5e's default is 16 MiB).
 """
 
 from __future__ import annotations
@@ -32,9 +37,19 @@ from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
 
 
-# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles;
-# blocks larger than a dimension become the whole dimension (_block).
-TUNE = {"block_m": [128, 256, 512], "block_n": [128, 256, 512], "block_k": [256, 512]}
+# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles up
+# to the 1024-2048 blocks that matched XLA on a v5e (bench/reports/chip_v5e.json, "tune");
+# blocks larger than a dimension become the whole dimension (_block), and a config whose VMEM
+# need passes what a shipped kernel may ask for is refused (`vmem_need`, `_vmem.fits`).
+TUNE = {"block_m": [256, 512, 1024], "block_n": [256, 512, 1024, 2048], "block_k": [256, 512, 1024]}
+
+
+def default_blocks(itemsize: int) -> tuple[int, int, int]:
+    """(block_m, block_n, block_k) when a call leaves them unset: on a v5e (bf16), (1024, 2048,
+    512) ran at 0.97-1.0x of XLA's jnp.dot from 2048^3 to the FFN shape 8192x4096x14336 where
+    the old 256-blocks ran at 0.28-0.39x (bench/reports/chip_v5e.json, "tune"); 4-byte dtypes
+    halve block_n, which keeps the need (about 30 MiB) inside `_vmem.CAP`."""
+    return (1024, 2048 if itemsize <= 2 else 1024, 512)
 
 
 def _kernel(a_ref, b_ref, o_ref, acc_ref, *, n_k: int):
@@ -61,6 +76,16 @@ def _block(name: str, dim: int, block: int, multiple: int) -> int:
     return dim if dim <= block else block
 
 
+def _snug(dim: int, block: int) -> int:
+    """A default block for `dim`: `block`, halved (not below 256) while it would pad `dim` by
+    more than a sixteenth (1100 rows take 2 blocks of 1024, 948 of them padding; of 256, 180)."""
+    if export.is_symbolic_dim(dim):
+        return block
+    while block > 256 and dim > block and _padded(dim, block) - dim > dim // 16:
+        block //= 2
+    return block
+
+
 def _padded(dim: int, block: int) -> int:
     """`dim` rounded up to a multiple of `block` (concrete sizes; a symbolic one as it is:
     deriving shapes needs the result's shape only, which padding does not change)."""
@@ -70,18 +95,34 @@ def _padded(dim: int, block: int) -> int:
 
 
 def matmul(
-    a: jax.Array, b: jax.Array, *, block_m: int = 256, block_n: int = 256, block_k: int = 256
+    a: jax.Array,
+    b: jax.Array,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
 ) -> jax.Array:
-    """a @ b for 2-D a [M, K] and b [K, N]; the result has a's dtype."""
+    """a @ b for 2-D a [M, K] and b [K, N]; the result has a's dtype.
+
+    Blocks left unset (None) take `default_blocks` for the dtype; each is capped at its
+    dimension."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a [M, K] and b [K, N], got {a.shape} and {b.shape}.")
     require_float("matmul", a=a, b=b)
     if a.dtype != b.dtype:
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
     (m, k), n = a.shape, b.shape[1]
-    bm = _block("block_m", m, block_m, SUBLANES)
-    bk = _block("block_k", k, block_k, LANES)
-    bn = _block("block_n", n, block_n, LANES)
+    dm, dn, dk = default_blocks(a.dtype.itemsize)
+    bm = _block("block_m", m, _snug(m, dm) if block_m is None else block_m, SUBLANES)
+    bk = _block("block_k", k, _snug(k, dk) if block_k is None else block_k, LANES)
+    bn = _block("block_n", n, _snug(n, dn) if block_n is None else block_n, LANES)
+    need = vmem_need(bm, bn, bk, a.dtype.itemsize)
+    if not export.is_symbolic_dim(need) and not _vmem.fits(need):
+        raise ValueError(
+            f"matmul: blocks ({bm}, {bn}, {bk}) (block_m, block_n, block_k) need about {need / _vmem.MIB:.0f} MiB "
+            f"of VMEM in {a.dtype}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
+            "smaller blocks, or leave them unset for the dtype's defaults."
+        )
     if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
         return jnp.zeros((m, n), a.dtype)
     mp, kp, np_ = _padded(m, bm), _padded(k, bk), _padded(n, bn)

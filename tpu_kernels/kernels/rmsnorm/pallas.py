@@ -9,7 +9,8 @@ The forward returns r (float32, shape x.shape[:-1] + (1,)) beside y, so the
 backward does not recompute it. dw is reduced in two steps: each grid step
 writes its block's partial sum, and a plain `sum` adds the partials; so
 no grid step depends on another, and both grids are marked "parallel"
-(`_blocks.parallel_rows`): on chips with two TensorCores both can work.
+(`_blocks.row_params`): on chips with two TensorCores both can work. Blocks are sized
+to the chip's VMEM with the body's float32 temporaries counted (`FORWARD`, `BACKWARD`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, is_empty, parallel_rows, require_float, row_block
+from tpu_kernels.kernels._blocks import RowFootprint, cost, is_empty, require_float, row_params, rows_or_refuse
+
+# VMEM per row of a block (_blocks.RowFootprint): the forward's x and y blocks and its inv_rms
+# column, with x, x*x and the output live in float32; the backward's x, dy and dx blocks, its
+# inv_rms column and a dw partial, with x, dy, xhat, g and dx live in float32. On a v5e the
+# backward in bf16 at [8192, 4096] with 256-row blocks needed more than the 16 MiB default
+# limit (bench/reports/chip_v5e.json, "tune"): those temporaries are what the buffers miss.
+FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1)
+BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1)
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -55,9 +64,12 @@ def _check(x: jax.Array, weight: jax.Array) -> None:
 
 
 def rmsnorm(
-    x: jax.Array, weight: jax.Array, *, eps: float = 1e-6, block_rows: int = 256
+    x: jax.Array, weight: jax.Array, *, eps: float = 1e-6, block_rows: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
-    """-> (y, inv_rms): y = x / rms(x) * weight, inv_rms float32 of shape x.shape[:-1] + (1,)."""
+    """-> (y, inv_rms): y = x / rms(x) * weight, inv_rms float32 of shape x.shape[:-1] + (1,).
+
+    block_rows: rows per grid step; None sizes the block to the chip's VMEM (about 1 MiB of x,
+    fewer rows as they widen; `_blocks.auto_rows`)."""
     _check(x, weight)
     require_float("rmsnorm", x=x, weight=weight)
     if is_empty(x):  # as torch: y is empty; inv_rms by the formula (NaN for an empty row, as torch's mean)
@@ -66,7 +78,7 @@ def rmsnorm(
     d = x.shape[-1]
     x2 = x.reshape(-1, d)
     rows = x2.shape[0]
-    br = row_block(rows, block_rows)
+    br = rows_or_refuse("rmsnorm", rows, d, x.dtype.itemsize, block_rows, FORWARD)
     row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
     y, r = pl.pallas_call(
         functools.partial(_fwd_kernel, eps=eps),
@@ -74,14 +86,14 @@ def rmsnorm(
         grid=(pl.cdiv(rows, br),),
         in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0))],
         out_specs=(row_spec, pl.BlockSpec((br, 1), lambda i: (i, 0))),
-        compiler_params=parallel_rows(),
+        compiler_params=row_params(FORWARD, br, d, x.dtype.itemsize),
         cost_estimate=cost(4 * rows * d, rows, (2 * rows * d + d) * x.dtype.itemsize + 4 * rows),
     )(x2, weight.reshape(1, d))
     return y.reshape(x.shape), r.reshape(x.shape[:-1] + (1,))
 
 
 def rmsnorm_backward(
-    x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, *, block_rows: int = 256
+    x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, *, block_rows: int | None = None
 ) -> tuple[jax.Array, jax.Array]:
     """-> (dx, dweight), from the forward's inputs, its saved inv_rms and dy."""
     if is_empty(x):  # no rows, or no columns: every gradient is zero (or empty)
@@ -90,7 +102,7 @@ def rmsnorm_backward(
     x2, dy2 = x.reshape(-1, d), grad_y.reshape(-1, d).astype(x.dtype)
     r2 = inv_rms.reshape(-1, 1)
     rows = x2.shape[0]
-    br = row_block(rows, block_rows)
+    br = rows_or_refuse("rmsnorm_backward", rows, d, x.dtype.itemsize, block_rows, BACKWARD)
     n_blocks = pl.cdiv(rows, br)
     row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
     pad = n_blocks * br - rows
@@ -112,7 +124,8 @@ def rmsnorm_backward(
         ],
         # (None, 1, d): the block drops the leading dim, and its last two dims equal the array's.
         out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
-        compiler_params=parallel_rows(),  # dw is per-block partials, not a cross-step accumulator
+        # dw is per-block partials, not a cross-step accumulator: the grid stays "parallel"
+        compiler_params=row_params(BACKWARD, br, d, x.dtype.itemsize),
         cost_estimate=cost(8 * rows * d, 0, 4 * rows * d * x.dtype.itemsize),
     )(x2, weight.reshape(1, d), r2, dy2)
     dw = dw_parts.sum(axis=(0, 1)).astype(weight.dtype)

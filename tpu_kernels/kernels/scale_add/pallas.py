@@ -14,7 +14,10 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, parallel_rows, require_float, row_block
+from tpu_kernels.kernels._blocks import RowFootprint, cost, require_float, row_params, rows_or_refuse
+
+# VMEM per row of a block (_blocks.RowFootprint): x, y and out blocks, the sum in float32.
+FOOTPRINT = RowFootprint(blocks=3, temporaries=2)
 
 
 def _kernel(x_ref, y_ref, o_ref, *, alpha: float):
@@ -22,7 +25,7 @@ def _kernel(x_ref, y_ref, o_ref, *, alpha: float):
     o_ref[...] = (x_ref[...].astype(acc) + alpha * y_ref[...].astype(acc)).astype(o_ref.dtype)
 
 
-def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int) -> jax.Array:
+def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int | None) -> jax.Array:
     dtype = jnp.result_type(x, y)
     x, y = jnp.broadcast_arrays(x.astype(dtype), y.astype(dtype))
     shape = x.shape
@@ -31,7 +34,7 @@ def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int) -> jax.Arra
     cols = shape[-1] if shape else 1
     x2, y2 = x.reshape(-1, cols), y.reshape(-1, cols)
     rows = x2.shape[0]
-    br = row_block(rows, block_rows)
+    br = rows_or_refuse("scale_add", rows, cols, jnp.dtype(dtype).itemsize, block_rows, FOOTPRINT)
     spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
     out = pl.pallas_call(
         functools.partial(_kernel, alpha=alpha),
@@ -39,7 +42,7 @@ def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int) -> jax.Arra
         grid=(pl.cdiv(rows, br),),
         in_specs=[spec, spec],
         out_specs=spec,
-        compiler_params=parallel_rows(),
+        compiler_params=row_params(FOOTPRINT, br, cols, jnp.dtype(dtype).itemsize),
         cost_estimate=cost(2 * x.size, 0, 3 * x.size * x.dtype.itemsize),
     )(x2, y2)
     return out.reshape(shape)
@@ -70,7 +73,9 @@ def _bwd(alpha, block_rows, res, g):
 _scale_add.defvjp(_fwd, _bwd)
 
 
-def scale_add(x: jax.Array, y: jax.Array, *, alpha: float = 1.0, block_rows: int = 256) -> jax.Array:
-    """x + alpha * y with numpy broadcasting; result dtype is the promoted input dtype."""
+def scale_add(x: jax.Array, y: jax.Array, *, alpha: float = 1.0, block_rows: int | None = None) -> jax.Array:
+    """x + alpha * y with numpy broadcasting; result dtype is the promoted input dtype.
+
+    block_rows: rows per grid step; None sizes the block to the chip's VMEM (`_blocks.auto_rows`)."""
     require_float("scale_add", x=x, y=y)
     return _scale_add(x, y, alpha, block_rows)

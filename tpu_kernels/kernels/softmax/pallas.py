@@ -1,20 +1,49 @@
-"""Row softmax over the last dimension as a Pallas TPU kernel, with its backward kernel.
+"""Row softmax over the last dimension as Pallas TPU kernels, with the backward's.
 
-The input is viewed as (rows, cols); one grid step handles `block_rows` full
-rows, so the max and the sum stay in one block. Arithmetic in float32 (float64
-stays float64).
+The input is viewed as (rows, cols). Where whole rows fit VMEM (the default block is about
+1 MiB of x; `_blocks.auto_rows`), one grid step handles `block_rows` full rows, so the max
+and the sum stay in one block. Arithmetic in float32 (float64 stays float64).
 
     forward:  y = exp(x - max(x)) / sum(exp(x - max(x)))
     backward: dx = y * (dy - sum(dy * y))
+
+Rows too wide for a whole-row block (a vocabulary of 131072 float32 logits is 4 MiB a row-tile
+of 8, and the body's float32 temporaries triple it) are column-tiled (`_wide`): a first kernel
+walks each row's column blocks keeping a running max m and sum l of exp(x - m), rescaling l
+by exp(m_old - m_new) when the max grows (online softmax); a second writes exp(x - m) / l
+block by block. The backward's row sum of dy * y is accumulated the same way. Reading x twice
+costs one more pass over HBM than a whole-row block, where that fits.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from jax import export
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import cost, is_empty, parallel_rows, require_float, row_block
+from tpu_kernels.kernels._blocks import (
+    ROW_BLOCK_BYTES,
+    RowFootprint,
+    auto_rows,
+    cost,
+    is_empty,
+    require_float,
+    row_params,
+    rows_or_refuse,
+    rows_tile,
+)
+
+# VMEM per row of a whole-row block (_blocks.RowFootprint): forward, the x and y blocks with
+# x, exp(x - m) and the output live in float32; backward, the y, dy and dx blocks with y, dy,
+# dy * y and dx in float32.
+FORWARD = RowFootprint(blocks=2, temporaries=3)
+BACKWARD = RowFootprint(blocks=3, temporaries=4)
+# The column-tiled kernels' blocks, and per row their (rows, 1) float32 statistics.
+WIDE_FORWARD = RowFootprint(blocks=2, temporaries=3, columns=2)
+WIDE_BACKWARD = RowFootprint(blocks=3, temporaries=4, columns=1)
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -37,7 +66,9 @@ def _rowwise(
     kernel,
     arrays: list[jax.Array],
     out_dtype,
-    block_rows: int,
+    block_rows: int | None,
+    footprint: RowFootprint,
+    op: str,
     flops_per_elem: int,
     transcendentals_per_elem: int,
 ) -> jax.Array:
@@ -45,7 +76,8 @@ def _rowwise(
     cols = shape[-1]
     flat = [a.reshape(-1, cols) for a in arrays]
     rows = flat[0].shape[0]
-    br = row_block(rows, block_rows)
+    itemsize = jnp.dtype(out_dtype).itemsize
+    br = rows_or_refuse(op, rows, cols, itemsize, block_rows, footprint)
     spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
     n = rows * cols
     out = pl.pallas_call(
@@ -54,7 +86,7 @@ def _rowwise(
         grid=(pl.cdiv(rows, br),),
         in_specs=[spec] * len(flat),
         out_specs=spec,
-        compiler_params=parallel_rows(),
+        compiler_params=row_params(footprint, br, cols, itemsize),
         cost_estimate=cost(
             flops_per_elem * n,
             transcendentals_per_elem * n,
@@ -64,22 +96,154 @@ def _rowwise(
     return out.reshape(shape)
 
 
+# ---------------------------------------------------------------- rows too wide for one block
+def _wide_blocks(rows: int, cols: int, itemsize: int) -> tuple[int, int]:
+    """(rows, columns) per block of the column-tiled kernels: one sublane tile of rows (all of
+    them if fewer), and about ROW_BLOCK_BYTES of x across, a multiple of 128 lanes."""
+    br = min(rows, rows_tile(itemsize))
+    bc = max(128, ROW_BLOCK_BYTES // (br * itemsize) // 128 * 128)
+    return br, min(bc, -(-cols // 128) * 128)
+
+
+def _masked(x, j, block_cols: int, cols: int, fill):
+    """x with the columns past the row's end (a partial last column block) set to `fill`."""
+    if cols % block_cols == 0:
+        return x
+    col = j * block_cols + jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+    return jnp.where(col < cols, x, fill)
+
+
+def _stats_kernel(x_ref, m_ref, l_ref, *, block_cols: int, cols: int):
+    """Running max and sum of exp(x - max) of each row over its column blocks (axis 1)."""
+    j = pl.program_id(1)
+
+    @pl.when(j == 0)
+    def _init():
+        m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+        l_ref[...] = jnp.zeros_like(l_ref)
+
+    x = _masked(x_ref[...].astype(m_ref.dtype), j, block_cols, cols, -jnp.inf)
+    m_old = m_ref[...]
+    m_new = jnp.maximum(m_old, jnp.max(x, axis=-1, keepdims=True))
+    l_ref[...] = l_ref[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(x - m_new), axis=-1, keepdims=True)
+    m_ref[...] = m_new
+
+
+def _normalize_kernel(x_ref, m_ref, l_ref, o_ref):
+    x = x_ref[...].astype(m_ref.dtype)
+    o_ref[...] = (jnp.exp(x - m_ref[...]) / l_ref[...]).astype(o_ref.dtype)
+
+
+def _dot_kernel(y_ref, dy_ref, s_ref, *, block_cols: int, cols: int):
+    """Each row's sum of dy * y over its column blocks (axis 1)."""
+    j = pl.program_id(1)
+
+    @pl.when(j == 0)
+    def _init():
+        s_ref[...] = jnp.zeros_like(s_ref)
+
+    prod = y_ref[...].astype(s_ref.dtype) * dy_ref[...].astype(s_ref.dtype)
+    s_ref[...] += jnp.sum(_masked(prod, j, block_cols, cols, 0.0), axis=-1, keepdims=True)
+
+
+def _wide_bwd_kernel(y_ref, dy_ref, s_ref, dx_ref):
+    acc = s_ref.dtype
+    y, dy = y_ref[...].astype(acc), dy_ref[...].astype(acc)
+    dx_ref[...] = (y * (dy - s_ref[...])).astype(dx_ref.dtype)
+
+
+def _wide(arrays: list[jax.Array], out_dtype, backward: bool) -> jax.Array:
+    shape = arrays[0].shape
+    cols = shape[-1]
+    flat = [a.reshape(-1, cols) for a in arrays]
+    rows = flat[0].shape[0]
+    itemsize = jnp.dtype(out_dtype).itemsize
+    acc = _acc(out_dtype)
+    br, bc = _wide_blocks(rows, cols, itemsize)
+    grid = (pl.cdiv(rows, br), pl.cdiv(cols, bc))
+    block = pl.BlockSpec((br, bc), lambda i, j: (i, j))
+    column = pl.BlockSpec((br, 1), lambda i, j: (i, 0))
+    stat = jax.ShapeDtypeStruct((rows, 1), acc)
+    n = rows * cols
+    footprint = WIDE_BACKWARD if backward else WIDE_FORWARD
+    reduce_params = row_params(footprint, br, bc, itemsize, ("parallel", "arbitrary"))
+    map_params = row_params(footprint, br, bc, itemsize, ("parallel", "parallel"))
+    if backward:
+        (s,) = pl.pallas_call(
+            functools.partial(_dot_kernel, block_cols=bc, cols=cols),
+            out_shape=(stat,),
+            grid=grid,
+            in_specs=[block, block],
+            out_specs=(column,),
+            compiler_params=reduce_params,
+            cost_estimate=cost(2 * n, 0, 2 * n * itemsize),
+        )(*flat)
+        out = pl.pallas_call(
+            _wide_bwd_kernel,
+            out_shape=jax.ShapeDtypeStruct((rows, cols), out_dtype),
+            grid=grid,
+            in_specs=[block, block, column],
+            out_specs=block,
+            compiler_params=map_params,
+            cost_estimate=cost(2 * n, 0, 3 * n * itemsize),
+        )(*flat, s)
+        return out.reshape(shape)
+    m, l = pl.pallas_call(
+        functools.partial(_stats_kernel, block_cols=bc, cols=cols),
+        out_shape=(stat, stat),
+        grid=grid,
+        in_specs=[block],
+        out_specs=(column, column),
+        compiler_params=reduce_params,
+        cost_estimate=cost(4 * n, n, n * itemsize),
+    )(*flat)
+    out = pl.pallas_call(
+        _normalize_kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, cols), out_dtype),
+        grid=grid,
+        in_specs=[block, column, column],
+        out_specs=block,
+        compiler_params=map_params,
+        cost_estimate=cost(2 * n, n, 2 * n * itemsize),
+    )(*flat, m, l)
+    return out.reshape(shape)
+
+
+def _too_wide(x: jax.Array, block_rows: int | None, footprint: RowFootprint) -> bool:
+    """Take the column-tiled path: by default, when not even one tile of whole rows fits."""
+    rows, cols = (x.size // x.shape[-1] if x.shape[-1] else 0), x.shape[-1]
+    if block_rows is not None or export.is_symbolic_dim(cols) or export.is_symbolic_dim(rows):
+        return False
+    return auto_rows(rows, cols, x.dtype.itemsize, footprint) is None
+
+
 def _check(x: jax.Array) -> None:
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one dimension (softmax is over the last).")
     require_float("softmax", x=x)
 
 
-def softmax(x: jax.Array, *, block_rows: int = 256) -> jax.Array:
-    """Softmax over the last dimension of x."""
+def softmax(x: jax.Array, *, block_rows: int | None = None) -> jax.Array:
+    """Softmax over the last dimension of x.
+
+    block_rows: whole rows per grid step; None sizes the block to the chip's VMEM, and tiles
+    the columns too where rows are too wide for a whole-row block."""
     _check(x)
     if is_empty(x):  # as torch: an empty result of x's shape
         return jnp.zeros(x.shape, x.dtype)
-    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, 5, 1)
+    if _too_wide(x, block_rows, FORWARD):
+        return _wide([x], x.dtype, backward=False)
+    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, FORWARD, "softmax", 5, 1)
 
 
-def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int = 256) -> jax.Array:
+def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int | None = None) -> jax.Array:
     """Gradient of softmax w.r.t. its input, from its output and the output's gradient."""
     if is_empty(out):
         return jnp.zeros(out.shape, out.dtype)
-    return _rowwise(_bwd_kernel, [out, grad_out.astype(out.dtype)], out.dtype, block_rows, 4, 0)
+    grad_out = grad_out.astype(out.dtype)
+    if _too_wide(out, block_rows, BACKWARD):
+        return _wide([out, grad_out], out.dtype, backward=True)
+    return _rowwise(_bwd_kernel, [out, grad_out], out.dtype, block_rows, BACKWARD, "softmax_backward", 4, 0)
+
+
+__all__ = ["BACKWARD", "FORWARD", "softmax", "softmax_backward"]

@@ -1,0 +1,136 @@
+"""The shipped kernels' defaults sized to the chip's VMEM (issue 47): row blocks that shrink as
+rows widen with the body's float32 temporaries counted, column-tiled softmax for rows too wide
+for a whole-row block, matmul's large default blocks with Mosaic's scoped limit raised, and a
+clear refusal of explicit blocks past what a shipped kernel may ask for.
+
+The chip's verdicts behind these rules are in bench/reports/chip_v5e.json; here the rules
+themselves are held, on the CPU (TPU lowering through jax.export, and the interpreter)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import rand
+from tpu_kernels.kernels import _blocks, _vmem, matmul, rmsnorm, softmax
+from tpu_kernels.kernels.matmul import pallas as mm
+from tpu_kernels.kernels.rmsnorm import pallas as rms
+from tpu_kernels.kernels.softmax import pallas as sm
+from tpu_kernels.kernels.scale_add import pallas as sa
+
+WIDTHS = [1024, 2048, 4096, 5120, 8192, 14336, 16384]  # real models' hidden and FFN sizes
+FOOTPRINTS = {
+    "rmsnorm": rms.FORWARD,
+    "rmsnorm_backward": rms.BACKWARD,
+    "softmax": sm.FORWARD,
+    "softmax_backward": sm.BACKWARD,
+    "scale_add": sa.FOOTPRINT,
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kernel=st.sampled_from(sorted(FOOTPRINTS)),
+    cols=st.one_of(st.sampled_from(WIDTHS), st.integers(1, 20000)),
+    rows=st.integers(1, 20000),
+    itemsize=st.sampled_from([2, 4]),
+)
+def test_default_row_block_stays_in_the_budget_and_near_the_target(kernel, cols, rows, itemsize):
+    fp = FOOTPRINTS[kernel]
+    br = _blocks.auto_rows(rows, cols, itemsize, fp)
+    assert br is not None  # every width up to 20000 has a whole-row default
+    assert 1 <= br <= rows
+    if br < rows:  # a tile multiple, inside the budget, and no bigger than the target allows
+        assert br % _blocks.rows_tile(itemsize) == 0
+        assert fp.need(br, cols, itemsize) <= _vmem.BUDGET or br == _blocks.rows_tile(itemsize)
+        assert br * cols * itemsize <= max(_blocks.ROW_BLOCK_BYTES, _blocks.rows_tile(itemsize) * cols * itemsize)
+
+
+def test_rows_shrink_as_they_widen():
+    blocks = [_blocks.auto_rows(16384, d, 2, rms.BACKWARD) for d in WIDTHS]
+    assert blocks == sorted(blocks, reverse=True) and blocks[0] > blocks[-1]
+
+
+def test_the_backward_counts_its_float32_temporaries():
+    """rmsnorm's backward in bf16 at [8192, 4096] with 256-row blocks did not compile on a v5e
+    (16 MiB default limit) though its buffers came to 12 MiB: the five float32 temporaries
+    are what the buffers miss, and the default takes fewer rows."""
+    assert rms.BACKWARD.need(256, 4096, 2) > 16 * 2**20
+    br = _blocks.auto_rows(8192, 4096, 2, rms.BACKWARD)
+    assert br < 256 and rms.BACKWARD.need(br, 4096, 2) <= _vmem.BUDGET
+
+
+def test_an_explicit_block_past_the_cap_is_refused_with_the_fix():
+    x = jax.ShapeDtypeStruct((8192, 16384), jnp.float32)
+    w = jax.ShapeDtypeStruct((16384,), jnp.float32)
+    with pytest.raises(ValueError, match=r"rmsnorm: block_rows=1024 needs about \d+ MiB of VMEM .* pass block_rows <= \d+"):
+        jax.eval_shape(lambda x, w: rms.rmsnorm(x, w, block_rows=1024), x, w)
+
+
+def test_an_explicit_block_that_needs_more_than_the_default_limit_raises_it():
+    """A block whose need passes the budget compiles with a raised scoped VMEM limit (the
+    corpus in bench/reports/chip_v5e.json holds the chip's verdicts)."""
+    assert _vmem.limit_for(_vmem.BUDGET) is None
+    limit = _vmem.limit_for(20 * 2**20)
+    assert 20 * 2**20 < limit <= _vmem.CAP
+    assert _vmem.limit_for(10**9) == _vmem.CAP and not _vmem.fits(10**9)
+
+
+@pytest.mark.parametrize("shape", [(13, 131072), (8, 262144), (5, 200000)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_wide_rows_take_the_column_tiled_softmax_and_match_float64(shape, dtype):
+    x = rand(*shape, dtype=dtype) * 3
+    assert sm._too_wide(jnp.zeros(shape, jnp.float32 if dtype == torch.float32 else jnp.bfloat16), None, sm.FORWARD)
+    out = softmax(x)
+    ref = torch.softmax(x.double(), dim=-1)
+    tol = 2e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol * ref.abs().max().item(), rtol=tol)
+    dy = rand(*shape, dtype=dtype)
+    y = ref.to(dtype)
+    dx = softmax.backward_op(y, dy)
+    ref_dx = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
+    torch.testing.assert_close(dx.double(), ref_dx, atol=tol * ref_dx.abs().max().item() * 4, rtol=tol)
+
+
+def test_wide_softmax_lowers_for_tpu():
+    from tests.kernels.checks import lowers_for_tpu
+
+    x = jax.ShapeDtypeStruct((256, 262144), "float32")
+    lowers_for_tpu(softmax, x)
+    lowers_for_tpu(softmax.backward_op, x, x)
+
+
+def test_matmul_defaults_fill_the_mxu_and_fit_the_cap():
+    for itemsize in (2, 4):
+        bm, bn, bk = mm.default_blocks(itemsize)
+        assert min(bm, bn, bk) >= 512
+        assert _vmem.fits(mm.vmem_need(bm, bn, bk, itemsize))
+        assert mm.vmem_need(bm, bn, bk, itemsize) > _vmem.BUDGET  # so the limit is raised
+
+
+@pytest.mark.parametrize("dim", [1100, 3000, 4097, 8192, 14336])
+def test_a_default_block_never_pads_a_dimension_by_more_than_a_sixteenth_above_256(dim):
+    block = mm._snug(dim, 1024)
+    waste = mm._padded(dim, block) - dim
+    assert waste <= dim // 16 or block == 256
+
+
+def test_matmul_refuses_blocks_past_the_cap():
+    a = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
+    with pytest.raises(ValueError, match=r"matmul: blocks \(2048, 2048, 2048\) .* need about \d+ MiB"):
+        jax.eval_shape(lambda a, b: mm.matmul(a, b, block_m=2048, block_n=2048, block_k=2048), a, a)
+
+
+def test_matmul_defaults_are_right_where_they_pad():
+    a, b = rand(1100, 300), rand(300, 1030)
+    torch.testing.assert_close(matmul(a, b).double(), a.double() @ b.double(), atol=1e-4, rtol=1e-5)
+
+
+def test_default_rmsnorm_matches_float64_at_a_wide_row():
+    x, w = rand(40, 16384), rand(16384)
+    y = rmsnorm(x, w)
+    ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    np.testing.assert_allclose(y.double().numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
