@@ -156,4 +156,33 @@ def add_n(*xs: jax.Array, block_rows: int) -> jax.Array:
     return _row_blocks(_multi_kernel, xs, block_rows)
 
 
-__all__ = ["add_n", "copy", "gather_blocks", "live_temporaries", "paged_sum", "with_scratch"]
+def _row_spec(kind: str, block_rows: int, cols: int) -> pl.BlockSpec:
+    if kind == "row":  # (rows, cols): block_rows whole rows a step
+        return pl.BlockSpec((block_rows, cols), lambda i: (i, 0))
+    if kind == "weight":  # (1, cols): the same block every step
+        return pl.BlockSpec((1, cols), lambda i: (0, 0))
+    if kind == "per_row":  # (rows, 1): one value per row
+        return pl.BlockSpec((block_rows, 1), lambda i: (i, 0))
+    return pl.BlockSpec((None, 1, cols), lambda i: (i, 0, 0))  # "partial": (steps, 1, cols), a row a step
+
+
+def row_body(
+    kernel, *xs: jax.Array, kinds: tuple[str, ...], outs: tuple[tuple[str, object], ...], block_rows: int
+) -> tuple[jax.Array, ...]:
+    """A row kernel's body (a shipped kernel's, unchanged) over `block_rows` whole rows a step
+    through a plain pallas_call at Mosaic's default scoped VMEM limit: `kinds` say how each
+    input is blocked, `outs` each output's (kind, dtype)."""
+    rows, cols = xs[0].shape
+    steps = pl.cdiv(rows, block_rows)
+    shapes = {"row": (rows, cols), "per_row": (rows, 1), "partial": (steps, 1, cols)}
+    return pl.pallas_call(
+        kernel,
+        out_shape=tuple(jax.ShapeDtypeStruct(shapes[k], d) for k, d in outs),
+        grid=(steps,),
+        in_specs=[_row_spec(k, block_rows, cols) for k in kinds],
+        out_specs=tuple(_row_spec(k, block_rows, cols) for k, _ in outs),
+        compiler_params=_params(None),
+    )(*xs)
+
+
+__all__ = ["add_n", "copy", "gather_blocks", "live_temporaries", "paged_sum", "row_body", "with_scratch"]
