@@ -109,7 +109,8 @@ FACTS_V5E = {
 
 def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
     rows, missing = chip_record.compare(record, calls)
-    assert not missing, f"record ids not in the corpus: {missing[:5]}"
+    if missing:  # a record of an older corpus: calls since dropped (e.g. blocks a wrapper now refuses)
+        print(f"{len(missing)} record ids not in the corpus, e.g. {missing[:3]}")
     result = chip_record.summary(rows)
     for r in rows:
         if not r.agrees:
@@ -120,7 +121,7 @@ def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
 
 def test_the_check_agrees_with_the_known_chip_facts(calls):
     result = _held_to(FACTS_V5E, calls)
-    assert result["agree"] == result["calls"] == len(FACTS_V5E["calls"])
+    assert result["agree"] == result["calls"] == len(FACTS_V5E["calls"])  # every fact's call is in the corpus
 
 
 @pytest.mark.skipif(not chip_record.record_path("v5e").exists(), reason="no chip record committed yet")
