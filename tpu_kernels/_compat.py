@@ -138,6 +138,14 @@ _ENTRIES: dict[str, Private] = {
     "jax_discharge_state": Private(
         "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
     ),
+    # ---- runtime/mosaic_precision.py: the context manager Pallas enters around every kernel
+    # body it traces (pallas_call, core_map, emit_pipeline; and each index map), the same
+    # module-level function on JAX 0.10.2 and 0.12.0.1 (jax/_src/pallas/core.py). Wrapped by
+    # `wrap_pallas_kernel_tracing`; without it, traced_at traces the whole kernel at the
+    # precision its Pallas bodies need (XLA dots too: more precise than asked, never refused).
+    "pallas_tracing_grid_env": Private(
+        "jax._src.pallas.core:tracing_grid_env", "what Pallas enters to trace a kernel body", None
+    ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
@@ -311,6 +319,32 @@ def torch_tpu_precision() -> tuple[Any, Any] | None:
         ) from e
 
 
+def wrap_pallas_kernel_tracing(around: Any) -> bool:
+    """Make Pallas enter the context manager `around()` inside its own, around each kernel body
+    (and index map) it traces, in every thread: the module-level `tracing_grid_env` of
+    jax._src.pallas.core, which pallas_call (GridMapping.trace_env), core_map and emit_pipeline
+    look up when they trace, is replaced by a wrapper (once: a second call changes nothing).
+    False where this JAX has no such function (the caller then needs another way)."""
+    original = get("pallas_tracing_grid_env")
+    if original is None:
+        return False
+    if getattr(original, "_tpu_kernels_wrapped", False):
+        return True
+    import contextlib
+
+    @contextlib.contextmanager
+    def tracing_grid_env(*args: Any, **kwargs: Any) -> Any:
+        with original(*args, **kwargs), around():
+            yield
+
+    tracing_grid_env._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
+    tracing_grid_env.__wrapped__ = original  # type: ignore[attr-defined]
+    module = importlib.import_module(_ENTRIES["pallas_tracing_grid_env"].path.partition(":")[0])
+    module.tracing_grid_env = tracing_grid_env
+    _resolved["pallas_tracing_grid_env"] = tracing_grid_env
+    return True
+
+
 def parser_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """A parser's arguments in order, without -h/--help (argparse's private `_actions` and
     `_HelpAction`: the standard library has no public list), for the CLI reference the
@@ -418,4 +452,5 @@ __all__ = [
     "symbolic_terms",
     "term_factors",
     "torch_tpu_precision",
+    "wrap_pallas_kernel_tracing",
 ]
