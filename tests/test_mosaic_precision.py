@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jax.extend import core as jex_core
 
 from tpu_kernels.lowering.jaxprs import pallas_calls
@@ -104,6 +105,33 @@ def test_every_name_lowers_for_the_tpu_with_kernels_at_a_mosaic_precision(name):
     text = exported.mlir_module()
     assert "tpu_custom_call" in text
     assert stablehlo_dot_precisions(text) == {xla}
+
+
+def _mesh_kernel_body(x_hbm, y_hbm, o_hbm):
+    def scoped(x, y, o):
+        pltpu.sync_copy(x_hbm, x)
+        pltpu.sync_copy(y_hbm, y)
+        o[...] = jnp.dot(x[...], y[...])
+        pltpu.sync_copy(o, o_hbm)
+
+    pl.run_scoped(scoped, *[pltpu.VMEM(S.shape, S.dtype)] * 3)
+
+
+# create_tensorcore_mesh is the one constructor JAX 0.10.2 and 0.12 both take (0.12 deprecates it)
+@pytest.mark.filterwarnings("ignore:pltpu.create_tensorcore_mesh is deprecated:DeprecationWarning")
+def test_a_mesh_kernel_lowers_at_high_too():
+    # pl.kernel (a kernel over a core mesh, traced through mpmd_map, not pallas_call)
+    def f(x, y):
+        with traced_at("high"):
+            mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+            return pl.kernel(_mesh_kernel_body, out_type=S, mesh=mesh)(x, y)
+
+    # a TPU target for the mesh on a machine without one
+    device = jax.sharding.AbstractDevice("TPU v5 lite", 1, "tpu")
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        assert _names(_dots(jax.make_jaxpr(f)(S, S).jaxpr)) == {"HIGHEST"}
+        exported = jax.export.export(jax.jit(f), platforms=["tpu"])(S, S)
+    assert "tpu_custom_call" in exported.mlir_module()
 
 
 def test_outside_traced_at_pallas_traces_as_jax_ships_it():

@@ -138,13 +138,19 @@ _ENTRIES: dict[str, Private] = {
     "jax_discharge_state": Private(
         "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
     ),
-    # ---- runtime/mosaic_precision.py: the context manager Pallas enters around every kernel
-    # body it traces (pallas_call, core_map, emit_pipeline; and each index map), the same
-    # module-level function on JAX 0.10.2 and 0.12.0.1 (jax/_src/pallas/core.py). Wrapped by
-    # `wrap_pallas_kernel_tracing`; without it, traced_at traces the whole kernel at the
-    # precision its Pallas bodies need (XLA dots too: more precise than asked, never refused).
+    # ---- runtime/mosaic_precision.py: the context managers Pallas enters around every kernel
+    # body it traces, module-level functions on JAX 0.10.2 and 0.12.0.1: tracing_grid_env
+    # (pallas_call through GridMapping.trace_env, emit_pipeline, each index map; core_map on
+    # 0.10.2) and mpmd_map_tracing_context (pl.kernel and core_map kernels on a mesh). Wrapped
+    # by `wrap_pallas_kernel_tracing`; without either, traced_at traces the whole kernel at
+    # the precision its Pallas bodies need (XLA dots too: more precise than asked, never refused).
     "pallas_tracing_grid_env": Private(
-        "jax._src.pallas.core:tracing_grid_env", "what Pallas enters to trace a kernel body", None
+        "jax._src.pallas.core:tracing_grid_env", "what Pallas enters to trace a grid kernel body", None
+    ),
+    "pallas_mpmd_tracing_context": Private(
+        "jax._src.pallas.mpmd:mpmd_map_tracing_context",
+        "what Pallas enters to trace a mesh kernel body",
+        None,
     ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
@@ -319,13 +325,20 @@ def torch_tpu_precision() -> tuple[Any, Any] | None:
         ) from e
 
 
+_PALLAS_KERNEL_TRACING = ("pallas_tracing_grid_env", "pallas_mpmd_tracing_context")
+
+
 def wrap_pallas_kernel_tracing(around: Any) -> bool:
     """Make Pallas enter the context manager `around()` inside its own, around each kernel body
-    (and index map) it traces, in every thread: the module-level `tracing_grid_env` of
-    jax._src.pallas.core, which pallas_call (GridMapping.trace_env), core_map and emit_pipeline
-    look up when they trace, is replaced by a wrapper (once: a second call changes nothing).
-    False where this JAX has no such function (the caller then needs another way)."""
-    original = get("pallas_tracing_grid_env")
+    (and index map) it traces, in every thread: each module-level context manager of
+    `_PALLAS_KERNEL_TRACING`, which Pallas looks up when it traces, is replaced by a wrapper
+    (once: a second call changes nothing). False where this JAX lacks one of them (the caller
+    then needs another way: some kernels would be traced unwrapped)."""
+    return all([_wrap_context(name, around) for name in _PALLAS_KERNEL_TRACING])
+
+
+def _wrap_context(name: str, around: Any) -> bool:
+    original = get(name)
     if original is None:
         return False
     if getattr(original, "_tpu_kernels_wrapped", False):
@@ -333,15 +346,15 @@ def wrap_pallas_kernel_tracing(around: Any) -> bool:
     import contextlib
 
     @contextlib.contextmanager
-    def tracing_grid_env(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         with original(*args, **kwargs), around():
             yield
 
-    tracing_grid_env._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
-    tracing_grid_env.__wrapped__ = original  # type: ignore[attr-defined]
-    module = importlib.import_module(_ENTRIES["pallas_tracing_grid_env"].path.partition(":")[0])
-    module.tracing_grid_env = tracing_grid_env
-    _resolved["pallas_tracing_grid_env"] = tracing_grid_env
+    wrapper._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    module, _, attr = _ENTRIES[name].path.partition(":")
+    setattr(importlib.import_module(module), attr, wrapper)
+    _resolved[name] = wrapper
     return True
 
 

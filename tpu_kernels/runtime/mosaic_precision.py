@@ -25,13 +25,14 @@ Only dots without an explicit precision follow the setting: a kernel author's
 explicit request; JAX 0.10.2's Mosaic refuses it with the error above), and so is a
 `jax.default_matmul_precision(...)` the kernel enters itself.
 
-How: Pallas enters `tracing_grid_env` around each kernel body (and index map) it traces;
-tpu_kernels wraps it (`_compat.wrap_pallas_kernel_tracing`) with a context that, inside
+How: Pallas enters a context manager around each kernel body (and index map) it traces
+(`tracing_grid_env` for pallas_call, `mpmd_map_tracing_context` for `pl.kernel`);
+tpu_kernels wraps them (`_compat.wrap_pallas_kernel_tracing`) with a context that, inside
 `traced_at` only, swaps a high-class default precision for "highest" while the body is
 traced (`lax.dot_general` reads the default when it binds). Outside `traced_at` Pallas
 traces as JAX ships it. Whether `traced_at` is active is a `jax.make_user_context`
 value, so JAX's jit caches never reuse a trace made inside it for one outside, or the
-reverse. Where that JAX function has moved, `traced_at` traces everything at the
+reverse. Where one of those JAX functions has moved, `traced_at` traces everything at the
 kernel precision instead (XLA dots too: more accurate than asked, never refused) and
 says so once with a warning.
 
@@ -102,8 +103,9 @@ def _hook() -> bool:
                 _hooked = _compat.wrap_pallas_kernel_tracing(_in_kernel)
                 if not _hooked:
                     warnings.warn(
-                        f"tpu_kernels: JAX {jax.__version__} has no jax._src.pallas.core."
-                        "tracing_grid_env to hook, so a kernel traced at a 'high' float32 matmul "
+                        f"tpu_kernels: JAX {jax.__version__} lacks jax._src.pallas.core.tracing_grid_env "
+                        "or jax._src.pallas.mpmd.mpmd_map_tracing_context (the hooks where Pallas "
+                        "traces a kernel body), so a kernel traced at a 'high' float32 matmul "
                         "precision is traced at 'highest' throughout (XLA dots too: more accurate "
                         "and slower than asked; Mosaic refuses HIGH inside Pallas kernels).",
                         RuntimeWarning,
