@@ -287,3 +287,14 @@ def test_at_precision_fixes_the_trace_precision_of_a_wrapped_function():
     with jax.default_matmul_precision("default"):
         jaxpr = jax.make_jaxpr(fn)(S((8, 128), "float32"), S((128, 128), "float32"))
     assert precisions(jaxpr) == ({"HIGH"}, {"HIGHEST"})
+
+
+@pytest.mark.parametrize("device,in_kernel", [("cpu", "HIGHEST"), ("tpu", "HIGHEST"), ("cuda", "HIGH")])
+def test_high_in_pallas_kernels_by_device(device, in_kernel):
+    # CUDA's Pallas kernels lower through Triton, which takes HIGH (TF32): left as asked there
+    def f(a, b):
+        with precision.traced("high", device):
+            return dot_plus_pallas_dot.fn(a, b)
+
+    jaxpr = jax.make_jaxpr(f)(S((8, 128), "float32"), S((128, 128), "float32"))
+    assert precisions(jaxpr) == ({"HIGH"}, {in_kernel})
