@@ -505,8 +505,9 @@ class KernelOp:
         Pallas calls inside run in `interpret` mode (default: the current
         tpu_kernels setting; None for none, on a real TPU), and dots at JAX
         `matmul_precision` (default: the one torch's setting gives now, as a call would
-        use; see tpu_kernels.runtime.precision). This is what the benchmarks' raw-JAX
-        baseline times: the same kernel without the bridge.
+        use; see tpu_kernels.runtime.precision: the dots of its Pallas kernels at a precision
+        Mosaic compiles, "highest" for "high", except on a GPU). This is what the benchmarks'
+        raw-JAX baseline times: the same kernel without the bridge.
         """
         from tpu_kernels.runtime import interpret as interpret_settings
         from tpu_kernels.runtime import precision as precision_settings
@@ -530,7 +531,9 @@ class KernelOp:
         cpu_client.synchronous()  # before the caller's first call makes JAX's clients
 
         def kernel(*tensors: Any) -> Any:
-            with pallas_interpret(mode), jax.default_matmul_precision(matmul_precision):
+            # traced when first called, by when JAX knows its default backend
+            device = jax.default_backend()
+            with pallas_interpret(mode), precision_settings.traced(matmul_precision, device):
                 return fn(**kwargs, **dict(zip(names, tensors)))
 
         return jax.jit(kernel)
