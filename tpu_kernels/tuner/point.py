@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -54,6 +54,7 @@ class Candidate:
     timing: Summary | None = None
     prediction: predictor.Prediction | None = None
     error_ratio: float | None = None  # the correctness check's error / allowed (> 1 is wrong)
+    reduction: int | None = None  # the reduction length the check's allowance assumed
 
     def to_json(self, names: Sequence[str]) -> dict[str, Any]:
         out: dict[str, Any] = {"config": dict(zip(names, self.config)), "status": self.status}
@@ -67,6 +68,7 @@ class Candidate:
             out.update({k: _sig(v) for k, v in self.prediction.to_dict().items()})
         if self.error_ratio is not None:
             out["error_ratio"] = round(self.error_ratio, 4)
+            out["reduction"] = self.reduction
         return out
 
 
@@ -91,25 +93,48 @@ class Outcome:
         return None if self.choice is None else dict(zip(self.names, self.choice.config))
 
     def entry(self) -> tuning.Entry | None:
-        """The table entry this tuning gives (None when no candidate survived)."""
+        """The table entry this tuning gives: the chosen config; when a measured run found no
+        candidate right, a "failed" entry (no config) that lookups refuse to run; else None."""
+        evidence: dict[str, Any] = {"shape": self.shapes}
         if self.choice is None:
-            return None
+            if self.source != "measured":
+                return None
+            evidence["why"] = self.failure()
+        else:
+            evidence["decisive"] = self.choice.decisive
+            evidence["tied"] = [dict(zip(self.names, c)) for c in self.choice.tied]
+        evidence.update(
+            method=self.method,
+            candidates=[c.to_json(self.names) for c in self.candidates],
+            tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
         return tuning.Entry(
             chip=self.chip,
             dtypes=self.dtypes,
             bucket=self.bucket,
             toolkit=toolkit_version(),
-            config=self.chosen,
-            source=self.source,
-            evidence={
-                "shape": self.shapes,
-                "decisive": self.choice.decisive,
-                "tied": [dict(zip(self.names, c)) for c in self.choice.tied],
-                "method": self.method,
-                "candidates": [c.to_json(self.names) for c in self.candidates],
-                "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            },
+            config=self.chosen or {},
+            source=self.source if self.choice is not None else "failed",
+            evidence=evidence,
         )
+
+    def failure(self) -> str:
+        """Why no candidate survived, a clause per candidate."""
+        parts = [
+            f"{', '.join(f'{n}={v!r}' for n, v in zip(self.names, c.config))}: {c.status}"
+            + (f" ({c.reason})" if c.reason else "")
+            for c in self.candidates
+        ]
+        return "; ".join(parts) or "no candidate"
+
+
+@dataclass
+class CpuCheck:
+    """The CPU interpreter's verdicts on one call's candidates (config -> the candidate as
+    judged) and the shapes they were judged at: shared by the chips the call is predicted for."""
+
+    shapes: list | None = None
+    verdicts: dict[tuple, Candidate] = field(default_factory=dict)
 
 
 def _sig(v: Any) -> Any:
@@ -157,19 +182,9 @@ def measure_call(
         for c in cands:
             if c.status == "pending":
                 _prune_for(op, args, config_kwargs(c), target, c)
-    live = [c for c in cands if c.status == "pending"]
     notes: list[str] = []
-    outputs: dict[tuple, list] = {}
-    for c in live:
-        step(f"run {t.describe(c.config)}")
-        try:
-            outputs[c.config] = _visible(op, op(*args, **config_kwargs(c)))
-            device.synchronize(outputs[c.config])
-        except Exception as e:
-            c.status, c.reason = "failed", _one_line(e)
-    default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
-    _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
-    runnable = [c for c in live if c.status == "pending"]
+    _run_and_judge(op, args, kwargs, [c for c in cands if c.status == "pending"], notes, step, device.synchronize)
+    runnable = [c for c in cands if c.status == "pending"]
     timings: dict[tuple, Summary] = {}
     if runnable:
         sets = _input_sets(args, kwargs, settings, device)
@@ -199,8 +214,20 @@ def measure_call(
     return Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
 
 
-def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
-    """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py)."""
+def predict_call(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    chip: str,
+    measured: Outcome | None = None,
+    checked: CpuCheck | None = None,
+) -> Outcome:
+    """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py),
+    among those whose results are right: `measured` (this call tuned on the attached chip)
+    excludes the configs found wrong or failing there; without it, each candidate runs in
+    the CPU interpreter (`interpret.check_inputs`: at a smaller shape when the call's is too big)
+    and is judged as a measured one is. `checked` keeps those verdicts across the chips one call
+    is predicted for, so each config runs once."""
     from tpu_kernels.lowering.chips import chip as tpu_chip
     from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
 
@@ -217,8 +244,31 @@ def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
         if c.status != "pending":
             continue
         _prune_for(op, args, kw, target, c)
+    notes: list[str] = []
+    method: dict[str, Any] = {"kind": "predicted", "model": predictor.MODEL}
+    pending = [c for c in cands if c.status == "pending"]
+    if measured is not None:
+        verdicts = {m.config: m for m in measured.candidates}
+        for c in pending:
+            seen = verdicts.get(c.config)
+            if seen is not None and seen.status in ("wrong", "failed"):
+                c.status, c.reason = seen.status, f"{seen.status} when measured on {measured.chip}: {seen.reason}"
+                c.error_ratio, c.reduction = seen.error_ratio, seen.reduction
+        method["checked_by"] = f"this call measured on {measured.chip}"
+    elif pending:
+        checked = CpuCheck() if checked is None else checked
+        fresh = [c for c in pending if c.config not in checked.verdicts]
+        if fresh:
+            checked.shapes = _check_in_interpreter(op, args, kwargs, fresh, notes)
+            checked.verdicts.update({c.config: replace(c) for c in fresh})
+        for c in pending:
+            seen = checked.verdicts[c.config]
+            c.status, c.reason, c.error_ratio, c.reduction = seen.status, seen.reason, seen.error_ratio, seen.reduction
+        method["checked_at"] = checked.shapes
+    for c in cands:
         if c.status != "pending":
             continue
+        kw = {**base_kwargs, **dict(zip(t.names, c.config))}
         try:
             flat, specs, x64 = flat_kernel(op, args, kw)
             from tpu_kernels.check import vmem
@@ -242,8 +292,27 @@ def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
         for c in cands:
             if c.config == choice.config:
                 c.status = "chosen"
-    method = {"kind": "predicted", "model": predictor.MODEL}
-    return Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method)
+    return Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+
+
+def _check_in_interpreter(op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str]) -> list:
+    """Run and judge `cands` on the CPU (interpret.py); -> the shapes they were checked at."""
+    from tpu_kernels.tuner.interpret import check_inputs
+
+    small_args, small_kwargs, shapes = check_inputs(args, kwargs)
+    where = f"in the CPU interpreter at shapes {shapes}"
+    t = op.tunables
+    base_kwargs = {k: v for k, v in small_kwargs.items() if k not in t.names}
+    for c in cands:
+        _refuse_if_invalid(op, small_args, {**base_kwargs, **dict(zip(t.names, c.config))}, c)
+        if c.status == "refused":  # valid at the call's shapes, not at the smaller ones
+            c.status, c.reason = "unchecked", f"could not be checked {where}: {c.reason}"
+    with torch.no_grad():
+        _run_and_judge(op, small_args, small_kwargs, [c for c in cands if c.status == "pending"], notes)
+    for c in cands:
+        if c.status in ("wrong", "failed"):
+            c.reason = f"{c.reason} ({where})"
+    return shapes
 
 
 # ---- the steps ----------------------------------------------------------------------------------
@@ -264,6 +333,33 @@ def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) ->
     if not result.ok:
         c.status = "pruned"
         c.reason = "; ".join(p.message for p in result.problems) or "the TPU lowering failed"
+
+
+def _run_and_judge(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    live: list[Candidate],
+    notes: list[str],
+    step: Callable[[str], None] | None = None,
+    synchronize: Callable[[Any], None] | None = None,
+) -> None:
+    """Run each of `live` once at this call and judge its result (step 3 of the module
+    docstring): a candidate that raises is failed, one the criterion rejects wrong."""
+    t = op.tunables
+    base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
+    outputs: dict[tuple, list] = {}
+    for c in live:
+        if step is not None:
+            step(f"run {t.describe(c.config)}")
+        try:
+            outputs[c.config] = _visible(op, op(*args, **base_kwargs, **dict(zip(t.names, c.config))))
+            if synchronize is not None:
+                synchronize(outputs[c.config])
+        except Exception as e:
+            c.status, c.reason = "failed", _one_line(e)
+    default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
+    _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
 
 
 def _visible(op: Any, out: Any) -> list[Any]:
@@ -306,10 +402,11 @@ def _judge(
     named = {p.name: v for p, v in zip(op.signature.params, values)}
     baseline = outputs.get(default)
     for c in live:
-        ratios, why = [], ""
+        ratios, reductions, why = [], [], ""
         for k, (got, want) in enumerate(zip(outputs[c.config], expected)):
             name = op.output_names[k]
-            reduction = ref.reduction(named, name) if ref is not None else correctness.default_reduction(args)
+            declared = ref.declared_reduction(named, name) if ref is not None else None
+            reduction = correctness.reduction_length(declared, args)
             scale = ref.size(named, name) if ref is not None else 1.0
             got_t = correctness.as_tensor(got)
             check = correctness.check(
@@ -321,12 +418,14 @@ def _judge(
                 baseline=None if baseline is None or c.config == default else baseline[k],
             )
             ratios.append(check.ratio)
+            reductions.append(reduction)
             if not check.passed and not why:
                 why = (
                     f"output {name!r}: error {check.error:.3g} (max-norm {check.error_max:.3g}) against "
                     f"{check.allowed:.3g} allowed ({correctness.CRITERION} criterion)"
                 )
         c.error_ratio = max(ratios, default=0.0)
+        c.reduction = max(reductions, default=None)
         if why:
             c.status, c.reason = "wrong", why
 
@@ -378,4 +477,4 @@ def _one_line(e: BaseException) -> str:
     return (text[0] if text else type(e).__name__)[:300]
 
 
-__all__ = ["TUNING", "Candidate", "Outcome", "measure_call", "predict_call"]
+__all__ = ["TUNING", "Candidate", "CpuCheck", "Outcome", "measure_call", "predict_call"]

@@ -12,6 +12,7 @@ from tpu_kernels.tuning.declare import Tunables, bucket, declare, default_key
 from tpu_kernels.tuning.lookup import (
     AUTOTUNE_ENV,
     TUNING_DIR_ENV,
+    NoRightConfigError,
     Tuned,
     TuningNote,
     reload,
@@ -24,6 +25,7 @@ __all__ = [
     "AUTOTUNE_ENV",
     "TUNING_DIR_ENV",
     "Entry",
+    "NoRightConfigError",
     "Table",
     "Tunables",
     "Tuned",

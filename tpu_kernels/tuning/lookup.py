@@ -44,12 +44,28 @@ import torch
 
 from tpu_kernels import _compat
 from tpu_kernels.dispatch.autocast import dtype_under
+from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
 
 TUNING_DIR_ENV = "TPU_KERNELS_TUNING_DIR"
 AUTOTUNE_ENV = "TPU_KERNELS_AUTOTUNE"
+
+
+class NoRightConfigError(TpuKernelsError, RuntimeError):
+    """Tuning found no candidate config that runs and is right at a call's shape bucket: the
+    op is not run with a config known to be wrong. The message names the op, the shapes and
+    where the failure is recorded."""
+
+
+def no_right_config(op: str, chip: str, shapes: Any, bucket: Any, why: str, where: str) -> NoRightConfigError:
+    return NoRightConfigError(
+        f"{op}: no tuning candidate runs and is right at shapes {shapes} (bucket {list(bucket)}) on "
+        f"{chip!r}: {why}. Recorded in {where}, so no process runs a config known to be wrong here or "
+        "tunes it again blindly. Fix the kernel, then tune again (tpu_kernels.autotune, or delete that "
+        "entry); or pass the tunables yourself to run a config anyway."
+    )
 
 
 class TuningNote(UserWarning):
@@ -125,7 +141,7 @@ def added(op: str, entries: Sequence[tables.Entry]) -> None:
         if current is not None:
             for e in entries:
                 old = current.get(e.key)
-                if not (old is not None and old.source == "measured" and e.source == "predicted"):
+                if not (old is not None and old.source != "predicted" and e.source == "predicted"):
                     current[e.key] = e
         _GENERATION[0] += 1
 
@@ -185,13 +201,15 @@ def choose(
     entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, toolkit: str
 ) -> tuple[tables.Entry | None, str]:
     """The entry a call of (chip, dtypes, bucket) uses and how it was found: "exact",
-    "other-version", "nearest", or (None, "none"/"other-chip")."""
+    "failed" (the exact entry records that no candidate was right), "other-version", "nearest",
+    or (None, "none"/"other-chip"). A failed entry is never borrowed for another key."""
     here = [e for e in entries.values() if e.chip == chip]
     if not here:
         return None, "other-chip" if entries else "none"
     exact = entries.get((chip, dtypes, bucket, toolkit))
     if exact is not None:
-        return exact, "exact"
+        return exact, "failed" if exact.source == "failed" else "exact"
+    here = [e for e in here if e.source != "failed"]
     same = [e for e in here if e.dtypes == dtypes and e.bucket == bucket]
     if same:
         return max(same, key=lambda e: e.toolkit), "other-version"
@@ -344,10 +362,15 @@ class Tuned:
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
         entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
-        if how != "exact" and os.environ.get(AUTOTUNE_ENV) == "1":
+        if how not in ("exact", "failed") and os.environ.get(AUTOTUNE_ENV) == "1":
             tuned = self._tune_online(args, kwargs, chip)
             if tuned:
                 entry, how = choose(entries_for(op, self.paths()), chip, dtypes, bucket, toolkit_version())
+        if how == "failed":
+            shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+            why = entry.evidence.get("why", "every candidate was wrong or failed")
+            where = f"the op's tuning table ({', '.join(map(str, self.paths()))}), tuned {entry.evidence.get('tuned_at', '')}"
+            raise no_right_config(op, chip, shapes, bucket, why, where)
         if entry is None:
             if how == "other-chip":
                 note(
@@ -434,6 +457,11 @@ class Tuned:
         index = _traced_config(self.op_name, chip, dtypes, bucket)
         if index is None:
             return kwargs
+        if index == -1:
+            raise no_right_config(
+                self.op_name, chip, [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)], bucket,
+                "every candidate was wrong or failed", f"the op's tuning table ({', '.join(map(str, self.paths()))})",
+            )
         # the config read from the op's own declaration by index: values that Dynamo can guard on
         # (it cannot take type() of a value assume_constant_result returned, as the range check does)
         config = self.tunables.configs[index]
@@ -503,6 +531,8 @@ def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | No
     entry, _ = choose(entries_for(op, tuned.paths()), chip, dtypes, bucket, toolkit_version())
     if entry is None:
         return None
+    if entry.source == "failed":
+        return -1  # no candidate is right here: the caller raises
     config = tuned._config(entry, chip)
     return None if config is None else tuned.tunables.configs.index(tuned.tunables.config_of(config))
 

@@ -177,6 +177,13 @@ class Reference:
         """How many terms the output `name` sums for this call (`reduces`, evaluated)."""
         return int(_number(self.reduces, args, "reduces", name))
 
+    def declared_reduction(self, args: dict[str, Any], name: str | None = None) -> int | None:
+        """`reduction`, or None when `reduces` is left at its default (1, the plain number): the
+        op declares nothing, and the autotuner assumes what the benchmark harness does."""
+        if not callable(self.reduces) and not isinstance(self.reduces, Mapping) and self.reduces == 1:
+            return None
+        return self.reduction(args, name)
+
     def size(self, args: dict[str, Any], name: str | None = None) -> float:
         """The size of the output `name`'s terms for this call (`scale`, evaluated)."""
         return _number(self.scale, args, "scale", name)

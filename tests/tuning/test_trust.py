@@ -1,0 +1,181 @@
+"""The tuner never chooses a wrong config (issue 45, the new-user findings): a predicted entry
+checks its candidates' results, the error allowance follows the benchmark's reduction rule, a
+run-time tune where nothing is right raises and records it, a JAX reference need not take the
+tunables."""
+
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+from jax.experimental import pallas as pl
+
+from tpu_kernels import tpu_kernel, tuning
+from tpu_kernels.bench import correctness
+from tpu_kernels.tuner import autotune, tune_calls
+from tpu_kernels.tuner.capture import Call
+from tpu_kernels.tuning import lookup, table
+
+from ..helpers import rand, uname
+from .kernels import row_scale
+from .test_tuner import FAST, StubTimer
+
+
+def _lowerable_wrong_op(name, wrong):
+    """2 * x, but 2.5 * x with block_rows == `wrong`: a wrong config that the TPU lowering accepts
+    (make_op's wrong config writes a scalar to VMEM, which the TPU check prunes)."""
+
+    def kernel(x_ref, o_ref, *, factor):
+        o_ref[...] = x_ref[...] * factor
+
+    def scale(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        br = min(block_rows, x.shape[0])
+        spec = pl.BlockSpec((br, x.shape[1]), lambda i: (i, 0))
+        return pl.pallas_call(
+            functools.partial(kernel, factor=2.5 if block_rows == wrong else 2.0),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(pl.cdiv(x.shape[0], br),),
+            in_specs=[spec],
+            out_specs=spec,
+        )(x)
+
+    return tpu_kernel(name, tune={"block_rows": [8, 64, 256]}, check_reference=lambda x: 2 * x)(scale)
+
+
+def _by_block(outcome):
+    return {c.config[0]: c for c in outcome.candidates}
+
+
+# ---- a. a predicted entry never picks a wrong config ------------------------------------------
+
+
+def test_a_prediction_never_picks_a_config_the_same_run_measured_wrong():
+    op = _lowerable_wrong_op(uname(), wrong=256)  # 256: fewest grid steps, so the cost model ranks it first
+    x = rand(300, 128)
+    result = tune_calls(
+        [Call(op, (x,), {}, "tunable")],
+        chips=["cpu", "v5e"],
+        timer=StubTimer({8: 3e-3, 64: 2e-3}),
+        settings=FAST,
+    )
+    measured, predicted = result.outcomes
+    assert _by_block(measured)[256].status == "wrong"
+    assert predicted.source == "predicted" and predicted.chosen != {"block_rows": 256}, result.report()
+    wrong = _by_block(predicted)[256]
+    assert wrong.status == "wrong" and "cpu" in wrong.reason
+
+
+def test_a_prediction_alone_checks_each_candidate_in_the_cpu_interpreter_at_a_smaller_shape():
+    op = _lowerable_wrong_op(uname(), wrong=256)
+    x = torch.empty(8192, 4096, device="meta")  # a TPU-sized example: shapes only
+    result = tune_calls([Call(op, (x,), {}, "tunable")], chips=["v5e"])
+    (o,) = result.outcomes
+    cands = _by_block(o)
+    assert cands[256].status == "wrong" and "CPU interpreter" in cands[256].reason, result.report()
+    assert o.chosen == {"block_rows": 64}
+    assert cands[64].error_ratio is not None and cands[64].error_ratio <= 1
+    shape = o.method["checked_at"]
+    assert shape != [[8192, 4096]] and all(d <= 4096 for d in shape[0])
+    assert f"checked in the CPU interpreter at shapes {shape}" in result.report()
+
+
+# ---- b. the allowance assumes the benchmark's reduction length --------------------------------
+
+
+def _mm_kernel(a_ref, b_ref, o_ref):
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+    o_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+
+def _matmul_op(name, **options):
+    """A float32 matmul accumulating over K in block_k steps, declared without reduces=."""
+
+    def mm(a: torch.Tensor, b: torch.Tensor, *, block_k: int = 256) -> torch.Tensor:
+        m, k = a.shape
+        return pl.pallas_call(
+            _mm_kernel,
+            out_shape=jax.ShapeDtypeStruct((m, b.shape[1]), jnp.float32),
+            grid=(k // block_k,),
+            in_specs=[
+                pl.BlockSpec((m, block_k), lambda i: (0, i)),
+                pl.BlockSpec((block_k, b.shape[1]), lambda i: (i, 0)),
+            ],
+            out_specs=pl.BlockSpec((m, b.shape[1]), lambda i: (0, 0)),
+        )(a, b)
+
+    return tpu_kernel(name, tune={"block_k": [256, 1024, 2048]}, **options)(mm)
+
+
+def test_a_correct_matmul_is_not_wrong_for_want_of_a_declared_reduction():
+    op = _matmul_op(uname(), check_reference=lambda a, b: a @ b)
+    a, b = rand(8, 4096), rand(4096, 128)
+    result = autotune(
+        op, a, b, timer=StubTimer({256: 1e-3, 1024: 1e-3, 2048: 1e-3}), settings=FAST, save=False
+    )
+    (o,) = result.outcomes
+    # n = 1 allowed 2.98e-07 and marked 1024 and 2048 wrong (errors 4.1e-07); the benchmark assumes
+    # the largest dimension, 4096
+    assert all(c.status in ("measured", "chosen") for c in o.candidates), result.report()
+    assert {c.reduction for c in o.candidates} == {correctness.default_reduction((a, b))} == {4096}
+
+
+# ---- c. a run-time tune where nothing is right --------------------------------------------------
+
+
+def _wrong_when_tall(name):
+    """2 * x, except that every config is wrong above 1000 rows."""
+
+    def tall(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        y = row_scale(x, block_rows=block_rows)
+        return y * 1.5 if x.shape[0] > 1000 else y
+
+    return tpu_kernel(name, tune={"block_rows": [8, 64, 256]}, check_reference=lambda x: 2 * x)(tall)
+
+
+def test_a_run_time_tune_where_nothing_is_right_raises_and_is_remembered(tuning_dir, monkeypatch):
+    op = _wrong_when_tall(uname())
+    autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    monkeypatch.setenv("TPU_KERNELS_AUTOTUNE", "1")
+    tuning.reload()
+    tall = rand(2000, 128)
+    with pytest.raises(tuning.NoRightConfigError, match=rf"{op.name}: .*\[2000, 128\]") as e:
+        op(tall)  # not the 512-row entry's block_rows=256, just measured wrong here
+    assert "block_rows=" in str(e.value) and str(tuning_dir) in str(e.value)
+    doc = json.loads((tuning_dir / table.filename(op.name)).read_text())
+    failed = [x for x in doc["entries"] if x["source"] == "failed"]
+    assert [x["bucket"] for x in failed] == [[[2048, 128]]]
+
+    tuned = []
+    online = lookup.ONLINE_TUNER[0]
+    lookup.ONLINE_TUNER[0] = lambda *a: tuned.append(a) or online(*a)
+    try:
+        tuning.reload()  # as a new process: the failure is read, not tuned again
+        with pytest.raises(tuning.NoRightConfigError):
+            op(tall)
+    finally:
+        lookup.ONLINE_TUNER[0] = online
+    assert tuned == []
+    monkeypatch.delenv("TPU_KERNELS_AUTOTUNE")
+    tuning.reload()
+    with pytest.raises(tuning.NoRightConfigError):
+        op(tall)
+    torch.testing.assert_close(op(tall, block_rows=64), 3 * tall)  # a caller's own config still runs
+
+
+# ---- e. a JAX reference that does not take the tunables ---------------------------------------
+
+
+def test_a_jax_reference_without_the_tunables_checks_every_candidate():
+    def dbl(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        return row_scale(x, block_rows=block_rows)
+
+    op = tpu_kernel(uname(), tune={"block_rows": [8, 64]}, reference=lambda x: jnp.asarray(x) * 2)(dbl)
+    result = autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3}), settings=FAST, save=False)
+    (o,) = result.outcomes
+    assert all(c.status in ("measured", "chosen") for c in o.candidates), result.report()
+    assert not any("reference" in n for n in o.notes), o.notes  # judged by the reference itself
