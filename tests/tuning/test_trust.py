@@ -179,3 +179,75 @@ def test_a_jax_reference_without_the_tunables_checks_every_candidate():
     (o,) = result.outcomes
     assert all(c.status in ("measured", "chosen") for c in o.candidates), result.report()
     assert not any("reference" in n for n in o.notes), o.notes  # judged by the reference itself
+
+
+# ---- d. entries keyed by the kernel's program; borrowed configs checked -----------------------
+
+FACTOR = {"value": 2.0}  # what the kernel below reads when traced: "editing" it changes the program
+
+
+def _reads_factor(name):
+    def scaled(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        return row_scale(x, block_rows=block_rows) * (FACTOR["value"] / 2.0)
+
+    return tpu_kernel(name, tune={"block_rows": [8, 64, 256]}, check_reference=lambda x: FACTOR["value"] * x)(
+        scaled
+    )
+
+
+def test_an_entry_tuned_for_another_program_of_the_kernel_is_not_served(tuning_dir, monkeypatch):
+    op = _reads_factor(uname())
+    x = rand(300, 128)
+    autotune(op, x, timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    (entry,) = json.loads((tuning_dir / table.filename(op.name)).read_text())["entries"]
+    assert isinstance(entry["program"], str) and len(entry["program"]) == 64
+    assert op.tuned_config(x).config == {"block_rows": 256}
+    monkeypatch.setitem(FACTOR, "value", 3.0)  # the kernel is edited
+    op.cache_clear()
+    tuning.reload()
+    with pytest.warns(tuning.TuningNote, match="another program of the kernel"):
+        got = op.tuned_config(x)
+    assert got.config == {"block_rows": 64} and got.how == "defaults"
+    torch.testing.assert_close(op(x), 3 * x)
+
+
+def _wrong_at_256_when_tall(name):
+    def tall(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        y = row_scale(x, block_rows=block_rows)
+        return y * 1.5 if x.shape[0] > 1000 and block_rows == 256 else y
+
+    return tpu_kernel(name, tune={"block_rows": [8, 64, 256]}, check_reference=lambda x: 2 * x)(tall)
+
+
+def test_a_config_borrowed_from_the_nearest_bucket_is_checked_at_the_call():
+    op = _wrong_at_256_when_tall(uname())
+    autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    tall = rand(2000, 128)  # bucket 2048: only the 512-row entry's block_rows=256, wrong here
+    with pytest.warns(tuning.TuningNote, match=r"checked at this call and is not right here \(wrong"):
+        torch.testing.assert_close(op(tall), 2 * tall)
+    assert op.tuned_config(tall).config == {"block_rows": 64}
+    fine = rand(600, 128)  # bucket 1024: the borrowed 256 is right there and is used
+    assert op.tuned_config(fine).config == {"block_rows": 256}
+
+
+def test_a_compiled_graph_is_not_served_an_entry_of_another_program(tuning_dir):
+    op = _reads_factor(uname())
+    x = rand(300, 128)
+    autotune(op, x, timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    path = tuning_dir / table.filename(op.name)
+    path.write_text(path.read_text().replace('"program": "', '"program": "0'))  # another program's digest
+    tuning.reload()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(
+            n.kwargs.get("block_rows")
+            for n in gm.graph.nodes
+            if n.op == "call_function" and op.name.split("::")[1] in str(n.target)
+        )
+        return gm.forward
+
+    torch._dynamo.reset()
+    with pytest.warns(tuning.TuningNote, match="another program of the kernel"):
+        torch.testing.assert_close(torch.compile(lambda x: op(x), backend=backend, fullgraph=True)(x), 2 * x)
+    assert seen == [None]  # the declared default, not the entry's 256

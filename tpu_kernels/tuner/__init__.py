@@ -23,7 +23,15 @@ from tpu_kernels.bench.device import Device
 from tpu_kernels.bench.device import resolve as resolve_device
 from tpu_kernels.tuner import delegate
 from tpu_kernels.tuner.capture import Call, capture
-from tpu_kernels.tuner.point import TUNING, CpuCheck, Outcome, Timer, measure_call, predict_call
+from tpu_kernels.tuner.point import (
+    TUNING,
+    CpuCheck,
+    Outcome,
+    Timer,
+    check_borrowed,
+    measure_call,
+    predict_call,
+)
 from tpu_kernels.tuner.result import TuningResult
 from tpu_kernels.tuning import lookup
 
@@ -187,5 +195,6 @@ def _online(op: Any, args: tuple, kwargs: dict) -> bool:
 
 
 lookup.ONLINE_TUNER[0] = _online
+lookup.BORROW_CHECK[0] = check_borrowed
 
 __all__ = ["Lines", "Outcome", "Progress", "TuningResult", "autotune", "capture", "tune_calls", "tune_op"]

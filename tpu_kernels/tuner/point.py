@@ -87,6 +87,7 @@ class Outcome:
     choice: Choice | None
     method: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    program: str | None = None  # the digest of the entry config's traced program (provenance.py)
 
     @property
     def chosen(self) -> dict[str, Any] | None:
@@ -96,6 +97,8 @@ class Outcome:
         """The table entry this tuning gives: the chosen config; when a measured run found no
         candidate right, a "failed" entry (no config) that lookups refuse to run; else None."""
         evidence: dict[str, Any] = {"shape": self.shapes}
+        if self.program is not None:
+            evidence["program"] = self.program
         if self.choice is None:
             if self.source != "measured":
                 return None
@@ -211,7 +214,9 @@ def measure_call(
         "rounds": settings.rounds,
         "min_sample_s": settings.min_sample_s,
     }
-    return Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    return _with_program(
+        op, args, kwargs, Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    )
 
 
 def predict_call(
@@ -292,7 +297,28 @@ def predict_call(
         for c in cands:
             if c.config == choice.config:
                 c.status = "chosen"
-    return Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    return _with_program(
+        op, args, kwargs, Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    )
+
+
+def _with_program(op: Any, args: tuple, kwargs: dict, o: Outcome) -> Outcome:
+    """`o` with the digest of the program its entry's config traces to (the default's for a
+    failed entry), which a lookup compares with the kernel's then."""
+    config = o.chosen or dict(zip(o.names, op.tunables.default))
+    o.program = op.tuned.digest_of(o.shapes, o.dtypes, op.signature.bind(args, kwargs), config)
+    return o
+
+
+def check_borrowed(op: Any, args: tuple, kwargs: dict) -> str:
+    """Run a call whose tunables (in `kwargs`) were borrowed from the nearest bucket's entry
+    and judge its result as a tuning run would; -> why it is not right, "" when it is."""
+    t = op.tunables
+    c = Candidate(t.config_of({n: kwargs[n] for n in t.names if n in kwargs}))
+    base = {k: v for k, v in kwargs.items() if k not in t.names}  # judged beside the declared default
+    with torch.no_grad():
+        _run_and_judge(op, args, base, [c], [])
+    return "" if c.status == "pending" else f"{c.status}: {c.reason}"
 
 
 def _check_in_interpreter(op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str]) -> list:

@@ -19,6 +19,7 @@ from tpu_kernels.tuning.lookup import (
     table_paths,
     write_path,
 )
+from tpu_kernels.tuning.provenance import PRINT_ENV, TunedConfig
 from tpu_kernels.tuning.table import Entry, Table, TuningTableError, read
 
 __all__ = [
@@ -26,9 +27,11 @@ __all__ = [
     "TUNING_DIR_ENV",
     "Entry",
     "NoRightConfigError",
+    "PRINT_ENV",
     "Table",
     "Tunables",
     "Tuned",
+    "TunedConfig",
     "TuningNote",
     "TuningTableError",
     "bucket",

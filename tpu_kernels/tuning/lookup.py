@@ -45,9 +45,11 @@ import torch
 from tpu_kernels import _compat
 from tpu_kernels.dispatch.autocast import dtype_under
 from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.tuning import capture
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
+from tpu_kernels.tuning.provenance import Looked, TunedConfig, digest_values, forget_printed, print_lookup
 
 TUNING_DIR_ENV = "TPU_KERNELS_TUNING_DIR"
 AUTOTUNE_ENV = "TPU_KERNELS_AUTOTUNE"
@@ -95,6 +97,9 @@ _OVERLAYS: contextvars.ContextVar[tuple[_Overlay, ...]] = contextvars.ContextVar
 )
 ONLINE_TUNER: list[Callable[..., Sequence[tables.Entry]] | None] = [None]
 """Set by `tpu_kernels.tuner` when imported: tunes one call (`TPU_KERNELS_AUTOTUNE=1`)."""
+BORROW_CHECK: list[Callable[[Any, tuple, dict], str] | None] = [None]
+"""Set by `tpu_kernels.tuner` when imported: runs a call with a config borrowed from the
+nearest bucket and judges its result; -> why it is not right ("" when it is)."""
 _ONLINE_MODULE = "tpu_kernels.tuner"
 _TUNED: dict[str, Tuned] = {}  # every op's lookup, by name (the traced path finds it by name)
 
@@ -131,6 +136,7 @@ def reload() -> None:
     with _LOCK:
         _LOADED.clear()
         _NOTED.clear()
+        forget_printed()
         _GENERATION[0] += 1
 
 
@@ -274,7 +280,8 @@ class Tuned:
         )
         self.slots = tuple(zip(tunables.names, tunables.slots))
         self.validate = validate
-        self._memo: dict[tuple, dict[str, Any]] = {}
+        self._memo: dict[tuple, Looked] = {}
+        self._digests: dict[str, str | None] = {}  # traced arguments -> program digest
         self._memo_generation = -1  # the _GENERATION the memo and _live were computed at
         self._live = False  # some table or the online tuner may give this op a config
         _TUNED[self.op_name] = self
@@ -293,14 +300,42 @@ class Tuned:
         given, tensors, first = self._call_parts(args, kwargs)
         if first is None:
             return kwargs
+        chosen = self._looked(args, kwargs, given, tensors, first).fill
+        return {**kwargs, **chosen} if chosen else kwargs
+
+    def _looked(self, args: tuple, kwargs: dict, given: tuple, tensors: tuple, first: torch.Tensor) -> Looked:
         memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
-        chosen = self._memo.get(memo_key)
-        if chosen is None:
-            chosen = self._resolve(args, kwargs, tensors, first.device, given)
+        looked = self._memo.get(memo_key)
+        if looked is None:
+            looked = self._resolve(args, kwargs, tensors, first.device, given)
             if len(self._memo) > 4096:
                 self._memo.clear()
-            self._memo[memo_key] = chosen
-        return {**kwargs, **chosen} if chosen else kwargs
+            self._memo[memo_key] = looked
+            full = {n: looked.fill.get(n, g if g is not _MISSING else d) for (n, _), g, d in zip(self.slots, given, self.tunables.default)}
+            print_lookup(self.op_name, looked, self.tunables.describe(tuple(full.values())))
+        return looked
+
+    def explain(self, args: tuple, kwargs: dict) -> TunedConfig:
+        """Which config a call with these arguments would run with, and from which entry
+        (`op.tuned_config`); the same lookup as the call's, notes and all."""
+        if self._memo_generation != _GENERATION[0]:
+            self._refresh()
+        given, tensors, first = self._call_parts(args, kwargs)
+        passed = tuple(n for (n, _), g in zip(self.slots, given) if g is not _MISSING)
+        if first is None:  # every tunable passed (or no tensor): nothing is looked up
+            config = dict(zip(self.tunables.names, (g if g is not _MISSING else d for g, d in zip(given, self.tunables.default))))
+            return TunedConfig(self.op_name, config, "given" if passed else "defaults", "given" if passed else "defaults", "", (), None, passed)
+        if not self._live and not _OVERLAYS.get():
+            looked = Looked(_EMPTY, "defaults", None, "the op has no tuning entry", chip_of(first.device))
+        else:
+            looked = self._looked(args, kwargs, given, tensors, first)
+        config = {
+            n: looked.fill.get(n, g if g is not _MISSING else d)
+            for (n, _), g, d in zip(self.slots, given, self.tunables.default)
+        }
+        source = looked.entry.source if looked.entry is not None else "defaults"
+        bucket = looked.bucket or _plain(self._key(args, kwargs, tensors))
+        return TunedConfig(self.op_name, config, source, looked.how, looked.chip, bucket, looked.entry, passed, looked.why)
 
     def _autocast_state(self, device: Any) -> Any:
         """What of torch.autocast changes the dtypes this op's kernel sees (a memo key part)."""
@@ -319,6 +354,7 @@ class Tuned:
         the memo and find out again whether this op has entries at all (reading its tables)."""
         generation = _GENERATION[0]
         self._memo = {}
+        self._digests = {}
         self._live = bool(_loaded(self.op_name, self.paths())) or os.environ.get(AUTOTUNE_ENV) == "1"
         self._memo_generation = generation
 
@@ -353,19 +389,22 @@ class Tuned:
         named = {p.name: v for p, v in zip(self.signature.params, values)}
         return tuple(fn(**key_arguments(fn, named)))
 
-    def _resolve(
-        self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple
-    ) -> dict[str, Any]:
+    def _resolve(self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple) -> Looked:
         op = self.op_name
         chip = chip_of(device)
         entries = entries_for(op, self.paths())
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
-        entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
+
+        def defaults(why: str) -> Looked:
+            return Looked(_EMPTY, "defaults", None, why, chip, dtypes, bucket)
+
+        entry, how = self._current(entries, chip, dtypes, bucket, args, kwargs)
         if how not in ("exact", "failed") and os.environ.get(AUTOTUNE_ENV) == "1":
             tuned = self._tune_online(args, kwargs, chip)
             if tuned:
-                entry, how = choose(entries_for(op, self.paths()), chip, dtypes, bucket, toolkit_version())
+                entries = entries_for(op, self.paths())
+                entry, how = self._current(entries, chip, dtypes, bucket, args, kwargs)
         if how == "failed":
             shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
             why = entry.evidence.get("why", "every candidate was wrong or failed")
@@ -381,7 +420,8 @@ class Tuned:
                     f"{', '.join(sorted({e.chip for e in entries.values()}))}); running the declared defaults "
                     f"({self.tunables.describe(self.tunables.default)}). Tune it here with tpu_kernels.autotune.",
                 )
-            elif entries and any(e.chip == chip for e in entries.values()):
+                return defaults(f"no entry for chip {chip!r}")
+            if entries and any(e.chip == chip for e in entries.values()):
                 note(
                     op,
                     chip,
@@ -389,21 +429,17 @@ class Tuned:
                     f"no tuned config for dtypes {list(dtypes)} on {chip!r}; "
                     f"running the declared defaults ({self.tunables.describe(self.tunables.default)}).",
                 )
-            return _EMPTY
+            return defaults(f"no entry for dtypes {list(dtypes)} on {chip!r}" if entries else "the op has no entry")
         config = self._config(entry, chip)
         if config is None:
-            return _EMPTY
+            return defaults("the entry's config is not among the declared candidates")
+        described = self.tunables.describe(self.tunables.config_of(config))
         if how != "exact":
             why = {
                 "other-version": f"was tuned with tpu_kernels {entry.toolkit} (this is {toolkit_version()})",
                 "nearest": f"has no entry for bucket {list(bucket)}: using the nearest, {list(entry.bucket)}",
             }[how]
-            note(
-                op,
-                chip,
-                f"{how} {bucket} {dtypes}",
-                f"the {chip!r} table {why} ({self.tunables.describe(self.tunables.config_of(config))}).",
-            )
+            note(op, chip, f"{how} {bucket} {dtypes}", f"the {chip!r} table {why} ({described}).")
         fill = {name: config[name] for (name, _), g in zip(self.slots, given) if g is _MISSING}
         try:
             self.validate(args, {**kwargs, **fill})
@@ -412,12 +448,82 @@ class Tuned:
                 op,
                 chip,
                 f"invalid {bucket} {_metadata(tensors)}",
-                f"the tuned config "
-                f"{self.tunables.describe(self.tunables.config_of(config))} does not fit this call's shapes "
+                f"the tuned config {described} does not fit this call's shapes "
                 f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); running the declared defaults.",
             )
-            return _EMPTY
-        return fill
+            return defaults(f"the tuned config {described} does not fit the call's shapes")
+        if how == "nearest":
+            wrong = self._borrow_check(args, {**kwargs, **fill})
+            if wrong:
+                note(
+                    op,
+                    chip,
+                    f"borrowed {bucket} {_metadata(tensors)}",
+                    f"the nearest entry's config {described} (bucket {list(entry.bucket)}) was checked at this "
+                    f"call and is not right here ({wrong}); running the declared defaults. Tune this bucket.",
+                )
+                return defaults(f"the nearest entry's {described} is not right at this shape")
+        return Looked(fill, how, entry, "", chip, dtypes, bucket)
+
+    def _current(
+        self, entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, args: tuple, kwargs: dict
+    ) -> tuple[tables.Entry | None, str]:
+        """`choose`, passing over entries whose recorded program digest is not this kernel's."""
+        entries = dict(entries)
+        while True:
+            entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
+            if entry is None or self._program_matches(entry, args, kwargs):
+                return entry, how
+            del entries[entry.key]
+
+    def _program_matches(self, entry: tables.Entry, args: tuple, kwargs: dict) -> bool:
+        """Does the entry's recorded program digest match the kernel's now? (True when the entry
+        records none, or there is no op to trace.)"""
+        return self._program_matches_values(entry, self.signature.bind(args, kwargs))
+
+    def _program_matches_values(self, entry: tables.Entry, values: list) -> bool:
+        recorded = entry.evidence.get("program")
+        if not isinstance(recorded, str) or self.online_target is None:
+            return True
+        digest = self.digest_of(entry.evidence.get("shape"), entry.dtypes, values, entry.config)
+        if digest is None or digest == recorded:
+            return True
+        note(
+            self.op_name,
+            entry.chip,
+            f"program {entry.key}",
+            f"the tuning entry for {entry.chip} {list(entry.dtypes)} bucket {list(entry.bucket)} was tuned for "
+            "another program of the kernel (its traced program's digest differs: the kernel or what it "
+            "reads changed since); not served. Tune again.",
+        )
+        return False
+
+    def digest_of(self, shapes: Any, dtypes: tuple, values: list, config: Mapping) -> str | None:
+        """The digest of the kernel's program traced for an entry (`provenance` says how; `values`:
+        the call's, one per parameter), memoized per process; None when it cannot be traced."""
+        full = {n: config.get(n, d) for n, d in zip(self.tunables.names, self.tunables.default)}
+        traced = digest_values(self.signature, self.tunables.names, values, shapes, dtypes, full)
+        if traced is None or self.online_target is None:
+            return None
+        key = repr(traced)
+        if key not in self._digests:
+            params = self.signature.params
+            pos = [v for p, v in zip(params, traced) if not p.keyword_only]
+            kw = {p.name: v for p, v in zip(params, traced) if p.keyword_only}
+            self._digests[key] = self.online_target.program_digest(*pos, **kw)
+        return self._digests[key]
+
+    def _borrow_check(self, args: tuple, kwargs: dict) -> str:
+        """Why the borrowed config in `kwargs` is not right at this call ("" when it is, or
+        when nothing can check it: no checker registered, or a tuning run is capturing calls)."""
+        if capture.ACTIVE or self.online_target is None:
+            return ""
+        if BORROW_CHECK[0] is None:
+            import importlib
+
+            importlib.import_module(_ONLINE_MODULE)  # registers itself (layers: the core names no tuner)
+        checker = BORROW_CHECK[0]
+        return checker(self.online_target, args, kwargs) if checker is not None else ""
 
     def _config(self, entry: tables.Entry, chip: str) -> dict[str, Any] | None:
         t = self.tunables
@@ -454,7 +560,10 @@ class Tuned:
             return kwargs
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
-        index = _traced_config(self.op_name, chip, dtypes, bucket)
+        statics = tuple(
+            None if p.is_tensor else v for p, v in zip(self.signature.params, self.signature.bind(args, kwargs))
+        )
+        index = _traced_config(self.op_name, chip, dtypes, bucket, statics)
         if index is None:
             return kwargs
         if index == -1:
@@ -525,10 +634,16 @@ def _has_entries(op: str, chip: str) -> bool:
 
 
 @_compat.assume_constant_result
-def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | None:
-    """The index of the chosen config in the op's declared candidates, or None."""
+def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple, statics: tuple) -> int | None:
+    """The index of the chosen config in the op's declared candidates, None for the defaults,
+    -1 when the entry records that no candidate is right. `statics`: the call's value of each
+    parameter, None for tensors (the program digest's statics)."""
     tuned = _TUNED[op]
-    entry, _ = choose(entries_for(op, tuned.paths()), chip, dtypes, bucket, toolkit_version())
+    entries = entries_for(op, tuned.paths())
+    entry, _ = choose(entries, chip, dtypes, bucket, toolkit_version())
+    while entry is not None and not tuned._program_matches_values(entry, list(statics)):
+        entries = {k: e for k, e in entries.items() if k != entry.key}
+        entry, _ = choose(entries, chip, dtypes, bucket, toolkit_version())
     if entry is None:
         return None
     if entry.source == "failed":
