@@ -13,13 +13,14 @@ import torch
 from jax.experimental import pallas as pl
 
 from tpu_kernels import tpu_kernel, tuning
-from tpu_kernels.bench import correctness
+from tpu_kernels.bench import correctness, timing
 from tpu_kernels.tuner import autotune, tune_calls
 from tpu_kernels.tuner.capture import Call
+from tpu_kernels.tuner.point import STABILITY_PASSES
 from tpu_kernels.tuning import lookup, table
 
 from ..helpers import rand, uname
-from .kernels import row_scale
+from .kernels import make_op, row_scale
 from .test_tuner import FAST, StubTimer
 
 
@@ -251,3 +252,95 @@ def test_a_compiled_graph_is_not_served_an_entry_of_another_program(tuning_dir):
     with pytest.warns(tuning.TuningNote, match="another program of the kernel"):
         torch.testing.assert_close(torch.compile(lambda x: op(x), backend=backend, fullgraph=True)(x), 2 * x)
     assert seen == [None]  # the declared default, not the entry's 256
+
+
+# ---- f. a report and lookups people can read and trust ------------------------------------------
+
+
+WHY = "block_rows=8 " + " ".join(f"reason{i}" for i in range(60)) + " the end"
+
+
+def test_the_report_gives_every_reason_whole_and_where_the_time_went():
+    def refuses_8(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        if block_rows == 8:
+            raise ValueError(WHY)
+        return row_scale(x, block_rows=block_rows)
+
+    op = tpu_kernel(uname(), tune={"block_rows": [8, 64, 256]}, check_reference=lambda x: 2 * x)(refuses_8)
+    result = autotune(op, rand(300, 128), timer=StubTimer({64: 2e-3, 256: 1e-3}), settings=FAST, save=False)
+    (o,) = result.outcomes
+    assert _by_block(o)[8].reason == f"ValueError: {WHY}"  # 500 characters, cut at 90 (and 300) before
+    assert f"ValueError: {WHY}" in " ".join(result.report().split())
+    assert all(len(line) <= 200 for line in result.report().splitlines())
+    assert all(c.first_call_s > 0 for c in o.candidates if c.status != "refused")
+    entry = o.entry().to_json()
+    ran = [c for c in entry["candidates"] if c["status"] != "refused"]
+    assert all("first_call_s" in c for c in ran) and entry["method"]["total_s"] > 0
+    assert (
+        "first call" in result.report()
+        and "time: first calls" in result.report()
+        and "total" in result.report()
+    )
+
+
+class FlipTimer:
+    """Each pass a different candidate is decisively fastest, with more samples than all the
+    earlier passes together: the pooled samples follow the latest pass, the choice never settles."""
+
+    def __init__(self):
+        self.passes = 0
+
+    def __call__(self, device, fns, settings):
+        self.passes += 1
+        fast = [8, 256, 8, 256][self.passes - 1]
+        n = 10**self.passes
+        return {
+            name: timing.Timing([1e-4 if int(name.split("=")[1]) == fast else 1e-1] * n, 1, 1, 1e-3)
+            for name in fns
+        }
+
+
+def test_a_choice_that_does_not_settle_is_said_to_be_unstable():
+    op = make_op(uname())
+    result = autotune(op, rand(300, 128), timer=FlipTimer(), settings=FAST, save=False)
+    (o,) = result.outcomes
+    assert len(o.method["passes"]) == 1 + STABILITY_PASSES and not o.method["stable"]
+    assert "did not settle" in result.report() and "NOT stable" in result.report()
+
+
+def test_a_stable_choice_is_confirmed_by_one_more_pass():
+    timer = StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3})
+    result = autotune(make_op(uname()), rand(300, 128), timer=timer, settings=FAST, save=False)
+    (o,) = result.outcomes
+    assert o.method["passes"] == [{"block_rows": 256}] * 2 and o.method["stable"]
+    assert len(timer.asked) == 3 + 2  # the second pass times the two fastest only
+
+
+def test_print_tuning_logs_each_distinct_lookup_once(monkeypatch, capsys):
+    op = make_op(uname())
+    autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    monkeypatch.setenv(tuning.PRINT_ENV, "1")
+    tuning.reload()
+    capsys.readouterr()
+    op(rand(300, 128))
+    op(rand(400, 128))  # another shape, the same lookup
+    op(rand(300, 128))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert (
+        f"{op.name} chip=cpu dtypes=['float32'] bucket=[(512, 128)]: block_rows=256 from exact entry"
+        in lines[0]
+    )
+
+
+def test_tuned_config_says_where_a_config_comes_from():
+    op = make_op(uname())
+    x = rand(300, 128)
+    got = op.tuned_config(x)
+    assert (got.config, got.how, got.entry) == ({"block_rows": 64}, "defaults", None)
+    autotune(op, x, timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
+    got = op.tuned_config(x)
+    assert (got.config, got.how, got.source) == ({"block_rows": 256}, "exact", "measured")
+    assert "block_rows=256 from exact entry (measured, chip cpu, bucket [(512, 128)]" in str(got)
+    mine = op.tuned_config(x, block_rows=8)
+    assert (mine.config, mine.how, mine.given) == ({"block_rows": 8}, "given", ("block_rows",))
