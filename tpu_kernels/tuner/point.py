@@ -8,13 +8,19 @@ For the chip attached (the call's device):
 3. each remaining candidate runs once and is judged against the op's float64 reference by the
    benchmark's correctness criterion (`bench.correctness`, with the declared default's result
    as the yardstick a candidate may be a few times less accurate than): a wrong result (or an
-   exception) excludes it, and the report says so. An op without a reference is compared with
-   its default config run in float64 (or, failing that, in its own dtypes);
+   exception) excludes it, and the report says so. The allowance assumes the benchmark's
+   reduction length (`correctness.reduction_length`: the reference's `reduces=`, else the
+   largest input dimension). An op without a reference is compared with its default config
+   run in float64 (or, failing that, in its own dtypes);
 4. the survivors are timed by the benchmark harness (warm-up, interleaved rounds, rotating input
-   copies, medians with spread: `bench.timing.measure`), and `select.choose` picks.
+   copies, medians with spread: `bench.timing.measure`), and `select.choose` picks;
+5. the contenders are timed again until two passes agree (`_settle`), or the report says the
+   choice did not settle.
+A run where no candidate survives gives a "failed" entry, which lookups refuse to run.
 
 For each TPU chip that is not attached, `predict.py` prunes and ranks instead: the entry is
-marked predicted.
+marked predicted. Its candidates' results are still checked: by the measured run's verdicts
+when the call was measured too, else in the CPU interpreter (`interpret.py`).
 """
 
 from __future__ import annotations

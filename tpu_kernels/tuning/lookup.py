@@ -18,9 +18,15 @@ Where a call's config comes from, in order:
 4. nothing: the declared defaults. A note says so once when the op has entries elsewhere
    (another chip, dtype or bucket); an op nobody tuned runs its defaults silently.
 
+An entry that records the digest of its program (`provenance.py`) is served only while the
+kernel traces to the same program; a "failed" entry (a measured run found no candidate right)
+raises `NoRightConfigError` and is never borrowed. `Tuned.explain` (`op.tuned_config`) says
+which config a call gets and from where; `TPU_KERNELS_PRINT_TUNING=1` prints each lookup.
+
 In eager mode a chosen config is first checked against the call's shapes with the op's
 `eval_shape` (a trace, no compile; once per shapes and dtypes): a config the kernel refuses
-at this shape falls back to the defaults with a note. Under torch.compile the bucket of a
+at this shape falls back to the defaults with a note. A config borrowed from the nearest
+bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under torch.compile the bucket of a
 symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
 recompiling once per bucket, and only for ops with entries on this chip.
 

@@ -106,7 +106,8 @@ class Reference:
 
     fn: a function of the op's parameters, by name, returning the op's visible
       outputs (residuals excluded); a torch function (differentiable by torch
-      autograd) unless `jax=True` (then a JAX function with the op's signature).
+      autograd) unless `jax=True` (then a JAX function with the op's signature, or
+      the part of it it needs: it gets the arguments its signature takes).
       For an op that mutates arguments, a torch `fn` updates its (float64) copies of
       them in place, as the op does; a JAX one returns their new values after the
       outputs.
