@@ -344,3 +344,13 @@ def test_tuned_config_says_where_a_config_comes_from():
     assert "block_rows=256 from exact entry (measured, chip cpu, bucket [(512, 128)]" in str(got)
     mine = op.tuned_config(x, block_rows=8)
     assert (mine.config, mine.how, mine.given) == ({"block_rows": 8}, "given", ("block_rows",))
+
+
+def test_a_shipped_kernel_is_predicted_from_meta_tensors_and_checked_on_the_cpu():
+    from tpu_kernels.kernels import softmax  # an autocast policy: the lookup key asked autocast of "meta"
+
+    x = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    result = tune_calls([Call(softmax, (x,), {}, "tunable")], chips=["v5e"])
+    (o,) = result.outcomes
+    assert o.chosen is not None and o.method["checked_at"] == [[512, 512]], result.report()
+    assert all(c.error_ratio is not None for c in o.candidates if c.status in ("predicted", "chosen"))

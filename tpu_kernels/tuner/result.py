@@ -155,7 +155,10 @@ def _times(o: Outcome) -> str:
     firsts = [c.first_call_s for c in o.candidates if c.first_call_s is not None]
     parts = []
     if firsts:
-        parts.append(f"first calls {fmt_time(sum(firsts))} ({len(firsts)} candidates: tracing, compiling, one run)")
+        where = " in the CPU check" if o.source == "predicted" else ""
+        parts.append(
+            f"first calls{where} {fmt_time(sum(firsts))} ({len(firsts)} candidates: tracing, compiling, one run)"
+        )
     if "timing_s" in o.method:
         passes = len(o.method.get("passes", []))
         stable = "the choice stable" if o.method.get("stable", True) else "the choice NOT stable"
