@@ -26,8 +26,8 @@ which config a call gets and from where; `TPU_KERNELS_PRINT_TUNING=1` prints eac
 In eager mode a chosen config is first checked against the call's shapes with the op's
 `eval_shape` (a trace, no compile; once per shapes and dtypes): a config the kernel refuses
 at this shape falls back to the defaults with a note. A config borrowed from the nearest
-bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under torch.compile the bucket of a
-symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
+bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under
+torch.compile the bucket of a symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
 recompiling once per bucket, and only for ops with entries on this chip.
 
 With `TPU_KERNELS_AUTOTUNE=1`, an eager call with no entry for its key tunes the op right
@@ -317,9 +317,15 @@ class Tuned:
             if len(self._memo) > 4096:
                 self._memo.clear()
             self._memo[memo_key] = looked
-            full = {n: looked.fill.get(n, g if g is not _MISSING else d) for (n, _), g, d in zip(self.slots, given, self.tunables.default)}
-            print_lookup(self.op_name, looked, self.tunables.describe(tuple(full.values())))
+            print_lookup(self.op_name, looked, self.tunables.describe(self._full(looked, given)))
         return looked
+
+    def _full(self, looked: Looked, given: tuple) -> tuple:
+        """Every tunable's value for the call: the caller's, the lookup's, else the default."""
+        return tuple(
+            looked.fill.get(n, g if g is not _MISSING else d)
+            for (n, _), g, d in zip(self.slots, given, self.tunables.default)
+        )
 
     def explain(self, args: tuple, kwargs: dict) -> TunedConfig:
         """Which config a call with these arguments would run with, and from which entry
@@ -329,19 +335,18 @@ class Tuned:
         given, tensors, first = self._call_parts(args, kwargs)
         passed = tuple(n for (n, _), g in zip(self.slots, given) if g is not _MISSING)
         if first is None:  # every tunable passed (or no tensor): nothing is looked up
-            config = dict(zip(self.tunables.names, (g if g is not _MISSING else d for g, d in zip(given, self.tunables.default))))
-            return TunedConfig(self.op_name, config, "given" if passed else "defaults", "given" if passed else "defaults", "", (), None, passed)
-        if not self._live and not _OVERLAYS.get():
+            how = "given" if passed else "defaults"
+            looked = Looked(_EMPTY, how, None, "" if passed else "no tensor argument")
+        elif not self._live and not _OVERLAYS.get():
             looked = Looked(_EMPTY, "defaults", None, "the op has no tuning entry", chip_of(first.device))
         else:
             looked = self._looked(args, kwargs, given, tensors, first)
-        config = {
-            n: looked.fill.get(n, g if g is not _MISSING else d)
-            for (n, _), g, d in zip(self.slots, given, self.tunables.default)
-        }
-        source = looked.entry.source if looked.entry is not None else "defaults"
+        config = dict(zip(self.tunables.names, self._full(looked, given)))
+        source = looked.entry.source if looked.entry is not None else looked.how
         bucket = looked.bucket or _plain(self._key(args, kwargs, tensors))
-        return TunedConfig(self.op_name, config, source, looked.how, looked.chip, bucket, looked.entry, passed, looked.why)
+        return TunedConfig(
+            self.op_name, config, source, looked.how, looked.chip, bucket, looked.entry, passed, looked.why
+        )
 
     def _autocast_state(self, device: Any) -> Any:
         """What of torch.autocast changes the dtypes this op's kernel sees (a memo key part)."""
@@ -405,16 +410,17 @@ class Tuned:
         def defaults(why: str) -> Looked:
             return Looked(_EMPTY, "defaults", None, why, chip, dtypes, bucket)
 
-        entry, how = self._current(entries, chip, dtypes, bucket, args, kwargs)
+        values = self.signature.bind(args, kwargs)
+        entry, how = self.current(entries, chip, dtypes, bucket, values)
         if how not in ("exact", "failed") and os.environ.get(AUTOTUNE_ENV) == "1":
             tuned = self._tune_online(args, kwargs, chip)
             if tuned:
                 entries = entries_for(op, self.paths())
-                entry, how = self._current(entries, chip, dtypes, bucket, args, kwargs)
+                entry, how = self.current(entries, chip, dtypes, bucket, values)
         if how == "failed":
             shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
             why = entry.evidence.get("why", "every candidate was wrong or failed")
-            where = f"the op's tuning table ({', '.join(map(str, self.paths()))}), tuned {entry.evidence.get('tuned_at', '')}"
+            where = f"the op's tuning table ({', '.join(map(str, self.paths()))}), {entry.evidence.get('tuned_at', '')}"
             raise no_right_config(op, chip, shapes, bucket, why, where)
         if entry is None:
             if how == "other-chip":
@@ -471,23 +477,21 @@ class Tuned:
                 return defaults(f"the nearest entry's {described} is not right at this shape")
         return Looked(fill, how, entry, "", chip, dtypes, bucket)
 
-    def _current(
-        self, entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, args: tuple, kwargs: dict
+    def current(
+        self, entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, values: list
     ) -> tuple[tables.Entry | None, str]:
-        """`choose`, passing over entries whose recorded program digest is not this kernel's."""
+        """`choose`, passing over entries whose recorded program digest is not this kernel's
+        (`values`: the call's, one per parameter; only its statics are read)."""
         entries = dict(entries)
         while True:
             entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
-            if entry is None or self._program_matches(entry, args, kwargs):
+            if entry is None or self._program_matches(entry, values):
                 return entry, how
             del entries[entry.key]
 
-    def _program_matches(self, entry: tables.Entry, args: tuple, kwargs: dict) -> bool:
+    def _program_matches(self, entry: tables.Entry, values: list) -> bool:
         """Does the entry's recorded program digest match the kernel's now? (True when the entry
-        records none, or there is no op to trace.)"""
-        return self._program_matches_values(entry, self.signature.bind(args, kwargs))
-
-    def _program_matches_values(self, entry: tables.Entry, values: list) -> bool:
+        records none, or there is no op to trace.) A note says so once when it does not."""
         recorded = entry.evidence.get("program")
         if not isinstance(recorded, str) or self.online_target is None:
             return True
@@ -573,10 +577,9 @@ class Tuned:
         if index is None:
             return kwargs
         if index == -1:
-            raise no_right_config(
-                self.op_name, chip, [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)], bucket,
-                "every candidate was wrong or failed", f"the op's tuning table ({', '.join(map(str, self.paths()))})",
-            )
+            shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+            where = f"the op's tuning table ({', '.join(map(str, self.paths()))})"
+            raise no_right_config(self.op_name, chip, shapes, bucket, "every candidate was wrong or failed", where)
         # the config read from the op's own declaration by index: values that Dynamo can guard on
         # (it cannot take type() of a value assume_constant_result returned, as the range check does)
         config = self.tunables.configs[index]
@@ -645,11 +648,7 @@ def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple, statics: tu
     -1 when the entry records that no candidate is right. `statics`: the call's value of each
     parameter, None for tensors (the program digest's statics)."""
     tuned = _TUNED[op]
-    entries = entries_for(op, tuned.paths())
-    entry, _ = choose(entries, chip, dtypes, bucket, toolkit_version())
-    while entry is not None and not tuned._program_matches_values(entry, list(statics)):
-        entries = {k: e for k, e in entries.items() if k != entry.key}
-        entry, _ = choose(entries, chip, dtypes, bucket, toolkit_version())
+    entry, _ = tuned.current(entries_for(op, tuned.paths()), chip, dtypes, bucket, list(statics))
     if entry is None:
         return None
     if entry.source == "failed":
