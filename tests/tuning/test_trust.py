@@ -16,7 +16,7 @@ from tpu_kernels import tpu_kernel, tuning
 from tpu_kernels.bench import correctness, timing
 from tpu_kernels.tuner import autotune, tune_calls
 from tpu_kernels.tuner.capture import Call
-from tpu_kernels.tuner.point import STABILITY_PASSES
+from tpu_kernels.tuner.point import STABILITY_PASSES, Candidate, Outcome, predict_call
 from tpu_kernels.tuning import lookup, table
 
 from ..helpers import rand, uname
@@ -66,6 +66,18 @@ def test_a_prediction_never_picks_a_config_the_same_run_measured_wrong():
     assert predicted.source == "predicted" and predicted.chosen != {"block_rows": 256}, result.report()
     wrong = _by_block(predicted)[256]
     assert wrong.status == "wrong" and "cpu" in wrong.reason
+
+
+def test_configs_the_measured_chip_did_not_judge_are_checked_in_the_interpreter():
+    op = _lowerable_wrong_op(uname(), wrong=256)
+    x = rand(300, 128)
+    judged = [Candidate((8,), "measured"), Candidate((64,), "chosen"), Candidate((256,), "pruned", "VMEM")]
+    measured = Outcome(
+        op.name, "v5e", "measured", [[300, 128]], ("float32",), ((512, 128),), ("block_rows",), judged, None
+    )
+    o = predict_call(op, (x,), {}, "v6e", measured)  # 256 was pruned on the v5e: never judged there
+    wrong = _by_block(o)[256]
+    assert wrong.status == "wrong" and "CPU interpreter" in wrong.reason and o.chosen != {"block_rows": 256}
 
 
 def test_a_prediction_alone_checks_each_candidate_in_the_cpu_interpreter_at_a_smaller_shape():

@@ -144,6 +144,9 @@ class Outcome:
         return "; ".join(parts) or "no candidate"
 
 
+_JUDGED = ("measured", "chosen", "wrong", "failed")  # a measured candidate's statuses once judged
+
+
 @dataclass
 class CpuCheck:
     """The CPU interpreter's verdicts on one call's candidates (config -> the candidate as
@@ -313,21 +316,24 @@ def predict_call(
     notes: list[str] = []
     method: dict[str, Any] = {"kind": "predicted", "model": predictor.MODEL}
     pending = [c for c in cands if c.status == "pending"]
-    if measured is not None:
-        verdicts = {m.config: m for m in measured.candidates}
+    unjudged = pending
+    if measured is not None:  # its verdicts first: wrong or failing configs are out
+        verdicts = {m.config: m for m in measured.candidates if m.status in _JUDGED}
         for c in pending:
             seen = verdicts.get(c.config)
             if seen is not None and seen.status in ("wrong", "failed"):
                 c.status, c.reason = seen.status, f"{seen.status} when measured on {measured.chip}: {seen.reason}"
+            if seen is not None:
                 c.error_ratio, c.reduction = seen.error_ratio, seen.reduction
         method["checked_by"] = f"this call measured on {measured.chip}"
-    elif pending:
+        unjudged = [c for c in pending if c.config not in verdicts]  # e.g. pruned on the chip measured
+    if unjudged:  # the CPU interpreter judges the rest
         checked = CpuCheck() if checked is None else checked
-        fresh = [c for c in pending if c.config not in checked.verdicts]
+        fresh = [c for c in unjudged if c.config not in checked.verdicts]
         if fresh:
             checked.shapes = _check_in_interpreter(op, args, kwargs, fresh, notes)
             checked.verdicts.update({c.config: replace(c) for c in fresh})
-        for c in pending:
+        for c in unjudged:
             seen = checked.verdicts[c.config]
             c.status, c.reason, c.error_ratio, c.reduction = seen.status, seen.reason, seen.error_ratio, seen.reduction
         method["checked_at"] = checked.shapes
@@ -496,7 +502,7 @@ def _judge(
         for k, (got, want) in enumerate(zip(outputs[c.config], expected)):
             name = op.output_names[k]
             declared = ref.declared_reduction(named, name) if ref is not None else None
-            reduction = correctness.reduction_length(declared, args)
+            reduction = correctness.reduction_length(declared, (*args, *base_kwargs.values()))
             scale = ref.size(named, name) if ref is not None else 1.0
             got_t = correctness.as_tensor(got)
             check = correctness.check(

@@ -104,10 +104,10 @@ class TuningResult:
                 lines.append(f"  note: {n}")
             if o.source == "predicted":
                 lines.append(f"  model: {o.method.get('model')}")
+                if "checked_by" in o.method:
+                    lines.append(f"  results checked by {o.method['checked_by']}")
                 if "checked_at" in o.method:
                     lines.append(f"  results checked in the CPU interpreter at shapes {o.method['checked_at']}")
-                elif "checked_by" in o.method:
-                    lines.append(f"  results checked by {o.method['checked_by']}")
             lines.append("")
         for kind, result in self.tokamax.items():
             lines.append(f"tokamax: {len(result.data)} op call(s) tuned by Tokamax's autotuner for {kind!r}")
