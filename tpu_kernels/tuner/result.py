@@ -91,7 +91,11 @@ class TuningResult:
             lines.append(head)
             lines += _candidate_rows(o)
             if o.choice is None:
-                lines.append("  no candidate survived: the op keeps its declared defaults here")
+                lines.append(
+                    "  no candidate survived: recorded as a failed entry; calls here raise NoRightConfigError"
+                    if o.source == "measured"
+                    else "  no candidate survived: the op keeps its declared defaults here"
+                )
             else:
                 how = (
                     "decisive"
