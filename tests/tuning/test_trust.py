@@ -5,11 +5,14 @@ tunables."""
 
 import functools
 import json
+import math
 
 import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 
 from tpu_kernels import tpu_kernel, tuning
@@ -366,3 +369,24 @@ def test_a_shipped_kernel_is_predicted_from_meta_tensors_and_checked_on_the_cpu(
     (o,) = result.outcomes
     assert o.chosen is not None and o.method["checked_at"] == [[512, 512]], result.report()
     assert all(c.error_ratio is not None for c in o.candidates if c.status in ("predicted", "chosen"))
+
+
+@given(
+    st.lists(
+        st.one_of(st.none(), st.lists(st.integers(1, 1 << 14), min_size=0, max_size=4)),
+        min_size=1,
+        max_size=4,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_the_check_shapes_fit_and_keep_equal_dims_equal(shapes):
+    from tpu_kernels.tuner.interpret import CHECK_ELEMENTS, check_shapes
+
+    small = check_shapes(shapes)
+    assert [s is None for s in small] == [s is None for s in shapes]
+    pairs = [(d, e) for s, t in zip(shapes, small) if s is not None for d, e in zip(s, t, strict=True)]
+    assert all(1 <= e <= d for d, e in pairs)  # never grown, never emptied
+    assert all(e1 == e2 for d1, e1 in pairs for d2, e2 in pairs if d1 == d2)  # equal dims stay equal
+    for t in small:
+        if t is not None and math.prod(t) > CHECK_ELEMENTS:
+            assert max(d for s in small if s for d in s) <= 8  # only when nothing can be halved
