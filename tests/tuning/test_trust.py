@@ -390,3 +390,12 @@ def test_the_check_shapes_fit_and_keep_equal_dims_equal(shapes):
     for t in small:
         if t is not None and math.prod(t) > CHECK_ELEMENTS:
             assert max(d for s in small if s for d in s) <= 8  # only when nothing can be halved
+
+
+def test_a_reference_that_cannot_take_the_arguments_by_name_is_refused_naming_the_op_and_the_fix():
+    def dbl(x: torch.Tensor, *, block_rows: int = 64) -> torch.Tensor:
+        return row_scale(x, block_rows=block_rows)
+
+    op = tpu_kernel(uname(), tune={"block_rows": [8, 64]}, reference=lambda x, /: jnp.asarray(x) * 2)(dbl)
+    with pytest.raises(TypeError, match=rf"{op.name}: its reference could not be called .* take \*\*kwargs"):
+        autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3}), settings=FAST, save=False)

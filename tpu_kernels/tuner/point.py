@@ -477,7 +477,14 @@ def _judge(
     if not live:
         return
     default_kwargs = {**base_kwargs, **dict(zip(t.names, default))}
-    expected = checked_mode.reference_outputs(op, args, default_kwargs)
+    try:
+        expected = checked_mode.reference_outputs(op, args, default_kwargs)
+    except TypeError as e:  # a reference that cannot take the op's arguments by name
+        raise TypeError(
+            f"{op.name}: its reference could not be called to judge the tuning candidates ({e}). The "
+            "tuner calls it with the op's arguments by name, those its signature takes (tunables it "
+            "leaves out are not passed): name its parameters as the op's, or take **kwargs."
+        ) from e
     ref = op.check_reference
     if expected is None:
         expected = _default_in_float64(op, args, default_kwargs)
