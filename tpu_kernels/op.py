@@ -497,6 +497,34 @@ class KernelOp:
         with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
 
+    def tuned_config(self, *args: Any, **kwargs: Any) -> tuning.TunedConfig:
+        """The config of tunables a call with these arguments would run with, and where it comes
+        from: the table entry (measured or predicted, exact, another version's or the nearest
+        bucket's), the declared defaults and why, or the caller (docs/autotuning.md). The same
+        lookup as the call's; nothing runs but what the lookup itself runs."""
+        if self.tuned is None:
+            raise ValueError(f"{self.name}: tuned_config() is for ops declared with tune=; this op has no tunables.")
+        return self.tuned.explain(args, kwargs)
+
+    def program_digest(self, *args: Any, **kwargs: Any) -> str | None:
+        """The digest of the kernel's traced program for example arguments (tensors or
+        ShapeDtypeStructs): the on-disk cache's key of a trace (`runtime.cache.program`), which
+        a tuning entry records so that an edited kernel is not served its old choices. None
+        when the program cannot be digested or traced."""
+        from tpu_kernels.runtime.cache import program
+
+        values = self.signature.bind(args, kwargs)
+        tensors, statics = self.signature.split(values)
+        specs = [dtypes.spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
+        kwargs = self.signature.static_kwargs(statics)
+        names = [p.name for p in self.signature.tensor_params]
+        try:
+            with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
+                closed = jax.make_jaxpr(lambda *ts: self.fn(**kwargs, **dict(zip(names, ts))))(*specs)
+            return program.digest(closed)
+        except Exception:  # noqa: BLE001 - Undigestible, or a trace that fails: nothing to compare
+            return None
+
     def jax_function(
         self, *, interpret: Any = "current", matmul_precision: str = "current", **statics: Any
     ) -> Callable:

@@ -56,7 +56,7 @@ def test_a_missing_file_is_no_table(tmp_path):
         ),
         (
             '{"format": "tpu_kernels.tuning/1", "op": "test_table::op", "tunables": {}, "entries": [{"chip": "cpu", "dtypes": [], "bucket": [], "toolkit": "0", "config": {"b": 1}, "source": "guessed"}]}',
-            r"entry 0: 'source' is one of measured, predicted, got 'guessed'",
+            r"entry 0: 'source' is one of measured, predicted, failed, got 'guessed'",
         ),
     ],
 )

@@ -20,7 +20,8 @@ A table is written under an exclusive lock (`fcntl.flock` on its directory, so n
 left beside a table meant to be committed): the writer
 reads what is there, merges its entries in and replaces the file atomically (a temporary file
 in the same directory, then `os.replace`), so processes tuning at once each add their entries
-and a reader never sees half a file. A predicted entry never replaces a measured one.
+and a reader never sees half a file. A predicted entry never replaces a measured one (nor a
+failed one: a measured run where no candidate was right, which a lookup refuses to run).
 
 A file that is not JSON, not a tuning table, or the table of another op is refused with a
 `TuningTableError` naming the file and what is wrong; nothing is overwritten.
@@ -39,7 +40,7 @@ from typing import Any
 from tpu_kernels.errors import TpuKernelsError
 
 FORMAT = "tpu_kernels.tuning/1"
-SOURCES = ("measured", "predicted")
+SOURCES = ("measured", "predicted", "failed")  # failed: measured, and no candidate was right
 SUFFIX = ".tuning.json"
 
 
@@ -60,7 +61,7 @@ class Entry:
     bucket: tuple
     toolkit: str
     config: Mapping[str, Any]
-    source: str  # "measured" or "predicted"
+    source: str  # "measured", "predicted", or "failed" (no candidate ran right: config is empty)
     evidence: Mapping[str, Any] = field(default_factory=dict)  # shape, candidates, method, ...
 
     @property
@@ -95,7 +96,7 @@ class Table:
         predicted entry never replaces a measured one."""
         for e in entries:
             old = self.entries.get(e.key)
-            if old is not None and old.source == "measured" and e.source == "predicted":
+            if old is not None and old.source != "predicted" and e.source == "predicted":
                 continue
             self.entries[e.key] = e
 
@@ -173,7 +174,7 @@ def _entry(where: str, i: int, e: Any) -> Entry:
         raise bad("'chip' and 'toolkit' are strings")
     if not isinstance(e["dtypes"], list) or not isinstance(e["bucket"], list):
         raise bad("'dtypes' and 'bucket' are lists")
-    if not isinstance(e["config"], dict) or not e["config"]:
+    if not isinstance(e["config"], dict) or not (e["config"] or e["source"] == "failed"):
         raise bad("'config' is a non-empty object of tunable values")
     if e["source"] not in SOURCES:
         raise bad(f"'source' is one of {', '.join(SOURCES)}, got {e['source']!r}")
