@@ -39,7 +39,7 @@ def test_a_vmem_failure_after_lowering_is_named_on_the_line(capsys):
     assert main(["check", DEMO, "--chip", "v5p", "--filter", "huge_blocks"]) == 1
     line = _line(capsys.readouterr().out, "check_demo::huge_blocks")
     assert line.startswith("FAILED   check_demo::huge_blocks  1 of 1 calls lowered, 1 of them failed ")
-    assert "after lowering (vmem), VMEM per grid step up to 1024.0 MiB" in line
+    assert "after lowering (vmem), VMEM per grid step up to 512.0 MiB" in line
 
 
 def test_a_dtype_failure_after_lowering_is_named_on_the_line(capsys):

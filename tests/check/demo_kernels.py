@@ -55,7 +55,8 @@ def sorts(x: torch.Tensor) -> torch.Tensor:
 
 @tpu_kernel("check_demo::huge_blocks", examples=lambda: [((_spec(8192, 8192),), {})])
 def huge_blocks(x: torch.Tensor) -> torch.Tensor:
-    """One 256 MiB block, double-buffered in and out: no chip has that much VMEM."""
+    """One 256 MiB block in and one out; a one-step grid single-buffers them: 512 MiB, more VMEM
+    than any chip has."""
     return blocked(_double, x, (1,), pl.BlockSpec((8192, 8192), lambda i: (i, 0)))
 
 

@@ -58,8 +58,10 @@ def test_vmem_overflow_fails_and_names_the_chip():
     assert result.lowered and report.status == "failed"  # export cannot see it; the estimate does
     [problem] = result.problems
     assert problem.kind == "vmem"
-    assert "needs about 1024.0 MiB of VMEM per grid step, more than the 64.0 MiB a TPU v5p core has" in (
-        problem.message
+    assert problem.message == (
+        "kernel _double needs about 512.0 MiB of VMEM per grid step (512.0 MiB of buffers), which misses "
+        "the 64.0 MiB of VMEM a TPU v5p core has by 449.0 MiB (after 1.0 MiB compiler headroom); use "
+        "smaller blocks."
     )
 
 

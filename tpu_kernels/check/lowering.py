@@ -35,6 +35,7 @@ class ExampleResult:
     lowered: bool = False
     mosaic: bool = False  # the TPU lowering contains a Mosaic (Pallas) kernel
     kernels: list[vmem.KernelFootprint] = field(default_factory=list)
+    verdicts: list[vmem.Verdict] = field(default_factory=list)  # each kernel's VMEM against the chip
     problems: list[Explanation] = field(default_factory=list)  # each one fails the op
     warnings: list[str] = field(default_factory=list)
     race_call: str | None = None  # the scaled-down call the race check ran, if it ran
@@ -46,7 +47,7 @@ class ExampleResult:
 
     @property
     def vmem_bytes(self) -> int | None:
-        return max((k.bytes for k in self.kernels), default=None)
+        return max((k.estimate for k in self.kernels), default=None)
 
 
 @dataclass
@@ -75,36 +76,33 @@ def _check_footprints(result: ExampleResult, target: Chip) -> None:
                     "",
                 )
             )
-        size = vmem.fmt_bytes(k.bytes)
-        if k.bytes > target.vmem_bytes:
-            result.problems.append(
-                Explanation(
-                    VMEM,
-                    f"kernel {k.kernel} needs about {size} of VMEM per grid step, more than the "
-                    f"{vmem.fmt_bytes(target.vmem_bytes)} a TPU {target.name} core has; use smaller blocks.",
-                    "",
-                )
-            )
-        elif k.bytes > (k.vmem_limit_bytes or target.scoped_vmem_bytes):
-            result.problems.append(Explanation(VMEM, _scoped_limit_message(k, target), ""))
+        found = vmem.verdict(k, target)
+        result.verdicts.append(found)
+        if not found.fits:
+            result.problems.append(Explanation(VMEM, _vmem_message(k, found, target), ""))
 
 
-def _scoped_limit_message(k: vmem.KernelFootprint, target: Chip) -> str:
-    """A kernel above the VMEM it may use on `target`: its own vmem_limit_bytes, or the chip's
-    default scoped limit. Only the chip's compiler enforces it, which a lowering on this machine
-    cannot run; the estimate leaves out the body's temporaries, so it is a lower bound."""
-    size = vmem.fmt_bytes(k.bytes)
-    if k.vmem_limit_bytes:
-        return (
-            f"kernel {k.kernel} needs about {size} of VMEM per grid step, above its vmem_limit_bytes "
-            f"({vmem.fmt_bytes(k.vmem_limit_bytes)}); raise vmem_limit_bytes (up to the "
-            f"{vmem.fmt_bytes(target.vmem_bytes)} a TPU {target.name} core has) or use smaller blocks."
+def _vmem_message(k: vmem.KernelFootprint, found: vmem.Verdict, target: Chip) -> str:
+    """A kernel above the VMEM it may use on `target` (`vmem.verdict`), which only the TPU
+    compiler enforces (a lowering on this machine cannot run it): what was counted, the limit,
+    by how much it is missed, and the fix."""
+    what = f"{vmem.fmt_bytes(k.bytes)} of buffers"
+    if k.temporaries:
+        what += (
+            f" + {vmem.fmt_bytes(k.temporaries)} of values its body holds (float32 temporaries and the like)"
         )
+    head = (
+        f"kernel {k.kernel} needs about {vmem.fmt_bytes(k.estimate)} of VMEM per grid step ({what}), "
+        f"which {found.describe()}"
+    )
+    core = f"{vmem.fmt_bytes(target.vmem_bytes)} a TPU {target.name} core has"
+    if found.limit == target.vmem_bytes and found.limit != k.vmem_limit_bytes:
+        return f"{head}; use smaller blocks."
+    if k.vmem_limit_bytes:
+        return f"{head}; raise vmem_limit_bytes (up to the {core}) or use smaller blocks."
     return (
-        f"kernel {k.kernel} needs about {size} of VMEM per grid step, above the "
-        f"{vmem.fmt_bytes(target.scoped_vmem_bytes)} default scoped VMEM limit of a TPU {target.name}; "
-        "use smaller blocks, or set pltpu.CompilerParams(vmem_limit_bytes=...) (up to the "
-        f"{vmem.fmt_bytes(target.vmem_bytes)} a core has) in the kernel's pallas_call."
+        f"{head}; use smaller blocks, or set pltpu.CompilerParams(vmem_limit_bytes=...) (up to the "
+        f"{core}) in the kernel's pallas_call."
     )
 
 

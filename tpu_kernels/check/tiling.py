@@ -35,6 +35,7 @@ Older Mosaic (before the divisibility test in `getTilingFactor`) took the large 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -107,6 +108,13 @@ def padded_shape(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:
     rows = tile_rows(dims[-2], dtype)
     dims[-2] = -(-dims[-2] // rows) * rows
     return tuple(dims)
+
+
+def tile_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Bytes of one buffer of `shape` in VMEM, rounded up to whole tiles (`padded_shape`)."""
+    if not shape:
+        return np.dtype(dtype).itemsize
+    return -(-math.prod(padded_shape(shape, dtype)) * bitwidth(dtype) // 8)
 
 
 def off_native_tile(block: tuple[int, ...], array: tuple[int, ...], dtype: Any) -> int | None:

@@ -23,7 +23,6 @@ so a kernel with large intermediates needs more than the estimate.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_kernels.check import tiling
+from tpu_kernels.check import temporaries, tiling
 from tpu_kernels.lowering import jaxprs
 
 # Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
@@ -50,24 +49,28 @@ class Buffer:
 
 @dataclass(frozen=True)
 class KernelFootprint:
-    """One pallas_call: its grid and the VMEM buffers it holds during a grid step."""
+    """One pallas_call: its grid, the VMEM buffers it holds during a grid step, and the VMEM its
+    body's own values take (`temporaries.py`)."""
 
     kernel: str
     grid: tuple[int, ...]
     buffers: tuple[Buffer, ...]
     vmem_limit_bytes: int | None  # from pltpu.CompilerParams, if the kernel sets it
     wide_dtypes: tuple[str, ...]  # 64-bit dtypes among the blocks (Mosaic rejects them)
+    temporaries: int = 0  # the body's values held in VMEM (float32 upcasts, scores, ...)
 
     @property
     def bytes(self) -> int:
+        """The buffers' bytes (blocks and scratch)."""
         return sum(b.bytes for b in self.buffers)
 
+    @property
+    def estimate(self) -> int:
+        """All the VMEM the kernel needs per grid step: buffers and the body's temporaries."""
+        return self.bytes + self.temporaries
 
-def tile_bytes(shape: tuple[int, ...], dtype: Any) -> int:
-    """Bytes of one buffer of `shape` in VMEM, rounded up to whole tiles (`tiling.padded_shape`)."""
-    if not shape:
-        return np.dtype(dtype).itemsize
-    return -(-math.prod(tiling.padded_shape(shape, dtype)) * tiling.bitwidth(dtype) // 8)
+
+tile_bytes = tiling.tile_bytes
 
 
 def memref_shape(bm: Any) -> tuple[int, ...]:
@@ -104,6 +107,8 @@ def footprint(eqn: Any) -> KernelFootprint:
     buffers: list[Buffer] = []
     wide: set[str] = set()
     n_in = gm.num_inputs
+    grid = tuple(int(g) if isinstance(g, (int, np.integer)) else -1 for g in gm.grid)
+    one_step = all(g == 1 for g in grid)  # nothing to prefetch: every block single-buffered
     for i, bm in enumerate(gm.block_mappings):
         what = f"input {i}" if i < n_in else f"output {i - n_in}"
         aval = bm.block_aval
@@ -117,7 +122,7 @@ def footprint(eqn: Any) -> KernelFootprint:
         if bm.pipeline_mode is not None and isinstance(bm.pipeline_mode.buffer_count, int):
             copies = bm.pipeline_mode.buffer_count
         else:
-            copies = 1 if bm.has_trivial_window() else 2
+            copies = 1 if one_step or bm.has_trivial_window() else 2
         buffers.append(Buffer(what, shape, str(dtype), copies, copies * size))
     for j, aval in enumerate(gm.scratch_avals):
         if _memory_space(aval) != "vmem":
@@ -127,14 +132,52 @@ def footprint(eqn: Any) -> KernelFootprint:
         if dtype.itemsize == 8:
             wide.add(str(dtype))
         buffers.append(Buffer(f"scratch {j}", shape, str(dtype), 1, tile_bytes(shape, dtype)))
-    grid = tuple(int(g) if isinstance(g, (int, np.integer)) else -1 for g in gm.grid)
     return KernelFootprint(
         _kernel_name(eqn),
         grid,
         tuple(buffers),
         _vmem_limit(eqn.params.get("compiler_params")),
         tuple(sorted(wide)),
+        temporaries.estimate(eqn),
     )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A kernel's estimate against the VMEM it may use on one chip."""
+
+    fits: bool
+    estimate: int  # KernelFootprint.estimate
+    limit: int  # the bytes it may use: its vmem_limit_bytes, the default scoped limit, or the core's VMEM
+    limit_name: str  # which of them, in words
+    headroom: int  # what the compiler keeps for itself inside the limit (chips.Chip.headroom_bytes)
+
+    @property
+    def margin(self) -> int:
+        """By how much the estimate clears the limit, after the headroom (negative: over it)."""
+        return self.limit - self.headroom - self.estimate
+
+    def describe(self) -> str:
+        """ "clears the 16.0 MiB default scoped VMEM limit of a TPU v5e by 3.2 MiB" (or "misses ... by")."""
+        word = "clears" if self.fits else "misses"
+        return f"{word} {self.limit_name} by {fmt_bytes(abs(self.margin))} (after {fmt_bytes(self.headroom)} compiler headroom)"
+
+
+def verdict(k: KernelFootprint, target: Any) -> Verdict:
+    """Whether `k` fits on `target` (a `chips.Chip`): its estimate plus the compiler's headroom
+    within the kernel's own vmem_limit_bytes, or else the chip's default scoped limit; an
+    estimate beyond the core's VMEM is compared with that (no limit can help). On a v5e, buffers
+    of exactly 16.0 MiB fail against the 16 MiB default: hence the headroom."""
+    headroom = target.headroom_bytes
+    core = f"the {fmt_bytes(target.vmem_bytes)} of VMEM a TPU {target.name} core has"
+    if k.estimate + headroom > target.vmem_bytes or (k.vmem_limit_bytes or 0) > target.vmem_bytes:
+        limit, name = target.vmem_bytes, core
+    elif k.vmem_limit_bytes:
+        limit, name = k.vmem_limit_bytes, f"its vmem_limit_bytes ({fmt_bytes(k.vmem_limit_bytes)})"
+    else:
+        limit = target.scoped_vmem_bytes
+        name = f"the {fmt_bytes(limit)} default scoped VMEM limit of a TPU {target.name}"
+    return Verdict(k.estimate + headroom <= limit, k.estimate, limit, name, headroom)
 
 
 pallas_calls = jaxprs.pallas_calls

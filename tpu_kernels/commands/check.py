@@ -195,10 +195,13 @@ def _print_report(report, width: int, verbose: bool, out: TextIO) -> None:
             continue
         print(f"{pad}{e.call}", file=out)
         if verbose:
-            for k in e.kernels:
+            for i, k in enumerate(e.kernels):
                 grid = "x".join(map(str, k.grid)) or "1"
+                parts = f"{fmt_bytes(k.bytes)} buffers + {fmt_bytes(k.temporaries)} body temporaries"
+                fit = f"; {e.verdicts[i].describe()}" if i < len(e.verdicts) else ""
                 print(
-                    f"{pad}  kernel {k.kernel}, grid {grid}: {fmt_bytes(k.bytes)} of VMEM per step", file=out
+                    f"{pad}  kernel {k.kernel}, grid {grid}: {fmt_bytes(k.estimate)} of VMEM per step ({parts}){fit}",
+                    file=out,
                 )
                 for b in k.buffers:
                     copies = f" x{b.copies}" if b.copies > 1 else ""

@@ -1,0 +1,131 @@
+"""The calibration corpus of the VMEM check (tpu_kernels/chip/corpus.py)."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from tpu_kernels.check import chip_record
+from tpu_kernels.chip import corpus
+from tpu_kernels.lowering.chips import chip, targeting
+
+
+@pytest.fixture(scope="module")
+def calls() -> list[corpus.Call]:
+    return corpus.calls()
+
+
+def test_corpus_is_large_unique_and_stable(calls):
+    assert len(calls) >= 320
+    ids = [c.id for c in calls]
+    assert len(set(ids)) == len(ids)
+    assert ids == [c.id for c in corpus.calls()]  # deterministic order
+
+
+def test_corpus_covers_every_kernel_the_issue_names(calls):
+    kernels = {c.kernel for c in calls}
+    for k in (
+        "matmul.matmul",
+        "rmsnorm.rmsnorm",
+        "rmsnorm.rmsnorm_backward",
+        "softmax.softmax",
+        "softmax.softmax_backward",
+        "scale_add.scale_add",
+        "template.elementwise",
+        "template.row_reduction",
+        "template.row_reduction_backward",
+        "template.matmul",
+        "template.matmul_backward",
+        "template.flash_attention",
+        "template.flash_attention_backward",
+        "synthetic.gather_blocks",
+        "synthetic.paged_sum",
+        "synthetic.with_scratch",
+        "synthetic.copy",
+    ):
+        assert k in kernels, k
+    notes = " ".join(c.note for c in calls)
+    for case in ("one-step grid", "vmem_limit_bytes", "scalar prefetch", "scratch", "float32", "vocabulary"):
+        assert case in notes, case
+    assert "rmsnorm_bwd/bf16[8192,4096]/block_rows=256" in {c.id for c in calls}
+
+
+def _lowers_for_tpu(c: corpus.Call) -> bool:
+    with targeting(chip("v5e")):
+        exported = jax.export.export(jax.jit(c.fn), platforms=["tpu"])(*c.args)
+    return "tpu_custom_call" in exported.mlir_module()
+
+
+def test_a_sample_of_calls_lowers_for_tpu_and_the_bad_ones_do_not(calls):
+    # Every call lowers (checked once over all 540 in ~20 s); a spread sample keeps this test fast.
+    for c in calls[::37]:
+        if c.traces:
+            assert _lowers_for_tpu(c), c.id
+    bad = [c for c in calls if not c.traces]
+    assert bad and all(c.note.startswith("refused while tracing") for c in bad)
+    for c in bad:
+        with pytest.raises(ValueError):
+            _lowers_for_tpu(c)
+
+
+def test_compile_verdict_reports_a_failure_with_its_message(calls):
+    bad = next(c for c in calls if not c.traces)
+    verdict = corpus.compile_verdict(bad)
+    assert verdict["id"] == bad.id and verdict["compiles"] is False
+    assert "multiple of 128" in verdict["error"]
+
+
+def test_error_text_keeps_the_compilers_cause_past_the_limit():
+    e = RuntimeError("x" * 2000 + " RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: 17.0M of 16.0M")
+    text = corpus.error_text(e)
+    assert len(text) <= 610 and "CompileTimeScopedVmemOom" in text and text.startswith("RuntimeError: xx")
+
+
+# ---- the check against the chip's verdicts ----------------------------------------------------
+
+# Facts seen on a v5e before the corpus record existed (issue 45, ../shared/FACTS.md), as a
+# record of the same form: the check must agree with each.
+FACTS_V5E = {
+    "chip": "v5e",
+    "calls": [
+        # the shipped rmsnorm_backward at its shipped example: 12.3 MiB of buffers, refused (its
+        # float32 temporaries)
+        {"id": "rmsnorm_bwd/bf16[8192,4096]/block_rows=256", "compiles": False, "error": "E1001"},
+        # buffers of exactly 16.0 MiB fail (two-step: in and out double-buffered; one-step: single)
+        {"id": "copy/bf16[1024,4096]/block_rows=512", "compiles": False, "error": "E1001"},
+        {"id": "copy/bf16[1024,4096]/block_rows=1024", "compiles": False, "error": "E1001"},
+        # a one-step grid of 24 MiB if double-buffered compiles: it is single-buffered
+        {"id": "copy/bf16[768,4096]/block_rows=768", "compiles": True, "error": None},
+        # vmem_limit_bytes of 100 MiB works
+        {
+            "id": "copy/bf16[10240,4096]/block_rows=2560,vmem_limit_bytes=104857600",
+            "compiles": True,
+            "error": None,
+        },
+    ],
+}
+
+
+def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
+    rows, missing = chip_record.compare(record, calls)
+    assert not missing, f"record ids not in the corpus: {missing[:5]}"
+    result = chip_record.summary(rows)
+    for r in rows:
+        if not r.agrees:
+            print("disagrees:", r.describe())
+    print(f"{result['agree']} of {result['calls']} agree ({result['agreement']:.1%})")
+    return result
+
+
+def test_the_check_agrees_with_the_known_chip_facts(calls):
+    result = _held_to(FACTS_V5E, calls)
+    assert result["agree"] == result["calls"] == len(FACTS_V5E["calls"])
+
+
+@pytest.mark.skipif(not chip_record.record_path("v5e").exists(), reason="no chip record committed yet")
+def test_the_check_agrees_with_the_chips_record(calls):
+    """>= 99% of the corpus agrees with the v5e's verdicts, and no call passes that the chip refused."""
+    result = _held_to(chip_record.load(chip_record.record_path("v5e")), calls)
+    assert result["calls"] >= 300
+    assert not result["false_passes"], [r.describe() for r in result["false_passes"]]
+    assert result["agreement"] >= 0.99
