@@ -307,13 +307,7 @@ class Tuned:
         given, tensors, first = self._call_parts(args, kwargs)
         if first is None:
             return kwargs
-        memo_key = (
-            first.device,
-            _metadata(tensors),
-            given,
-            _OVERLAYS.get(),
-            self._autocast_state(first.device),
-        )
+        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
         chosen = self._memo.get(memo_key)
         if chosen is None:
             chosen = self._resolve(args, kwargs, tensors, first.device, given)
