@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -123,31 +124,35 @@ def test_the_file_is_for_people_short_values_stay_on_one_line(tmp_path):
 
 
 @contextlib.contextmanager
-def released_after(fifo, seconds=30.0):
-    """A reader blocked on `fifo` gets end-of-file after `seconds` (a writer opens and closes
-    it), so a regression fails the test instead of hanging the session."""
+def released_after(fifo, seconds=10.0):
+    """Whoever blocks opening `fifo` for reading gets end-of-file after at most `seconds` (a writer
+    opens and closes it, every `seconds`), so a regression fails its test instead of hanging."""
+    done = threading.Event()
 
     def release():
-        with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        while not done.wait(seconds):
+            with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
-    timer = threading.Timer(seconds, release)
-    timer.start()
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        timer.cancel()
+        done.set()
+        thread.join()
 
 
 def test_only_a_regular_file_is_read_and_a_fifo_never_blocks_the_reader(tmp_path):
     fifo = tmp_path / table.filename(OP)
     os.mkfifo(fifo)
     with released_after(fifo):
-        with pytest.raises(TuningTableError, match=r"not a regular file \(a FIFO\)") as e:
-            table.read(fifo, OP)
-        assert str(fifo) in str(e.value)
-        with pytest.raises(TuningTableError, match=r"not a regular file"):
-            table.write(fifo, OP, {}, [_entry()])  # and never replaced
+        for attempt in (lambda: table.read(fifo, OP), lambda: table.write(fifo, OP, {}, [_entry()])):
+            start = time.monotonic()
+            with pytest.raises(TuningTableError, match=r"not a regular file \(a FIFO\)") as e:
+                attempt()  # a read, and a write (which reads first): refused, never replaced
+            assert time.monotonic() - start < 5, "the FIFO blocked the reader"
+            assert str(fifo) in str(e.value)
     assert fifo.is_fifo()
     folder = tmp_path / "d" / table.filename(OP)
     folder.mkdir(parents=True)
