@@ -922,7 +922,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "table-size-unbounded",
         TABLE,
-        "        if size > MAX_TABLE_BYTES:",
+        "        if max(st.st_size, size) > MAX_TABLE_BYTES:",
         "        if False:",
         "a table above the size limit is cut at the limit and parsed",
         T_TABLE,

@@ -248,15 +248,15 @@ def _read_regular(p: Path) -> bytes:
                 "or point TPU_KERNELS_TUNING_DIR elsewhere."
             )
         chunks, size = [], 0
-        while size <= MAX_TABLE_BYTES:
+        while size <= MAX_TABLE_BYTES and st.st_size <= MAX_TABLE_BYTES:  # a big file: not a byte read
             chunk = os.read(fd, min(1 << 20, MAX_TABLE_BYTES + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        if size > MAX_TABLE_BYTES:
+        if max(st.st_size, size) > MAX_TABLE_BYTES:
             raise TuningTableError(
-                f"{p}: {max(st.st_size, size)} bytes, above the {MAX_TABLE_BYTES} a tuning table may have "
+                f"{p}: {max(st.st_size, size)} bytes, above the {MAX_TABLE_BYTES} bytes a tuning table may have "
                 "(tpu_kernels.tuning.table.MAX_TABLE_BYTES); not read."
             )
         return b"".join(chunks)
