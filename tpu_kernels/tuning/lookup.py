@@ -13,7 +13,8 @@ Where a call's config comes from, in order:
    that defines the kernel (`table.filename`), the first taking precedence key by key. Each
    file is read once per process, at the op's first call that looks (`reload()` reads again);
 3. the entry for this (chip, dtypes, shape bucket) tuned with this tpu_kernels version, else
-   one tuned with another version, else the nearest bucket of the same dtypes (the smallest
+   one tuned with another version (the newest, versions compared as versions: 0.10.0 is newer
+   than 0.9.0), else the nearest bucket of the same dtypes (the smallest
    sum of |log2| distances over the dims), each of the last two with a one-time `TuningNote`;
 4. nothing: the declared defaults. A note says so once when the op has entries elsewhere
    (another chip, dtype or bucket); an op nobody tuned runs its defaults silently.
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextvars
 import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -116,6 +118,30 @@ def toolkit_version() -> str:
     return tpu_kernels.__version__
 
 
+def version_order(version: str) -> tuple:
+    """A sort key of a toolkit version: PEP 440's order (`packaging.version`) when packaging is
+    installed, else the leading release numbers as ints (0.10.0 after 0.9.0), a release after
+    its pre-releases ("0.2.0rc1" < "0.2.0"); text neither reads sorts first, by itself."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return _plain_version_order(version)
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, version)
+
+
+def _plain_version_order(version: str) -> tuple:
+    m = re.match(r"v?(\d+(?:\.\d+)*)(.*)", version.strip())
+    if m is None:
+        return (0, version)
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release = release + (0,) * (8 - len(release))  # 1.0 == 1.0.0
+    rest = m.group(2)
+    return (1, release, not rest, rest)
+
+
 def table_paths(op: str, home: Path | None) -> list[Path]:
     """Where the op's table files are looked for, first first: the tuning directory
     (`$TPU_KERNELS_TUNING_DIR`), then beside the module that defines the kernel (`home`)."""
@@ -188,7 +214,7 @@ def _loaded(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
     merged: dict[tables.Key, tables.Entry] = {}
     for path in reversed(paths):  # the first path wins: read it last
         try:
-            t = tables.read(path, op)
+            t = tables.read(path, op, _candidates(op))
         except tables.TuningTableError as e:
             note(op, "*", f"refused {path}", f"tuning table refused, running without it: {e}")
             continue
@@ -196,6 +222,12 @@ def _loaded(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
             merged.update(t.entries)
     with _LOCK:
         return _LOADED.setdefault(op, merged)
+
+
+def _candidates(op: str) -> dict[str, list[Any]] | None:
+    """Each tunable's declared values, for the exact-type check of a table's entries."""
+    tuned = _TUNED.get(op)
+    return None if tuned is None else tuned.tunables.space()
 
 
 def entries_for(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
@@ -224,7 +256,7 @@ def choose(
     here = [e for e in here if e.source != "failed"]
     same = [e for e in here if e.dtypes == dtypes and e.bucket == bucket]
     if same:
-        return max(same, key=lambda e: e.toolkit), "other-version"
+        return max(same, key=lambda e: version_order(e.toolkit)), "other-version"
     near = [(d, e) for e in here if e.dtypes == dtypes and (d := distance(e.bucket, bucket)) is not None]
     if near:
         best = min(near, key=lambda de: (de[0], de[1].toolkit != toolkit, repr(de[1].bucket)))[1]
@@ -661,7 +693,7 @@ def iter_entries(op: str, home: Path | None) -> Iterator[tables.Entry]:
     """The entries the op's tables hold now (read fresh; for reports and the CLI)."""
     merged: dict[tables.Key, tables.Entry] = {}
     for path in reversed(table_paths(op, home)):
-        t = tables.read(path, op)
+        t = tables.read(path, op, _candidates(op))
         if t is not None:
             merged.update(t.entries)
     yield from merged.values()
