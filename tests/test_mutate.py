@@ -77,6 +77,33 @@ def test_toolkit_catalogue_applies_names_existing_tests_and_holds_issue_39s_surv
             assert (ROOT / test.split("::")[0]).is_file(), (m.id, test)
 
 
+ISSUE_46_SURVIVORS = {  # and its faults 5 and 6 (tuning tables)
+    "tuner-tie-ceiling-fastest-median",
+    "tuner-any-fixed-tunable",
+    "tuner-own-value-never-measured",
+    "predict-block-copies-off-by-one",
+    "predict-step-overhead-in-ms",
+    "predict-float32-at-bf16-peak",
+    "lookup-oldest-other-version",
+    "lookup-versions-as-strings",
+    "lookup-table-beside-kernel-wins",
+    "lookup-memo-forgets-given-tunables",
+    "lookup-predicted-replaces-measured-in-memory",
+    "lookup-autotune-skips-nearest",
+    "lookup-reads-without-candidate-types",
+    "table-types-by-isinstance",
+    "table-open-blocks",
+    "table-reads-any-file-kind",
+    "chip-v5litepod-is-v5p",
+    "vmem-whole-array-double-buffered",
+    "chips-v5p-scoped-32-mib",
+}
+
+
+def test_toolkit_catalogue_holds_issue_46s_survivors():
+    assert ISSUE_46_SURVIVORS <= {m.id for m in TOOLKIT}
+
+
 def test_templates_catalogue_covers_every_variant_and_applies_to_the_rendered_kernels():
     """Every (template, backend) pair `tpu-kernels new` offers has mutants, each of which finds
     its text exactly once in the file the template renders."""

@@ -12,10 +12,12 @@ import textwrap
 import types
 
 import jax
+import jax.experimental.pallas  # noqa: F401 - dot_plus_pallas_dot's kernel
 import pytest
 import torch
 
 from tests.helpers import rand
+from tests.test_mosaic_precision import precisions
 from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels import matmul
 from tpu_kernels.runtime import precision
@@ -68,16 +70,65 @@ def test_torch_setting_maps_to_jax(torch_name, stablehlo):
     assert precision.current() == precision.TORCH_TO_JAX[torch_name]
 
 
+# The precision the dots of a Pallas kernel body get: Mosaic refuses HIGH (runtime/mosaic_precision.py)
+IN_PALLAS = {"HIGHEST": "HIGHEST", "HIGH": "HIGHEST", "DEFAULT": "DEFAULT"}
+
+
 @pytest.mark.parametrize("torch_name,stablehlo", SETTINGS)
 def test_pallas_kernel_is_lowered_at_the_setting(torch_name, stablehlo):
     torch.set_float32_matmul_precision(torch_name)
+    # interpreted on the CPU: the kernel body's dot is an XLA dot in the module
     text = matmul.jax_function().lower(S((64, 128), "float32"), S((128, 128), "float32")).as_text()
-    assert dot_precisions(text) == {stablehlo}
+    assert dot_precisions(text) == {IN_PALLAS[stablehlo]}
     # an explicit choice wins over torch's setting
-    text = matmul.jax_function(matmul_precision="highest").lower(
-        S((64, 128), "float32"), S((128, 128), "float32")
-    ).as_text()
+    text = (
+        matmul.jax_function(matmul_precision="highest")
+        .lower(S((64, 128), "float32"), S((128, 128), "float32"))
+        .as_text()
+    )
     assert dot_precisions(text) == {"HIGHEST"}
+
+
+TORCH_AND_TORCH_TPU = [("torch", n) for n in precision.TORCH_TO_JAX] + [
+    ("torch_tpu", n) for n in precision.TPU_TO_JAX
+]
+
+
+@pytest.mark.parametrize("source,name", TORCH_AND_TORCH_TPU)
+def test_shipped_matmul_lowers_for_the_tpu_at_every_setting(source, name):
+    # JAX 0.10.2 (the TPU machine's) refused the kernel's dot at "high": "Unsupported dot
+    # precision: HIGH" (tests/test_mosaic_precision.py); its dots must be DEFAULT or HIGHEST
+    jax_name = (precision.TORCH_TO_JAX if source == "torch" else precision.TPU_TO_JAX)[name]
+    fn = matmul.jax_function(interpret=None, matmul_precision=jax_name)
+    shape = S((256, 256), "float32")
+    _, in_kernels = precisions(jax.make_jaxpr(fn)(shape, shape))
+    assert in_kernels == {IN_PALLAS[jax_name.upper()]}
+    exported = jax.export.export(fn, platforms=["tpu"])(shape, shape)
+    assert "tpu_custom_call" in exported.mlir_module()
+
+
+@tpu_kernel("test_precision::dot_plus_pallas_dot")
+def dot_plus_pallas_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def kernel(a_ref, b_ref, o_ref):
+        o_ref[...] = jax.numpy.dot(a_ref[...], b_ref[...])
+
+    out = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype)
+    return jax.numpy.dot(a, b) + jax.experimental.pallas.pallas_call(kernel, out_shape=out)(a, b)
+
+
+def test_high_and_highest_stay_apart_in_the_compile_cache():
+    # Their Pallas kernels are both traced at HIGHEST, but their XLA dots differ: one entry each.
+    a, b = rand(16, 128), rand(128, 128)
+    ex = dot_plus_pallas_dot.source._executors["cpu"]
+    dot_plus_pallas_dot.cache_clear()
+    seen = {}
+    for torch_name in ("high", "highest", "high"):
+        torch.set_float32_matmul_precision(torch_name)
+        torch.testing.assert_close(dot_plus_pallas_dot(a, b), 2 * (a @ b))
+        key = ex._arrays_and_key([a, b])[1]
+        seen[torch_name] = compiled_dot_precisions(ex.cache.peek(key).fn.as_text())
+    assert dot_plus_pallas_dot.cache_info().misses == 2 and dot_plus_pallas_dot.cache_info().hits >= 1
+    assert seen == {"high": {"HIGH", "HIGHEST"}, "highest": {"HIGHEST"}}
 
 
 def test_each_setting_compiles_its_own_entry_with_its_precision():
@@ -225,5 +276,25 @@ def test_at_precision_fixes_the_trace_precision_of_a_wrapped_function():
     assert inspect.signature(fn) == inspect.signature(scaled_dot.fn)
     inner = inner_function(scaled_dot.signature, fn, 1)
     with jax.default_matmul_precision("highest"):
-        text = jax.jit(inner, static_argnums=2).lower(S((8, 16), "float32"), S((16, 4), "float32"), 2.0).as_text()
+        text = (
+            jax.jit(inner, static_argnums=2)
+            .lower(S((8, 16), "float32"), S((16, 4), "float32"), 2.0)
+            .as_text()
+        )
     assert dot_precisions(text) == {"HIGH"}
+    # and its Pallas kernels at a precision Mosaic compiles (what torch_tpu's export lowers)
+    fn = precision.at_precision(dot_plus_pallas_dot.fn, "high")
+    with jax.default_matmul_precision("default"):
+        jaxpr = jax.make_jaxpr(fn)(S((8, 128), "float32"), S((128, 128), "float32"))
+    assert precisions(jaxpr) == ({"HIGH"}, {"HIGHEST"})
+
+
+@pytest.mark.parametrize("device,in_kernel", [("cpu", "HIGHEST"), ("tpu", "HIGHEST"), ("cuda", "HIGH")])
+def test_high_in_pallas_kernels_by_device(device, in_kernel):
+    # CUDA's Pallas kernels lower through Triton, which takes HIGH (TF32): left as asked there
+    def f(a, b):
+        with precision.traced("high", device):
+            return dot_plus_pallas_dot.fn(a, b)
+
+    jaxpr = jax.make_jaxpr(f)(S((8, 128), "float32"), S((128, 128), "float32"))
+    assert precisions(jaxpr) == ({"HIGH"}, {in_kernel})

@@ -138,6 +138,20 @@ _ENTRIES: dict[str, Private] = {
     "jax_discharge_state": Private(
         "jax._src.state.discharge:discharge_state", "an index map's Ref reads as a pure function"
     ),
+    # ---- runtime/mosaic_precision.py: the context managers Pallas enters around every kernel
+    # body it traces, module-level functions on JAX 0.10.2 and 0.12.0.1: tracing_grid_env
+    # (pallas_call through GridMapping.trace_env, emit_pipeline, each index map; core_map on
+    # 0.10.2) and mpmd_map_tracing_context (pl.kernel and core_map kernels on a mesh). Wrapped
+    # by `wrap_pallas_kernel_tracing`; without either, traced_at traces the whole kernel at
+    # the precision its Pallas bodies need (XLA dots too: more precise than asked, never refused).
+    "pallas_tracing_grid_env": Private(
+        "jax._src.pallas.core:tracing_grid_env", "what Pallas enters to trace a grid kernel body", None
+    ),
+    "pallas_mpmd_tracing_context": Private(
+        "jax._src.pallas.mpmd:mpmd_map_tracing_context",
+        "what Pallas enters to trace a mesh kernel body",
+        None,
+    ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
@@ -311,6 +325,39 @@ def torch_tpu_precision() -> tuple[Any, Any] | None:
         ) from e
 
 
+_PALLAS_KERNEL_TRACING = ("pallas_tracing_grid_env", "pallas_mpmd_tracing_context")
+
+
+def wrap_pallas_kernel_tracing(around: Any) -> bool:
+    """Make Pallas enter the context manager `around()` inside its own, around each kernel body
+    (and index map) it traces, in every thread: each module-level context manager of
+    `_PALLAS_KERNEL_TRACING`, which Pallas looks up when it traces, is replaced by a wrapper
+    (once: a second call changes nothing). False where this JAX lacks one of them (the caller
+    then needs another way: some kernels would be traced unwrapped)."""
+    return all([_wrap_context(name, around) for name in _PALLAS_KERNEL_TRACING])
+
+
+def _wrap_context(name: str, around: Any) -> bool:
+    original = get(name)
+    if original is None:
+        return False
+    if getattr(original, "_tpu_kernels_wrapped", False):
+        return True
+    import contextlib
+
+    @contextlib.contextmanager
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with original(*args, **kwargs), around():
+            yield
+
+    wrapper._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    module, _, attr = _ENTRIES[name].path.partition(":")
+    setattr(importlib.import_module(module), attr, wrapper)
+    _resolved[name] = wrapper
+    return True
+
+
 def parser_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """A parser's arguments in order, without -h/--help (argparse's private `_actions` and
     `_HelpAction`: the standard library has no public list), for the CLI reference the
@@ -418,4 +465,5 @@ __all__ = [
     "symbolic_terms",
     "term_factors",
     "torch_tpu_precision",
+    "wrap_pallas_kernel_tracing",
 ]

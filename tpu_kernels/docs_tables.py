@@ -144,7 +144,8 @@ EXIT_MEANINGS: dict[str, dict[int | str, str]] = {
     },
     "tune": {
         0: "every call was tuned (its table entries written unless `--no-save`)",
-        "EXIT_NONE_SURVIVED": "at some call no candidate both ran and was right: the op keeps its defaults there",
+        "EXIT_NONE_SURVIVED": "at some call no candidate both ran and was right: a measured call is recorded as a failed entry, "
+        "which calls there refuse to run (NoRightConfigError); a predicted one keeps its defaults",
         "EXIT_USAGE": "a target that does not import or calls no tunable op, a bad option, or a chip that can be neither measured nor predicted here",
     },
     "cache": {

@@ -497,6 +497,34 @@ class KernelOp:
         with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
 
+    def tuned_config(self, *args: Any, **kwargs: Any) -> tuning.TunedConfig:
+        """The config of tunables a call with these arguments would run with, and where it comes
+        from: the table entry (measured or predicted, exact, another version's or the nearest
+        bucket's), the declared defaults and why, or the caller (docs/autotuning.md). The same
+        lookup as the call's; nothing runs but what the lookup itself runs."""
+        if self.tuned is None:
+            raise ValueError(f"{self.name}: tuned_config() is for ops declared with tune=; this op has no tunables.")
+        return self.tuned.explain(args, kwargs)
+
+    def program_digest(self, *args: Any, **kwargs: Any) -> str | None:
+        """The digest of the kernel's traced program for example arguments (tensors or
+        ShapeDtypeStructs): the on-disk cache's key of a trace (`runtime.cache.program`), which
+        a tuning entry records so that an edited kernel is not served its old choices. None
+        when the program cannot be digested or traced."""
+        from tpu_kernels.runtime.cache import program
+
+        values = self.signature.bind(args, kwargs)
+        tensors, statics = self.signature.split(values)
+        specs = [dtypes.spec(self.name, p.name, v) for p, v in zip(self.signature.tensor_params, tensors)]
+        kwargs = self.signature.static_kwargs(statics)
+        names = [p.name for p in self.signature.tensor_params]
+        try:
+            with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
+                closed = jax.make_jaxpr(lambda *ts: self.fn(**kwargs, **dict(zip(names, ts))))(*specs)
+            return program.digest(closed)
+        except Exception:  # noqa: BLE001 - Undigestible, or a trace that fails: nothing to compare
+            return None
+
     def jax_function(
         self, *, interpret: Any = "current", matmul_precision: str = "current", **statics: Any
     ) -> Callable:
@@ -505,8 +533,9 @@ class KernelOp:
         Pallas calls inside run in `interpret` mode (default: the current
         tpu_kernels setting; None for none, on a real TPU), and dots at JAX
         `matmul_precision` (default: the one torch's setting gives now, as a call would
-        use; see tpu_kernels.runtime.precision). This is what the benchmarks' raw-JAX
-        baseline times: the same kernel without the bridge.
+        use; see tpu_kernels.runtime.precision: the dots of its Pallas kernels at a precision
+        Mosaic compiles, "highest" for "high", except on a GPU). This is what the benchmarks'
+        raw-JAX baseline times: the same kernel without the bridge.
         """
         from tpu_kernels.runtime import interpret as interpret_settings
         from tpu_kernels.runtime import precision as precision_settings
@@ -530,7 +559,9 @@ class KernelOp:
         cpu_client.synchronous()  # before the caller's first call makes JAX's clients
 
         def kernel(*tensors: Any) -> Any:
-            with pallas_interpret(mode), jax.default_matmul_precision(matmul_precision):
+            # traced when first called, by when JAX knows its default backend
+            device = jax.default_backend()
+            with pallas_interpret(mode), precision_settings.traced(matmul_precision, device):
                 return fn(**kwargs, **dict(zip(names, tensors)))
 
         return jax.jit(kernel)

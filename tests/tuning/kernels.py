@@ -66,3 +66,15 @@ def make_op(
 
 def double(x: jax.Array) -> jax.Array:
     return jnp.asarray(x) * 2
+
+
+def make_op2(name: str, *, block_rows=(8, 64, 256), lanes=(128, 256)):
+    """A tunable `2 * x` op with two tunables: block_rows and lanes (which the kernel ignores)."""
+
+    def kernel(x: torch.Tensor, *, block_rows: int = 64, lanes: int = 128) -> torch.Tensor:
+        return row_scale(x, block_rows=block_rows)
+
+    kernel.__name__ = name.split("::")[1]
+    return tpu_kernel(
+        name, tune={"block_rows": list(block_rows), "lanes": list(lanes)}, check_reference=lambda x: 2 * x
+    )(kernel)

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -15,6 +16,7 @@ from tpu_kernels.tuning.table import Entry
 
 from ..helpers import ROOT, rand, uname
 from .kernels import make_op
+from .test_table import released_after
 
 V = lookup.toolkit_version()
 
@@ -274,3 +276,156 @@ def test_checked_mode_and_vmap_run_tuned_calls():
         torch.testing.assert_close(op(x), 2 * x)
     xs = rand(3, 16, 128)
     torch.testing.assert_close(torch.vmap(op)(xs), 2 * xs)
+
+
+# ---- the rules a lookup keeps (issue 46: edits of lookup.py the tests above let through) ----
+
+
+def _versions():
+    from hypothesis import strategies as st
+
+    return st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12)).map(
+            lambda v: ".".join(map(str, v))
+        ),
+        min_size=1,
+        max_size=5,
+        unique=True,
+    ).filter(lambda vs: V not in vs)
+
+
+def test_among_other_versions_the_newest_wins_compared_as_versions():
+    entries = [_e(((512, 128),), b, toolkit=t) for b, t in ((8, "0.0.1"), (64, "0.9.0"), (256, "0.10.0"))]
+    e, how = lookup.choose({e.key: e for e in entries}, "cpu", ("float32",), ((512, 128),), V)
+    assert (how, e.toolkit, e.config["block_rows"]) == ("other-version", "0.10.0", 256)  # not "0.9.0"
+
+
+def test_the_newest_version_wins_whatever_the_versions_and_with_or_without_packaging():
+    from hypothesis import given, settings
+
+    @settings(max_examples=60, deadline=None)
+    @given(_versions())
+    def check(versions):
+        entries = {e.key: e for e in (_e(((512, 128),), 8, toolkit=t) for t in versions)}
+        e, _ = lookup.choose(entries, "cpu", ("float32",), ((512, 128),), V)
+        newest = max(versions, key=lambda t: tuple(map(int, t.split("."))))
+        assert e.toolkit == newest
+        assert sorted(versions, key=lookup._plain_version_order) == sorted(versions, key=lookup.version_order)
+
+    check()
+    order = ["0.1.0.dev1", "0.1.0rc1", "0.1.0", "0.1.1", "0.9.0", "0.10.0", "1.0", "1.0.1"]
+    assert sorted(reversed(order), key=lookup._plain_version_order)[2:] == order[2:]  # no packaging: releases
+    assert sorted(reversed(order), key=lookup.version_order) == order
+
+
+def test_the_tuning_directory_takes_precedence_over_the_table_beside_the_kernel_key_by_key(
+    tmp_path, monkeypatch
+):
+    op = make_op(uname())
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setattr(op.tuned, "home", home)
+    table.write(home / table.filename(op.name), op.name, {}, [_e(((512, 128),), 8), _e(((1024, 128),), 8)])
+    _put(op, _e(((512, 128),), 256))  # in $TPU_KERNELS_TUNING_DIR
+    assert [p.parent for p in op.tuned.paths()] == [tuning.write_path(op.name, None).parent, home]
+    assert _used(op, rand(300, 128)) == 256  # the tuning directory's entry
+    assert _used(op, rand(1000, 128)) == 8  # a key only the table beside the kernel has
+
+
+def test_the_memo_keeps_what_each_call_gave():
+    from .kernels import make_op2
+
+    for order in ((), ("block_rows",)), (("block_rows",), ()):
+        op = make_op2(uname())
+        _put(op, Entry("cpu", ("float32",), ((512, 128),), V, {"block_rows": 256, "lanes": 256}, "measured"))
+        x = rand(300, 128)
+        for given in order:
+            kwargs = {n: 8 for n in given}
+            got = op.tuned.fill((x,), kwargs)
+            # the caller's value kept, the rest tuned: whatever call came first with these shapes
+            assert (got["block_rows"], got["lanes"]) == (8 if given else 256, 256), (order, given)
+
+
+def test_a_predicted_entry_never_replaces_a_measured_one_in_memory():
+    op = make_op(uname())
+    _put(op, _e(((512, 128),), 8))
+    x = rand(300, 128)
+    assert _used(op, x) == 8
+    lookup.added(op.name, [_e(((512, 128),), 256, source="predicted")])
+    assert _used(op, x) == 8  # as in the file (table.Table.add): measured stays
+    lookup.added(op.name, [_e(((512, 128),), 64)])
+    assert _used(op, x) == 64  # a new measurement does replace it
+
+
+@pytest.mark.parametrize("how", ["nearest", "other-version", "none", "exact"])
+def test_with_autotune_on_a_call_without_an_exact_entry_is_tuned_for_its_own_key(how, monkeypatch):
+    op = make_op(uname())
+    existing = {
+        "nearest": _e(((64, 128),), 8),
+        "other-version": _e(((512, 128),), 8, toolkit="0.0.1"),
+        "none": _e(((512, 128),), 8, dtypes=("bfloat16",)),
+        "exact": _e(((512, 128),), 8),
+    }[how]
+    _put(op, existing)
+    tuned_for = []
+
+    def tuner(target, args, kwargs):  # stands in for tpu_kernels.tuner's online tuning
+        tuned_for.append(target.tuned.key_of(args, kwargs)[2])
+        lookup.added(target.name, [_e(((512, 128),), 256)])
+        return True
+
+    monkeypatch.setattr(lookup, "ONLINE_TUNER", [tuner])
+    monkeypatch.setenv(lookup.AUTOTUNE_ENV, "1")
+    tuning.reload()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningNote)
+        got = _used(op, rand(300, 128))
+    if how == "exact":
+        assert (tuned_for, got) == ([], 8)
+    else:
+        assert (tuned_for, got) == ([((512, 128),)], 256)  # tuned once, for its own bucket
+
+
+@pytest.mark.parametrize(
+    ("config", "candidates", "bad"),
+    [
+        ({"block_rows": 512.0}, {"block_rows": [8, 64, 512]}, r"block_rows=512\.0 \(float\).* int "),
+        ({"block_rows": True}, {"block_rows": [8, 64, 512]}, r"block_rows=true \(bool\).* int "),
+        ({"flag": 1}, {"flag": [False, True]}, r"flag=1 \(int\).* bool "),
+        ({"scale": 2}, {"scale": [1.0, 2.0]}, r"scale=2 \(int\).* float "),
+    ],
+)
+def test_a_config_value_of_another_type_than_the_candidates_is_refused_naming_file_op_and_key(
+    tmp_path, config, candidates, bad
+):
+    path = tmp_path / table.filename("t::op")
+    table.write(path, "t::op", candidates, [Entry("cpu", ("float32",), ((512, 128),), V, config, "measured")])
+    assert table.read(path, "t::op").entries  # without the candidates: read as written
+    with pytest.raises(table.TuningTableError, match=bad) as e:
+        table.read(path, "t::op", candidates)
+    message = str(e.value)
+    assert str(path) in message and "t::op" in message and "bucket [[512, 128]]" in message and V in message
+    ok = {n: v[-1] for n, v in candidates.items()}
+    table.write(path, "t::op", candidates, [Entry("cpu", ("float32",), ((512, 128),), V, ok, "measured")])
+    assert table.read(path, "t::op", candidates).entries  # the same value in the candidates' type passes
+
+
+def test_a_float_where_the_op_declares_int_candidates_never_reaches_the_kernel(tuning_dir):
+    op = make_op(uname(), candidates=(8, 64, 512))
+    _put(op, _e(((512, 128),), 512.0))
+    x = rand(300, 128)
+    with pytest.warns(TuningNote, match=rf"refused.*{tuning_dir}.*{op.name}.*block_rows=512\.0"):
+        torch.testing.assert_close(op(x), 2 * x)  # the defaults: the call never sees 512.0
+    assert _used(op, x) is None
+
+
+def test_a_fifo_where_a_table_belongs_is_refused_at_once(tuning_dir):
+    op = make_op(uname())
+    fifo = tuning_dir / table.filename(op.name)
+    os.mkfifo(fifo)
+    x = rand(8, 128)
+    start = time.monotonic()
+    with released_after(fifo), pytest.warns(TuningNote, match=r"not a regular file \(a FIFO\)"):
+        assert _used(op, x) is None  # the lookup alone: the call's compile is not timed
+    assert time.monotonic() - start < 5, "the FIFO blocked the call"
+    torch.testing.assert_close(op(x), 2 * x)

@@ -53,3 +53,23 @@ def test_the_choice_is_stable_and_never_decisively_slower_than_another(cands, rn
     # nothing else is decisively faster than the winner: its spread would not overlap
     assert all(not (t.p90 < win.p10) for t in timings.values())
     assert c.config == min(c.tied, key=names.index)
+
+
+def test_the_tie_ceiling_is_the_smallest_p90_not_the_fastest_median():
+    # b's median (0.9) is below the default's p10 (0.95), but b's spread reaches 1.08 and the
+    # default's p90 is 1.05: neither is decisively faster, so the default stays, undecided
+    timings = {"d": Summary.of([0.95, 1.0, 1.05]), "b": Summary.of([0.72, 0.9, 1.08])}
+    assert timings["b"].median < timings["d"].p10 <= min(t.p90 for t in timings.values())
+    c = choose(["d", "b"], timings)
+    assert (c.config, c.tied, c.decisive) == ("d", ("d", "b"), False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 10.0), st.floats(0.0, 0.5)), min_size=1, max_size=6))
+def test_tied_are_exactly_the_candidates_nothing_is_decisively_faster_than(cands):
+    names = [f"c{i}" for i in range(len(cands))]
+    timings = {n: _s(m, s) for n, (m, s) in zip(names, cands)}
+    c = choose(names, timings)
+    beaten = {n for n, t in timings.items() if any(o.p90 < t.p10 for o in timings.values())}
+    assert c.tied == tuple(n for n in names if n not in beaten)
+    assert c.decisive == (len(c.tied) == 1)

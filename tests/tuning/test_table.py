@@ -1,8 +1,12 @@
 """Tuning tables: the format, what is refused, merging, and writers in several processes at once."""
 
+import contextlib
 import json
 import multiprocessing
 import os
+import socket
+import threading
+import time
 
 import pytest
 
@@ -56,7 +60,7 @@ def test_a_missing_file_is_no_table(tmp_path):
         ),
         (
             '{"format": "tpu_kernels.tuning/1", "op": "test_table::op", "tunables": {}, "entries": [{"chip": "cpu", "dtypes": [], "bucket": [], "toolkit": "0", "config": {"b": 1}, "source": "guessed"}]}',
-            r"entry 0: 'source' is one of measured, predicted, got 'guessed'",
+            r"entry 0: 'source' is one of measured, predicted, failed, got 'guessed'",
         ),
     ],
 )
@@ -117,3 +121,57 @@ def test_the_file_is_for_people_short_values_stay_on_one_line(tmp_path):
     assert '"tunables": {"block_rows": [64, 128]}' in text
     assert '{"config": {"block_rows": 64}, "median_s": 0.001}' in text
     assert json.loads(text)["entries"][0]["candidates"][2]["median_s"] == 1e-3
+
+
+@contextlib.contextmanager
+def released_after(fifo, seconds=10.0):
+    """Whoever blocks opening `fifo` for reading gets end-of-file after at most `seconds` (a writer
+    opens and closes it, every `seconds`), so a regression fails its test instead of hanging."""
+    done = threading.Event()
+
+    def release():
+        while not done.wait(seconds):
+            with contextlib.suppress(OSError):  # ENXIO: nobody is reading it
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_only_a_regular_file_is_read_and_a_fifo_never_blocks_the_reader(tmp_path):
+    fifo = tmp_path / table.filename(OP)
+    os.mkfifo(fifo)
+    with released_after(fifo):
+        for attempt in (lambda: table.read(fifo, OP), lambda: table.write(fifo, OP, {}, [_entry()])):
+            start = time.monotonic()
+            with pytest.raises(TuningTableError, match=r"not a regular file \(a FIFO\)") as e:
+                attempt()  # a read, and a write (which reads first): refused, never replaced
+            assert time.monotonic() - start < 5, "the FIFO blocked the reader"
+            assert str(fifo) in str(e.value)
+    assert fifo.is_fifo()
+    folder = tmp_path / "d" / table.filename(OP)
+    folder.mkdir(parents=True)
+    with pytest.raises(TuningTableError, match=r"not a regular file \(a directory\)"):
+        table.read(folder, OP)
+    sock_path = tmp_path / "s.tuning.json"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))
+        with pytest.raises(TuningTableError, match=r"cannot be read|not a regular file"):
+            table.read(sock_path, OP)  # opening a socket fails: refused all the same
+
+
+def test_a_table_above_the_size_limit_is_refused_unread(tmp_path, monkeypatch):
+    assert table.MAX_TABLE_BYTES >= 16 << 20  # generous: thousands of entries are a few MiB
+    path = tmp_path / table.filename(OP)
+    table.write(path, OP, {}, [_entry()])
+    size = path.stat().st_size
+    monkeypatch.setattr(table, "MAX_TABLE_BYTES", size)
+    assert table.read(path, OP).entries  # at the limit: read
+    monkeypatch.setattr(table, "MAX_TABLE_BYTES", size - 1)
+    with pytest.raises(TuningTableError, match=rf"{size} bytes, above the"):
+        table.read(path, OP)

@@ -105,7 +105,7 @@ def test_real_interpreter_timings_pick_the_block_with_fewer_grid_steps(tuning_di
     torch.testing.assert_close(op(x), 2 * x)
 
 
-def test_the_predicted_tpu_ranking_prunes_what_does_not_fit_and_runs_nothing():
+def test_the_predicted_tpu_ranking_prunes_what_does_not_fit_and_runs_only_the_cpu_check():
     op = make_op(uname(), candidates=(8, 256, 8192), default=8)
     # shapes only: nothing can run. 256 rows of 2048 float32: 8 MiB of blocks, double-buffered
     # (at 4096 columns they made exactly 16 MiB, which a v5e refuses: its compiler needs room too)
@@ -120,7 +120,8 @@ def test_the_predicted_tpu_ranking_prunes_what_does_not_fit_and_runs_nothing():
         assert o.chosen == {"block_rows": 256}
         e = o.entry()
         assert e.source == "predicted" and e.evidence["method"]["kind"] == "predicted"
-    assert op.cache_info().size == 0
+    # nothing ran at the call's shapes; the CPU check ran 8 and 256 once each, for the three chips
+    assert op.cache_info().size == 2 and op.cache_info().misses == 2
 
 
 def test_the_context_manager_applies_a_result_without_saving(tuning_dir):
@@ -220,3 +221,40 @@ def test_helion_kernels_go_to_helions_autotuner(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "HELION ['tuner_helion::rowsum on cpu: Helion chose" in out.stdout, out.stdout[-2000:]
     assert list((tmp_path / "helion").rglob("*.best_config")), "Helion's autotuner wrote no config"
+
+
+# ---- the candidates of a call that fixes some tunables itself ---------------------------------
+
+
+def test_a_call_fixing_tunables_tunes_only_the_configs_that_keep_every_fixed_value():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tpu_kernels.tuner.point import candidates_for
+
+    from .kernels import make_op2
+
+    op = make_op2(uname(), block_rows=(8, 64, 256), lanes=(128, 256, 512))
+    t = op.tunables
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.sampled_from([8, 64, 256, 100, None]), st.sampled_from([128, 256, 512, 384, None]))
+    def check(block_rows, lanes):
+        fixed = {n: v for n, v in (("block_rows", block_rows), ("lanes", lanes)) if v is not None}
+        got = candidates_for(op, {"x": None, **fixed})
+        # the caller's value of every fixed tunable is in every candidate, its own value if need be
+        assert got and all(c[t.names.index(n)] == v for c in got for n, v in fixed.items())
+        declared = [c for c in t.configs if all(c[t.names.index(n)] == v for n, v in fixed.items())]
+        assert got == (declared or [t.config_of(fixed)])
+
+    check()
+
+
+def test_a_value_outside_the_candidates_is_measured_as_the_caller_gave_it():
+    op = make_op(uname())  # candidates 8, 64, 256
+    timer = StubTimer({8: 3e-3, 64: 2e-3, 100: 2.5e-3, 256: 1e-3})
+    x = rand(300, 128)
+    result = autotune(lambda: op(x, block_rows=100), timer=timer, settings=FAST, save=False)
+    cands, outcome = _status(result)
+    assert list(cands) == [100] and timer.asked == ["block_rows=100"]
+    assert outcome.chosen == {"block_rows": 100}

@@ -183,6 +183,13 @@ def check(
     return verdicts(measured, baseline="baseline", reduction=reduction, scale=scale)["actual"]
 
 
+def reduction_length(declared: int | None, inputs: tuple) -> int:
+    """The reduction length a check assumes: the one declared (a benchmark's `reduction=`, an
+    op reference's `reduces=`), else `default_reduction(inputs)`. The benchmark harness and the
+    autotuner both judge by this rule."""
+    return declared if declared is not None else default_reduction(inputs)
+
+
 def default_reduction(inputs: tuple) -> int:
     """The reduction length assumed when a benchmark declares none: the largest dimension of
     any input tensor, at least as long as any reduction over one axis. Overestimating costs
@@ -228,7 +235,7 @@ def for_point(bench: Benchmark, point: Point, inputs: tuple) -> PointJudge | Non
     dtype = point.get("dtype")
     if not isinstance(dtype, torch.dtype):  # no dtype axis, or one named otherwise
         dtype = _first_dtype(inputs)
-    reduction = bench.reduction(point) if bench.reduction else default_reduction(inputs)
+    reduction = reduction_length(bench.reduction(point) if bench.reduction else None, inputs)
     return PointJudge(expected, dtype, reduction, bench.tolerance_scale(point), bench.baseline)
 
 

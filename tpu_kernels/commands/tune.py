@@ -10,10 +10,13 @@ TARGET is one of:
 
 On the chip attached, every candidate is checked against the op's reference and timed by the
 benchmark harness; for each TPU chip of --chips that is not attached, candidates are pruned by the
-TPU check and ranked by the cost model, marked predicted. The entries are merged into each op's
-table (--out DIR, else $TPU_KERNELS_TUNING_DIR, else beside the kernel); docs/autotuning.md.
+TPU check and ranked by the cost model, marked predicted, among those whose results are right (as
+measured here, else run in the CPU interpreter, at a smaller shape when the call's is too big).
+The entries are merged into each op's table (--out DIR, else $TPU_KERNELS_TUNING_DIR, else beside
+the kernel); docs/autotuning.md.
 
-Exit status: 0 tuned; 1 an op was left with no candidate that runs and is right; 2 a usage error.
+Exit status: 0 tuned; 1 an op was left with no candidate that runs and is right (a measured one is
+recorded as a failed entry, which calls refuse to run); 2 a usage error.
 
 See docs/autotuning.md for declaring tunables, the tables, and what is measured and what predicted.
 """

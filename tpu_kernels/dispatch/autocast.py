@@ -77,8 +77,8 @@ def dtype_under(policy: str, device_type: str, values: Any) -> Callable[[Any], t
     """What each tensor of this call will be after the policy's cast, as a function of the
     tensor (None when autocast is off on `device_type` or the policy casts nothing): the
     dtypes the kernel will see, which the tuned lookup keys by."""
-    if policy == "keep" or not torch.is_autocast_enabled(device_type):
-        return None
+    if policy == "keep" or device_type == "meta" or not torch.is_autocast_enabled(device_type):
+        return None  # (torch.autocast has no meta device: is_autocast_enabled("meta") raises)
     dtype = target_dtype(policy, device_type, values)
     if dtype is None:
         return None

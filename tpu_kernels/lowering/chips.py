@@ -59,8 +59,9 @@ SMALLEST_SCOPED_VMEM_BYTES = min(SCOPED_VMEM_BYTES.values())
 # (docs/tpu-lowering-check.md, "Calibration"); other generations are assumed alike.
 HEADROOM_BYTES = 1 * _MIB
 
-# The generations the shipped kernels' defaults are sized for (tests/check/test_vmem_limits.py
-# pins that every shipped example fits each one's default scoped limit).
+# The generations the shipped kernels' defaults are sized for (tests/check/test_semantics_and_limits.py
+# pins that every shipped example fits each one's default scoped limit; tests/check/test_vmem_limits.py
+# pins each generation's limit above to its documented value).
 TARGET_CHIPS = ("v5e", "v5p", "v6e", "7x")
 
 

@@ -11,8 +11,9 @@ takes one input's dtype where torch promotes.
 
 `TOOLKIT` holds mutants of the machinery around the kernels (the on-disk cache's key and
 reads, the eager shortcut, derived fakes, buckets, the benchmark's correctness verdict, the
-torchtitan and Hugging Face integrations): issue #39's ten survivors and the fresh edits of
-the run that followed it. They name tests only: `tpu-kernels check` judges kernels, not these.
+torchtitan and Hugging Face integrations, the tuner and its tables, the chip names, the VMEM
+check's buffers and limits): issue #39's ten survivors and the fresh edits of the run that
+followed it, and issue #46's survivors and faults. They name tests only: `tpu-kernels check` judges kernels, not these.
 """
 
 from __future__ import annotations
@@ -333,6 +334,19 @@ COMPARE = "tpu_kernels/verification/compare.py"  # the distances: normwise (the 
 T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
 TITAN = "tpu_kernels/integrations/torchtitan/modules.py"
 HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"
+# the tuner and its tables (issue 46)
+TUNER, TUNING = "tpu_kernels/tuner/", "tpu_kernels/tuning/"
+SELECT, POINT, PREDICT = TUNER + "select.py", TUNER + "point.py", TUNER + "predict.py"
+LOOKUP, TABLE, CHIP = TUNING + "lookup.py", TUNING + "table.py", TUNING + "chip.py"
+T_SELECT, T_CHIP = ("tests/tuning/test_select.py",), ("tests/tuning/test_chip.py",)
+T_LOOKUP = ("tests/tuning/test_lookup.py",)
+T_TUNER = ("tests/tuning/test_tuner.py", "tests/tuning/test_predict.py")
+TUNER_FAST = "not helion and not shipped_kernel and not tokamax"  # the end-to-end runs of other tuners
+T_TABLE = ("tests/tuning/test_table.py", *T_LOOKUP)
+T_VMEM = (
+    "tests/check/test_vmem_limits.py",
+    "tests/check/test_semantics_and_limits.py::test_scoped_limits_per_generation",
+)
 
 
 def _toolkit(
@@ -770,5 +784,171 @@ TOOLKIT: tuple[Mutation, ...] = (
         "is_causal=False given by the caller ignored for the module's own flag: an encoder call made causal",
         T_HF,
         HF_FAST,
+    ),
+    # ---- issue 46: the tuner, its tables, the chip names and the VMEM limits ----
+    _toolkit(
+        "tuner-tie-ceiling-fastest-median",
+        SELECT,
+        "    ceiling = min(t.p90 for t in timings.values())",
+        "    ceiling = min(t.median for t in timings.values())",
+        "the tie ceiling is the fastest median: the op leaves its default on noise and calls it decisive",
+        T_SELECT,
+    ),
+    _toolkit(
+        "tuner-any-fixed-tunable",
+        POINT,
+        "keep = [c for c in t.configs if all(c[t.names.index(n)] == v for n, v in fixed.items())]",
+        "keep = [c for c in t.configs if any(c[t.names.index(n)] == v for n, v in fixed.items())]",
+        "configs with other values of a tunable the call fixes get tuned",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "tuner-own-value-never-measured",
+        POINT,
+        "    return keep or [t.config_of(fixed)]",
+        "    return keep or list(t.configs)",
+        "a call fixing a tunable outside the candidates tunes every declared config, never its own value",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "predict-block-copies-off-by-one",
+        PREDICT,
+        "copies = math.prod(grid[: max(moving) + 1]) if moving else 1",
+        "copies = math.prod(grid[: max(moving)]) if moving else 1",
+        "an 8192x4096 copy predicted as one block of traffic",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "predict-step-overhead-in-ms",
+        PREDICT,
+        "STEP_OVERHEAD_S = 0.35e-6",
+        "STEP_OVERHEAD_S = 0.35e-3",
+        "the per-step overhead in ms, where the docs say us",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "predict-float32-at-bf16-peak",
+        PREDICT,
+        "        return chip.bf16_flops * FLOAT32_MXU_FRACTION",
+        "        return chip.bf16_flops",
+        "float32 dots priced at the bf16 peak (three passes priced as one)",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "lookup-oldest-other-version",
+        LOOKUP,
+        "        return max(same, key=lambda e: version_order(e.toolkit)), ",
+        "        return min(same, key=lambda e: version_order(e.toolkit)), ",
+        "among entries of other toolkit versions the oldest wins",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-versions-as-strings",
+        LOOKUP,
+        "        return max(same, key=lambda e: version_order(e.toolkit)), ",
+        "        return max(same, key=lambda e: e.toolkit), ",
+        "toolkit versions compared as strings: 0.9.0 is newer than 0.10.0",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-table-beside-kernel-wins",
+        LOOKUP,
+        "    for path in reversed(paths):  # the first path wins: read it last",
+        "    for path in paths:  # the first path wins: read it last",
+        "the table beside the kernel overrides $TPU_KERNELS_TUNING_DIR's",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-memo-forgets-given-tunables",
+        LOOKUP,
+        "memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get()",
+        "memo_key = (first.device, _metadata(tensors), _OVERLAYS.get()",
+        "the lookup memo forgets which tunables the caller gave: the table overrides an explicit value",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-predicted-replaces-measured-in-memory",
+        LOOKUP,
+        'if not (old is not None and old.source == "measured" and e.source == "predicted"):',
+        "if True:",
+        "in memory a predicted entry replaces a measured one (the file keeps the measurement)",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-autotune-skips-nearest",
+        LOOKUP,
+        'if how != "exact" and os.environ.get(AUTOTUNE_ENV) == "1":',
+        'if entry is None and os.environ.get(AUTOTUNE_ENV) == "1":',
+        "with TPU_KERNELS_AUTOTUNE=1 an op with a nearest-bucket entry is never tuned for its own bucket",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "lookup-reads-without-candidate-types",
+        LOOKUP,
+        "            t = tables.read(path, op, _candidates(op))",
+        "            t = tables.read(path, op)",
+        "an entry's block_rows: 512.0 passes (512.0 == 512) and every call gets a float static",
+        T_LOOKUP,
+    ),
+    _toolkit(
+        "table-types-by-isinstance",
+        TABLE,
+        "        if type(value) not in types:",
+        "        if not isinstance(value, tuple(types)):",
+        "true accepted for an int tunable (bool is an int subclass): the kernel gets a bool static",
+        T_TABLE,
+    ),
+    _toolkit(
+        "table-open-blocks",
+        TABLE,
+        'fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | ',
+        "fd = os.open(p, os.O_RDONLY | ",
+        "a FIFO where a table belongs blocks the op's first call until someone writes to it",
+        T_TABLE,
+    ),
+    _toolkit(
+        "table-reads-any-file-kind",
+        TABLE,
+        "        if not stat.S_ISREG(st.st_mode):",
+        "        if stat.S_ISDIR(st.st_mode):",
+        "a FIFO, socket or device where a table belongs is read as one",
+        T_TABLE,
+    ),
+    _toolkit(
+        "table-size-unbounded",
+        TABLE,
+        "        if max(st.st_size, size) > MAX_TABLE_BYTES:",
+        "        if False:",
+        "a table above the size limit is cut at the limit and parsed",
+        T_TABLE,
+    ),
+    _toolkit(
+        "chip-v5litepod-is-v5p",
+        CHIP,
+        '"v5litepod": "v5e",',
+        '"v5litepod": "v5p",',
+        "a v5e Cloud VM (v5litepod-N) reads v5p's entries",
+        T_CHIP,
+    ),
+    _toolkit(
+        "vmem-whole-array-double-buffered",
+        "tpu_kernels/check/vmem.py",
+        "            copies = 1 if bm.has_trivial_window() else 2",
+        "            copies = 2",
+        "a whole-array block at a constant index counted twice: kernels that fit are refused",
+        T_VMEM,
+    ),
+    _toolkit(
+        "chips-v5p-scoped-32-mib",
+        "tpu_kernels/lowering/chips.py",
+        '    "v5p": 16 * _MIB,',
+        '    "v5p": 32 * _MIB,',
+        "v5p's default scoped VMEM limit taken as 32 MiB: kernels that fail to compile there pass the check",
+        T_VMEM,
     ),
 )

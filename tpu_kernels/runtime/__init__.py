@@ -5,7 +5,8 @@
 - `sources/`: a kernel's source (a JAX/Pallas function or a Helion kernel) as something to trace;
 - `cache/`: the disk cache of compiled executables, keyed by the traced program;
 - `interpret.py`: which Pallas interpreter runs kernels on a CPU;
-- `precision.py`: the float32 matmul precision a kernel is traced with.
+- `precision.py`: the float32 matmul precision a kernel is traced with;
+- `mosaic_precision.py`: tracing at it with Pallas kernel bodies at a precision Mosaic compiles.
 
 Reads `definition/` and `lowering/` (tests/test_layers.py).
 """

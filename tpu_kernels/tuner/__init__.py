@@ -23,7 +23,15 @@ from tpu_kernels.bench.device import Device
 from tpu_kernels.bench.device import resolve as resolve_device
 from tpu_kernels.tuner import delegate
 from tpu_kernels.tuner.capture import Call, capture
-from tpu_kernels.tuner.point import TUNING, Outcome, Timer, measure_call, predict_call
+from tpu_kernels.tuner.point import (
+    TUNING,
+    CpuCheck,
+    Outcome,
+    Timer,
+    check_borrowed,
+    measure_call,
+    predict_call,
+)
 from tpu_kernels.tuner.result import TuningResult
 from tpu_kernels.tuning import lookup
 
@@ -93,6 +101,8 @@ def tune_calls(
     try:
         for call, (measure, predict) in plan:
             result._ops[call.op.name] = call.op
+            measured = None  # this call on the attached chip: its wrong configs are no prediction's choice
+            checked = CpuCheck()  # else the CPU interpreter's verdicts, shared by the chips predicted
             if measure is not None:
                 kind = call.device.type
                 device = devices.get(kind) or devices.setdefault(kind, resolve_device(kind))
@@ -110,9 +120,10 @@ def tune_calls(
                     )
                 )
                 bar.advance(where)
+                measured = result.outcomes[-1]
             for chip in predict:
                 bar.step(f"{call.op.name}: predicting for {chip}")
-                result.outcomes.append(predict_call(call.op, call.args, call.kwargs, chip))
+                result.outcomes.append(predict_call(call.op, call.args, call.kwargs, chip, measured, checked))
                 bar.advance(f"{call.op.name} for {chip} (predicted)")
         if toka:
             bar.step(f"tokamax: {len(toka)} call(s) to Tokamax's autotuner")
@@ -184,5 +195,6 @@ def _online(op: Any, args: tuple, kwargs: dict) -> bool:
 
 
 lookup.ONLINE_TUNER[0] = _online
+lookup.BORROW_CHECK[0] = check_borrowed
 
 __all__ = ["Lines", "Outcome", "Progress", "TuningResult", "autotune", "capture", "tune_calls", "tune_op"]

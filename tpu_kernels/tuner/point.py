@@ -8,20 +8,26 @@ For the chip attached (the call's device):
 3. each remaining candidate runs once and is judged against the op's float64 reference by the
    benchmark's correctness criterion (`bench.correctness`, with the declared default's result
    as the yardstick a candidate may be a few times less accurate than): a wrong result (or an
-   exception) excludes it, and the report says so. An op without a reference is compared with
-   its default config run in float64 (or, failing that, in its own dtypes);
+   exception) excludes it, and the report says so. The allowance assumes the benchmark's
+   reduction length (`correctness.reduction_length`: the reference's `reduces=`, else the
+   largest input dimension). An op without a reference is compared with its default config
+   run in float64 (or, failing that, in its own dtypes);
 4. the survivors are timed by the benchmark harness (warm-up, interleaved rounds, rotating input
-   copies, medians with spread: `bench.timing.measure`), and `select.choose` picks.
+   copies, medians with spread: `bench.timing.measure`), and `select.choose` picks;
+5. the contenders are timed again until two passes agree (`_settle`), or the report says the
+   choice did not settle.
+A run where no candidate survives gives a "failed" entry, which lookups refuse to run.
 
 For each TPU chip that is not attached, `predict.py` prunes and ranks instead: the entry is
-marked predicted.
+marked predicted. Its candidates' results are still checked: by the measured run's verdicts
+when the call was measured too, else in the CPU interpreter (`interpret.py`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -39,6 +45,10 @@ from tpu_kernels.verification import checked_mode
 # bench.timing.measure's signature: (device, {name: (fn, arg_sets)}, settings) -> {name: Timing}
 Timer = Callable[[Device, dict, timing.Settings], dict]
 
+STABILITY_PASSES = 2
+"""Extra timing passes a measured choice may take to settle (`_settle`): on an idle machine
+the first confirms it; the report says when the last two passes still disagree."""
+
 TUNING = timing.Settings(rounds=7, min_sample_s=0.01, warmup_s=1.0)
 """The harness settings a tuning run times candidates with by default: fewer rounds than a
 benchmark (a tuning run times many candidates), the same method."""
@@ -54,6 +64,8 @@ class Candidate:
     timing: Summary | None = None
     prediction: predictor.Prediction | None = None
     error_ratio: float | None = None  # the correctness check's error / allowed (> 1 is wrong)
+    reduction: int | None = None  # the reduction length the check's allowance assumed
+    first_call_s: float | None = None  # its first call: tracing, compiling and one run (and sync)
 
     def to_json(self, names: Sequence[str]) -> dict[str, Any]:
         out: dict[str, Any] = {"config": dict(zip(names, self.config)), "status": self.status}
@@ -65,8 +77,11 @@ class Candidate:
             )
         if self.prediction is not None:
             out.update({k: _sig(v) for k, v in self.prediction.to_dict().items()})
+        if self.first_call_s is not None:
+            out["first_call_s"] = _sig(self.first_call_s)
         if self.error_ratio is not None:
             out["error_ratio"] = round(self.error_ratio, 4)
+            out["reduction"] = self.reduction
         return out
 
 
@@ -85,31 +100,60 @@ class Outcome:
     choice: Choice | None
     method: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    program: str | None = None  # the digest of the entry config's traced program (provenance.py)
 
     @property
     def chosen(self) -> dict[str, Any] | None:
         return None if self.choice is None else dict(zip(self.names, self.choice.config))
 
     def entry(self) -> tuning.Entry | None:
-        """The table entry this tuning gives (None when no candidate survived)."""
+        """The table entry this tuning gives: the chosen config; when a measured run found no
+        candidate right, a "failed" entry (no config) that lookups refuse to run; else None."""
+        evidence: dict[str, Any] = {"shape": self.shapes}
+        if self.program is not None:
+            evidence["program"] = self.program
         if self.choice is None:
-            return None
+            if self.source != "measured":
+                return None
+            evidence["why"] = self.failure()
+        else:
+            evidence["decisive"] = self.choice.decisive
+            evidence["tied"] = [dict(zip(self.names, c)) for c in self.choice.tied]
+        evidence.update(
+            method=self.method,
+            candidates=[c.to_json(self.names) for c in self.candidates],
+            tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
         return tuning.Entry(
             chip=self.chip,
             dtypes=self.dtypes,
             bucket=self.bucket,
             toolkit=toolkit_version(),
-            config=self.chosen,
-            source=self.source,
-            evidence={
-                "shape": self.shapes,
-                "decisive": self.choice.decisive,
-                "tied": [dict(zip(self.names, c)) for c in self.choice.tied],
-                "method": self.method,
-                "candidates": [c.to_json(self.names) for c in self.candidates],
-                "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            },
+            config=self.chosen or {},
+            source=self.source if self.choice is not None else "failed",
+            evidence=evidence,
         )
+
+    def failure(self) -> str:
+        """Why no candidate survived, a clause per candidate."""
+        parts = [
+            f"{', '.join(f'{n}={v!r}' for n, v in zip(self.names, c.config))}: {c.status}"
+            + (f" ({c.reason})" if c.reason else "")
+            for c in self.candidates
+        ]
+        return "; ".join(parts) or "no candidate"
+
+
+_JUDGED = ("measured", "chosen", "wrong", "failed")  # a measured candidate's statuses once judged
+
+
+@dataclass
+class CpuCheck:
+    """The CPU interpreter's verdicts on one call's candidates (config -> the candidate as
+    judged) and the shapes they were judged at: shared by the chips the call is predicted for."""
+
+    shapes: list | None = None
+    verdicts: dict[tuple, Candidate] = field(default_factory=dict)
 
 
 def _sig(v: Any) -> Any:
@@ -138,6 +182,7 @@ def measure_call(
     on_step: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Tune `op` at this call on the attached `device` (steps 1-4 of the module docstring)."""
+    started = time.perf_counter()
     t = op.tunables
     shapes, dtypes, bucket = call_metadata(op, args, kwargs)
     chip = tuning.chip_of(device.torch_device)
@@ -157,20 +202,12 @@ def measure_call(
         for c in cands:
             if c.status == "pending":
                 _prune_for(op, args, config_kwargs(c), target, c)
-    live = [c for c in cands if c.status == "pending"]
     notes: list[str] = []
-    outputs: dict[tuple, list] = {}
-    for c in live:
-        step(f"run {t.describe(c.config)}")
-        try:
-            outputs[c.config] = _visible(op, op(*args, **config_kwargs(c)))
-            device.synchronize(outputs[c.config])
-        except Exception as e:
-            c.status, c.reason = "failed", _one_line(e)
-    default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
-    _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
-    runnable = [c for c in live if c.status == "pending"]
+    _run_and_judge(op, args, kwargs, [c for c in cands if c.status == "pending"], notes, step, device.synchronize)
+    runnable = [c for c in cands if c.status == "pending"]
     timings: dict[tuple, Summary] = {}
+    choice, passes = None, []
+    timing_started = time.perf_counter()
     if runnable:
         sets = _input_sets(args, kwargs, settings, device)
         fns = {
@@ -178,13 +215,27 @@ def measure_call(
             for c in runnable
         }
         label = {t.describe(c.config): c for c in runnable}
+        samples: dict[str, list[float]] = {}
+
+        def time_pass(names: list[str]) -> Choice:
+            measured = (timer or _harness)(device, {n: fns[n] for n in names}, settings)
+            for name, tm in measured.items():
+                samples.setdefault(name, []).extend(tm.samples)
+                label[name].timing = Summary.of(samples[name])
+                label[name].status = "measured"
+                timings[label[name].config] = label[name].timing
+            return choose([c.config for c in cands], timings)
+
         step(f"time {len(runnable)} candidates")
-        measured = (timer or _harness)(device, fns, settings)
-        for name, tm in measured.items():
-            label[name].timing = Summary.of(tm.samples)
-            label[name].status = "measured"
-            timings[label[name].config] = label[name].timing
-    choice = choose([c.config for c in cands], timings) if timings else None
+        choice = time_pass(list(fns))
+        passes.append(choice.config)
+        choice = _settle(choice, passes, timings, label, time_pass, step)
+        if len(passes) > 1 and passes[-1] != passes[-2]:
+            notes.append(
+                f"the choice did not settle in {len(passes)} timing passes ("
+                + " -> ".join(t.describe(c) for c in passes)
+                + "): the machine is probably loaded; tune again on an idle one"
+            )
     if choice is not None:
         for c in cands:
             if c.config == choice.config:
@@ -195,15 +246,60 @@ def measure_call(
         "timer": "bench.timing.measure",
         "rounds": settings.rounds,
         "min_sample_s": settings.min_sample_s,
+        "passes": [dict(zip(t.names, c)) for c in passes],
+        "stable": len(passes) < 2 or passes[-1] == passes[-2],
+        "timing_s": _sig(time.perf_counter() - timing_started),
+        "total_s": _sig(time.perf_counter() - started),
     }
-    return Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    return _with_program(
+        op, args, kwargs, Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    )
 
 
-def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
-    """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py)."""
+def _settle(
+    choice: Choice,
+    passes: list,
+    timings: dict[tuple, Summary],
+    label: dict[str, Candidate],
+    time_pass: Callable[[list[str]], Choice],
+    step: Callable[[str], None],
+) -> Choice:
+    """Time the contenders again (the tied and the two fastest medians), their samples pooled
+    with the earlier ones, until two passes in a row choose alike or `STABILITY_PASSES` extra
+    passes are spent: a choice that one burst of load made is not kept. `passes` gets each
+    pass's choice."""
+    names = {c.config: n for n, c in label.items()}
+    for _ in range(STABILITY_PASSES):
+        fastest = sorted(timings, key=lambda c: timings[c].median)[:2]
+        contenders = list(dict.fromkeys([*choice.tied, *fastest]))
+        if len(contenders) < 2:
+            break
+        step(f"time {len(contenders)} contenders again")
+        choice = time_pass([names[c] for c in contenders])
+        passes.append(choice.config)
+        if passes[-1] == passes[-2]:
+            break
+    return choice
+
+
+def predict_call(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    chip: str,
+    measured: Outcome | None = None,
+    checked: CpuCheck | None = None,
+) -> Outcome:
+    """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py),
+    among those whose results are right: `measured` (this call tuned on the attached chip)
+    excludes the configs found wrong or failing there; without it, each candidate runs in
+    the CPU interpreter (`interpret.check_inputs`: at a smaller shape when the call's is too big)
+    and is judged as a measured one is. `checked` keeps those verdicts across the chips one call
+    is predicted for, so each config runs once."""
     from tpu_kernels.lowering.chips import chip as tpu_chip
     from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
 
+    started = time.perf_counter()
     t = op.tunables
     shapes, dtypes, bucket = call_metadata(op, args, kwargs)
     target = tpu_chip(chip)
@@ -217,8 +313,34 @@ def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
         if c.status != "pending":
             continue
         _prune_for(op, args, kw, target, c)
+    notes: list[str] = []
+    method: dict[str, Any] = {"kind": "predicted", "model": predictor.MODEL}
+    pending = [c for c in cands if c.status == "pending"]
+    unjudged = pending
+    if measured is not None:  # its verdicts first: wrong or failing configs are out
+        verdicts = {m.config: m for m in measured.candidates if m.status in _JUDGED}
+        for c in pending:
+            seen = verdicts.get(c.config)
+            if seen is not None and seen.status in ("wrong", "failed"):
+                c.status, c.reason = seen.status, f"{seen.status} when measured on {measured.chip}: {seen.reason}"
+            if seen is not None:
+                c.error_ratio, c.reduction = seen.error_ratio, seen.reduction
+        method["checked_by"] = f"this call measured on {measured.chip}"
+        unjudged = [c for c in pending if c.config not in verdicts]  # e.g. pruned on the chip measured
+    if unjudged:  # the CPU interpreter judges the rest
+        checked = CpuCheck() if checked is None else checked
+        fresh = [c for c in unjudged if c.config not in checked.verdicts]
+        if fresh:
+            checked.shapes = _check_in_interpreter(op, args, kwargs, fresh, notes)
+            checked.verdicts.update({c.config: replace(c) for c in fresh})
+        for c in unjudged:
+            seen = checked.verdicts[c.config]
+            c.status, c.reason, c.error_ratio, c.reduction = seen.status, seen.reason, seen.error_ratio, seen.reduction
+        method["checked_at"] = checked.shapes
+    for c in cands:
         if c.status != "pending":
             continue
+        kw = {**base_kwargs, **dict(zip(t.names, c.config))}
         try:
             flat, specs, x64 = flat_kernel(op, args, kw)
             from tpu_kernels.check import vmem
@@ -242,8 +364,49 @@ def predict_call(op: Any, args: tuple, kwargs: dict, chip: str) -> Outcome:
         for c in cands:
             if c.config == choice.config:
                 c.status = "chosen"
-    method = {"kind": "predicted", "model": predictor.MODEL}
-    return Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method)
+    method["total_s"] = _sig(time.perf_counter() - started)
+    return _with_program(
+        op, args, kwargs, Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
+    )
+
+
+def _with_program(op: Any, args: tuple, kwargs: dict, o: Outcome) -> Outcome:
+    """`o` with the digest of the program its entry's config traces to (the default's for a
+    failed entry), which a lookup compares with the kernel's then."""
+    config = o.chosen or dict(zip(o.names, op.tunables.default))
+    o.program = op.tuned.digest_of(o.shapes, o.dtypes, op.signature.bind(args, kwargs), config)
+    return o
+
+
+def check_borrowed(op: Any, args: tuple, kwargs: dict) -> str:
+    """Run a call whose tunables (in `kwargs`) were borrowed from the nearest bucket's entry
+    and judge its result as a tuning run would; -> why it is not right, "" when it is."""
+    t = op.tunables
+    c = Candidate(t.config_of({n: kwargs[n] for n in t.names if n in kwargs}))
+    base = {k: v for k, v in kwargs.items() if k not in t.names}  # judged beside the declared default
+    with torch.no_grad():
+        _run_and_judge(op, args, base, [c], [])
+    return "" if c.status == "pending" else f"{c.status}: {c.reason}"
+
+
+def _check_in_interpreter(op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str]) -> list:
+    """Run and judge `cands` on the CPU (interpret.py); -> the shapes they were checked at."""
+    from tpu_kernels.tuner.interpret import check_inputs
+
+    small_args, small_kwargs, shapes = check_inputs(args, kwargs)
+    where = f"in the CPU interpreter at shapes {shapes}"
+    t = op.tunables
+    base_kwargs = {k: v for k, v in small_kwargs.items() if k not in t.names}
+    for c in cands:
+        _refuse_if_invalid(op, small_args, {**base_kwargs, **dict(zip(t.names, c.config))}, c)
+        if c.status == "refused":  # valid at the call's shapes, not at the smaller ones
+            c.status, c.reason = "unchecked", f"could not be checked {where}: {c.reason}"
+    with torch.no_grad():
+        _run_and_judge(op, small_args, small_kwargs, [c for c in cands if c.status == "pending"], notes)
+    for c in cands:
+        if c.status in ("wrong", "failed"):
+            c.reason = f"{c.reason} ({where})"
+    return shapes
 
 
 # ---- the steps ----------------------------------------------------------------------------------
@@ -266,6 +429,35 @@ def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) ->
         c.reason = "; ".join(p.message for p in result.problems) or "the TPU lowering failed"
 
 
+def _run_and_judge(
+    op: Any,
+    args: tuple,
+    kwargs: dict,
+    live: list[Candidate],
+    notes: list[str],
+    step: Callable[[str], None] | None = None,
+    synchronize: Callable[[Any], None] | None = None,
+) -> None:
+    """Run each of `live` once at this call and judge its result (step 3 of the module
+    docstring): a candidate that raises is failed, one the criterion rejects wrong."""
+    t = op.tunables
+    base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
+    outputs: dict[tuple, list] = {}
+    for c in live:
+        if step is not None:
+            step(f"run {t.describe(c.config)}")
+        began = time.perf_counter()
+        try:
+            outputs[c.config] = _visible(op, op(*args, **base_kwargs, **dict(zip(t.names, c.config))))
+            if synchronize is not None:
+                synchronize(outputs[c.config])
+        except Exception as e:
+            c.status, c.reason = "failed", _one_line(e)
+        c.first_call_s = time.perf_counter() - began
+    default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
+    _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
+
+
 def _visible(op: Any, out: Any) -> list[Any]:
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     return outs[: op.n_visible]
@@ -285,7 +477,14 @@ def _judge(
     if not live:
         return
     default_kwargs = {**base_kwargs, **dict(zip(t.names, default))}
-    expected = checked_mode.reference_outputs(op, args, default_kwargs)
+    try:
+        expected = checked_mode.reference_outputs(op, args, default_kwargs)
+    except TypeError as e:  # a reference that cannot take the op's arguments by name
+        raise TypeError(
+            f"{op.name}: its reference could not be called to judge the tuning candidates ({e}). The "
+            "tuner calls it with the op's arguments by name, those its signature takes (tunables it "
+            "leaves out are not passed): name its parameters as the op's, or take **kwargs."
+        ) from e
     ref = op.check_reference
     if expected is None:
         expected = _default_in_float64(op, args, default_kwargs)
@@ -306,10 +505,11 @@ def _judge(
     named = {p.name: v for p, v in zip(op.signature.params, values)}
     baseline = outputs.get(default)
     for c in live:
-        ratios, why = [], ""
+        ratios, reductions, why = [], [], ""
         for k, (got, want) in enumerate(zip(outputs[c.config], expected)):
             name = op.output_names[k]
-            reduction = ref.reduction(named, name) if ref is not None else correctness.default_reduction(args)
+            declared = ref.declared_reduction(named, name) if ref is not None else None
+            reduction = correctness.reduction_length(declared, (*args, *base_kwargs.values()))
             scale = ref.size(named, name) if ref is not None else 1.0
             got_t = correctness.as_tensor(got)
             check = correctness.check(
@@ -321,12 +521,14 @@ def _judge(
                 baseline=None if baseline is None or c.config == default else baseline[k],
             )
             ratios.append(check.ratio)
+            reductions.append(reduction)
             if not check.passed and not why:
                 why = (
                     f"output {name!r}: error {check.error:.3g} (max-norm {check.error_max:.3g}) against "
                     f"{check.allowed:.3g} allowed ({correctness.CRITERION} criterion)"
                 )
         c.error_ratio = max(ratios, default=0.0)
+        c.reduction = max(reductions, default=None)
         if why:
             c.status, c.reason = "wrong", why
 
@@ -375,7 +577,7 @@ def _harness(device: Device, fns: dict, settings: timing.Settings) -> dict:
 
 def _one_line(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}".strip().splitlines()
-    return (text[0] if text else type(e).__name__)[:300]
+    return text[0] if text else type(e).__name__
 
 
-__all__ = ["TUNING", "Candidate", "Outcome", "measure_call", "predict_call"]
+__all__ = ["TUNING", "Candidate", "CpuCheck", "Outcome", "measure_call", "predict_call"]

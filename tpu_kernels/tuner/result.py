@@ -9,6 +9,7 @@ anything written to disk.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,33 +89,13 @@ class TuningResult:
         for o in self.outcomes:
             head = f"{o.op}  chip={o.chip} ({o.source})  shapes={o.shapes}  dtypes={list(o.dtypes)}  bucket={list(o.bucket)}"
             lines.append(head)
-            rows = [
-                (
-                    "config",
-                    "status",
-                    "median" if o.source == "measured" else "predicted",
-                    "p10-p90",
-                    "error/allowed",
-                    "why",
-                )
-            ]
-            for c in o.candidates:
-                cfg = ", ".join(f"{n}={v}" for n, v in zip(o.names, c.config))
-                if c.timing is not None:
-                    t, spread = fmt_time(c.timing.median), f"{fmt_time(c.timing.p10)}-{fmt_time(c.timing.p90)}"
-                elif c.prediction is not None:
-                    t, spread = fmt_time(c.prediction.seconds), "-"
-                else:
-                    t, spread = "-", "-"
-                ratio = "-" if c.error_ratio is None else f"{c.error_ratio:.2f}"
-                rows.append((cfg, c.status, t, spread, ratio, c.reason[:90]))
-            widths = [max(len(r[i]) for r in rows) for i in range(5)]
-            for r in rows:
-                lines.append(
-                    "  " + "  ".join(r[i].ljust(widths[i]) for i in range(5)) + ("  " + r[5] if r[5] else "")
-                )
+            lines += _candidate_rows(o)
             if o.choice is None:
-                lines.append("  no candidate survived: the op keeps its declared defaults here")
+                lines.append(
+                    "  no candidate survived: recorded as a failed entry; calls here raise NoRightConfigError"
+                    if o.source == "measured"
+                    else "  no candidate survived: the op keeps its declared defaults here"
+                )
             else:
                 how = (
                     "decisive"
@@ -122,16 +103,73 @@ class TuningResult:
                     else f"tied with {len(o.choice.tied) - 1} other(s); declared order decides"
                 )
                 lines.append(f"  chosen: {', '.join(f'{k}={v}' for k, v in o.chosen.items())} ({how})")
+            lines.append(_times(o))
             for n in o.notes:
                 lines.append(f"  note: {n}")
             if o.source == "predicted":
                 lines.append(f"  model: {o.method.get('model')}")
+                if "checked_by" in o.method:
+                    lines.append(f"  results checked by {o.method['checked_by']}")
+                if "checked_at" in o.method:
+                    lines.append(f"  results checked in the CPU interpreter at shapes {o.method['checked_at']}")
             lines.append("")
         for kind, result in self.tokamax.items():
             lines.append(f"tokamax: {len(result.data)} op call(s) tuned by Tokamax's autotuner for {kind!r}")
         lines += [f"helion: {h}" for h in self.helion]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines).rstrip() + "\n"
+
+
+REASON_WIDTH = 100
+"""The width the reason column wraps at (wrapped at spaces, never cut)."""
+
+
+def _candidate_rows(o: Outcome) -> list[str]:
+    """One row per candidate: config, status, time (median or predicted), spread, first call
+    (tracing, compiling and one run), error/allowed, and the reason, whole, wrapped."""
+    head = ("config", "status", "median" if o.source == "measured" else "predicted", "p10-p90", "first call", "error/allowed")
+    rows = [head]
+    reasons = [""]
+    for c in o.candidates:
+        cfg = ", ".join(f"{n}={v}" for n, v in zip(o.names, c.config))
+        if c.timing is not None:
+            t, spread = fmt_time(c.timing.median), f"{fmt_time(c.timing.p10)}-{fmt_time(c.timing.p90)}"
+        elif c.prediction is not None:
+            t, spread = fmt_time(c.prediction.seconds), "-"
+        else:
+            t, spread = "-", "-"
+        first = "-" if c.first_call_s is None else fmt_time(c.first_call_s)
+        ratio = "-" if c.error_ratio is None else f"{c.error_ratio:.2f}"
+        rows.append((cfg, c.status, t, spread, first, ratio))
+        reasons.append(c.reason)
+    n = len(head)
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    indent = 2 + sum(widths) + 2 * n
+    out = []
+    for r, why in zip(rows, [*["why"], *reasons[1:]]):
+        cells = "  " + "  ".join(r[i].ljust(widths[i]) for i in range(n))
+        wrapped = textwrap.wrap(why, REASON_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+        out.append((cells + "  " + wrapped[0]).rstrip())
+        out += [" " * indent + more for more in wrapped[1:]]
+    return out
+
+
+def _times(o: Outcome) -> str:
+    """Where the tuning's time went: first calls (compiles), timing passes, the whole."""
+    firsts = [c.first_call_s for c in o.candidates if c.first_call_s is not None]
+    parts = []
+    if firsts:
+        where = " in the CPU check" if o.source == "predicted" else ""
+        parts.append(
+            f"first calls{where} {fmt_time(sum(firsts))} ({len(firsts)} candidates: tracing, compiling, one run)"
+        )
+    if "timing_s" in o.method:
+        passes = len(o.method.get("passes", []))
+        stable = "the choice stable" if o.method.get("stable", True) else "the choice NOT stable"
+        parts.append(f"timing {fmt_time(o.method['timing_s'])} in {passes} pass(es), {stable}")
+    if "total_s" in o.method:
+        parts.append(f"total {fmt_time(o.method['total_s'])}")
+    return "  time: " + "; ".join(parts)
 
 
 def merge(results: Sequence[TuningResult]) -> TuningResult:

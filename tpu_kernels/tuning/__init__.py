@@ -12,21 +12,26 @@ from tpu_kernels.tuning.declare import Tunables, bucket, declare, default_key
 from tpu_kernels.tuning.lookup import (
     AUTOTUNE_ENV,
     TUNING_DIR_ENV,
+    NoRightConfigError,
     Tuned,
     TuningNote,
     reload,
     table_paths,
     write_path,
 )
+from tpu_kernels.tuning.provenance import PRINT_ENV, TunedConfig
 from tpu_kernels.tuning.table import Entry, Table, TuningTableError, read
 
 __all__ = [
     "AUTOTUNE_ENV",
     "TUNING_DIR_ENV",
     "Entry",
+    "NoRightConfigError",
+    "PRINT_ENV",
     "Table",
     "Tunables",
     "Tuned",
+    "TunedConfig",
     "TuningNote",
     "TuningTableError",
     "bucket",

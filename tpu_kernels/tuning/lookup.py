@@ -13,15 +13,22 @@ Where a call's config comes from, in order:
    that defines the kernel (`table.filename`), the first taking precedence key by key. Each
    file is read once per process, at the op's first call that looks (`reload()` reads again);
 3. the entry for this (chip, dtypes, shape bucket) tuned with this tpu_kernels version, else
-   one tuned with another version, else the nearest bucket of the same dtypes (the smallest
+   one tuned with another version (the newest, versions compared as versions: 0.10.0 is newer
+   than 0.9.0), else the nearest bucket of the same dtypes (the smallest
    sum of |log2| distances over the dims), each of the last two with a one-time `TuningNote`;
 4. nothing: the declared defaults. A note says so once when the op has entries elsewhere
    (another chip, dtype or bucket); an op nobody tuned runs its defaults silently.
 
+An entry that records the digest of its program (`provenance.py`) is served only while the
+kernel traces to the same program; a "failed" entry (a measured run found no candidate right)
+raises `NoRightConfigError` and is never borrowed. `Tuned.explain` (`op.tuned_config`) says
+which config a call gets and from where; `TPU_KERNELS_PRINT_TUNING=1` prints each lookup.
+
 In eager mode a chosen config is first checked against the call's shapes with the op's
 `eval_shape` (a trace, no compile; once per shapes and dtypes): a config the kernel refuses
-at this shape falls back to the defaults with a note. Under torch.compile the bucket of a
-symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
+at this shape falls back to the defaults with a note. A config borrowed from the nearest
+bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under
+torch.compile the bucket of a symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
 recompiling once per bucket, and only for ops with entries on this chip.
 
 With `TPU_KERNELS_AUTOTUNE=1`, an eager call with no entry for its key tunes the op right
@@ -34,6 +41,7 @@ from __future__ import annotations
 import contextvars
 import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,12 +52,30 @@ import torch
 
 from tpu_kernels import _compat
 from tpu_kernels.dispatch.autocast import dtype_under
+from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.tuning import capture
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
+from tpu_kernels.tuning.provenance import Looked, TunedConfig, digest_values, forget_printed, print_lookup
 
 TUNING_DIR_ENV = "TPU_KERNELS_TUNING_DIR"
 AUTOTUNE_ENV = "TPU_KERNELS_AUTOTUNE"
+
+
+class NoRightConfigError(TpuKernelsError, RuntimeError):
+    """Tuning found no candidate config that runs and is right at a call's shape bucket: the
+    op is not run with a config known to be wrong. The message names the op, the shapes and
+    where the failure is recorded."""
+
+
+def no_right_config(op: str, chip: str, shapes: Any, bucket: Any, why: str, where: str) -> NoRightConfigError:
+    return NoRightConfigError(
+        f"{op}: no tuning candidate runs and is right at shapes {shapes} (bucket {list(bucket)}) on "
+        f"{chip!r}: {why}. Recorded in {where}, so no process runs a config known to be wrong here or "
+        "tunes it again blindly. Fix the kernel, then tune again (tpu_kernels.autotune, or delete that "
+        "entry); or pass the tunables yourself to run a config anyway."
+    )
 
 
 class TuningNote(UserWarning):
@@ -79,6 +105,9 @@ _OVERLAYS: contextvars.ContextVar[tuple[_Overlay, ...]] = contextvars.ContextVar
 )
 ONLINE_TUNER: list[Callable[..., Sequence[tables.Entry]] | None] = [None]
 """Set by `tpu_kernels.tuner` when imported: tunes one call (`TPU_KERNELS_AUTOTUNE=1`)."""
+BORROW_CHECK: list[Callable[[Any, tuple, dict], str] | None] = [None]
+"""Set by `tpu_kernels.tuner` when imported: runs a call with a config borrowed from the
+nearest bucket and judges its result; -> why it is not right ("" when it is)."""
 _ONLINE_MODULE = "tpu_kernels.tuner"
 _TUNED: dict[str, Tuned] = {}  # every op's lookup, by name (the traced path finds it by name)
 
@@ -87,6 +116,30 @@ def toolkit_version() -> str:
     import tpu_kernels
 
     return tpu_kernels.__version__
+
+
+def version_order(version: str) -> tuple:
+    """A sort key of a toolkit version: PEP 440's order (`packaging.version`) when packaging is
+    installed, else the leading release numbers as ints (0.10.0 after 0.9.0), a release after
+    its pre-releases ("0.2.0rc1" < "0.2.0"); text neither reads sorts first, by itself."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return _plain_version_order(version)
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, version)
+
+
+def _plain_version_order(version: str) -> tuple:
+    m = re.match(r"v?(\d+(?:\.\d+)*)(.*)", version.strip())
+    if m is None:
+        return (0, version)
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release = release + (0,) * (8 - len(release))  # 1.0 == 1.0.0
+    rest = m.group(2)
+    return (1, release, not rest, rest)
 
 
 def table_paths(op: str, home: Path | None) -> list[Path]:
@@ -115,6 +168,7 @@ def reload() -> None:
     with _LOCK:
         _LOADED.clear()
         _NOTED.clear()
+        forget_printed()
         _GENERATION[0] += 1
 
 
@@ -125,7 +179,7 @@ def added(op: str, entries: Sequence[tables.Entry]) -> None:
         if current is not None:
             for e in entries:
                 old = current.get(e.key)
-                if not (old is not None and old.source == "measured" and e.source == "predicted"):
+                if not (old is not None and old.source != "predicted" and e.source == "predicted"):
                     current[e.key] = e
         _GENERATION[0] += 1
 
@@ -160,7 +214,7 @@ def _loaded(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
     merged: dict[tables.Key, tables.Entry] = {}
     for path in reversed(paths):  # the first path wins: read it last
         try:
-            t = tables.read(path, op)
+            t = tables.read(path, op, _candidates(op))
         except tables.TuningTableError as e:
             note(op, "*", f"refused {path}", f"tuning table refused, running without it: {e}")
             continue
@@ -168,6 +222,12 @@ def _loaded(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
             merged.update(t.entries)
     with _LOCK:
         return _LOADED.setdefault(op, merged)
+
+
+def _candidates(op: str) -> dict[str, list[Any]] | None:
+    """Each tunable's declared values, for the exact-type check of a table's entries."""
+    tuned = _TUNED.get(op)
+    return None if tuned is None else tuned.tunables.space()
 
 
 def entries_for(op: str, paths: list[Path]) -> dict[tables.Key, tables.Entry]:
@@ -185,16 +245,18 @@ def choose(
     entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, toolkit: str
 ) -> tuple[tables.Entry | None, str]:
     """The entry a call of (chip, dtypes, bucket) uses and how it was found: "exact",
-    "other-version", "nearest", or (None, "none"/"other-chip")."""
+    "failed" (the exact entry records that no candidate was right), "other-version", "nearest",
+    or (None, "none"/"other-chip"). A failed entry is never borrowed for another key."""
     here = [e for e in entries.values() if e.chip == chip]
     if not here:
         return None, "other-chip" if entries else "none"
     exact = entries.get((chip, dtypes, bucket, toolkit))
     if exact is not None:
-        return exact, "exact"
+        return exact, "failed" if exact.source == "failed" else "exact"
+    here = [e for e in here if e.source != "failed"]
     same = [e for e in here if e.dtypes == dtypes and e.bucket == bucket]
     if same:
-        return max(same, key=lambda e: e.toolkit), "other-version"
+        return max(same, key=lambda e: version_order(e.toolkit)), "other-version"
     near = [(d, e) for e in here if e.dtypes == dtypes and (d := distance(e.bucket, bucket)) is not None]
     if near:
         best = min(near, key=lambda de: (de[0], de[1].toolkit != toolkit, repr(de[1].bucket)))[1]
@@ -256,7 +318,8 @@ class Tuned:
         )
         self.slots = tuple(zip(tunables.names, tunables.slots))
         self.validate = validate
-        self._memo: dict[tuple, dict[str, Any]] = {}
+        self._memo: dict[tuple, Looked] = {}
+        self._digests: dict[str, str | None] = {}  # traced arguments -> program digest
         self._memo_generation = -1  # the _GENERATION the memo and _live were computed at
         self._live = False  # some table or the online tuner may give this op a config
         _TUNED[self.op_name] = self
@@ -275,14 +338,47 @@ class Tuned:
         given, tensors, first = self._call_parts(args, kwargs)
         if first is None:
             return kwargs
+        chosen = self._looked(args, kwargs, given, tensors, first).fill
+        return {**kwargs, **chosen} if chosen else kwargs
+
+    def _looked(self, args: tuple, kwargs: dict, given: tuple, tensors: tuple, first: torch.Tensor) -> Looked:
         memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
-        chosen = self._memo.get(memo_key)
-        if chosen is None:
-            chosen = self._resolve(args, kwargs, tensors, first.device, given)
+        looked = self._memo.get(memo_key)
+        if looked is None:
+            looked = self._resolve(args, kwargs, tensors, first.device, given)
             if len(self._memo) > 4096:
                 self._memo.clear()
-            self._memo[memo_key] = chosen
-        return {**kwargs, **chosen} if chosen else kwargs
+            self._memo[memo_key] = looked
+            print_lookup(self.op_name, looked, self.tunables.describe(self._full(looked, given)))
+        return looked
+
+    def _full(self, looked: Looked, given: tuple) -> tuple:
+        """Every tunable's value for the call: the caller's, the lookup's, else the default."""
+        return tuple(
+            looked.fill.get(n, g if g is not _MISSING else d)
+            for (n, _), g, d in zip(self.slots, given, self.tunables.default)
+        )
+
+    def explain(self, args: tuple, kwargs: dict) -> TunedConfig:
+        """Which config a call with these arguments would run with, and from which entry
+        (`op.tuned_config`); the same lookup as the call's, notes and all."""
+        if self._memo_generation != _GENERATION[0]:
+            self._refresh()
+        given, tensors, first = self._call_parts(args, kwargs)
+        passed = tuple(n for (n, _), g in zip(self.slots, given) if g is not _MISSING)
+        if first is None:  # every tunable passed (or no tensor): nothing is looked up
+            how = "given" if passed else "defaults"
+            looked = Looked(_EMPTY, how, None, "" if passed else "no tensor argument")
+        elif not self._live and not _OVERLAYS.get():
+            looked = Looked(_EMPTY, "defaults", None, "the op has no tuning entry", chip_of(first.device))
+        else:
+            looked = self._looked(args, kwargs, given, tensors, first)
+        config = dict(zip(self.tunables.names, self._full(looked, given)))
+        source = looked.entry.source if looked.entry is not None else looked.how
+        bucket = looked.bucket or _plain(self._key(args, kwargs, tensors))
+        return TunedConfig(
+            self.op_name, config, source, looked.how, looked.chip, bucket, looked.entry, passed, looked.why
+        )
 
     def _autocast_state(self, device: Any) -> Any:
         """What of torch.autocast changes the dtypes this op's kernel sees (a memo key part)."""
@@ -301,6 +397,7 @@ class Tuned:
         the memo and find out again whether this op has entries at all (reading its tables)."""
         generation = _GENERATION[0]
         self._memo = {}
+        self._digests = {}
         self._live = bool(_loaded(self.op_name, self.paths())) or os.environ.get(AUTOTUNE_ENV) == "1"
         self._memo_generation = generation
 
@@ -335,19 +432,28 @@ class Tuned:
         named = {p.name: v for p, v in zip(self.signature.params, values)}
         return tuple(fn(**key_arguments(fn, named)))
 
-    def _resolve(
-        self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple
-    ) -> dict[str, Any]:
+    def _resolve(self, args: tuple, kwargs: dict, tensors: tuple, device: Any, given: tuple) -> Looked:
         op = self.op_name
         chip = chip_of(device)
         entries = entries_for(op, self.paths())
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
-        entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
-        if how != "exact" and os.environ.get(AUTOTUNE_ENV) == "1":
+
+        def defaults(why: str) -> Looked:
+            return Looked(_EMPTY, "defaults", None, why, chip, dtypes, bucket)
+
+        values = self.signature.bind(args, kwargs)
+        entry, how = self.current(entries, chip, dtypes, bucket, values)
+        if how not in ("exact", "failed") and os.environ.get(AUTOTUNE_ENV) == "1":
             tuned = self._tune_online(args, kwargs, chip)
             if tuned:
-                entry, how = choose(entries_for(op, self.paths()), chip, dtypes, bucket, toolkit_version())
+                entries = entries_for(op, self.paths())
+                entry, how = self.current(entries, chip, dtypes, bucket, values)
+        if how == "failed":
+            shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+            why = entry.evidence.get("why", "every candidate was wrong or failed")
+            where = f"the op's tuning table ({', '.join(map(str, self.paths()))}), {entry.evidence.get('tuned_at', '')}"
+            raise no_right_config(op, chip, shapes, bucket, why, where)
         if entry is None:
             if how == "other-chip":
                 note(
@@ -358,7 +464,8 @@ class Tuned:
                     f"{', '.join(sorted({e.chip for e in entries.values()}))}); running the declared defaults "
                     f"({self.tunables.describe(self.tunables.default)}). Tune it here with tpu_kernels.autotune.",
                 )
-            elif entries and any(e.chip == chip for e in entries.values()):
+                return defaults(f"no entry for chip {chip!r}")
+            if entries and any(e.chip == chip for e in entries.values()):
                 note(
                     op,
                     chip,
@@ -366,21 +473,17 @@ class Tuned:
                     f"no tuned config for dtypes {list(dtypes)} on {chip!r}; "
                     f"running the declared defaults ({self.tunables.describe(self.tunables.default)}).",
                 )
-            return _EMPTY
+            return defaults(f"no entry for dtypes {list(dtypes)} on {chip!r}" if entries else "the op has no entry")
         config = self._config(entry, chip)
         if config is None:
-            return _EMPTY
+            return defaults("the entry's config is not among the declared candidates")
+        described = self.tunables.describe(self.tunables.config_of(config))
         if how != "exact":
             why = {
                 "other-version": f"was tuned with tpu_kernels {entry.toolkit} (this is {toolkit_version()})",
                 "nearest": f"has no entry for bucket {list(bucket)}: using the nearest, {list(entry.bucket)}",
             }[how]
-            note(
-                op,
-                chip,
-                f"{how} {bucket} {dtypes}",
-                f"the {chip!r} table {why} ({self.tunables.describe(self.tunables.config_of(config))}).",
-            )
+            note(op, chip, f"{how} {bucket} {dtypes}", f"the {chip!r} table {why} ({described}).")
         fill = {name: config[name] for (name, _), g in zip(self.slots, given) if g is _MISSING}
         try:
             self.validate(args, {**kwargs, **fill})
@@ -389,12 +492,80 @@ class Tuned:
                 op,
                 chip,
                 f"invalid {bucket} {_metadata(tensors)}",
-                f"the tuned config "
-                f"{self.tunables.describe(self.tunables.config_of(config))} does not fit this call's shapes "
+                f"the tuned config {described} does not fit this call's shapes "
                 f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); running the declared defaults.",
             )
-            return _EMPTY
-        return fill
+            return defaults(f"the tuned config {described} does not fit the call's shapes")
+        if how == "nearest":
+            wrong = self._borrow_check(args, {**kwargs, **fill})
+            if wrong:
+                note(
+                    op,
+                    chip,
+                    f"borrowed {bucket} {_metadata(tensors)}",
+                    f"the nearest entry's config {described} (bucket {list(entry.bucket)}) was checked at this "
+                    f"call and is not right here ({wrong}); running the declared defaults. Tune this bucket.",
+                )
+                return defaults(f"the nearest entry's {described} is not right at this shape")
+        return Looked(fill, how, entry, "", chip, dtypes, bucket)
+
+    def current(
+        self, entries: Mapping[tables.Key, tables.Entry], chip: str, dtypes: tuple, bucket: tuple, values: list
+    ) -> tuple[tables.Entry | None, str]:
+        """`choose`, passing over entries whose recorded program digest is not this kernel's
+        (`values`: the call's, one per parameter; only its statics are read)."""
+        entries = dict(entries)
+        while True:
+            entry, how = choose(entries, chip, dtypes, bucket, toolkit_version())
+            if entry is None or self._program_matches(entry, values):
+                return entry, how
+            del entries[entry.key]
+
+    def _program_matches(self, entry: tables.Entry, values: list) -> bool:
+        """Does the entry's recorded program digest match the kernel's now? (True when the entry
+        records none, or there is no op to trace.) A note says so once when it does not."""
+        recorded = entry.evidence.get("program")
+        if not isinstance(recorded, str) or self.online_target is None:
+            return True
+        digest = self.digest_of(entry.evidence.get("shape"), entry.dtypes, values, entry.config)
+        if digest is None or digest == recorded:
+            return True
+        note(
+            self.op_name,
+            entry.chip,
+            f"program {entry.key}",
+            f"the tuning entry for {entry.chip} {list(entry.dtypes)} bucket {list(entry.bucket)} was tuned for "
+            "another program of the kernel (its traced program's digest differs: the kernel or what it "
+            "reads changed since); not served. Tune again.",
+        )
+        return False
+
+    def digest_of(self, shapes: Any, dtypes: tuple, values: list, config: Mapping) -> str | None:
+        """The digest of the kernel's program traced for an entry (`provenance` says how; `values`:
+        the call's, one per parameter), memoized per process; None when it cannot be traced."""
+        full = {n: config.get(n, d) for n, d in zip(self.tunables.names, self.tunables.default)}
+        traced = digest_values(self.signature, self.tunables.names, values, shapes, dtypes, full)
+        if traced is None or self.online_target is None:
+            return None
+        key = repr(traced)
+        if key not in self._digests:
+            params = self.signature.params
+            pos = [v for p, v in zip(params, traced) if not p.keyword_only]
+            kw = {p.name: v for p, v in zip(params, traced) if p.keyword_only}
+            self._digests[key] = self.online_target.program_digest(*pos, **kw)
+        return self._digests[key]
+
+    def _borrow_check(self, args: tuple, kwargs: dict) -> str:
+        """Why the borrowed config in `kwargs` is not right at this call ("" when it is, or
+        when nothing can check it: no checker registered, or a tuning run is capturing calls)."""
+        if capture.ACTIVE or self.online_target is None:
+            return ""
+        if BORROW_CHECK[0] is None:
+            import importlib
+
+            importlib.import_module(_ONLINE_MODULE)  # registers itself (layers: the core names no tuner)
+        checker = BORROW_CHECK[0]
+        return checker(self.online_target, args, kwargs) if checker is not None else ""
 
     def _config(self, entry: tables.Entry, chip: str) -> dict[str, Any] | None:
         t = self.tunables
@@ -431,9 +602,16 @@ class Tuned:
             return kwargs
         dtypes = self.dtypes(tensors, device)
         bucket = _plain(self._key(args, kwargs, tensors))
-        index = _traced_config(self.op_name, chip, dtypes, bucket)
+        statics = tuple(
+            None if p.is_tensor else v for p, v in zip(self.signature.params, self.signature.bind(args, kwargs))
+        )
+        index = _traced_config(self.op_name, chip, dtypes, bucket, statics)
         if index is None:
             return kwargs
+        if index == -1:
+            shapes = [list(t.shape) if isinstance(t, torch.Tensor) else None for t in tensors]
+            where = f"the op's tuning table ({', '.join(map(str, self.paths()))})"
+            raise no_right_config(self.op_name, chip, shapes, bucket, "every candidate was wrong or failed", where)
         # the config read from the op's own declaration by index: values that Dynamo can guard on
         # (it cannot take type() of a value assume_constant_result returned, as the range check does)
         config = self.tunables.configs[index]
@@ -497,12 +675,16 @@ def _has_entries(op: str, chip: str) -> bool:
 
 
 @_compat.assume_constant_result
-def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple) -> int | None:
-    """The index of the chosen config in the op's declared candidates, or None."""
+def _traced_config(op: str, chip: str, dtypes: tuple, bucket: tuple, statics: tuple) -> int | None:
+    """The index of the chosen config in the op's declared candidates, None for the defaults,
+    -1 when the entry records that no candidate is right. `statics`: the call's value of each
+    parameter, None for tensors (the program digest's statics)."""
     tuned = _TUNED[op]
-    entry, _ = choose(entries_for(op, tuned.paths()), chip, dtypes, bucket, toolkit_version())
+    entry, _ = tuned.current(entries_for(op, tuned.paths()), chip, dtypes, bucket, list(statics))
     if entry is None:
         return None
+    if entry.source == "failed":
+        return -1  # no candidate is right here: the caller raises
     config = tuned._config(entry, chip)
     return None if config is None else tuned.tunables.configs.index(tuned.tunables.config_of(config))
 
@@ -511,7 +693,7 @@ def iter_entries(op: str, home: Path | None) -> Iterator[tables.Entry]:
     """The entries the op's tables hold now (read fresh; for reports and the CLI)."""
     merged: dict[tables.Key, tables.Entry] = {}
     for path in reversed(table_paths(op, home)):
-        t = tables.read(path, op)
+        t = tables.read(path, op, _candidates(op))
         if t is not None:
             merged.update(t.entries)
     yield from merged.values()

@@ -20,10 +20,16 @@ A table is written under an exclusive lock (`fcntl.flock` on its directory, so n
 left beside a table meant to be committed): the writer
 reads what is there, merges its entries in and replaces the file atomically (a temporary file
 in the same directory, then `os.replace`), so processes tuning at once each add their entries
-and a reader never sees half a file. A predicted entry never replaces a measured one.
+and a reader never sees half a file. A predicted entry never replaces a measured one (nor a
+failed one: a measured run where no candidate was right, which a lookup refuses to run).
 
 A file that is not JSON, not a tuning table, or the table of another op is refused with a
-`TuningTableError` naming the file and what is wrong; nothing is overwritten.
+`TuningTableError` naming the file and what is wrong; nothing is overwritten. So is anything
+but a regular file (a FIFO there would block the first call that reads it: tables are opened
+non-blocking and checked with `fstat` before a byte is read), a file above `MAX_TABLE_BYTES`,
+and, when the reader gives the op's declared candidates, an entry whose config values do not
+have the candidates' exact types (`512.0` for an int tunable would reach the kernel as a
+float static; `true` is not `1`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +46,11 @@ from typing import Any
 from tpu_kernels.errors import TpuKernelsError
 
 FORMAT = "tpu_kernels.tuning/1"
-SOURCES = ("measured", "predicted")
+SOURCES = ("measured", "predicted", "failed")  # failed: measured, and no candidate was right
 SUFFIX = ".tuning.json"
+MAX_TABLE_BYTES = 16 << 20
+"""The largest table read (a table of thousands of entries is a few MiB): a bigger file is
+refused, not read into memory."""
 
 
 class TuningTableError(TpuKernelsError, ValueError):
@@ -60,7 +70,7 @@ class Entry:
     bucket: tuple
     toolkit: str
     config: Mapping[str, Any]
-    source: str  # "measured" or "predicted"
+    source: str  # "measured", "predicted", or "failed" (no candidate ran right: config is empty)
     evidence: Mapping[str, Any] = field(default_factory=dict)  # shape, candidates, method, ...
 
     @property
@@ -95,7 +105,7 @@ class Table:
         predicted entry never replaces a measured one."""
         for e in entries:
             old = self.entries.get(e.key)
-            if old is not None and old.source == "measured" and e.source == "predicted":
+            if old is not None and old.source != "predicted" and e.source == "predicted":
                 continue
             self.entries[e.key] = e
 
@@ -129,8 +139,12 @@ def filename(op: str) -> str:
     return op.replace("::", ".") + SUFFIX
 
 
-def parse(text: str, path: str | Path, op: str) -> Table:
-    """The table in `text` (read from `path`, named in errors) for the op `op`."""
+def parse(
+    text: str, path: str | Path, op: str, candidates: Mapping[str, Sequence[Any]] | None = None
+) -> Table:
+    """The table in `text` (read from `path`, named in errors) for the op `op`; with
+    `candidates` (each tunable's declared values), each entry's config values must have the
+    exact type of one of their tunable's candidates."""
     where = str(path)
     try:
         doc = json.loads(text)
@@ -155,9 +169,31 @@ def parse(text: str, path: str | Path, op: str) -> Table:
         raise TuningTableError(
             f"{where}: a tuning table needs 'tunables' (an object) and 'entries' (a list)."
         )
+    parsed = [_entry(where, i, e) for i, e in enumerate(entries)]
+    if candidates is not None:
+        for i, e in enumerate(parsed):
+            _check_types(where, i, op, e, candidates)
     table = Table(op, tunables)
-    table.add(_entry(where, i, e) for i, e in enumerate(entries))
+    table.add(parsed)
     return table
+
+
+def _check_types(where: str, i: int, op: str, e: Entry, candidates: Mapping[str, Sequence[Any]]) -> None:
+    """An entry's config values have the exact types of their tunable's candidates (a value of
+    an undeclared tunable is the lookup's to refuse, as stale)."""
+    for name, value in e.config.items():
+        declared = candidates.get(name)
+        if declared is None:
+            continue
+        types = list(dict.fromkeys(type(c) for c in declared))
+        if type(value) not in types:
+            raise TuningTableError(
+                f"{where}: entry {i}, of {op} for chip {e.chip!r}, dtypes {list(e.dtypes)}, bucket "
+                f"{_lists(e.bucket)}, toolkit {e.toolkit!r}, gives {name}={json.dumps(value)} "
+                f"({type(value).__name__}), but {name}'s declared candidates are "
+                f"{' or '.join(t.__name__ for t in types)} ({', '.join(map(repr, declared))}): a config's "
+                "values have the candidates' exact types. Fix or delete the entry (tuning writes it again)."
+            )
 
 
 def _entry(where: str, i: int, e: Any) -> Entry:
@@ -173,7 +209,7 @@ def _entry(where: str, i: int, e: Any) -> Entry:
         raise bad("'chip' and 'toolkit' are strings")
     if not isinstance(e["dtypes"], list) or not isinstance(e["bucket"], list):
         raise bad("'dtypes' and 'bucket' are lists")
-    if not isinstance(e["config"], dict) or not e["config"]:
+    if not isinstance(e["config"], dict) or not (e["config"] or e["source"] == "failed"):
         raise bad("'config' is a non-empty object of tunable values")
     if e["source"] not in SOURCES:
         raise bad(f"'source' is one of {', '.join(SOURCES)}, got {e['source']!r}")
@@ -188,16 +224,58 @@ def _entry(where: str, i: int, e: Any) -> Entry:
     )
 
 
-def read(path: str | Path, op: str) -> Table | None:
-    """The table at `path`, None when there is no file; a TuningTableError when it cannot be used."""
+def read(path: str | Path, op: str, candidates: Mapping[str, Sequence[Any]] | None = None) -> Table | None:
+    """The table at `path`, None when there is no file; a TuningTableError when it cannot be used
+    (`candidates`: see `parse`)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = _read_regular(p).decode()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as e:
         raise TuningTableError(f"{p}: cannot be read as a tuning table ({e}).") from None
-    return parse(text, p, op)
+    return parse(text, p, op, candidates)
+
+
+def _read_regular(p: Path) -> bytes:
+    """The bytes of the regular file `p`, at most MAX_TABLE_BYTES: opened non-blocking and checked
+    with fstat first, so a FIFO or a device there is refused instead of blocking the reader."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TuningTableError(
+                f"{p}: not a regular file ({_kind(st.st_mode)}); a tuning table is a JSON file. Remove it, "
+                "or point TPU_KERNELS_TUNING_DIR elsewhere."
+            )
+        chunks, size = [], 0
+        while size <= MAX_TABLE_BYTES and st.st_size <= MAX_TABLE_BYTES:  # a big file: not a byte read
+            chunk = os.read(fd, min(1 << 20, MAX_TABLE_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if max(st.st_size, size) > MAX_TABLE_BYTES:
+            raise TuningTableError(
+                f"{p}: {max(st.st_size, size)} bytes, above the {MAX_TABLE_BYTES} bytes a tuning table may have "
+                "(tpu_kernels.tuning.table.MAX_TABLE_BYTES); not read."
+            )
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def write(path: str | Path, op: str, tunables: dict[str, list[Any]], entries: Iterable[Entry]) -> Table:

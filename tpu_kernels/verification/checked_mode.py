@@ -211,11 +211,14 @@ _WARNED: set[tuple[str, str]] = set()
 def _reference_kwargs(op: Op, ref: Reference, values: list[Any]) -> dict[str, Any] | None:
     """The op's arguments the reference takes, by name; None when the call cannot be checked."""
     params = op.signature.params
-    if ref.jax:
-        return {p.name: v for p, v in zip(params, values)}
-    accepted = inspect.signature(ref.fn).parameters
-    if any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):  # all but the ignored
-        return {p.name: v for p, v in zip(params, values) if p.name not in ref.ignore}
+    try:
+        accepted = inspect.signature(ref.fn).parameters
+    except (TypeError, ValueError):  # a JAX reference without a readable signature takes them all
+        accepted = None
+    if accepted is None or any(q.kind is inspect.Parameter.VAR_KEYWORD for q in accepted.values()):
+        # **kwargs: a JAX reference (the op's signature) gets every argument, a torch one all
+        # but the ignored (block sizes and other tunables)
+        return {p.name: v for p, v in zip(params, values) if ref.jax or p.name not in ref.ignore}
     kwargs = {}
     for p, v in zip(params, values):
         if p.name in accepted:

@@ -106,7 +106,8 @@ class Reference:
 
     fn: a function of the op's parameters, by name, returning the op's visible
       outputs (residuals excluded); a torch function (differentiable by torch
-      autograd) unless `jax=True` (then a JAX function with the op's signature).
+      autograd) unless `jax=True` (then a JAX function with the op's signature, or
+      the part of it it needs: it gets the arguments its signature takes).
       For an op that mutates arguments, a torch `fn` updates its (float64) copies of
       them in place, as the op does; a JAX one returns their new values after the
       outputs.
@@ -176,6 +177,13 @@ class Reference:
     def reduction(self, args: dict[str, Any], name: str | None = None) -> int:
         """How many terms the output `name` sums for this call (`reduces`, evaluated)."""
         return int(_number(self.reduces, args, "reduces", name))
+
+    def declared_reduction(self, args: dict[str, Any], name: str | None = None) -> int | None:
+        """`reduction`, or None when `reduces` is left at its default (1, the plain number): the
+        op declares nothing, and the autotuner assumes what the benchmark harness does."""
+        if not callable(self.reduces) and not isinstance(self.reduces, Mapping) and self.reduces == 1:
+            return None
+        return self.reduction(args, name)
 
     def size(self, args: dict[str, Any], name: str | None = None) -> float:
         """The size of the output `name`'s terms for this call (`scale`, evaluated)."""

@@ -250,11 +250,12 @@ class JaxExecutor:
                     )
         n_results = None if self.returns_list else self.n_outputs + len(self.mutated)
         fn, op, trace_context = self.fn, self.op, self.transfer.trace_context
+        device = self.transfer.device_type
 
         def flat(*tensor_args: Any) -> tuple:
             # the precision is set inside the traced function, so it holds whatever
             # JAX's ambient setting is when jit traces
-            with trace_context(mode), jax.default_matmul_precision(matmul_precision):
+            with trace_context(mode), precision.traced(matmul_precision, device):
                 result = fn(**statics, **dict(zip(names, tensor_args)))
             return normalize_results(op, result, n_results, jax.tree_util.tree_leaves(tensor_args))
 

@@ -1,0 +1,231 @@
+"""runtime/mosaic_precision.py: under traced_at(name), XLA dots follow `name` and the dots of
+Pallas kernel bodies run at a precision Mosaic compiles.
+
+JAX 0.10.2's Mosaic lowering (the TPU machine's JAX) accepts a float32 dot at DEFAULT or
+HIGHEST only: traced under jax.default_matmul_precision("high") or "tensorfloat32", the
+export below raised "NotImplementedError: Unsupported dot precision: HIGH" there (checked in
+a JAX 0.10.2 environment). The pinned JAX lowers HIGH (as Mosaic's bf16x3), so here the tests
+also read the precisions in the kernel's jaxpr, which are what 0.10.2 refused.
+
+Imports no torch (the module must run where torch is absent), except the subprocess test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.extend import core as jex_core
+
+from tpu_kernels.lowering.jaxprs import pallas_calls
+from tpu_kernels.runtime import mosaic_precision
+from tpu_kernels.runtime.mosaic_precision import kernel_precision, traced_at
+
+S = jax.ShapeDtypeStruct((256, 256), jnp.float32)
+MOSAIC_0_10_ACCEPTS = {"DEFAULT", "HIGHEST"}
+# JAX name -> (XLA dots, dots in a Pallas kernel body)
+EXPECTED = {
+    "default": ("DEFAULT", "DEFAULT"),
+    "bfloat16": ("DEFAULT", "DEFAULT"),
+    "high": ("HIGH", "HIGHEST"),
+    "tensorfloat32": ("HIGH", "HIGHEST"),
+    "highest": ("HIGHEST", "HIGHEST"),
+    "float32": ("HIGHEST", "HIGHEST"),
+}
+
+
+def _dot_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = jnp.dot(x_ref[...], y_ref[...])
+
+
+def _pallas_dot(x, y):
+    return pl.pallas_call(_dot_kernel, out_shape=S)(x, y)
+
+
+def xla_and_pallas(name):
+    """A fresh function (JAX caches traces per function) with one XLA dot and one Pallas kernel
+    dot, traced at `name`."""
+
+    def f(x, y):
+        with traced_at(name):
+            return jnp.dot(x, y) + _pallas_dot(x, y)
+
+    return f
+
+
+def _dots(jaxpr):
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            yield eqn
+        for sub in jex_core.jaxprs_in_params(eqn.params):
+            yield from _dots(sub)
+
+
+def _names(eqns):
+    out = set()
+    for eqn in eqns:
+        p = eqn.params["precision"]
+        out.add("DEFAULT" if p is None else p[0].name if isinstance(p, tuple) else str(p))
+    return out
+
+
+def precisions(closed_jaxpr):
+    """(precisions of the dots outside Pallas kernels, of the dots inside them)."""
+    kernels = [eqn.params["jaxpr"] for eqn in pallas_calls(closed_jaxpr)]
+    inside = {id(e) for k in kernels for e in _dots(k)}
+    outside = [e for e in _dots(closed_jaxpr.jaxpr) if id(e) not in inside]
+    return _names(outside), _names(e for k in kernels for e in _dots(k))
+
+
+def stablehlo_dot_precisions(text):
+    # the Pallas kernel is serialized inside its tpu_custom_call: these are the XLA dots only
+    return {
+        m or "DEFAULT"
+        for m in re.findall(r"stablehlo\.dot_general [^\n]*?(?:precision = \[(\w+),|$)", text, re.M)
+    }
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_name_lowers_for_the_tpu_with_kernels_at_a_mosaic_precision(name):
+    xla, kernel = EXPECTED[name]
+    assert precisions(jax.make_jaxpr(xla_and_pallas(name))(S, S)) == ({xla}, {kernel})
+    assert kernel in MOSAIC_0_10_ACCEPTS
+    exported = jax.export.export(jax.jit(xla_and_pallas(name)), platforms=["tpu"])(S, S)
+    text = exported.mlir_module()
+    assert "tpu_custom_call" in text
+    assert stablehlo_dot_precisions(text) == {xla}
+
+
+def _mesh_kernel_body(x_hbm, y_hbm, o_hbm):
+    def scoped(x, y, o):
+        pltpu.sync_copy(x_hbm, x)
+        pltpu.sync_copy(y_hbm, y)
+        o[...] = jnp.dot(x[...], y[...])
+        pltpu.sync_copy(o, o_hbm)
+
+    pl.run_scoped(scoped, *[pltpu.VMEM(S.shape, S.dtype)] * 3)
+
+
+# create_tensorcore_mesh is the one constructor JAX 0.10.2 and 0.12 both take (0.12 deprecates it)
+@pytest.mark.filterwarnings("ignore:pltpu.create_tensorcore_mesh is deprecated:DeprecationWarning")
+def test_a_mesh_kernel_lowers_at_high_too():
+    # pl.kernel (a kernel over a core mesh, traced through mpmd_map, not pallas_call)
+    def f(x, y):
+        with traced_at("high"):
+            mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+            return pl.kernel(_mesh_kernel_body, out_type=S, mesh=mesh)(x, y)
+
+    # a TPU target for the mesh on a machine without one
+    device = jax.sharding.AbstractDevice("TPU v5 lite", 1, "tpu")
+    with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=device)):
+        assert _names(_dots(jax.make_jaxpr(f)(S, S).jaxpr)) == {"HIGHEST"}
+        exported = jax.export.export(jax.jit(f), platforms=["tpu"])(S, S)
+    assert "tpu_custom_call" in exported.mlir_module()
+
+
+def test_outside_traced_at_pallas_traces_as_jax_ships_it():
+    # the hook is installed process-wide once traced_at ran; outside it, nothing changes
+    with traced_at("high"):
+        pass
+
+    def f(x, y):
+        with jax.default_matmul_precision("high"):
+            return _pallas_dot(x, y)
+
+    assert precisions(jax.make_jaxpr(f)(S, S)) == (set(), {"HIGH"})
+
+
+def test_jit_never_reuses_a_trace_across_traced_at():
+    # whether traced_at is active is part of jit's cache key (a jax.make_user_context value)
+    g = jax.jit(lambda x, y: _pallas_dot(x, y))
+
+    def plain(x, y):
+        with jax.default_matmul_precision("high"):
+            return g(x, y)
+
+    def hooked(x, y):
+        with traced_at("high"):
+            return g(x, y)
+
+    assert precisions(jax.make_jaxpr(plain)(S, S))[1] == {"HIGH"}
+    assert precisions(jax.make_jaxpr(hooked)(S, S))[1] == {"HIGHEST"}
+    assert precisions(jax.make_jaxpr(plain)(S, S))[1] == {"HIGH"}
+
+
+NAMES = sorted(EXPECTED)
+EXPLICIT = [None, jax.lax.Precision.DEFAULT, jax.lax.Precision.HIGH, jax.lax.Precision.HIGHEST]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    outer=st.sampled_from(NAMES), inner=st.sampled_from([None, *NAMES]), explicit=st.sampled_from(EXPLICIT)
+)
+def test_kernel_dots_follow_the_ambient_name_or_an_explicit_precision(outer, inner, explicit):
+    # Under traced_at(outer), code may enter its own default precision (`inner`) before calling
+    # a kernel, and a kernel author may name a dot's precision (`explicit`): the XLA dot follows
+    # the ambient name; the kernel's dot is the explicit precision as written (HIGH included),
+    # else the ambient name as Mosaic needs it.
+    def kern(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], precision=explicit)
+
+    def f(x, y):
+        with traced_at(outer), jax.default_matmul_precision(inner or outer):
+            return jnp.dot(x, y) + pl.pallas_call(kern, out_shape=S)(x, y)
+
+    ambient = inner or outer
+    want_kernel = explicit.name if explicit is not None else EXPECTED[ambient][1]
+    assert precisions(jax.make_jaxpr(f)(S, S)) == ({EXPECTED[ambient][0]}, {want_kernel})
+
+
+def test_kernel_precision_of_names():
+    assert [kernel_precision(n) for n in ("high", "tensorfloat32", "highest", "default", "bfloat16")] == [
+        "highest",
+        "highest",
+        "highest",
+        "default",
+        "bfloat16",
+    ]
+    assert kernel_precision("BF16_BF16_F32_X3") == "BF16_BF16_F32_X3"  # a preset: left as it is
+
+
+def test_without_the_hook_everything_is_traced_at_the_kernel_precision(monkeypatch):
+    # a JAX that moved tracing_grid_env: more accurate than asked, never refused, and said once
+    monkeypatch.setattr(mosaic_precision, "_hooked", None)
+    monkeypatch.setattr(mosaic_precision._compat, "wrap_pallas_kernel_tracing", lambda around: False)
+    with pytest.warns(RuntimeWarning, match="tracing_grid_env"):
+        jaxpr = jax.make_jaxpr(xla_and_pallas("high"))(S, S)
+    assert precisions(jaxpr) == ({"HIGHEST"}, {"HIGHEST"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.make_jaxpr(xla_and_pallas("high"))(S, S)  # no second warning
+
+
+def test_imports_and_works_where_torch_cannot_be_imported():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import jax, jax.numpy as jnp\n"
+        "from jax.experimental import pallas as pl\n"
+        "from tpu_kernels.runtime.mosaic_precision import traced_at\n"
+        "S = jax.ShapeDtypeStruct((8, 128), jnp.float32)\n"
+        "def k(x, o): o[...] = jnp.dot(x[...], x[...].T)[:, :1] + x[...]\n"
+        "def f(x):\n"
+        "    with traced_at('high'):\n"
+        "        return pl.pallas_call(k, out_shape=S)(x)\n"
+        "print('HIGHEST' in str(jax.make_jaxpr(f)(S)), 'torch' in sys.modules and sys.modules['torch'] is not None)\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "False"], run.stdout + run.stderr

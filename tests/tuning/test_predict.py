@@ -1,0 +1,87 @@
+"""The cost model's rules (`tuner/predict.py`): the HBM traffic a pipeline moves, the MXU's price
+per dtype, and the per-step overhead in the units the docs and the MODEL string state."""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+
+from tpu_kernels.check import vmem
+from tpu_kernels.tuner import predict
+
+from ..helpers import ROOT
+from .kernels import row_scale
+
+V6E = predict.ChipFigures.of("v6e")
+
+
+def _eqns(fn, *specs):
+    return vmem.traced_pallas_calls(fn, *specs)
+
+
+def _matmul(a, b, *, bm, bn, bk):
+    (m, k), (_, n) = a.shape, b.shape
+
+    def body(a_ref, b_ref, o_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+
+        o_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(m // bm, n // bn, k // bk),
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+    )(a, b)
+
+
+@pytest.mark.parametrize("block_rows", [8, 256, 1024])
+def test_a_copy_moves_each_byte_once_in_and_once_out_whatever_the_block(block_rows):
+    x = jax.ShapeDtypeStruct((8192, 4096), jnp.float32)
+    p = predict.predict(_eqns(functools.partial(row_scale, block_rows=block_rows), x), V6E)
+    assert p.steps == 8192 // block_rows
+    assert p.hbm_bytes == 2 * 8192 * 4096 * 4  # not one block's worth
+    assert p.memory_s == pytest.approx(p.hbm_bytes / V6E.hbm_bytes_per_s)
+
+
+def test_an_operand_is_fetched_again_whenever_its_block_index_changes():
+    m, n, k, bm, bn, bk = 512, 512, 1024, 128, 256, 256
+    a, b = jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+    p = predict.predict(_eqns(functools.partial(_matmul, bm=bm, bn=bn, bk=bk), a, b), V6E)
+    gi, gj = m // bm, n // bn
+    # a is read once per column block of the output, b once per row block, the output written once
+    assert p.hbm_bytes == m * k * 2 * gj + k * n * 2 * gi + m * n * 4
+
+
+def test_float32_dots_cost_three_bf16_passes():
+    m = n = k = 1024
+    costs = {}
+    for dtype in (jnp.bfloat16, jnp.float32):
+        spec = jax.ShapeDtypeStruct((m, k), dtype)
+        p = predict.predict(_eqns(functools.partial(_matmul, bm=256, bn=256, bk=256), spec, spec), V6E)
+        assert p.mxu_flops == 2 * m * n * k and p.mxu_utilisation == 1.0  # 256-wide blocks fill v6e's MXU
+        costs[dtype] = p.compute_s
+    assert costs[jnp.bfloat16] == pytest.approx(2 * m * n * k / V6E.bf16_flops)
+    assert costs[jnp.float32] == pytest.approx(3 * costs[jnp.bfloat16])
+
+
+def test_the_per_step_overhead_is_what_the_docs_and_the_model_string_say_in_microseconds():
+    docs = (ROOT / "docs" / "autotuning.md").read_text()
+    (in_docs,) = set(re.findall(r"grid_steps \* ([0-9.]+) us", docs))
+    (in_model,) = re.findall(r"\+ ([0-9.]+) us per grid step", predict.MODEL)
+    assert float(in_docs) == float(in_model)
+    assert f"*{in_docs} us per grid step*" in docs
+    per_step_s = float(in_docs) * 1e-6
+    x = jax.ShapeDtypeStruct((8192, 128), jnp.float32)
+    p = predict.predict(_eqns(functools.partial(row_scale, block_rows=8), x), V6E)  # 1024 small steps
+    prologue_s = 8 * 128 * 4 / V6E.hbm_bytes_per_s
+    assert p.seconds == pytest.approx(max(p.compute_s, p.memory_s) + p.steps * per_step_s + prologue_s)

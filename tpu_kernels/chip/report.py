@@ -1,0 +1,170 @@
+"""Markdown tables from the chip runner's records (docs/performance.md, "On a TPU v5e").
+
+Torch-free like the rest of tpu_kernels.chip, so a TPU host can print them too:
+`python -m tpu_kernels.chip.report bench/reports/chip_v5e.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# The configs the shipped kernels used by default before they were sized to the chip: the
+# "before" column of `before_after` reads them from the tuning record.
+OLD_DEFAULTS = {
+    "matmul": {"block_m": 256, "block_n": 256, "block_k": 256},
+    "rows": {"block_rows": 256},
+    "attention": {"block_q": 128, "block_k": 128},
+}
+
+
+def _us(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.0f} us"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _err(side: dict) -> str:
+    e = side.get("error_vs_f64")
+    return "-" if e is None else f"{e:.1e}"
+
+
+def _verdict(side: dict) -> str:
+    if not side.get("compiles"):
+        text = side.get("error", "")
+        return "**fails**: " + ("VMEM OOM" if "Vmem" in text or "vmem" in text else text[:60])
+    if "run_error" in side:
+        return "**run error**"
+    return "ok"
+
+
+def _speed(row: dict) -> str:
+    t = row["pallas"].get("time_s")
+    if t is None:
+        return "-"
+    if "share_of_peak" not in row:
+        return "-"
+    if row["bound"] == "compute":
+        return f"{row['tflops']:.0f} TF/s ({100 * row['share_of_peak']:.0f}%)"
+    return f"{row['gbps']:.0f} GB/s ({100 * row['share_of_peak']:.0f}%)"
+
+
+def grid_table(record: dict[str, Any], key: str = "grid") -> str:
+    lines = [
+        "| kernel | dtype | shape | compiles | error vs f64 (kernel / XLA) | time | XLA | vs XLA | JAX flash | vs JAX flash | share of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record[key]["rows"]:
+        p, x, f = r["pallas"], r.get("xla", {}), r.get("jax_flash", {})
+        shape = "x".join(str(s) for s in r["shape"])
+        extra = " causal" if r["statics"].get("causal") else ""
+        flag = " (dispatch-bound)" if r.get("dispatch_bound") else ""
+        lines.append(
+            f"| {r['kernel']}{extra} | {r['dtype']} | {shape} | {_verdict(p)} | {_err(p)} / {_err(x)} | "
+            f"{_us(p.get('time_s'))}{flag} | {_us(x.get('time_s'))} | {_x(r.get('speed_vs_xla'))} | "
+            f"{_us(f.get('time_s'))} | {_x(r.get('speed_vs_jax_flash'))} | {_speed(r)} |"
+        )
+    return "\n".join(lines)
+
+
+def grid_summary(record: dict[str, Any], key: str = "grid") -> str:
+    rows = record[key]["rows"]
+    failed = [r["id"] for r in rows if not r["pallas"].get("compiles") or "run_error" in r["pallas"]]
+    bw = [r for r in rows if r["bound"] == "bandwidth" and r["section"] == "rows" and r.get("speed_vs_xla")]
+    big = [r for r in bw if r["bytes"] >= 16 * 2**20]
+    below = [r["id"] for r in bw if r["speed_vs_xla"] < 1.0 and not r.get("dispatch_bound")]
+    low_peak = [r["id"] for r in big if r.get("share_of_peak", 0) < 0.75]
+    parts = [f"{len(rows)} points, {len(rows) - len(failed)} compile and run"]
+    if failed:
+        parts.append("fail: " + ", ".join(failed))
+    parts.append(f"row kernels below 1.0x XLA (not dispatch-bound): {len(below)}" + (f" ({', '.join(below)})" if below else ""))
+    parts.append(f"row kernels from 16 MiB of traffic under 75% of HBM peak: {len(low_peak)}"
+                 + (f" ({', '.join(low_peak)})" if low_peak else ""))
+    return "; ".join(parts) + "."
+
+
+def precision_table(record: dict[str, Any]) -> str:
+    lines = ["| setting | traced with | compiles | error vs f64 (kernel / XLA) | time | XLA | vs XLA |", "|---|---|---|---|---|---|---|"]
+    for r in record["precision"]["rows"]:
+        p, x = r["pallas"], r.get("xla", {})
+        lines.append(f"| {r['precision']} | `{r['traced_with']}` | {_verdict(p)} | {_err(p)} / {_err(x)} | "
+                     f"{_us(p.get('time_s'))} | {_us(x.get('time_s'))} | {_x(r.get('speed_vs_xla'))} |")
+    return "\n".join(lines)
+
+
+def layer_table(record: dict[str, Any]) -> str:
+    lines = ["| run | layer | shipped kernels | XLA + JAX flash | speed | error vs f64 (ours / XLA) |", "|---|---|---|---|---|---|"]
+    for key in sorted(k for k in record if k.startswith("layer")):
+        label = key.partition(":")[2] or "defaults"
+        for r in record[key]["rows"]:
+            kind = "forward + backward" if r["backward"] else "forward"
+            err = (f"{r['error_ours_vs_f64']:.1e} / {r['error_xla_vs_f64']:.1e}" if "error_ours_vs_f64" in r
+                   else f"grads vs XLA layer's: {r.get('error_grads_ours_vs_xla', float('nan')):.1e}")
+            ours = f"{r['ours_ms']:.2f} ms" if "ours_ms" in r else "**fails**"
+            lines.append(f"| {label} | {kind} | {ours} | {r.get('xla_ms', '-')} ms | {_x(r.get('speed_vs_xla'))} | {err} |")
+    return "\n".join(lines)
+
+
+def _family(kernel: str) -> str:
+    if kernel.startswith("matmul"):
+        return "matmul"
+    if "flash_attention" in kernel:
+        return "attention"
+    return "rows"
+
+
+def before_after(tune: dict[str, Any], record: dict[str, Any]) -> str:
+    """The old defaults (from the tuning sweep) against today's (the grid), where both measured
+    the same kernel, dtype and shape."""
+    grid = {(r["kernel"], r["dtype"], tuple(r["shape"]), bool(r["statics"].get("causal"))): r for r in record["grid"]["rows"]}
+    lines = ["| kernel | dtype | shape | before: old default | after: default | speed-up | after vs XLA / JAX flash |",
+             "|---|---|---|---|---|---|---|"]
+    for r in tune["tune"]["rows"]:
+        old = OLD_DEFAULTS[_family(r["kernel"])]
+        if any(r["statics"].get(k) != v for k, v in old.items()):
+            continue
+        causal = bool(r["statics"].get("causal"))
+        new = grid.get((r["kernel"], r["dtype"], tuple(r["shape"]), causal))
+        if new is None:
+            continue
+        tb, ta = r["pallas"].get("time_s"), new["pallas"].get("time_s")
+        before = _us(tb) if tb else _verdict(r["pallas"])
+        ref = new.get("speed_vs_jax_flash") or new.get("speed_vs_xla")
+        lines.append(f"| {r['kernel']}{' causal' if causal else ''} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | "
+                     f"{before} | {_us(ta) if ta else _verdict(new['pallas'])} | {_x(tb / ta) if tb and ta else '-'} | {_x(ref)} |")
+    return "\n".join(lines)
+
+
+def corpus_summary(record: dict[str, Any]) -> str:
+    rows = record.get("corpus", {}).get("rows", [])
+    refused = sum(not r["compiles"] for r in rows)
+    return f"{len(rows)} calls compiled on the chip: {len(rows) - refused} compile, {refused} refused."
+
+
+def provenance(record: dict[str, Any]) -> str:
+    m = record["meta"]
+    return (f"_Measured by `python -m tpu_kernels.chip` on one {m['device_kind']} (JAX {m['jax']}, Python {m['python']}), "
+            f"tpu_kernels {m.get('commit', '')[:10]}; dispatch floor {m['dispatch_floor_s'] * 1e6:.0f} us per call. "
+            "Regenerate: docs/devices.md, \"On a TPU machine without torch\"._")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    record = json.loads(Path(argv[0] if argv else "bench/reports/chip_v5e.json").read_text())
+    if "grid" in record:
+        print(grid_summary(record), "\n", grid_table(record), sep="\n")
+    if "precision" in record:
+        print("", precision_table(record), sep="\n")
+    if any(k.startswith("layer") for k in record):
+        print("", layer_table(record), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

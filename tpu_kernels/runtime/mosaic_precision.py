@@ -1,0 +1,117 @@
+"""Trace at a JAX matmul precision that Pallas TPU kernels can compile as well.
+
+`traced_at(name)` is `jax.default_matmul_precision(name)` for the plain-XLA part of
+a trace, while the float32 dots of every Pallas kernel body traced inside it run at
+a precision Mosaic (the TPU kernel compiler) accepts:
+
+| JAX name | XLA dots | dots in a Pallas kernel body |
+|---|---|---|
+| "highest", "float32" | HIGHEST (~1e-7 normwise vs float64) | HIGHEST |
+| "high", "tensorfloat32" | HIGH (bf16_3x on TPU: 1.3e-5) | HIGHEST (~1e-7, about a sixth of the one-pass speed) |
+| "default", "bfloat16", "fastest" | DEFAULT (one bf16 pass: 2.3e-3 at K=2048) | DEFAULT |
+
+(normwise errors of float32 products against float64, measured on a TPU v5e with JAX
+0.10.2; the speed relative to one bf16 pass.)
+"high" inside a kernel is raised to HIGHEST because JAX 0.10.2's Mosaic lowering
+refuses HIGH ("Unsupported dot precision: HIGH"): with
+`torch.set_float32_matmul_precision("high")`, which many training scripts set, every
+Pallas kernel with a float32 dot failed to compile. HIGHEST is the precision that is
+at least as accurate as asked and that the TPU compiles (newer JAX, 0.12, lowers
+HIGH as Mosaic's bf16x3, not yet measured on a chip, so not used here). A dot
+algorithm preset name ("BF16_BF16_F32_X3", ...) is left as it is: Mosaic accepts none.
+
+Only dots without an explicit precision follow the setting: a kernel author's
+`jnp.dot(..., precision=lax.Precision.HIGH)` inside a kernel is left as written (an
+explicit request; JAX 0.10.2's Mosaic refuses it with the error above), and so is a
+`jax.default_matmul_precision(...)` the kernel enters itself.
+
+How: Pallas enters a context manager around each kernel body (and index map) it traces
+(`tracing_grid_env` for pallas_call, `mpmd_map_tracing_context` for `pl.kernel`);
+tpu_kernels wraps them (`_compat.wrap_pallas_kernel_tracing`) with a context that, inside
+`traced_at` only, swaps a high-class default precision for "highest" while the body is
+traced (`lax.dot_general` reads the default when it binds). Outside `traced_at` Pallas
+traces as JAX ships it. Whether `traced_at` is active is a `jax.make_user_context`
+value, so JAX's jit caches never reuse a trace made inside it for one outside, or the
+reverse. Where one of those JAX functions has moved, `traced_at` traces everything at the
+kernel precision instead (XLA dots too: more accurate than asked, never refused) and
+says so once with a warning.
+
+Imports only JAX and the standard library: the TPU machine has no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Iterator
+
+import jax
+
+from tpu_kernels import _compat
+
+_HIGH_IN_KERNELS = "highest"
+"""What a name of precision HIGH becomes inside a Pallas kernel body."""
+
+_ACTIVE = jax.make_user_context(False)  # True inside traced_at (part of JAX's jit cache keys)
+_install_lock = threading.Lock()
+_hooked: bool | None = None  # None: not tried yet; False: this JAX has no hook (fallback)
+
+
+def kernel_precision(name: str) -> str:
+    """The JAX matmul precision name the Pallas kernel bodies traced under `traced_at(name)`
+    run at: "highest" for a name of precision HIGH ("high", "tensorfloat32",
+    "bfloat16_3x"), else `name` itself."""
+    try:
+        p = jax.lax.Precision(name)
+    except ValueError:  # a dot algorithm preset, or a name JAX refuses when it is entered
+        return name
+    return _HIGH_IN_KERNELS if p == jax.lax.Precision.HIGH else name
+
+
+@contextlib.contextmanager
+def traced_at(name: str) -> Iterator[None]:
+    """Trace plain-XLA dots at JAX matmul precision `name` ("default", "high", "highest", or
+    any name `jax.default_matmul_precision` takes), and Pallas kernel bodies at
+    `kernel_precision(name)` ("highest" for "high"), which Mosaic compiles."""
+    if not _hook():
+        with jax.default_matmul_precision(kernel_precision(name)), _ACTIVE(True):
+            yield
+        return
+    with jax.default_matmul_precision(name), _ACTIVE(True):
+        yield
+
+
+def _in_kernel() -> contextlib.AbstractContextManager:
+    """Entered by Pallas around each kernel body it traces: inside traced_at, the ambient
+    default precision (the kernel's caller may have changed it) as the kernel needs it."""
+    if not _ACTIVE.value:
+        return contextlib.nullcontext()
+    current = jax.config.jax_default_matmul_precision
+    if current is None:
+        return contextlib.nullcontext()
+    wanted = kernel_precision(current)
+    return contextlib.nullcontext() if wanted == current else jax.default_matmul_precision(wanted)
+
+
+def _hook() -> bool:
+    """Whether Pallas's kernel tracing is wrapped (installed on first use)."""
+    global _hooked
+    if _hooked is None:
+        with _install_lock:
+            if _hooked is None:
+                _hooked = _compat.wrap_pallas_kernel_tracing(_in_kernel)
+                if not _hooked:
+                    warnings.warn(
+                        f"tpu_kernels: JAX {jax.__version__} lacks jax._src.pallas.core.tracing_grid_env "
+                        "or jax._src.pallas.mpmd.mpmd_map_tracing_context (the hooks where Pallas "
+                        "traces a kernel body), so a kernel traced at a 'high' float32 matmul "
+                        "precision is traced at 'highest' throughout (XLA dots too: more accurate "
+                        "and slower than asked; Mosaic refuses HIGH inside Pallas kernels).",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+    return _hooked
+
+
+__all__ = ["kernel_precision", "traced_at"]
