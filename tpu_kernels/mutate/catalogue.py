@@ -310,7 +310,7 @@ BUILD_FAST = "not two_processes_write_at_once and not run_time_state_reaches_eve
 T_EAGER = (
     "tests/test_eager.py",
     "tests/test_eager_properties.py",
-    "tests/test_native.py",
+    "tests/test_eager_checks.py",
     "tests/tokamax/test_wrap.py",
 )
 T_FAKE = ("tests/test_fake.py",)
@@ -552,13 +552,12 @@ TOOLKIT: tuple[Mutation, ...] = (
         "the memo runs a call whose inputs need gradients once grad mode is on: no grad_fn",
         T_EAGER,
     ),
-    # the Python twins of the native checks (a process without the build runs them)
     _toolkit(
-        "eager-twin-ignores-conjugate-bit",
+        "eager-memo-ignores-conjugate-bit",
         EAGER,
         "            or t.is_conj()\n            or t.is_neg()\n            or (t.requires_grad and grad)\n",
         "            or t.is_neg()\n            or (t.requires_grad and grad)\n",
-        "without the native build the memo hands a conjugate view's memory to the kernel unconjugated",
+        "the memo hands a conjugate view's memory to the kernel unconjugated",
         T_EAGER,
     ),
     # a public function's argument check, left out only for the memo's call that passed it
@@ -580,11 +579,11 @@ TOOLKIT: tuple[Mutation, ...] = (
         T_EAGER,
     ),
     _toolkit(
-        "eager-twin-zero-sign",
+        "eager-memo-zero-sign",
         EAGER,
         "        if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):",
         "        if False:",
-        "without the native build the memo serves alpha=-0.0 the 0.0 executable: x / -0.0 gives +inf",
+        "the memo serves alpha=-0.0 the 0.0 executable: x / -0.0 gives +inf",
         T_EAGER,
     ),
     _toolkit(
