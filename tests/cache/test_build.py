@@ -680,26 +680,61 @@ def test_two_processes_write_at_once_and_a_third_loads_without_lowering(cache_di
     assert "scipy.linalg imported: False" in reader.stdout  # no LAPACK set-up for a kernel without
 
 
-@pytest.mark.slow  # two fresh processes: about 20 s here
+@pytest.mark.slow  # three fresh processes: about 30 s here
 def test_a_process_under_other_xla_flags_builds_its_own_entry(cache_dir, tmp_path):
-    """XLA_FLAGS change what XLA compiles (its optimisation passes, the code it emits): a
-    process started under other flags must not load an executable compiled under these.
-    The first process builds and stores; the second, under other flags, misses and stores
-    an entry of its own beside it."""
+    """XLA_FLAGS and JAX's compile settings change what XLA compiles (its optimisation passes,
+    the code it emits): a process started under others must not load an executable compiled
+    under these. The first process builds and stores; the second, under other flags, and the
+    third, under JAX_DISABLE_MOST_OPTIMIZATIONS=1, each miss and store an entry of their own."""
     script = tmp_path / "affine_kernel.py"
     script.write_text(_AFFINE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TPU_KERNELS_CACHE_DIR": str(cache_dir)}
+    env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
     outs = []
-    for flags in ("--xla_backend_optimization_level=0", "--xla_backend_optimization_level=1"):
+    for flags, extra in (
+        ("--xla_backend_optimization_level=0", {}),
+        ("--xla_backend_optimization_level=1", {}),
+        ("--xla_backend_optimization_level=1", {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}),
+    ):
         r = subprocess.run(
-            [sys.executable, str(script)], env={**env, "XLA_FLAGS": flags}, capture_output=True, text=True,
-            timeout=240,
+            [sys.executable, str(script)], env={**env, "XLA_FLAGS": flags, **extra}, capture_output=True,
+            text=True, timeout=240,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
-    assert "stats 0 1 0 lowered 1" in outs[0]
-    assert "stats 0 1 0 lowered 1" in outs[1], outs[1]  # not "stats 1 0 0": the other flags' entry
+    for out in outs:  # not "stats 1 0 0": another process's entry
+        assert "stats 0 1 0 lowered 1" in out, out
+    assert len(_entries(cache_dir)) == 3
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("jax_disable_most_optimizations", True),
+        ("jax_optimization_level", "O0"),
+        ("jax_memory_fitting_level", "O0"),
+    ],
+)
+def test_jax_compile_options_keep_entries_apart(cache_dir, option, value):
+    """JAX_DISABLE_MOST_OPTIMIZATIONS=1 or JAX_OPTIMIZATION_LEVEL=O0 (the environment sets the
+    same config) change the executable XLA builds: a build under them must not load the one
+    compiled under the defaults, nor the defaults load theirs."""
+    x = torch.randn(8, 128)
+    double.cache_clear()
+    double(x)
+    before = jax.config.values[option]
+    misses, hits = cache.STATS.misses, cache.STATS.hits
+    jax.config.update(option, value)
+    try:
+        double.cache_clear()
+        torch.testing.assert_close(double(x), x * 2)
+        assert (cache.STATS.misses, cache.STATS.hits) == (misses + 1, hits)  # its own entry
+    finally:
+        jax.config.update(option, before)
     assert len(_entries(cache_dir)) == 2
+    double.cache_clear()
+    double(x)
+    assert (cache.STATS.misses, cache.STATS.hits) == (misses + 1, hits + 1)  # the defaults' again
 
 
 def test_importing_tokamax_leaves_the_disk_cache_on():
