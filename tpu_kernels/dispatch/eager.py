@@ -179,7 +179,7 @@ def complete_args(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | None
     for i in floats:  # given ones only: a default reaches the kernel as written
         if type(args[i]) is int and (i < n or (kwargs and param_names[i] in kwargs)):
             if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
-                return None  # no double holds it: Signature.check_statics says so
+                return None  # no double holds it: Signature.check_call says so
             args = args[:i] + (float(args[i]),) + args[i + 1 :]
     return args
 
@@ -359,7 +359,8 @@ class EagerCpuCall:
                 records.append(seen)
             elif (
                 not t.is_cpu
-                or t.layout is not _STRIDED  # sparse, mkldnn: other dispatch keys
+                or t.layout is not _STRIDED  # sparse, mkldnn, jagged: other dispatch keys
+                or t.is_nested  # strided nested: Signature.check_call names the argument
                 or t.is_quantized
                 or (grad and t.requires_grad)
                 or t.is_conj()
