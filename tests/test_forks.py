@@ -28,7 +28,7 @@ def norm(rows):
 def in_child(call):
     pid = os.fork()
     if pid == 0:
-        faulthandler.dump_traceback_later(int(os.environ.get('HANG_S', '60')), exit=True)  # a hang ends the child, not the test
+        faulthandler.dump_traceback_later(int(os.environ.get('HANG_S', '30')), exit=True)  # a hang ends the child, not the test
         try:
             print("child:", call(), flush=True)
         except Exception as e:

@@ -327,7 +327,11 @@ PROGRAM, BUILD, STORE = (
     "tpu_kernels/runtime/cache/build.py",
     "tpu_kernels/runtime/cache/store.py",
 )
-EAGER, FAKE, BUCKETS = "tpu_kernels/dispatch/eager.py", "tpu_kernels/dispatch/fake.py", "tpu_kernels/dispatch/buckets.py"
+EAGER, FAKE, BUCKETS = (
+    "tpu_kernels/dispatch/eager.py",
+    "tpu_kernels/dispatch/fake.py",
+    "tpu_kernels/dispatch/buckets.py",
+)
 CORRECTNESS = "tpu_kernels/bench/correctness.py"
 COMPARE = "tpu_kernels/verification/compare.py"  # the distances: normwise (the correctness column's) and element-wise
 T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
@@ -468,11 +472,63 @@ TOOLKIT: tuple[Mutation, ...] = (
         T_BUILD,
         BUILD_FAST,
     ),
+    # ---- issue 46's faults, each fixed ----
+    _toolkit(
+        "cache-shared-trusts-everyone",
+        STORE,
+        "    if st.st_mode & 0o002:  # trusted or not",
+        "    if st.st_mode & 0o002 and not shared_trusted():  # trusted or not",
+        "TPU_KERNELS_CACHE_TRUST=shared loads a 777 folder's and a 666 entry's executables",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-clear-follows-links",
+        STORE,
+        "        st = os.lstat(name, dir_fd=parent_fd)",
+        "        st = os.stat(name, dir_fd=parent_fd)",
+        "cache clear takes a planted link for the folder it points to",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-key-without-compile-options",
+        BUILD,
+        "        compile_options(),\n",
+        "",
+        "a process under JAX_OPTIMIZATION_LEVEL=O0 loads another process's optimised executable",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "compare-inconclusive-called-ok",
+        "tpu_kernels/bench/compare.py",
+        "    if relative * (1 + threshold) < 1:",
+        "    if False:",
+        "a 5.4x slower op is ok beside a baseline that slowed 344x on a busy machine",
+        ("tests/bench/test_compare.py",),
+    ),
+    _toolkit(
+        "nested-tensor-let-through",
+        "tpu_kernels/definition/signature.py",
+        "            if value.is_nested:",
+        "            if False:",
+        "a nested tensor gets torch's dispatcher error, naming neither the op's argument nor the fix",
+        ("tests/test_user_errors.py",),
+    ),
+    _toolkit(
+        "fork-after-jax-not-checked",
+        "tpu_kernels/runtime/devices/jax_exec.py",
+        "        forks.check(self.op)",
+        "        pass",
+        "a DataLoader fork worker's first compile hangs forever",
+        ("tests/test_forks.py",),
+    ),
     _toolkit(
         "cache-sticky-folder-above-refused",
         STORE,
-        "            if st.st_mode & 0o002 and not sticky and not shared_trusted():",
-        "            if st.st_mode & 0o002 and not shared_trusted():",
+        "            if st.st_mode & 0o002 and not sticky:",
+        "            if st.st_mode & 0o002:",
         "a world-writable folder above the cache refused even with the sticky bit (/tmp): no cache there",
         T_BUILD,
         BUILD_FAST,
