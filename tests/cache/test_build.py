@@ -532,6 +532,13 @@ def test_cache_info_counts_no_file_behind_a_link(cache_dir, tmp_path, capsys):
     (cache_dir / "exports").symlink_to(outside)
     info = cache.info(cache_dir)
     assert info["all_hosts"] == {"entries": 0, "bytes": 0, "hosts": 0} and info["legacy"]["entries"] == 0
+    (outside / store.host()).mkdir()  # the whole tier a link, to a folder holding this host's
+    (outside / store.host() / "b.tkexe").write_bytes(b"x" * 100)
+    (cache_dir / "executables" / "cpu-planted").unlink()
+    (cache_dir / "executables").rmdir()
+    (cache_dir / "executables").symlink_to(outside)
+    info = cache.info(cache_dir)
+    assert info["this_host"]["entries"] == info["all_hosts"]["entries"] == 0
 
 
 def test_cache_command_when_off(monkeypatch, capsys):

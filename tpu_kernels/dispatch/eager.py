@@ -118,10 +118,11 @@ def _modes_active() -> bool:
 def recall_checks(
     refs: tuple, static_idx: tuple, statics: tuple, args: tuple, tensor_idx: tuple
 ) -> list | None:
-    """`EagerCpuCall._recall`'s checks: the memo's statics again (same type and value, a zero of the same sign), no mode, and each
-    tensor still its view-cache record's (`refs`: weak references to the records, None for an
-    Optional[Tensor] the memo's call left out) and one the shortcut may take (CPU, no
-    conjugate or negative bit, not requiring grad under grad mode). The records' arrays, or
+    """`EagerCpuCall._recall`'s checks: the memo's statics again (same type and value, a zero
+    of the same sign), no mode, and each tensor still its view-cache record's (`refs`: weak
+    references to the records, None for an Optional[Tensor] the memo's call left out) and one
+    the shortcut may take (CPU, no conjugate or negative bit, not requiring grad under grad
+    mode); tests/test_eager_checks.py holds them to these rules. The records' arrays, or
     None: decline."""
     for i, value in zip(static_idx, statics):
         v = args[i]

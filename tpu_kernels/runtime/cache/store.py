@@ -322,7 +322,7 @@ def info(root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"directory": str(root), "process": dataclasses.asdict(STATS)}
     tier = root / _TIER
     hosts = [d for d in sorted(tier.glob("*")) if _is_folder(d)] if _is_folder(tier) else []
-    here = _files(root / _TIER / host())
+    here = _files(tier / host()) if hosts else []
     every = [p for d in hosts for p in _files(d)]
     legacy = [p for d in _legacy_dirs(root) for p in _files(d)]
     out["this_host"] = {"entries": len(here), "bytes": sum(p.stat().st_size for p in here), "host": host()}
