@@ -397,6 +397,13 @@ def chip_tables() -> str:
     return "\n".join(parts).replace("\n\n\n", "\n\n") + "\n"
 
 
+def chip_headline() -> str:
+    from tpu_kernels.chip import report
+
+    record = _read("chip_v5e")
+    return report.headline(record) + "\n\n" + report.provenance(record) + "\n"
+
+
 def varlen_table() -> str:
     record = _read("varlen")
     f = record["figures"]
@@ -442,6 +449,7 @@ GENERATORS = {
     "perf-startup": startup_table,
     "perf-varlen": varlen_table,
     "perf-chip": chip_tables,
+    "perf-chip-headline": chip_headline,
     "perf-generate": generate_table,
     "perf-breakdown": breakdown_tables,
     "perf-ops": ops_table,

@@ -143,6 +143,37 @@ def before_after(tune: dict[str, Any], record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _range(values: list[float]) -> str:
+    if not values:
+        return "-"
+    values = sorted(values)
+    return f"median {values[len(values) // 2]:.2f}x ({values[0]:.2f}-{values[-1]:.2f}x over {len(values)} points)"
+
+
+def headline(record: dict[str, Any]) -> str:
+    """README's table of TPU figures, from the record (dispatch-bound points left out)."""
+    rows = [r for r in record["grid"]["rows"] if not r.get("dispatch_bound")]
+    mm = [r["speed_vs_xla"] for r in rows if r["kernel"] == "matmul" and r["dtype"] == "bf16" and r.get("speed_vs_xla")]
+    row = [r["speed_vs_xla"] for r in rows if r["section"] == "rows" and r.get("speed_vs_xla")]
+    fa = [r["speed_vs_jax_flash"] for r in rows if r["kernel"] == "template.flash_attention" and r.get("speed_vs_jax_flash")]
+    fab = [r["speed_vs_jax_flash"] for r in rows if r["kernel"] == "template.flash_attention_fwd_bwd"
+           and r.get("speed_vs_jax_flash")]
+    grid = record["grid"]["rows"]
+    ok = sum(r["pallas"].get("compiles", False) and "run_error" not in r["pallas"] for r in grid)
+    layer = {r["backward"]: r.get("speed_vs_xla") for r in record.get("layer", {}).get("rows", [])}
+    lines = [
+        "| on a TPU v5e, at the kernels' defaults | figure |",
+        "|---|---|",
+        f"| grid points that compile and run (model shapes, forward and backward, bf16 and float32) | {ok} of {len(grid)} |",
+        f"| shipped matmul (bf16) over XLA's `jnp.dot` | {_range(mm)} |",
+        f"| row kernels (rmsnorm, softmax, scale_add) over XLA | {_range(row)} |",
+        f"| flash-attention template over JAX's Pallas flash attention, forward | {_range(fa)} |",
+        f"| the same, forward + backward | {_range(fab)} |",
+        f"| a decoder layer from these kernels over one from XLA and JAX's flash attention | forward {_x(layer.get(False))}, forward + backward {_x(layer.get(True))} |",
+    ]
+    return "\n".join(lines)
+
+
 def corpus_summary(record: dict[str, Any]) -> str:
     rows = record.get("corpus", {}).get("rows", [])
     refused = sum(not r["compiles"] for r in rows)
