@@ -47,7 +47,6 @@ import torch  # noqa: E402
 from _common import per_call_us  # noqa: E402
 
 from tpu_kernels import tpu_kernel  # noqa: E402
-from tpu_kernels.dispatch import eager  # noqa: E402
 from tpu_kernels.runtime import bridge
 
 SHAPE = (128, 128)
@@ -257,17 +256,16 @@ def op_table(ops: list[dict]) -> list[str]:
     ]
 
 
-def _checks_text(native: bool | None) -> str:
-    if native is None:
-        return "not recorded"
-    if native:
-        return "native (C++, tpu_kernels/runtime/native)"
-    return "their Python twins (no native build: python -m tpu_kernels.runtime.native build)"
+_NATIVE_RECORD = (
+    "- measured with the eager shortcut's checks in C++ (tpu_kernels/runtime/native, since removed: "
+    "the Python checks cost about 3 us more a call)"
+)
 
 
 def op_markdown(ops: list[dict], native: bool | None = None) -> str:
     """The per-op table and the goals' verdicts as markdown (the generated performance page's);
-    `native`: whether the eager shortcut's checks ran in C++ (the record's `native_checks`)."""
+    `native`: a record's `native_checks`, True for one measured while the shortcut's checks
+    ran in C++ (tpu_kernels/runtime/native, removed since: docs/performance.md)."""
     rows = [
         f"| {r['name']} | {r['floor_us']:.1f} us | {r['op_us']:.1f} us | {r['direct_us']:.1f} us | "
         f"{r['op_over_floor']:.2f} | {r['op_over_direct']:.2f} |"
@@ -284,7 +282,7 @@ def op_markdown(ops: list[dict], native: bool | None = None) -> str:
             "",
             f"- worst op / floor: {worst_floor:.2f} (goal: at most {FLOOR_GOAL}, {floor_met})",
             f"- worst op / direct: {worst:.2f} (goal: at most {RATIO_GOAL}, {direct_met}; stretch {RATIO_STRETCH})",
-            f"- the eager shortcut's checks: {_checks_text(native)}",
+            *([_NATIVE_RECORD] if native else []),
         ]
     )
 
@@ -390,15 +388,12 @@ def main() -> dict:
         "low_level_dlpack": bridge.LOW_LEVEL,
         # whether JAX's CPU client hands each call to a worker thread (the flag it was made with)
         "jax_cpu_async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
-        # whether the eager shortcut's checks ran in C++ (tpu_kernels/runtime/native) or as Python
-        "native_checks": eager.NATIVE,
     }
     ops = op_ratios(max(200, args.calls // 4), args.rounds)
     print()
     print(f"per op, called from torch, on the same tensors (medians of {args.rounds} interleaved rounds)")
     print("(floor: cached views + the JAX call + the outputs' export, the least any bridge does;")
     print(" direct: the op's JAX function on JAX arrays, waited for with out.block_until_ready())")
-    print(f"(the shortcut's checks: {_checks_text(eager.NATIVE)})")
     print("\n".join(op_table(ops)))
     result["ops"] = ops
     if args.json:

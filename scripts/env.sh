@@ -70,11 +70,3 @@ fi
 
 export PATH="$VENV/bin:$PATH"
 export PYTHONUNBUFFERED=1
-
-# The C++ parts (tpu_kernels/runtime/native: the eager shortcut's checks) for this torch and Python,
-# once per machine and source change; a process without them runs their Python twins (same
-# results, slower), so a machine without a C++ compiler still works, with a note here.
-if [ "${TPU_KERNELS_NATIVE:-}" != "off" ]; then
-  "$VENV/bin/python" -m tpu_kernels.runtime.native build >/dev/null 2>"$VENV/.native-build.log" \
-    || { echo "== tpu_kernels.runtime.native: not built (the Python checks run instead):"; tail -5 "$VENV/.native-build.log"; }
-fi

@@ -353,7 +353,7 @@ CHANGES = {
 
 
 @pytest.mark.parametrize("change", CHANGES)
-def test_a_cached_tensor_changed_between_calls_gives_the_dispatchers_result(change, eager_checks):
+def test_a_cached_tensor_changed_between_calls_gives_the_dispatchers_result(change):
     x, y = rand(16, 16), rand(16, 16)
     _cached(x, y)
     CHANGES[change](x)
@@ -361,7 +361,7 @@ def test_a_cached_tensor_changed_between_calls_gives_the_dispatchers_result(chan
     _agree(x, y)  # and again, once the changed tensor may be cached anew
 
 
-def test_grad_and_inference_modes_are_read_on_every_call_for_cached_tensors(eager_checks):
+def test_grad_and_inference_modes_are_read_on_every_call_for_cached_tensors():
     x, y = rand(16, 16, requires_grad=True), rand(16, 16)
     with torch.no_grad():
         _cached(x, y)
@@ -372,7 +372,7 @@ def test_grad_and_inference_modes_are_read_on_every_call_for_cached_tensors(eage
     torch.testing.assert_close(out, x.detach() * 2 + y)
 
 
-def test_threads_calling_one_op_with_different_tensors_each_get_their_own_result(eager_checks):
+def test_threads_calling_one_op_with_different_tensors_each_get_their_own_result():
     """Two threads, each with its own cached tensors of another shape and dtype, call one op
     at once: neither is ever served the other's key, views or compiled entry."""
     import threading
@@ -410,7 +410,7 @@ def _memoized(*ts: torch.Tensor, alpha: float = 2.0) -> None:
     assert axpy._eager_cpu._memo is not None
 
 
-def test_the_memo_serves_only_the_same_call_again(eager_checks):
+def test_the_memo_serves_only_the_same_call_again():
     x, y = rand(16, 16), rand(16, 16)
     _memoized(x, y)
     for alpha in (3.0, 2, 2.0, 0.5):  # another static, an int for the float (made 2.0)
@@ -420,7 +420,7 @@ def test_the_memo_serves_only_the_same_call_again(eager_checks):
     torch.testing.assert_close(axpy(y, x, 2.0), y * 2.0 + x, rtol=0, atol=0)  # swapped
 
 
-def test_the_memo_runs_no_entry_the_cache_has_dropped(eager_checks):
+def test_the_memo_runs_no_entry_the_cache_has_dropped():
     x, y = rand(16, 16), rand(16, 16)
     _memoized(x, y)
     axpy.cache_clear()  # e.g. the tuner's: entries traced before a new config are dropped
@@ -433,7 +433,7 @@ def scaled_matmul(x: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tenso
     return (x @ y) * scale
 
 
-def test_the_memo_follows_the_matmul_precision_and_the_interpret_mode(eager_checks):
+def test_the_memo_follows_the_matmul_precision_and_the_interpret_mode():
     import tpu_kernels
 
     x, y = rand(16, 16), rand(16, 16)
@@ -455,7 +455,7 @@ def test_the_memo_follows_the_matmul_precision_and_the_interpret_mode(eager_chec
     assert scaled_matmul.cache_info().misses == misses + 2  # a new interpret mode: a new key
 
 
-def test_the_memo_reads_grad_mode_again(eager_checks):
+def test_the_memo_reads_grad_mode_again():
     x, y = rand(16, 16, requires_grad=True), rand(16, 16)
     with torch.no_grad():
         _memoized(x, y)
@@ -463,7 +463,7 @@ def test_the_memo_reads_grad_mode_again(eager_checks):
     assert out.requires_grad and out.grad_fn is not None
 
 
-def test_the_memo_keeps_no_dropped_tensors_view_alive(eager_checks):
+def test_the_memo_keeps_no_dropped_tensors_view_alive():
     """The memo holds the records weakly: a tensor the program drops frees its view (and the
     alias of its storage the view holds) as if the memo were not there."""
     import gc
@@ -477,7 +477,7 @@ def test_the_memo_keeps_no_dropped_tensors_view_alive(eager_checks):
     assert record() is None
 
 
-def test_the_shortcut_runs_under_inference_mode_and_declines_other_dispatch_states(eager_checks):
+def test_the_shortcut_runs_under_inference_mode_and_declines_other_dispatch_states():
     x, y = rand(16, 16), rand(16, 16)
     with torch.inference_mode():
         assert plain_eager() and axpy._eager_cpu.accepts((x, y, 2.0))
@@ -504,7 +504,7 @@ def over(x: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("first", [0.0, -0.0])
-def test_zero_and_negative_zero_statics_never_share_an_executable(first, eager_checks):
+def test_zero_and_negative_zero_statics_never_share_an_executable(first):
     """0.0 == -0.0 (and they hash alike), but each traces its own constant: x / -0.0 is -inf.
     On every path (the shortcut, its memo of the last call, the dispatcher), in either order."""
     x = torch.ones(4)

@@ -172,7 +172,7 @@ def _visible(op: KernelOp, out: Any) -> Any:
     return out if op._all_visible else (out[0] if op.n_visible == 1 else out[: op.n_visible])
 
 
-def test_op_call_and_torch_ops_agree(eager_checks: str) -> None:
+def test_op_call_and_torch_ops_agree() -> None:
     # The property is only as good as its draws: count that the examples include calls
     # the shortcut takes, calls it declines, and calls both paths refuse.
     seen = {"shortcut": 0, "declined": 0, "raised": 0}

@@ -309,3 +309,31 @@ def test_a_tokamax_functions_input_error_names_the_function_called():
         tk.rms_norm(x, torch.randn(8), dim=2)
     with pytest.raises(ValueError, match=r"^tokamax.layer_norm: bias must have shape"):
         tk.layer_norm(x, torch.randn(8), torch.randn(7))
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+@pytest.mark.parametrize("route", ["positional", "keyword", "list"])
+def test_a_nested_tensor_is_named_not_an_internal_error(layout, route):
+    """torch said "Internal error: NestedTensorImpl doesn't support sizes. Please file an
+    issue" from the eager shortcut (strided layout), or a bare NotImplementedError (jagged)."""
+    nt = torch.nested.nested_tensor([torch.ones(2, 8), torch.ones(3, 8)], layout=layout)
+    if route == "list":
+        call, name = (lambda: _stack_rows([torch.ones(2, 8), nt])), "xs"
+    elif route == "keyword":
+        call, name = (lambda: double(x=nt)), "x"
+    else:
+        call, name = (lambda: double(nt)), "x"
+    with pytest.raises(UnsupportedError) as caught:
+        call()
+    message = str(caught.value)
+    op = "user_errors::stack_rows" if route == "list" else "user_errors::double"
+    assert message.startswith(f"{op}: argument '{name}' is a nested tensor ({layout} layout, 2 components)")
+    assert f"{name}.unbind()" in message and "to_padded_tensor" in message
+    double(torch.ones(2, 8))  # a dense tensor still takes the shortcut
+
+
+@tpu_kernel("user_errors::stack_rows")
+def _stack_rows(xs: list[torch.Tensor]) -> torch.Tensor:
+    import jax.numpy as jnp
+
+    return jnp.concatenate(xs)

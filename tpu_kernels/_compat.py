@@ -126,6 +126,14 @@ _ENTRIES: dict[str, Private] = {
     # the on-disk cache's key (cache/build.py).
     "jax_config": Private("jax._src.config", "JAX's thread-local configuration states"),
     "AxisEnv": Private("jax._src.core:AxisEnv", "the trace context's axis environment (cache key)"),
+    # The XLA compile options JAX derives from its config (optimisation level and effort,
+    # jax_disable_most_optimizations, the remat pass, ...): part of the on-disk key. Without
+    # it, kernels are not stored on disk (compiled in each process: slower, same results).
+    "jax_compile_options": Private(
+        "jax._src.compiler:get_compile_options",
+        "the XLA compile options JAX's config gives (cache key)",
+        None,
+    ),
     # An executable loaded from disk that calls LAPACK needs JAX's LAPACK bindings set up
     # first, which lowering does as a side effect and loading does not. Without it such
     # entries are not loaded (compiled instead: slower, same results).

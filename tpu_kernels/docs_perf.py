@@ -361,6 +361,49 @@ def startup_table() -> str:
     return "\n".join(lines) + f"\n\n{_script_provenance(record)}\n"
 
 
+def chip_tables() -> str:
+    """The TPU v5e records (bench/reports/chip_v5e.json, chip_v5e_tune.json): summary, before
+    and after, the grid, float32 precision and the decoder layer."""
+    from tpu_kernels.chip import report
+
+    record, tune = _read("chip_v5e"), _read("chip_v5e_tune")
+    parts = [
+        report.grid_summary(record),
+        "",
+        f"Changed since: {record['meta']['changed_since']}" if record["meta"].get("changed_since") else "",
+        "",
+        "Before (the old defaults, timed in the tuning sweep at its commit "
+        f"{tune['meta']['commit'][:10]}) and after (today's defaults, in the grid):",
+        "",
+        report.before_after(tune, record),
+        "",
+        "Float32 matmul, [4096, 4096] @ [4096, 4096], at each matmul-precision setting:",
+        "",
+        report.precision_table(record),
+        "",
+        "A decoder layer (bf16, 2048 tokens, width 4096, 32 heads of 128, FFN 14336) from the shipped "
+        "rmsnorm and matmul and the flash-attention template, against XLA's matmuls and JAX's flash attention:",
+        "",
+        report.layer_table(record),
+        "",
+        "Every point:",
+        "",
+        report.grid_table(record),
+        "",
+        f"Not measured: {record['meta']['not_run']}" if record["meta"].get("not_run") else "",
+        "",
+        report.provenance(record),
+    ]
+    return "\n".join(parts).replace("\n\n\n", "\n\n") + "\n"
+
+
+def chip_headline() -> str:
+    from tpu_kernels.chip import report
+
+    record = _read("chip_v5e")
+    return report.headline(record) + "\n\n" + report.provenance(record) + "\n"
+
+
 def varlen_table() -> str:
     record = _read("varlen")
     f = record["figures"]
@@ -405,6 +448,8 @@ GENERATORS = {
     "perf-tuning": tuning_table,
     "perf-startup": startup_table,
     "perf-varlen": varlen_table,
+    "perf-chip": chip_tables,
+    "perf-chip-headline": chip_headline,
     "perf-generate": generate_table,
     "perf-breakdown": breakdown_tables,
     "perf-ops": ops_table,

@@ -127,11 +127,13 @@ EXIT_MEANINGS: dict[str, dict[int | str, str]] = {
         "EXIT_WRONG": "the op under test gave a wrong result or failed at some point",
         "EXIT_USAGE": "nothing to run, a bad option, or a `--compare` file that is not a report",
         "EXIT_REGRESSION": "`--compare`: regressions against the baseline",
+        "EXIT_INCONCLUSIVE": "`--compare`: no regression, but the op slower beside a baseline that moved far more (a busy machine): no verdict",
     },
     "compare": {
         0: "no regressions",
         "EXIT_USAGE": "a file that is missing or is not a report",
         "EXIT_REGRESSION": "regressions (a median slower by more than `--threshold`)",
+        "EXIT_INCONCLUSIVE": "no regression, but the op under test slower beside a baseline that slowed by more than `--threshold` beyond it (a busy machine): no verdict; run again quieter",
     },
     "check": {
         0: "every op lowered and passed the checks (warnings allowed)",

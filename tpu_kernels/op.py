@@ -318,9 +318,10 @@ class KernelOp:
 
     # ---- public API -----------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The shortcut takes only statics of their schema types; every other path checks
-        # that no static got a tensor (Signature.check_statics). Under torch.compile dynamo
-        # reads is_compiling() as True and traces only the dispatcher's path.
+        # The shortcut takes only statics of their schema types and dense tensors; every
+        # other path checks that no static got a tensor, nor any parameter a nested tensor
+        # (Signature.check_call). Under torch.compile dynamo reads is_compiling() as True and
+        # traces only the dispatcher's path.
         if capture.ACTIVE:  # tpu_kernels.autotune is watching which ops a function calls
             capture.record(self, args, kwargs)
         if self.tuned is not None:  # tunables the call leaves out, as ordinary statics
@@ -331,7 +332,7 @@ class KernelOp:
         if shortcut is not None and not checked and not _is_compiling():
             out = shortcut.try_call(args, kwargs)
         if out is eager.DECLINED:
-            self.signature.check_statics(args, kwargs)
+            self.signature.check_call(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
         return out if self._all_visible else self._visible(out)
 

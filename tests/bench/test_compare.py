@@ -116,3 +116,45 @@ def test_without_a_primary_candidate_every_candidate_but_the_baseline_is_under_t
 def test_identical_reports_never_regress(spread):
     report = _report({"tpu_kernels": _time(2 * MS, spread), "torch": _time(1 * MS, spread)})
     assert not bench.regressions(bench.compare(report, report))
+
+
+def test_a_baseline_that_moved_far_more_than_the_op_is_inconclusive_never_ok(tmp_path, capsys):
+    """The issue's busy machine: the op 105 us -> 572 us (5.4x), torch's baseline 15.8 us ->
+    5.43 ms (its threads fought a CPU-bound neighbour). Relative to torch the op "improved";
+    the verdict must be inconclusive, with its own exit status (4, not the regression's 3)."""
+    us = 1e-6
+    old = _report({"tpu_kernels": _time(105 * us), "torch": _time(15.8 * us), "jax": _time(90 * us)})
+    busy = _report({"tpu_kernels": _time(572 * us), "torch": _time(5430 * us), "jax": _time(480 * us)})
+    got = _verdicts(old, busy)
+    assert got["tpu_kernels"].startswith("INCONCLUSIVE 445% slower, but torch 344x slower")
+    assert got["torch"] == f"ok (34267% slower ({NOT_UNDER_TEST}))"
+    old.write_json(tmp_path / "old.json")
+    busy.write_json(tmp_path / "new.json")
+    assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 4
+    out = capsys.readouterr().out
+    assert "1 inconclusive" in out and "no regressions" not in out
+    # quiet, the same op change is a regression (exit 3), which outranks an inconclusive one
+    quiet = _report({"tpu_kernels": _time(572 * us), "torch": _time(15.8 * us), "jax": _time(90 * us)})
+    quiet.write_json(tmp_path / "quiet.json")
+    assert main(["compare", str(tmp_path / "old.json"), str(tmp_path / "quiet.json")]) == 3
+    md = tmp_path / "cmp.md"
+    assert (
+        main(["compare", str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--markdown", str(md)]) == 4
+    )
+    assert md.read_text().startswith("**0 regression(s)**, 1 inconclusive, among 3 measurements")
+
+
+@pytest.mark.parametrize(
+    "op_ratio, torch_ratio, want",
+    [
+        (1.4, 1.35, "ok"),  # the machine slowed both alike
+        (1.4, 1.5, "ok"),  # the baseline a little more: within the threshold of the op
+        (1.4, 1.6, "INCONCLUSIVE"),  # more than 10% beyond the op: no verdict
+        (1.0, 50.0, "ok"),  # the op did not slow at all: nothing to judge
+        (1.4, 1.0, "REGRESSION"),
+    ],
+)
+def test_how_far_the_baseline_may_move_before_the_verdict_is_inconclusive(op_ratio, torch_ratio, want):
+    old = _report({"tpu_kernels": _time(2 * MS), "torch": _time(1 * MS)})
+    new = _report({"tpu_kernels": _time(2 * op_ratio * MS), "torch": _time(torch_ratio * MS)})
+    assert _verdicts(old, new)["tpu_kernels"].split()[0] == want

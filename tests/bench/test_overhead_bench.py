@@ -64,10 +64,11 @@ def test_op_table_ratios_verdicts_and_the_direct_calls_wait():
     assert md[3] == "| y 128x256 | 50.0 us | 60.0 us | 50.0 us | 1.20 | 1.20 |"
     assert md[-3] == "- worst op / floor: 1.20 (goal: at most 1.15, not met)"
     assert md[-2] == "- worst op / direct: 2.30 (goal: at most 1.5, not met; stretch 1.3)"
-    # and which checks the shortcut ran (the record's native_checks; None: an older record)
-    assert md[-1] == "- the eager shortcut's checks: native (C++, tpu_kernels/runtime/native)"
-    assert r["markdown_twins"].splitlines()[-1].startswith("- the eager shortcut's checks: their Python twins")
-    assert r["markdown_unrecorded"].splitlines()[-1] == "- the eager shortcut's checks: not recorded"
+    # a record measured with the C++ checks (native_checks, before they were removed) says so
+    assert md[-1].startswith(
+        "- measured with the eager shortcut's checks in C++ (tpu_kernels/runtime/native, since removed"
+    )
+    assert r["markdown_twins"] == r["markdown_unrecorded"] == "\n".join(md[:-1])
     # a single array and a pytree of them both come back ready, with the function's values
     assert r["ready"] == [True, True, True]
     assert r["values"] == [

@@ -389,9 +389,47 @@ def test_a_directory_others_can_write_is_not_used(cache_dir, monkeypatch):
     (message,) = _untrusted_build(cache_dir)
     assert "writable by everyone" in message and "TPU_KERNELS_CACHE_TRUST=shared" in message
     assert _entries(cache_dir) == []
-    monkeypatch.setenv("TPU_KERNELS_CACHE_TRUST", "shared")  # the user's word for a fleet's folder
+
+
+def test_shared_trust_takes_a_group_writable_directory_but_never_one_everyone_can_write(
+    cache_dir, monkeypatch
+):
+    """docs/caching.md: a fleet's directory is written by a group of trusted accounts, never by
+    everyone; TPU_KERNELS_CACHE_TRUST=shared is the user's word for the first only."""
+    monkeypatch.setattr(store, "_private_group", lambda gid: False)
+    monkeypatch.setenv("TPU_KERNELS_CACHE_TRUST", "shared")
+    cache_dir.mkdir(parents=True)
+    cache_dir.chmod(0o2775)  # the documented fleet folder
     assert _untrusted_build(cache_dir) == []
     assert len(_entries(cache_dir)) == 1
+    cache_dir.chmod(0o777)
+    (message,) = _untrusted_build(cache_dir)
+    assert "writable by everyone" in message and "TPU_KERNELS_CACHE_TRUST=shared does not allow" in message
+    assert "chmod o-w" in message and "or set TPU_KERNELS_CACHE_TRUST=shared" not in message
+    cache_dir.chmod(0o2775)
+    host = cache_dir / "executables" / store.host()
+    host.chmod(0o777)  # a folder below it
+    (message,) = _untrusted_build(cache_dir)
+    assert str(host) in message and "writable by everyone" in message
+    host.chmod(0o755)
+    (path,) = _entries(cache_dir)
+    path.chmod(0o666)  # an entry anyone could have rewritten: rejected and replaced
+    double.cache_clear()
+    rejected, hits = cache.STATS.rejected, cache.STATS.hits
+    x = torch.randn(8, 128)
+    torch.testing.assert_close(double(x), x * 2)
+    assert (cache.STATS.rejected, cache.STATS.hits) == (rejected + 1, hits)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+def test_shared_trust_still_refuses_a_folder_above_that_everyone_can_write(tmp_path, monkeypatch):
+    above = tmp_path / "open"
+    above.mkdir()
+    above.chmod(0o777)
+    monkeypatch.setenv("TPU_KERNELS_CACHE_DIR", str(above / "kcache"))
+    monkeypatch.setenv("TPU_KERNELS_CACHE_TRUST", "shared")
+    (message,) = _untrusted_build(above / "kcache")
+    assert "above the cache directory" in message
 
 
 def test_a_group_writable_folder_below_it_is_not_used(cache_dir, monkeypatch):
@@ -450,6 +488,57 @@ def test_cache_info_and_clear(cache_dir, capsys):
     assert _entries(cache_dir) == []
     assert cli.main(["cache", "info", "--json"]) == 0
     assert '"entries": 0' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o777], ids=["ours", "world-writable"])
+def test_cache_clear_never_leaves_the_directory(cache_dir, tmp_path, capsys, mode):
+    double.cache_clear()
+    double(torch.randn(8, 128))
+    (entry_file,) = _entries(cache_dir)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    victims = [outside / "precious.txt", outside / "sub" / "deep.txt", tmp_path / "lone.txt"]
+    for v in victims:
+        v.write_text("keep me")
+    tier = cache_dir / "executables"
+    (tier / "cpu-planted").symlink_to(outside)  # a link where a host's folder belongs
+    (tier / store.host() / "linked.tkexe").symlink_to(tmp_path / "lone.txt")  # one where an entry does
+    (tier / store.host() / "folder").symlink_to(outside / "sub")
+    (cache_dir / "exports").symlink_to(outside)  # format 1's folder, as a link
+    (cache_dir / "xla-old").symlink_to(outside / "sub")
+    (cache_dir / "stats.log").unlink()
+    (cache_dir / "stats.log").symlink_to(tmp_path / "lone.txt")
+    cache_dir.chmod(mode)
+    assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
+    assert "removed 7 files" in capsys.readouterr().out
+    assert [v.read_text() for v in victims] == ["keep me"] * 3
+    assert not entry_file.exists() and sorted(p.name for p in tier.iterdir()) == [store.host()]
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["executables"]
+    # and the whole tier as a link
+    tier.rename(tmp_path / "tier-was-here")
+    tier.symlink_to(outside)
+    assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
+    assert "removed 1 files" in capsys.readouterr().out
+    assert [v.read_text() for v in victims] == ["keep me"] * 3 and not os.path.lexists(tier)
+    cache_dir.chmod(0o755)
+
+
+def test_cache_info_counts_no_file_behind_a_link(cache_dir, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.tkexe").write_bytes(b"x" * 100)
+    (cache_dir / "executables").mkdir(parents=True)
+    (cache_dir / "executables" / "cpu-planted").symlink_to(outside)
+    (cache_dir / "exports").symlink_to(outside)
+    info = cache.info(cache_dir)
+    assert info["all_hosts"] == {"entries": 0, "bytes": 0, "hosts": 0} and info["legacy"]["entries"] == 0
+    (outside / store.host()).mkdir()  # the whole tier a link, to a folder holding this host's
+    (outside / store.host() / "b.tkexe").write_bytes(b"x" * 100)
+    (cache_dir / "executables" / "cpu-planted").unlink()
+    (cache_dir / "executables").rmdir()
+    (cache_dir / "executables").symlink_to(outside)
+    info = cache.info(cache_dir)
+    assert info["this_host"]["entries"] == info["all_hosts"]["entries"] == 0
 
 
 def test_cache_command_when_off(monkeypatch, capsys):
@@ -598,26 +687,61 @@ def test_two_processes_write_at_once_and_a_third_loads_without_lowering(cache_di
     assert "scipy.linalg imported: False" in reader.stdout  # no LAPACK set-up for a kernel without
 
 
-@pytest.mark.slow  # two fresh processes: about 20 s here
+@pytest.mark.slow  # three fresh processes: about 30 s here
 def test_a_process_under_other_xla_flags_builds_its_own_entry(cache_dir, tmp_path):
-    """XLA_FLAGS change what XLA compiles (its optimisation passes, the code it emits): a
-    process started under other flags must not load an executable compiled under these.
-    The first process builds and stores; the second, under other flags, misses and stores
-    an entry of its own beside it."""
+    """XLA_FLAGS and JAX's compile settings change what XLA compiles (its optimisation passes,
+    the code it emits): a process started under others must not load an executable compiled
+    under these. The first process builds and stores; the second, under other flags, and the
+    third, under JAX_DISABLE_MOST_OPTIMIZATIONS=1, each miss and store an entry of their own."""
     script = tmp_path / "affine_kernel.py"
     script.write_text(_AFFINE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TPU_KERNELS_CACHE_DIR": str(cache_dir)}
+    env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
     outs = []
-    for flags in ("--xla_backend_optimization_level=0", "--xla_backend_optimization_level=1"):
+    for flags, extra in (
+        ("--xla_backend_optimization_level=0", {}),
+        ("--xla_backend_optimization_level=1", {}),
+        ("--xla_backend_optimization_level=1", {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}),
+    ):
         r = subprocess.run(
-            [sys.executable, str(script)], env={**env, "XLA_FLAGS": flags}, capture_output=True, text=True,
-            timeout=240,
+            [sys.executable, str(script)], env={**env, "XLA_FLAGS": flags, **extra}, capture_output=True,
+            text=True, timeout=240,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
-    assert "stats 0 1 0 lowered 1" in outs[0]
-    assert "stats 0 1 0 lowered 1" in outs[1], outs[1]  # not "stats 1 0 0": the other flags' entry
+    for out in outs:  # not "stats 1 0 0": another process's entry
+        assert "stats 0 1 0 lowered 1" in out, out
+    assert len(_entries(cache_dir)) == 3
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("jax_disable_most_optimizations", True),
+        ("jax_optimization_level", "O0"),
+        ("jax_memory_fitting_level", "O0"),
+    ],
+)
+def test_jax_compile_options_keep_entries_apart(cache_dir, option, value):
+    """JAX_DISABLE_MOST_OPTIMIZATIONS=1 or JAX_OPTIMIZATION_LEVEL=O0 (the environment sets the
+    same config) change the executable XLA builds: a build under them must not load the one
+    compiled under the defaults, nor the defaults load theirs."""
+    x = torch.randn(8, 128)
+    double.cache_clear()
+    double(x)
+    before = jax.config.values[option]
+    misses, hits = cache.STATS.misses, cache.STATS.hits
+    jax.config.update(option, value)
+    try:
+        double.cache_clear()
+        torch.testing.assert_close(double(x), x * 2)
+        assert (cache.STATS.misses, cache.STATS.hits) == (misses + 1, hits)  # its own entry
+    finally:
+        jax.config.update(option, before)
     assert len(_entries(cache_dir)) == 2
+    double.cache_clear()
+    double(x)
+    assert (cache.STATS.misses, cache.STATS.hits) == (misses + 1, hits + 1)  # the defaults' again
 
 
 def test_importing_tokamax_leaves_the_disk_cache_on():
@@ -658,7 +782,12 @@ def test_shipped_and_tokamax_ops_forward_and_backward_are_stored(cache_dir):
     q = torch.randn(1, 8, 2, 16, requires_grad=True)
     before = cache.STATS.uncacheable
     writes = cache.STATS.writes
-    for out in (kernels.softmax(x), kernels.rmsnorm(x, w), tk.rms_norm(x, w), tk.dot_product_attention(q, q, q)):
+    for out in (
+        kernels.softmax(x),
+        kernels.rmsnorm(x, w),
+        tk.rms_norm(x, w),
+        tk.dot_product_attention(q, q, q),
+    ):
         out.sum().backward()
     assert cache.STATS.uncacheable == before
     assert cache.STATS.writes >= writes + 8  # each forward and backward op stored

@@ -175,7 +175,7 @@ def test_call_op_takes_the_eager_shortcut_with_every_parameter_named_and_steps_a
     assert meta.device.type == "meta" and meta.shape == (2, 3)
 
 
-def test_call_op_skips_a_check_only_for_the_memos_call_that_passed_it(eager_checks):
+def test_call_op_skips_a_check_only_for_the_memos_call_that_passed_it():
     """call_op(check=...) leaves the public function's argument check out only for the same
     call again on the eager shortcut, after that call passed the same check: a call the op
     itself took unchecked, a tensor changed in place, another static or another public

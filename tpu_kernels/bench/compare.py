@@ -13,6 +13,12 @@ The op under test is slower when all three hold, so that noise alone does not fa
   baseline's also grew by more than `threshold`: candidates are timed in interleaved rounds, so
   a machine that is busier in one run slows the baseline alike, and that is not the op.
 
+But a yardstick can move far more than the op: on a busy machine torch's threads fight the load
+(one run measured the op 105 us -> 572 us beside torch 15.8 us -> 5.43 ms), and relative to it a
+5.4x slower op "improved". When the op is slower by the first two rules and the baseline slowed
+by more than `threshold` beyond the op, the change is `inconclusive`, never ok: the run cannot say
+whether the op regressed (`tpu-kernels compare` exits EXIT_INCONCLUSIVE; run it again quieter).
+
 A candidate under test that was right and is now wrong (its correctness check,
 tpu_kernels.bench.correctness, failed) or now fails to run is a regression too, whatever its
 speed; when the baseline report was judged by another correctness rule, the reason says so.
@@ -37,6 +43,7 @@ class Change:
     ratio: float | None  # new / old
     regressed: bool
     reason: str
+    inconclusive: bool = False  # slower, beside a baseline that moved far more: cannot tell
 
 
 def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[Change]:
@@ -52,11 +59,14 @@ def compare(baseline: Report, current: Report, threshold: float = 0.10) -> list[
                 continue
             ratio = c.median / prev.median if (c.median and prev.median) else None
             yardstick = None if c.name not in tested else _baseline_ratio(old_base, new_base)
-            problem = _problem(prev, c, ratio, yardstick, threshold, r.baseline)
-            regressed = bool(problem) and c.name in tested
-            reason = problem if regressed or not problem else f"{problem} ({NOT_UNDER_TEST})"
+            problem, unsure = _problem(prev, c, ratio, yardstick, threshold, r.baseline)
+            regressed = bool(problem) and c.name in tested and not unsure
+            judged = regressed or unsure or not problem
+            reason = problem if judged else f"{problem} ({NOT_UNDER_TEST})"
             changes.append(
-                Change(r.benchmark, r.point_id, c.name, prev.median, c.median, ratio, regressed, reason)
+                Change(
+                    r.benchmark, r.point_id, c.name, prev.median, c.median, ratio, regressed, reason, unsure
+                )
             )
     return changes
 
@@ -82,21 +92,28 @@ def _problem(
     baseline_ratio: float | None,
     threshold: float,
     baseline: str | None,
-) -> str:
-    """What got worse from `prev` to `new` beyond the noise, or ""."""
+) -> tuple[str, bool]:
+    """What got worse from `prev` to `new` beyond the noise, or "", and whether that is
+    inconclusive (slower, beside a baseline that slowed far more)."""
     if new.wrong and not prev.wrong:
-        return "result now wrong" + _rule_changed(prev, new)
+        return "result now wrong" + _rule_changed(prev, new), False
     if new.error and not prev.error:
-        return f"now fails: {new.error}"
+        return f"now fails: {new.error}", False
     if ratio is None or ratio <= 1 + threshold or not _apart(prev.time, new.time):
-        return ""
+        return "", False
     slower = f"{(ratio - 1) * 100:.0f}% slower"
     if baseline_ratio is None:
-        return slower
+        return slower, False
     relative = ratio / baseline_ratio
+    if relative * (1 + threshold) < 1:  # the yardstick moved far more than the op: no verdict
+        return (
+            f"{slower}, but {baseline} {baseline_ratio:.3g}x slower: the baseline moved far more than "
+            f"the op, so this run cannot tell; run again on a quieter machine",
+            True,
+        )
     if relative <= 1 + threshold:  # the baseline slowed alike: the machine, not the op
-        return ""
-    return f"{slower} ({(relative - 1) * 100:.0f}% relative to {baseline})"
+        return "", False
+    return f"{slower} ({(relative - 1) * 100:.0f}% relative to {baseline})", False
 
 
 def _apart(old: dict, new: dict) -> bool:
@@ -119,10 +136,17 @@ def regressions(changes: list[Change]) -> list[Change]:
     return [c for c in changes if c.regressed]
 
 
+def inconclusive(changes: list[Change]) -> list[Change]:
+    return [c for c in changes if c.inconclusive]
+
+
 def verdict(change: Change) -> str:
-    """The verdict column: REGRESSION and why, or ok (with what changed in a yardstick)."""
+    """The verdict column: REGRESSION and why, INCONCLUSIVE and why, or ok (with what changed
+    in a yardstick)."""
     if change.regressed:
         return f"REGRESSION {change.reason}"
+    if change.inconclusive:
+        return f"INCONCLUSIVE {change.reason}"
     return f"ok ({change.reason})" if change.reason else "ok"
 
 
@@ -130,9 +154,10 @@ def markdown_table(changes: list[Change], threshold: float) -> str:
     """The comparison as a GitHub-flavoured Markdown table, for a pull request."""
     from tpu_kernels.bench.stats import fmt_time
 
-    bad = regressions(changes)
+    bad, unsure = regressions(changes), inconclusive(changes)
     lines = [
-        f"**{len(bad)} regression(s)** among {len(changes)} measurements (threshold {threshold:.0%})",
+        f"**{len(bad)} regression(s)**, {len(unsure)} inconclusive, among {len(changes)} measurements "
+        f"(threshold {threshold:.0%})",
         "",
         "| benchmark | point | candidate | before | after | change | verdict |",
         "|---|---|---|---:|---:|---:|---|",

@@ -311,7 +311,8 @@ def attention_points(fa: Any, shapes, dtypes, causals, statics: dict, *, backwar
 
                 def check(inputs, out, causal=causal, scale=scale):
                     q, k, v = (a[0, 0] for a in inputs)
-                    return _err(np.asarray(out[0])[0, 0], attention64(q, k, v, causal, scale)[0])
+                    out = out[0] if isinstance(out, (tuple, list)) else out  # the template gives (out, lse)
+                    return _err(np.asarray(out)[0, 0], attention64(q, k, v, causal, scale)[0])
 
                 xla = {}
                 if baselines:

@@ -20,6 +20,7 @@ from tpu_kernels.commands._args import folder_problem, regex_problem, subcommand
 EXIT_WRONG = 1
 EXIT_USAGE = 2  # a user error: a missing suite or report, a file that is not a report, an unknown device
 EXIT_REGRESSION = compare.EXIT_REGRESSION  # --compare exits as `tpu-kernels compare` would
+EXIT_INCONCLUSIVE = compare.EXIT_INCONCLUSIVE
 RESULTS_DIR = Path("bench-results")  # reports go to RESULTS_DIR/<UTC time>/ unless --out says otherwise
 
 
@@ -62,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--compare",
         type=Path,
         metavar="BASELINE.json",
-        help="compare with a saved report; exit 3 on regressions",
+        help="compare with a saved report; exit 3 on regressions, 4 when inconclusive",
     )
     p.add_argument(
         "--threshold", type=float, default=0.10, help="regression threshold for --compare (default 0.10)"
@@ -191,5 +192,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold red]{len(wrong)} point(s) of the op under test are wrong or failed[/]: {wrong}")
         status = EXIT_WRONG
     if baseline is not None:
-        status = max(status, compare.print_comparison(console, baseline, report, args.threshold))
+        compared = compare.print_comparison(console, baseline, report, args.threshold)
+        # a regression outranks a wrong result (as before); an inconclusive comparison does not
+        status = compared if compared == EXIT_REGRESSION or status == 0 else status
     return status

@@ -20,7 +20,12 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, OpDefinitionError
+from tpu_kernels.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    OpDefinitionError,
+    UnsupportedError,
+)
 
 
 class Kind(enum.Enum):
@@ -195,6 +200,8 @@ def static_value(k: Any) -> Any:
     if type(k) is tuple:
         return tuple(static_value(e) for e in k)
     return k
+
+
 """The smallest int magnitude float() cannot convert (it rounds to 2**1024): a `float` static
 (a double) given an int holds it only below this."""
 
@@ -264,13 +271,13 @@ class Signature:
 
     def __post_init__(self) -> None:
         # Computed here, not lazily: an attribute first set while torch.compile traces a call
-        # is a guard (`'_statics_by_position' in __dict__`) that fails at the next call.
+        # is a guard (`'_positional' in __dict__`) that fails at the next call.
         object.__setattr__(
             self,
-            "_statics_by_position",
-            tuple(None if p.is_tensor else p for p in self.params if not p.keyword_only),
+            "_positional",
+            tuple(p for p in self.params if not p.keyword_only),
         )
-        object.__setattr__(self, "_statics_by_name", {p.name: p for p in self.params if not p.is_tensor})
+        object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
     @property
     def tensor_params(self) -> tuple[Param, ...]:
@@ -385,23 +392,44 @@ class Signature:
                     f"{self.op}: argument '{p.name}' must be a list of Tensors, got {v!r}."
                 )
 
-    def check_statics(self, args: tuple, kwargs: dict) -> None:
-        """A user's call (as `KernelOp.__call__` gets it), checked: a TypeError naming the op,
-        the parameter and what it takes when a static gets a tensor (InvalidArgumentTypeError). torch's dispatcher
-        would turn a one-element tensor into a number in eager and refuse it under
-        torch.compile; a static is a compile-time constant, so it is an error on every path.
-        A number outside its schema type's range (`range_problem`) is a ValueError naming the
-        op and the parameter (InvalidArgumentError), where torch's argument parser would say
-        "Expected a value of type 'int' ... but instead found type 'int'"."""
-        statics = self._statics_by_position
-        for i in range(min(len(args), len(statics))):
-            p = statics[i]
-            if p is not None:
-                self._check_static(p, args[i])
+    def check_call(self, args: tuple, kwargs: dict) -> None:
+        """A user's call (as `KernelOp.__call__` gets it), checked before the dispatcher sees it.
+
+        A static that gets a tensor is a TypeError naming the op, the parameter and what it
+        takes (InvalidArgumentTypeError): torch's dispatcher would turn a one-element tensor
+        into a number in eager and refuse it under torch.compile; a static is a compile-time
+        constant, so it is an error on every path. A number outside its schema type's range
+        (`range_problem`) is a ValueError naming the op and the parameter
+        (InvalidArgumentError), where torch's argument parser would say "Expected a value of
+        type 'int' ... but instead found type 'int'". A nested tensor is NotImplementedError
+        naming the op and the parameter (UnsupportedError), where torch would say "Internal
+        error: NestedTensorImpl doesn't support sizes. Please file an issue" or "Could not
+        run ... with arguments from the 'NestedTensorCPU' backend"."""
+        for p, v in zip(self._positional, args):
+            self._check_argument(p, v)
         for name, v in kwargs.items():
-            p = self._statics_by_name.get(name)
+            p = self._by_name.get(name)
             if p is not None:
-                self._check_static(p, v)
+                self._check_argument(p, v)
+
+    def _check_argument(self, p: Param, value: Any) -> None:
+        if not p.is_tensor:
+            self._check_static(p, value)
+        elif isinstance(value, torch.Tensor):
+            if value.is_nested:
+                raise self._nested_error(p, value)
+        elif isinstance(value, (list, tuple)):  # a Tensor[] parameter
+            for t in value:
+                if isinstance(t, torch.Tensor) and t.is_nested:
+                    raise self._nested_error(p, t)
+
+    def _nested_error(self, p: Param, value: torch.Tensor) -> UnsupportedError:
+        return UnsupportedError(
+            f"{self.op}: argument '{p.name}' is a nested tensor ({value.layout} layout, "
+            f"{value.size(0)} components); tpu_kernels ops take dense tensors. Call the op on each "
+            f"component ({p.name}.unbind()) or on a padded tensor "
+            f"(torch.nested.to_padded_tensor({p.name}, 0.0), with a mask where the op needs one)."
+        )
 
     def _check_static(self, p: Param, value: Any) -> None:
         if _has_tensor(value):

@@ -40,7 +40,7 @@ from tpu_kernels.definition.signature import (
     Kind,
     static_key,
 )
-from tpu_kernels.runtime import native, precision
+from tpu_kernels.runtime import precision
 from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
 
 if TYPE_CHECKING:
@@ -103,12 +103,10 @@ def plain_eager() -> bool:
     return not _is_compiling() and not _modes_active()
 
 
-def _modes_active_py() -> bool:
+def _modes_active() -> bool:
     """`plain_eager`'s probes but tracing's: a mode, a transform or a dispatch-state change
     (KernelOp.__call__ and try_all have checked `is_compiling()` before the shortcut, for
-    dynamo, which must never trace into it). The native twin (native/eager_checks.cpp) reads
-    the same thread-local state in C++; a functorch transform shows there as its dispatch keys
-    in the thread's included set."""
+    dynamo, which must never trace into it)."""
     return bool(
         _tf_mode()
         or _dispatch_stack()
@@ -117,14 +115,14 @@ def _modes_active_py() -> bool:
     )
 
 
-def recall_checks_py(
+def recall_checks(
     refs: tuple, static_idx: tuple, statics: tuple, args: tuple, tensor_idx: tuple
 ) -> list | None:
-    """`EagerCpuCall._recall`'s checks (the Python twin of native/eager_checks.cpp's `recall`):
-    the memo's statics again (same type and value, a zero of the same sign), no mode, and each
-    tensor still its view-cache record's (`refs`: weak references to the records, None for an
-    Optional[Tensor] the memo's call left out) and one the shortcut may take (CPU, no
-    conjugate or negative bit, not requiring grad under grad mode). The records' arrays, or
+    """`EagerCpuCall._recall`'s checks: the memo's statics again (same type and value, a zero
+    of the same sign), no mode, and each tensor still its view-cache record's (`refs`: weak
+    references to the records, None for an Optional[Tensor] the memo's call left out) and one
+    the shortcut may take (CPU, no conjugate or negative bit, not requiring grad under grad
+    mode); tests/test_eager_checks.py holds them to these rules. The records' arrays, or
     None: decline."""
     for i, value in zip(static_idx, statics):
         v = args[i]
@@ -132,7 +130,7 @@ def recall_checks_py(
             return None
         if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):
             return None  # 0.0 == -0.0, but each traces its own constant
-    if _modes_active_py():
+    if _modes_active():
         return None
     grad = _grad_enabled()
     arrays: list = []
@@ -158,10 +156,9 @@ def recall_checks_py(
     return arrays
 
 
-def complete_args_py(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | None:
-    """`EagerCpuCall.complete` (the Python twin of native/eager_checks.cpp's `complete`):
-    `spec` is the op's `EagerCpuCall._spec`."""
-    names, n_positional, n_required, defaults, required, floats, param_names, _, _ = spec
+def complete_args(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | None:
+    """`EagerCpuCall.complete`: `spec` is the op's `EagerCpuCall._spec`."""
+    names, n_positional, n_required, defaults, required, floats, param_names = spec
     n, n_params = len(args), len(defaults)
     if kwargs:
         if n > n_positional:
@@ -183,22 +180,9 @@ def complete_args_py(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | N
     for i in floats:  # given ones only: a default reaches the kernel as written
         if type(args[i]) is int and (i < n or (kwargs and param_names[i] in kwargs)):
             if not -DOUBLE_OVERFLOW < args[i] < DOUBLE_OVERFLOW:
-                return None  # no double holds it: Signature.check_statics says so
+                return None  # no double holds it: Signature.check_call says so
             args = args[:i] + (float(args[i]),) + args[i + 1 :]
     return args
-
-
-# The checks in C++ where the extension is built for this torch (python -m tpu_kernels.runtime.native
-# build; scripts/env.sh builds it): the same answers, without a dozen Python attribute reads
-# per tensor (their cost, measured: bench/overhead.py, docs/performance.md)
-_native = native.module("eager_checks")
-if _native is not None:
-    _native.configure(torch.Tensor, torch.nn.Parameter, tuple(_PLAIN_STATES))
-    _modes_active, recall_checks, complete_args = _native.modes_active, _native.recall, _native.complete
-else:
-    _modes_active, recall_checks, complete_args = _modes_active_py, recall_checks_py, complete_args_py
-NATIVE = _native is not None
-"""Whether this process runs the shortcut's checks in C++ (bench/overhead.py prints it)."""
 
 
 DECLINED = object()
@@ -245,7 +229,7 @@ class EagerCpuCall:
             if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
         )
         self.rewrite = bool(self.floats) or self.n_positional != self.n  # `complete` has work
-        # what `complete` reads, in the order its twins take it
+        # what `complete_args` reads
         self._spec = (
             self.names,
             self.n_positional,
@@ -254,8 +238,6 @@ class EagerCpuCall:
             tuple(sorted(self.required)),
             self.floats,
             self.param_names,
-            DOUBLE_OVERFLOW,
-            _EMPTY,
         )
         executor = getattr(kernel, "kernel", kernel)  # a PaddedKernel's own (buckets.py)
         self.executor = executor if isinstance(executor, JaxExecutor) else None
@@ -378,7 +360,8 @@ class EagerCpuCall:
                 records.append(seen)
             elif (
                 not t.is_cpu
-                or t.layout is not _STRIDED  # sparse, mkldnn: other dispatch keys
+                or t.layout is not _STRIDED  # sparse, mkldnn, jagged: other dispatch keys
+                or t.is_nested  # strided nested: Signature.check_call names the argument
                 or t.is_quantized
                 or (grad and t.requires_grad)
                 or t.is_conj()
@@ -511,11 +494,8 @@ class EagerCpuCall:
 
 __all__ = [
     "DECLINED",
-    "NATIVE",
     "EagerCpuCall",
     "complete_args",
-    "complete_args_py",
     "plain_eager",
     "recall_checks",
-    "recall_checks_py",
 ]

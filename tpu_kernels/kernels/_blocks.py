@@ -73,9 +73,9 @@ def rows_tile(itemsize: int) -> int:
 
 
 def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint) -> int | None:
-    """The default rows per block: about ROW_BLOCK_BYTES of one input, fewer where the block's
-    VMEM need (with the body's float32 temporaries) would pass `_vmem.BUDGET`; all rows when
-    there are fewer. None when even one tile of rows passes the budget (rows too wide for a
+    """The default rows per block: the largest power of two of rows that holds at most
+    ROW_BLOCK_BYTES of one input and keeps the block's VMEM need (with the body's float32
+    temporaries) within `_vmem.BUDGET`, at least one sublane tile; all rows when there are fewer. None when even one tile of rows passes the budget (rows too wide for a
     whole-row block)."""
     if export.is_symbolic_dim(rows) or export.is_symbolic_dim(cols):
         return 8 * SUBLANES
@@ -84,7 +84,10 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint) -> i
     target = min(ROW_BLOCK_BYTES / max(1, cols * itemsize), _vmem.BUDGET / per_row)
     if target < tile and footprint.need(min(rows, tile), cols, itemsize) > _vmem.BUDGET:
         return None
-    br = max(tile, int(target) // tile * tile)
+    # a power of two: it divides the usual row counts, so no partial last block (rmsnorm's
+    # backward pads one with a copy of x and dy: on a v5e 80-row blocks at [8192, 4096] bf16 ran
+    # at 34% of HBM peak where 64-row ones ran at 76%; bench/reports/chip_v5e*.json)
+    br = max(tile, 1 << (int(target).bit_length() - 1)) if target >= 1 else tile
     return rows if rows <= br else br
 
 

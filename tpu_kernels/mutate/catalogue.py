@@ -311,7 +311,7 @@ BUILD_FAST = "not two_processes_write_at_once and not run_time_state_reaches_eve
 T_EAGER = (
     "tests/test_eager.py",
     "tests/test_eager_properties.py",
-    "tests/test_native.py",
+    "tests/test_eager_checks.py",
     "tests/tokamax/test_wrap.py",
 )
 T_FAKE = ("tests/test_fake.py",)
@@ -328,7 +328,11 @@ PROGRAM, BUILD, STORE = (
     "tpu_kernels/runtime/cache/build.py",
     "tpu_kernels/runtime/cache/store.py",
 )
-EAGER, FAKE, BUCKETS = "tpu_kernels/dispatch/eager.py", "tpu_kernels/dispatch/fake.py", "tpu_kernels/dispatch/buckets.py"
+EAGER, FAKE, BUCKETS = (
+    "tpu_kernels/dispatch/eager.py",
+    "tpu_kernels/dispatch/fake.py",
+    "tpu_kernels/dispatch/buckets.py",
+)
 CORRECTNESS = "tpu_kernels/bench/correctness.py"
 COMPARE = "tpu_kernels/verification/compare.py"  # the distances: normwise (the correctness column's) and element-wise
 T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_testing.py")
@@ -482,11 +486,63 @@ TOOLKIT: tuple[Mutation, ...] = (
         T_BUILD,
         BUILD_FAST,
     ),
+    # ---- issue 46's faults, each fixed ----
+    _toolkit(
+        "cache-shared-trusts-everyone",
+        STORE,
+        "    if st.st_mode & 0o002:  # trusted or not",
+        "    if st.st_mode & 0o002 and not shared_trusted():  # trusted or not",
+        "TPU_KERNELS_CACHE_TRUST=shared loads a 777 folder's and a 666 entry's executables",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-clear-follows-links",
+        STORE,
+        "        st = os.lstat(name, dir_fd=parent_fd)",
+        "        st = os.stat(name, dir_fd=parent_fd)",
+        "cache clear takes a planted link for the folder it points to",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "cache-key-without-compile-options",
+        BUILD,
+        "        compile_options(),\n",
+        "",
+        "a process under JAX_OPTIMIZATION_LEVEL=O0 loads another process's optimised executable",
+        T_BUILD,
+        BUILD_FAST,
+    ),
+    _toolkit(
+        "compare-inconclusive-called-ok",
+        "tpu_kernels/bench/compare.py",
+        "    if relative * (1 + threshold) < 1:",
+        "    if False:",
+        "a 5.4x slower op is ok beside a baseline that slowed 344x on a busy machine",
+        ("tests/bench/test_compare.py",),
+    ),
+    _toolkit(
+        "nested-tensor-let-through",
+        "tpu_kernels/definition/signature.py",
+        "            if value.is_nested:",
+        "            if False:",
+        "a nested tensor gets torch's dispatcher error, naming neither the op's argument nor the fix",
+        ("tests/test_user_errors.py",),
+    ),
+    _toolkit(
+        "fork-after-jax-not-checked",
+        "tpu_kernels/runtime/devices/jax_exec.py",
+        "        forks.check(self.op)",
+        "        pass",
+        "a DataLoader fork worker's first compile hangs forever",
+        ("tests/test_forks.py",),
+    ),
     _toolkit(
         "cache-sticky-folder-above-refused",
         STORE,
-        "            if st.st_mode & 0o002 and not sticky and not shared_trusted():",
-        "            if st.st_mode & 0o002 and not shared_trusted():",
+        "            if st.st_mode & 0o002 and not sticky:",
+        "            if st.st_mode & 0o002:",
         "a world-writable folder above the cache refused even with the sticky bit (/tmp): no cache there",
         T_BUILD,
         BUILD_FAST,
@@ -566,13 +622,12 @@ TOOLKIT: tuple[Mutation, ...] = (
         "the memo runs a call whose inputs need gradients once grad mode is on: no grad_fn",
         T_EAGER,
     ),
-    # the Python twins of the native checks (a process without the build runs them)
     _toolkit(
-        "eager-twin-ignores-conjugate-bit",
+        "eager-memo-ignores-conjugate-bit",
         EAGER,
         "            or t.is_conj()\n            or t.is_neg()\n            or (t.requires_grad and grad)\n",
         "            or t.is_neg()\n            or (t.requires_grad and grad)\n",
-        "without the native build the memo hands a conjugate view's memory to the kernel unconjugated",
+        "the memo hands a conjugate view's memory to the kernel unconjugated",
         T_EAGER,
     ),
     # a public function's argument check, left out only for the memo's call that passed it
@@ -594,11 +649,11 @@ TOOLKIT: tuple[Mutation, ...] = (
         T_EAGER,
     ),
     _toolkit(
-        "eager-twin-zero-sign",
+        "eager-memo-zero-sign",
         EAGER,
         "        if v == 0.0 and type(v) is float and _copysign(1.0, v) != _copysign(1.0, value):",
         "        if False:",
-        "without the native build the memo serves alpha=-0.0 the 0.0 executable: x / -0.0 gives +inf",
+        "the memo serves alpha=-0.0 the 0.0 executable: x / -0.0 gives +inf",
         T_EAGER,
     ),
     _toolkit(

@@ -150,6 +150,7 @@ def program_key(traced: Any, arrays: list[Any], kernel: Kernel) -> str:
         device.device_kind,
         store.host(),
         os.environ.get("XLA_FLAGS", ""),
+        compile_options(),
         repr(kernel.mode),
         kernel.precision,
         kernel.x64,
@@ -158,6 +159,17 @@ def program_key(traced: Any, arrays: list[Any], kernel: Kernel) -> str:
         str(_in_tree(arrays)),
         str(traced.out_tree),
     )
+
+
+def compile_options() -> bytes:
+    """The compile options JAX would hand XLA for a one-device program, serialized: what
+    `JAX_DISABLE_MOST_OPTIMIZATIONS`, `JAX_OPTIMIZATION_LEVEL`, `JAX_MEMORY_FITTING_LEVEL` and
+    the rest of JAX's compile settings turn into (JAX's own persistent cache keys on them too).
+    Undigestible when this JAX cannot say."""
+    get = _compat.get("jax_compile_options")
+    if get is None:
+        raise program.Undigestible("this JAX's compile options cannot be read")
+    return get(num_replicas=1, num_partitions=1).SerializeAsString()
 
 
 def _versions() -> tuple:
@@ -188,4 +200,4 @@ def trace_settings() -> str | None:
         return None
 
 
-__all__ = ["Built", "Kernel", "build", "program_key", "trace_settings"]
+__all__ = ["Built", "Kernel", "build", "compile_options", "program_key", "trace_settings"]

@@ -3,8 +3,9 @@
 The directory holds executable programs: whoever can write it can make every process that
 uses it run code of their choosing. So a directory (or one of its folders, or an entry) that
 another user owns, or that others can write, is not used unless the user says it is trusted
-(`TPU_KERNELS_CACHE_TRUST=shared`, for a fleet's shared directory); docs/caching.md states
-this model. Entries are read with a bound (the size their header states, at most
+(`TPU_KERNELS_CACHE_TRUST=shared`, for a fleet's shared directory, which still refuses
+anything writable by everyone); docs/caching.md states this model. `clear` never leaves the
+directory: a link planted in it is removed, not followed. Entries are read with a bound (the size their header states, at most
 `MAX_ENTRY_BYTES`), never through a symlink, and only if they are regular files; they are
 written to a temporary file and renamed, so readers see a whole entry or none.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fnmatch
 import functools
 import hashlib
 import os
@@ -81,15 +83,20 @@ def shared_trusted() -> bool:
 
 
 def owner_problem(path: Path, st: os.stat_result) -> str | None:
+    if st.st_mode & 0o002:  # trusted or not: "shared" names a group of accounts, never everyone
+        return f"{path} is writable by everyone (mode {stat.filemode(st.st_mode)}){_shared_note()}"
     if shared_trusted():
         return None
     if st.st_uid != os.geteuid():
         return f"{path} belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o002:
-        return f"{path} is writable by everyone (mode {stat.filemode(st.st_mode)})"
     if st.st_mode & 0o020 and not _private_group(st.st_gid):
         return f"{path} is writable by its group (mode {stat.filemode(st.st_mode)}, gid {st.st_gid})"
     return None
+
+
+def _shared_note() -> str:
+    """Said after a world-writable path when the user trusts shared directories."""
+    return f", which {TRUST_ENV}=shared does not allow either" if shared_trusted() else ""
 
 
 def _private_group(gid: int) -> bool:
@@ -113,8 +120,8 @@ def untrusted(root: Path) -> str | None:
         with contextlib.suppress(OSError):
             st = os.stat(ancestor)
             sticky = st.st_mode & stat.S_ISVTX
-            if st.st_mode & 0o002 and not sticky and not shared_trusted():
-                return f"{ancestor}, above the cache directory, is writable by everyone"
+            if st.st_mode & 0o002 and not sticky:  # anyone may replace the directory: trusted or not
+                return f"{ancestor}, above the cache directory, is writable by everyone{_shared_note()}"
     for path in (root, root / _TIER, root / _TIER / host()):
         try:
             st = os.stat(path)
@@ -143,11 +150,16 @@ def usable(root: Path) -> bool:
         first = reason not in _warned
         _warned.add(reason)
     if first:
+        fix = (
+            "Give write access only to a group of the accounts you trust (chmod o-w)"
+            if shared_trusted()
+            else f"Make it yours and not writable by others (chmod go-w), or set {TRUST_ENV}=shared "
+            f"if it is a shared cache you trust"
+        )
         warnings.warn(
             f"tpu_kernels: not using the on-disk kernel cache at {root}: {reason}. Whoever can "
-            f"write a kernel cache can run code in every process that uses it. Make it yours and "
-            f"not writable by others (chmod go-w), or set {TRUST_ENV}=shared if it is a shared "
-            f"cache you trust (docs/caching.md). Kernels are compiled in this process instead.",
+            f"write a kernel cache can run code in every process that uses it. {fix} "
+            f"(docs/caching.md). Kernels are compiled in this process instead.",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -275,9 +287,24 @@ def _checked_root(root: Path) -> None:
         raise CacheDirError(f"{root}: cannot read it (permission denied)")
 
 
-def _files(folder: Path) -> list[Path]:
+def _is_folder(path: Path) -> bool:
+    """A folder itself, not a link to one (links planted in the directory are never followed)."""
     try:
-        return [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".tmp-")]
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _files(folder: Path) -> list[Path]:
+    if not _is_folder(folder):
+        return []
+    try:
+        with os.scandir(folder) as it:
+            return [
+                folder / e.name
+                for e in it
+                if e.is_file(follow_symlinks=False) and not e.name.startswith(".tmp-")
+            ]
     except FileNotFoundError:
         return []
     except OSError as e:
@@ -285,7 +312,7 @@ def _files(folder: Path) -> list[Path]:
 
 
 def _legacy_dirs(root: Path) -> list[Path]:
-    return [d for pattern in _LEGACY for d in sorted(root.glob(pattern)) if d.is_dir()]
+    return [d for pattern in _LEGACY for d in sorted(root.glob(pattern)) if _is_folder(d)]
 
 
 def info(root: Path) -> dict[str, Any]:
@@ -293,8 +320,9 @@ def info(root: Path) -> dict[str, Any]:
     every process that used the directory. CacheDirError for a path that is not one."""
     _checked_root(root)
     out: dict[str, Any] = {"directory": str(root), "process": dataclasses.asdict(STATS)}
-    hosts = [d for d in sorted((root / _TIER).glob("*")) if d.is_dir()]
-    here = _files(root / _TIER / host())
+    tier = root / _TIER
+    hosts = [d for d in sorted(tier.glob("*")) if _is_folder(d)] if _is_folder(tier) else []
+    here = _files(tier / host()) if hosts else []
     every = [p for d in hosts for p in _files(d)]
     legacy = [p for d in _legacy_dirs(root) for p in _files(d)]
     out["this_host"] = {"entries": len(here), "bytes": sum(p.stat().st_size for p in here), "host": host()}
@@ -330,24 +358,83 @@ def _read_log(path: Path) -> str:
 
 def clear(root: Path) -> int:
     """Delete every entry (every host's, and format 1's) and the event log; returns the
-    files removed. CacheDirError for a path that is not a directory or cannot be read."""
+    files removed. CacheDirError for a path that is not a directory or cannot be read.
+
+    It never leaves `root`: each folder is opened without following links and emptied
+    through its own descriptor, and a link found where a folder or an entry belongs (which
+    another user of a shared or world-writable directory could plant, pointing anywhere) is
+    removed itself, never followed."""
     _checked_root(root)
-    removed = 0
-    folders = [d for d in (root / _TIER).glob("*") if d.is_dir()] + _legacy_dirs(root)
-    for folder in folders:
-        for p in folder.iterdir():
-            if p.is_file() or p.is_symlink():
-                try:
-                    p.unlink()
-                    removed += 1
-                except FileNotFoundError:
-                    pass
-                except OSError as e:
-                    raise CacheDirError(f"{p}: cannot delete it ({e.strerror})") from e
-    with contextlib.suppress(FileNotFoundError):
-        (root / _STATS_FILE).unlink()
-        removed += 1
-    return removed
+    try:
+        root_fd = os.open(root, _DIR_FLAGS)  # `root` is the user's choice: a link to it is fine
+    except FileNotFoundError:
+        return 0
+    try:
+        removed = 0
+        for name in _names(root_fd, root):
+            if name == _TIER:
+                removed += _empty(root_fd, root, name, depth=1)  # its folders, one per host
+            elif any(fnmatch.fnmatchcase(name, pattern) for pattern in _LEGACY):
+                removed += _empty(root_fd, root, name, depth=0)
+        removed += _unlink(root_fd, root, _STATS_FILE)
+        return removed
+    finally:
+        os.close(root_fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _names(fd: int, where: Path) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError as e:
+        raise CacheDirError(f"{where}: cannot read it ({e.strerror})") from e
+
+
+def _unlink(dir_fd: int, where: Path, name: str) -> int:
+    """Remove the file or link `name` of the open folder `dir_fd`: 1, or 0 if it is gone."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return 1
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise CacheDirError(f"{where / name}: cannot delete it ({e.strerror})") from e
+
+
+def _empty(parent_fd: int, parent: Path, name: str, depth: int) -> int:
+    """Remove the files and links in the folder `name` of `parent_fd` and, `depth` levels
+    down, in its folders; a link where the folder belongs is removed, not followed."""
+    try:
+        st = os.lstat(name, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return 0
+    if stat.S_ISLNK(st.st_mode):
+        return _unlink(parent_fd, parent, name)
+    if not stat.S_ISDIR(st.st_mode):
+        return 0  # a file where a folder belongs: not an entry, left alone
+    where = parent / name
+    try:  # O_NOFOLLOW: a folder swapped for a link since the lstat is refused, not followed
+        fd = os.open(name, _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0), dir_fd=parent_fd)
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise CacheDirError(f"{where}: cannot open it as a folder ({e.strerror})") from e
+    try:
+        removed = 0
+        for child in _names(fd, where):
+            try:
+                folder = stat.S_ISDIR(os.lstat(child, dir_fd=fd).st_mode)
+            except FileNotFoundError:
+                continue
+            if not folder:
+                removed += _unlink(fd, where, child)
+            elif depth > 0:
+                removed += _empty(fd, where, child, depth - 1)
+        return removed
+    finally:
+        os.close(fd)
 
 
 __all__ = [

@@ -28,7 +28,7 @@ from tpu_kernels import _compat
 from tpu_kernels.definition import dtypes
 from tpu_kernels.definition.signature import Kind, Signature, static_key, static_value
 from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, KernelError, wrapping
-from tpu_kernels.runtime import interpret, precision
+from tpu_kernels.runtime import forks, interpret, precision
 from tpu_kernels.runtime.bridge import describe
 from tpu_kernels.runtime.cache import CompileCache, build, store
 
@@ -238,6 +238,7 @@ class JaxExecutor:
 
     # ---- the cold path: trace and compile once per key -----------------------------
     def _build(self, arrays: list[Any], key: tuple, load: bool = True) -> Entry:
+        forks.check(self.op)  # a child forked after JAX started would hang in the compile
         mode, matmul_precision = key[0], key[1]
         statics = self.sig.static_kwargs(tuple(static_value(k) for k in key[2 : 2 + len(self._static_idx)]))
         names = [name for _, _, name in self._tensor_params]

@@ -1,0 +1,101 @@
+"""The chip runner (`python -m tpu_kernels.chip`) on a machine without a TPU: its JAX halves
+import where torch cannot, it runs its grid in Pallas' interpreter at small shapes, and the
+committed chip records say what docs/performance.md says they say."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "bench" / "reports" / "chip_v5e.json"
+NO_TORCH = "import sys; sys.modules['torch'] = None\n"  # `import torch` raises from here on
+
+
+def _python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", NO_TORCH + code], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_every_jax_half_and_pallas_template_imports_without_torch():
+    out = _python(
+        "from tpu_kernels.chip import load\n"
+        "import tpu_kernels.chip.points, tpu_kernels.chip.corpus, tpu_kernels.chip.sections\n"
+        "import tpu_kernels.chip.layer, tpu_kernels.chip.report, tpu_kernels.chip.tune\n"
+        "import tpu_kernels.runtime.mosaic_precision\n"
+        "halves = [load.family(f) for f in load.families()]\n"
+        "names = [(h.name, h.pallas.__name__, h.jax_reference.__name__, sorted(h.shapes.BENCH)) for h in halves]\n"
+        "templates = [load.template(t).__name__ for t in load.template_names()]\n"
+        "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
+        "print(len(names), len(templates))\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["4", "4"]  # matmul, rmsnorm, scale_add, softmax; four templates
+
+
+def test_the_runner_runs_its_grid_in_the_interpreter(tmp_path):
+    """Every point of the quick grid compiles, runs and matches float64 within its dtype's
+    rounding, and the report renders (the same code a TPU host runs, without torch)."""
+    out_file = tmp_path / "chip.json"
+    out = _python(
+        "from tpu_kernels.chip.__main__ import main\n"
+        f"sys.exit(main(['--out', {str(out_file)!r}, '--quick', '--interpret', '--sections', 'grid,precision',"
+        " '--grid', 'rows,matmul,attention', '--rounds', '1']))\n",
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out_file.read_text())
+    rows = record["grid"]["rows"]
+    assert len(rows) >= 20
+    for r in rows:
+        assert r["pallas"]["compiles"] and "run_error" not in r["pallas"], r["id"]
+        bound = 2e-2 if r["dtype"] == "bf16" else 1e-5
+        assert r["pallas"]["error_vs_f64"] < bound, (r["id"], r["pallas"]["error_vs_f64"])
+        assert r["xla"]["error_vs_f64"] < bound, (r["id"], "xla")
+    precision = {(r["precision"], r["traced_with"]): r for r in record["precision"]["rows"]}
+    assert set(precision) == {("default", "traced_at"), ("high", "traced_at"),
+                              ("high", "jax.default_matmul_precision"), ("highest", "traced_at")}
+    from tpu_kernels.chip import report
+
+    assert report.grid_table(record).count("\n") == len(rows) + 1
+
+
+@pytest.fixture(scope="module")
+def record():
+    return json.loads(RECORD.read_text())
+
+
+def test_the_committed_record_is_a_v5e_run_where_every_grid_point_compiles(record):
+    assert record["meta"]["device_kind"] == "TPU v5 lite" and record["meta"]["platform"] == "tpu"
+    rows = record["grid"]["rows"]
+    assert len(rows) >= 100
+    assert all(r["pallas"]["compiles"] and "run_error" not in r["pallas"] for r in rows)
+    kernels = {r["kernel"] for r in rows}
+    assert {"rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward", "scale_add", "matmul",
+            "template.flash_attention", "template.flash_attention_fwd_bwd"} <= kernels
+
+
+def test_the_record_shows_high_refused_the_old_way_and_compiling_now(record):
+    rows = {(r["precision"], r["traced_with"]): r for r in record["precision"]["rows"]}
+    assert not rows["high", "jax.default_matmul_precision"]["pallas"]["compiles"]
+    assert "Unsupported dot precision: HIGH" in rows["high", "jax.default_matmul_precision"]["pallas"]["error"]
+    assert all(r["pallas"]["compiles"] for (_, how), r in rows.items() if how == "traced_at")
+    assert rows["high", "traced_at"]["pallas"]["error_vs_f64"] < 1e-6  # HIGHEST inside the kernel
+
+
+def test_the_matmul_defaults_are_the_sweeps_fast_configs():
+    """The defaults the kernel takes are among the configs the v5e sweep measured within 5% of
+    XLA at 4096^3 and 8192x4096x14336 bf16 (bench/reports/chip_v5e_tune.json)."""
+    from tpu_kernels.kernels.matmul import pallas
+
+    tune = json.loads((ROOT / "bench" / "reports" / "chip_v5e_tune.json").read_text())["tune"]["rows"]
+    bm, bn, bk = pallas.default_blocks(2)
+    for group in ("matmul/bf16[4096,4096,4096]", "matmul/bf16[8192,4096,14336]"):
+        rows = [r for r in tune if r["group"] == group]
+        xla = next(r["xla"]["time_s"] for r in rows if "xla" in r)
+        ours = next(r for r in rows if r["statics"] == {"block_m": bm, "block_n": bn, "block_k": bk})
+        assert xla / ours["pallas"]["time_s"] >= 0.95, group
