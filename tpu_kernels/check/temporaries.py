@@ -124,12 +124,19 @@ def live_peak(body: Body, *, loads: bool = True) -> int:
     return best
 
 
-def across_barriers(body: Body, *, loads: bool = False, outputs: bool = False) -> int:
+def across_barriers(body: Body, *, loads: bool = False, outputs: bool = False, inputs: bool = False) -> int:
     """The most bytes of values that live across one reduction or matmul (made before it, used
-    after it); with `outputs`, the barrier's own result is added (a matmul's whole product)."""
+    after it); with `outputs`, the barrier's own result is added (a matmul's whole product);
+    with `inputs`, values last used by the barrier itself (its operands) count too."""
     best = 0
     for pos, _ in body.barriers:
-        held = sum(v.bytes for v in body.values if v.start < pos < v.end and (loads or v.primitive != "get"))
+        held = sum(
+            v.bytes
+            for v in body.values
+            if v.start < pos
+            and (pos < v.end or (inputs and pos == v.end))
+            and (loads or v.primitive != "get")
+        )
         if outputs:
             held += sum(v.bytes for v in body.values if v.start == pos)
         best = max(best, held)
