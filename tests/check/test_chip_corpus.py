@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import pytest
 
@@ -107,6 +109,20 @@ FACTS_V5E = {
 }
 
 
+def _tuning_sweep_facts() -> dict:
+    """The v5e's verdicts on the shipped rmsnorm at bf16[8192, 4096] with 8- to 2048-row blocks,
+    from the committed tuning record (its wrapper then kept the default limit, so its calls are
+    the corpus's plain-body calls)."""
+    record = json.loads((chip_record.REPORTS / "chip_v5e_tune.json").read_text())
+    names = {"rmsnorm": "body_rmsnorm", "rmsnorm_backward": "body_rmsnorm_bwd"}
+    found = []
+    for row in record["tune"]["rows"]:
+        if row["kernel"] in names and row["id"].endswith("/bf16[8192,4096]"):
+            call = f"{names[row['kernel']]}/bf16[8192,4096]/block_rows={row['statics']['block_rows']}"
+            found.append({"id": call, "compiles": row["pallas"]["compiles"], "error": row["pallas"].get("error")})
+    return {"chip": "v5e", "calls": found}
+
+
 def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
     rows, missing = chip_record.compare(record, calls)
     if missing:  # a record of an older corpus: calls since dropped (e.g. blocks a wrapper now refuses)
@@ -122,6 +138,13 @@ def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
 def test_the_check_agrees_with_the_known_chip_facts(calls):
     result = _held_to(FACTS_V5E, calls)
     assert result["agree"] == result["calls"] == len(FACTS_V5E["calls"])  # every fact's call is in the corpus
+
+
+def test_the_check_agrees_with_the_chips_tuning_sweep(calls):
+    facts = _tuning_sweep_facts()
+    assert len(facts["calls"]) == 18 and sum(not c["compiles"] for c in facts["calls"]) == 7
+    result = _held_to(facts, calls)
+    assert result["agree"] == result["calls"] == 18
 
 
 @pytest.mark.skipif(not chip_record.record_path("v5e").exists(), reason="no chip record committed yet")

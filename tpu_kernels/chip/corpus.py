@@ -206,6 +206,10 @@ def _body_calls() -> Iterator[Call]:
                 fn = functools.partial(synthetic.row_body, body, kinds=kinds, outs=outs(dtype))
                 note = f"shipped body, default limit, in and out blocks about {target} MiB double-buffered"
                 yield _call(name, kernel, fn, args(ROWS, d, dtype), note, block_rows=br)
+        if name in ("body_rmsnorm", "body_rmsnorm_bwd"):  # the blocks bench/reports/chip_v5e_tune.json timed
+            for br in (8, 16, 32, 64, 128, 256, 512, 1024, 2048):
+                fn = functools.partial(synthetic.row_body, body, kinds=kinds, outs=outs(BF16))
+                yield _call(name, kernel, fn, args(ROWS, 4096, BF16), "shipped body, tuning sweep", block_rows=br)
         for target in (8, 12, 16, 24, 32):  # one-step grids: the block is the whole array
             br = _row_block(target, arrays, 4096, 2)
             fn = functools.partial(synthetic.row_body, body, kinds=kinds, outs=outs(BF16))
