@@ -353,6 +353,9 @@ T_VMEM = (
 )
 
 
+T_VMEM_MODEL = ("tests/check/test_vmem_model.py", "tests/check/test_chip_corpus.py")
+
+
 def _toolkit(
     id: str, file: str, old: str, new: str, why: str, tests: tuple[str, ...], filter: str | None = None
 ):
@@ -993,10 +996,35 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "vmem-whole-array-double-buffered",
         "tpu_kernels/check/vmem.py",
-        "            copies = 1 if bm.has_trivial_window() else 2",
-        "            copies = 2",
+        "            copies = 1 if one_step or bm.has_trivial_window() else 2",
+        "            copies = 1 if one_step else 2",
         "a whole-array block at a constant index counted twice: kernels that fit are refused",
         T_VMEM,
+    ),
+    # ---- issue #45: the VMEM model calibrated against a v5e ----
+    _toolkit(
+        "vmem-one-step-double-buffered",
+        "tpu_kernels/check/vmem.py",
+        "            copies = 1 if one_step or bm.has_trivial_window() else 2",
+        "            copies = 1 if bm.has_trivial_window() else 2",
+        "a one-step grid's blocks counted twice: a one-step kernel the v5e compiles is refused",
+        T_VMEM_MODEL,
+    ),
+    _toolkit(
+        "vmem-body-temporaries-not-counted",
+        "tpu_kernels/check/temporaries.py",
+        "    return across_barriers(body_values(eqn))",
+        "    return 0",
+        "the body's float32 values are left out: rmsnorm_backward at 256 rows passes, and the v5e refuses it",
+        T_VMEM_MODEL,
+    ),
+    _toolkit(
+        "vmem-no-compiler-headroom",
+        "tpu_kernels/lowering/chips.py",
+        "HEADROOM_BYTES = 1 * _MIB",
+        "HEADROOM_BYTES = 0",
+        "buffers of exactly 16.0 MiB pass the check; the v5e refuses them",
+        T_VMEM_MODEL,
     ),
     _toolkit(
         "chips-v5p-scoped-32-mib",
