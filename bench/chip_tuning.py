@@ -16,14 +16,18 @@ the HBM efficiency from the row sweeps, then the MXU efficiency from the matmul 
 squares in log time over the compiled candidates), and float32's share of the MXU's bf16 rate from the float32 matmul that
 `bench/reports/chip_v5e.json` ("precision") measured beside bf16 at one shape. The comparison
 is given with the constants before the fit and with the fitted ones (the constants in
-`tuner/predict.py`, which tests/tuner/test_chip_fit.py holds equal to the record's).
+`tuner/predict.py`, which tests/tuning/test_chip_fit.py holds equal to the record's).
 
 Groups the tuner cannot predict are listed with the reason: backward kernels are no tunable
 ops of their own, and the flash-attention template is no shipped op (rendering it into one to
 trace is not done here).
 
     python bench/chip_tuning.py [--record bench/reports/chip_v5e_tune.json]
-                                [--json bench/reports/chip_v5e_tuning_fit.json]
+                                [--json bench/reports/chip_v5e_tuning_fit.json] [--tables]
+
+`--tables` also writes the measured v5e table of the shipped matmul beside the kernel
+(`write_tables`): per matmul shape of the record, the fastest config among the op's declared
+candidates.
 
 A plain script: figures are printed and written, never asserted.
 """
@@ -277,11 +281,70 @@ def _cfg(c: dict | None) -> str:
     return "none" if c is None else ", ".join(f"{k.removeprefix('block_')}={v}" for k, v in sorted(c.items()))
 
 
+def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Path]:
+    """Measured v5e entries for the shipped matmul, one per matmul group of the record: the
+    fastest config the chip measured among the op's declared candidates (matmul.TUNE; the
+    record's larger blocks outside it are not offered), written by the toolkit's table writer
+    beside the kernel. Row kernels are left out: their code changed since the record's commit."""
+    import torch
+
+    from tpu_kernels import tuning
+    from tpu_kernels.kernels import matmul
+    from tpu_kernels.tuning import lookup
+    from tpu_kernels.tuning import table as tables
+
+    t = matmul.tunables
+    entries = []
+    for group in dict.fromkeys(r["group"] for r in rows if r["kernel"] == "matmul"):
+        cands = [r for r in rows if r["group"] == group and r["kernel"] == "matmul"]
+        offered = [
+            r for r in cands
+            if r["pallas"].get("compiles") and all(t.check_value(n, v) for n, v in r["statics"].items())
+        ]
+        best = min(offered, key=lambda r: r["pallas"]["time_s"])
+        m, k, n = best["shape"]
+        dtype = getattr(torch, _DTYPES[best["dtype"]])
+        args = (torch.empty(m, k, dtype=dtype, device="meta"), torch.empty(k, n, dtype=dtype, device="meta"))
+        shapes, dtypes, bucket = matmul.tuned.key_of(args, {})
+        config = {name: best["statics"][name] for name in t.names}
+        program = matmul.tuned.digest_of(shapes, dtypes, matmul.signature.bind(args, {}), config)
+        fastest = min(r["pallas"]["time_s"] for r in cands if r["pallas"].get("compiles"))
+        entries.append(tuning.Entry(
+            chip=CHIP,
+            dtypes=dtypes,
+            bucket=bucket,
+            toolkit=lookup.toolkit_version(),
+            config=config,
+            source="measured",
+            evidence={
+                "shape": shapes,
+                "program": program,
+                "method": {
+                    "kind": "measured",
+                    "record": str(record.relative_to(ROOT) if record.is_relative_to(ROOT) else record),
+                    "record_commit": commit,
+                    "by": "bench/chip_tuning.py: the fastest of the record's configs among the op's declared candidates",
+                    "note": f"{len(offered)} of the record's {len(cands)} configs are declared candidates; the fastest "
+                    f"measured ({fastest * 1e3:.4g} ms) took {best['pallas']['time_s'] / fastest:.3f}x less than this one",
+                },
+                "candidates": [
+                    {"config": r["statics"], "status": "chosen" if r is best else "measured",
+                     "median_s": float(f"{r['pallas']['time_s']:.4g}")}
+                    for r in offered
+                ],
+            },
+        ))
+    path = lookup.write_path(matmul.name, matmul.tuned.home)
+    tables.write(path, matmul.name, t.space(), entries)
+    return [path]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record", type=Path, default=RECORD)
     ap.add_argument("--grid", type=Path, default=GRID)
     ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--tables", action="store_true", help="write the measured v5e matmul table beside the kernel")
     a = ap.parse_args(argv)
     from tpu_kernels.tuner import predict
 
@@ -313,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     a.json.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nwritten: {a.json}")
+    if a.tables:
+        for path in write_tables(record["tune"]["rows"], a.record, record["meta"].get("commit")):
+            print(f"written: {path}")
     return 0
 
 
