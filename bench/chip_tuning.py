@@ -100,6 +100,7 @@ def predict_groups(rows: list[dict]) -> list[dict]:
                 "chip_compiles": bool(chip.get("compiles")),
                 "chip_error": " ".join((chip.get("error") or "").split())[:160] or None,
                 "measured_s": chip.get("time_s"),
+                "declared": all(op.tunables.check_value(n, v) for n, v in r["statics"].items()),
                 "status": c.status,
                 "reason": c.reason or None,
             }
@@ -127,9 +128,11 @@ def seconds(parts: dict, k: dict) -> float:
     return max(compute, parts["memory_s"] * hbm) + parts["steps"] * k["STEP_OVERHEAD_S"] + parts["prologue_s"] * hbm
 
 
-def compare(groups: list[dict], k: dict) -> list[dict]:
+def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
     """Per predicted group, under the constants `k`: the rank correlation, the predicted
-    choice's measured time over the best, its chip verdict, and the verdicts' agreement."""
+    choice's measured time over the best, its chip verdict, and the verdicts' agreement; with
+    `declared`, among the op's declared candidates only (what `tpu-kernels tune --chips v5e`
+    chooses among), the best being the best of those."""
     from tpu_kernels.tuner.select import choose_predicted
 
     out = []
@@ -137,7 +140,11 @@ def compare(groups: list[dict], k: dict) -> list[dict]:
         if not g["predicted"]:
             out.append({"group": g["group"], "kernel": g["kernel"], "predicted": False, "why": g["why"]})
             continue
-        cands = g["candidates"]
+        cands = [c for c in g["candidates"] if c["declared"] or not declared]
+        if not any(c["chip_compiles"] for c in cands):
+            out.append({"group": g["group"], "kernel": g["kernel"], "predicted": False,
+                        "why": "no declared candidate of the op among the record's configs compiled"})
+            continue
         order = list(range(len(cands)))
         pred = {i: seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
         ran = [i for i in pred if cands[i]["chip_compiles"]]
@@ -356,9 +363,17 @@ def main(argv: list[str] | None = None) -> int:
     fitted_k = {**now, **{n: fitted[n] for n in ("STEP_OVERHEAD_S", "MXU_EFFICIENCY", "HBM_EFFICIENCY")}}
     if f32:
         fitted_k["FLOAT32_MXU_FRACTION"] = f32["FLOAT32_MXU_FRACTION"]
-    runs = {"before": compare(groups, BEFORE), "now": compare(groups, now), "fitted": compare(groups, fitted_k)}
+    settings = {  # name: (constants, among the declared candidates only)
+        "before": (BEFORE, False),
+        "fitted": (fitted_k, False),
+        "before, declared candidates": (BEFORE, True),
+        "fitted, declared candidates": (fitted_k, True),
+    }
+    for n in predict.FITTED:  # each fitted constant alone, the others as before: what moves the choices
+        settings[f"before, {n} fitted only, declared candidates"] = ({**BEFORE, n: fitted_k[n]}, True)
+    runs = {name: compare(groups, k, declared) for name, (k, declared) in settings.items()}
     for name, rows in runs.items():
-        print(f"\n### {name}: {json.dumps({n: (now if name == 'now' else BEFORE if name == 'before' else fitted_k)[n] for n in predict.FITTED})}")
+        print(f"\n### {name}: {json.dumps({n: settings[name][0][n] for n in predict.FITTED})}")
         print(table(rows))
         print(json.dumps(summary(rows)))
     print("\nfit:", json.dumps(fitted), "\nfloat32:", json.dumps(f32))
@@ -371,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         "fit": fitted,
         "float32": f32,
         "constants": {"before": BEFORE, "fitted": fitted_k, "in_code": now},
-        "comparison": {name: {"summary": summary(rows), "groups": rows} for name, rows in runs.items()},
+        "comparison": {
+            name: {"constants": settings[name][0], "declared_only": settings[name][1], "summary": summary(rows),
+                   "groups": rows}
+            for name, rows in runs.items()
+        },
         "candidates": groups,
     }
     a.json.write_text(json.dumps(doc, indent=1) + "\n")

@@ -32,7 +32,7 @@ def test_the_record_states_the_fit_and_its_residuals():
     for part in ("rows", "matmul"):  # the fit lowered the residual it was fitted on
         assert fit["rms_log_error"][part] < fit["rms_log_error_before"][part]
     assert FIT["float32"]["FLOAT32_MXU_FRACTION"] == FIT["constants"]["fitted"]["FLOAT32_MXU_FRACTION"]
-    summary = FIT["comparison"]["now"]["summary"]
+    summary = FIT["comparison"]["fitted"]["summary"]
     assert summary["choice_failed_on_chip"] == 0 and summary["kept_but_refused_by_chip"] == 0
 
 
