@@ -284,6 +284,57 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(doc: dict) -> str:
+    """The fit record as the page shows it (docs/autotuning.md, "Against a TPU v5e"): per group,
+    the choices before and after the fit among all the record's configs and among the op's
+    declared candidates; then each comparison's summary."""
+    runs = doc["comparison"]
+    names = ["before", "fitted", "before, declared candidates", "fitted, declared candidates"]
+    by = {n: {(r["group"], r["kernel"]): r for r in runs[n]["groups"]} for n in names}
+    lines = [
+        "| group | kernel | compiled on the chip | Spearman, before / fitted | choice / best, before / fitted "
+        "| among declared candidates, before / fitted | chip refused: pruned here | pruned here, compiled there |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in by["fitted"].items():
+        if not r["predicted"]:
+            lines.append(f"| {key[0]} | {key[1]} | | not predicted: {r['why']} | | | | |")
+            continue
+        b, d, bd = by["before"][key], by["fitted, declared candidates"].get(key), by["before, declared candidates"].get(key)
+        declared = (
+            f"{_ratio(bd)} / {_ratio(d)}" if d is not None and d["predicted"] else "no declared candidate in the record"
+        )
+        lines.append(
+            f"| {key[0]} | {key[1]} | {r['chip_compiled']}/{r['candidates']} | {_rho(b)} / {_rho(r)} "
+            f"| {_ratio(b)} / {_ratio(r)} | {declared} | {r['pruned_and_refused']} of {r['candidates'] - r['chip_compiled']} "
+            f"| {r['pruned_but_compiled_on_chip']} |"
+        )
+    lines += ["", "| comparison | within 1.05x of the best | predicted choice failed to compile |", "|---|---|---|"]
+    for name, run in runs.items():
+        sm = run["summary"]
+        lines.append(f"| {name} | {sm['within_goal']} of {sm['groups_predicted']} | {sm['choice_failed_on_chip']} |")
+    fit = doc["fit"]
+    lines += [
+        "",
+        f"Fitted: STEP_OVERHEAD_S {fit['STEP_OVERHEAD_S'] * 1e6:g} us and HBM_EFFICIENCY {fit['HBM_EFFICIENCY']:g} from "
+        f"{fit['row_points']} row-sweep points (rms log error {fit['rms_log_error_before']['rows']:.3f} before, "
+        f"{fit['rms_log_error']['rows']:.3f} after); MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} from {fit['matmul_points']} "
+        f"matmul points ({fit['rms_log_error_before']['matmul']:.3f}, {fit['rms_log_error']['matmul']:.3f}); "
+        f"FLOAT32_MXU_FRACTION {doc['float32']['FLOAT32_MXU_FRACTION']:g} from {', '.join(doc['float32']['from'])} "
+        f"(bench/reports/chip_v5e.json). Record: {doc['record']} at {doc['record_commit'][:7]}; "
+        "`python bench/chip_tuning.py` writes bench/reports/chip_v5e_tuning_fit.json.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(r: dict) -> str:
+    return "did not compile" if r["choice_compiles"] is False else f"{r['choice_over_best']:.3f}x"
+
+
+def _rho(r: dict) -> str:
+    return "n/a" if r["spearman"] is None else f"{r['spearman']:.2f}"
+
+
 def _cfg(c: dict | None) -> str:
     return "none" if c is None else ", ".join(f"{k.removeprefix('block_')}={v}" for k, v in sorted(c.items()))
 
