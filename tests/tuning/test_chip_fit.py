@@ -2,18 +2,21 @@
 fit record (bench/reports/chip_v5e_tuning_fit.json, by bench/chip_tuning.py) says were fitted,
 and the measured v5e matmul table committed beside the kernel loads through the lookup."""
 
+import copy
 import json
 
 import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tpu_kernels.kernels import matmul
 from tpu_kernels.tuner import predict
 from tpu_kernels.tuning import lookup
 
-from ..helpers import ROOT
+from ..helpers import ROOT, load_bench_script
 
 FIT = json.loads((ROOT / "bench/reports/chip_v5e_tuning_fit.json").read_text())
 TABLE = ROOT / "tpu_kernels/kernels/matmul/tpu_kernels.matmul.tuning.json"
@@ -63,3 +66,25 @@ def test_the_measured_v5e_matmul_table_is_served_on_a_v5e(m, k, n):
     assert all(tuned.tunables.check_value(name, v) for name, v in entry.config.items())
     times = {json.dumps(c["config"], sort_keys=True): c["median_s"] for c in entry.evidence["candidates"]}
     assert times[json.dumps(dict(entry.config), sort_keys=True)] == min(times.values())
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    step_us=st.integers(5, 150).map(lambda n: n / 100),
+    hbm=st.integers(50, 100).map(lambda n: n / 100),
+    mxu=st.integers(50, 100).map(lambda n: n / 100),
+)
+def test_the_fit_recovers_constants_that_made_the_times(step_us, hbm, mxu):
+    """bench/chip_tuning.py's fit, on the record's candidates with times made by known constants
+    (on its grid): it finds them, so a fitted value is the data's and not the procedure's."""
+    script = load_bench_script("chip_tuning")
+    truth = {**script.BEFORE, "STEP_OVERHEAD_S": round(step_us * 1e-6, 9), "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": mxu}
+    groups = copy.deepcopy(FIT["candidates"])
+    for g in groups:
+        for c in g.get("candidates", []) if g["predicted"] else []:
+            if "parts" in c:
+                c["measured_s"] = script.seconds(c["parts"], truth)
+    fit = script.fit(groups)
+    assert fit["STEP_OVERHEAD_S"] == pytest.approx(truth["STEP_OVERHEAD_S"], abs=1e-9)
+    assert (fit["HBM_EFFICIENCY"], fit["MXU_EFFICIENCY"]) == (hbm, mxu)
+    assert fit["rms_log_error"]["rows"] < 1e-9 and fit["rms_log_error"]["matmul"] < 1e-9
