@@ -67,6 +67,7 @@ OPS: dict[str, tuple[KernelOp, Any, dict[str, list[Any]]]] = {
 }
 WRONG_STATICS = {
     "int": [2.5, "8", None, torch.float32],
+    "int?": [2.5, "8", torch.float32],  # a tunable left None takes the kernel's default
     "float": ["x", None, torch.float32],
     "bool": [1, "t", None],
     "str": [1, None, b"a"],

@@ -45,7 +45,6 @@ def test_catalogue_is_large_unique_and_applies_to_the_current_kernels():
 
 ISSUE_39_SURVIVORS = {
     "cache-digest-skips-outputs",
-    "cache-key-without-xla-flags",
     "cache-read-follows-links",
     "buckets-pad-with-zero",
     "eager-try-all-keeps-int-for-float",
@@ -194,7 +193,7 @@ def test_cli_lists_the_catalogue_and_refuses_a_file_without_tests(capsys, tmp_pa
     assert "matmul-parallel-k" in capsys.readouterr().out
     assert main(["--toolkit", "--list"]) == 0
     listed = capsys.readouterr().out
-    assert "cache-key-without-xla-flags" in listed and "matmul-parallel-k" not in listed
+    assert "cache-key-without-compile-options" in listed and "matmul-parallel-k" not in listed
     assert main(["--toolkit", "--templates", "--list"]) == 2
     assert "give one of FILE, --templates and --toolkit" in capsys.readouterr().err
     (tmp_path / "k.py").write_text("x = 1\n")

@@ -438,8 +438,15 @@ def dispatch_table() -> str:
     return script("dispatch_modes").table(record["figures"]) + f"\n\n{_script_provenance(record)}\n"
 
 
+def chip_tuning_table() -> str:
+    """The tuner's v5e predictions against the chip's tuning sweeps, before and after the cost
+    model's fit (bench/chip_tuning.py's record)."""
+    return script("chip_tuning").markdown(_read("chip_v5e_tuning_fit"))
+
+
 GENERATORS = {
     "perf-bench-time": bench_time,
+    "perf-chip-tuning": chip_tuning_table,
     "perf-headline": headline,
     "perf-run": run_summary,
     "perf-kernels": kernels_table,

@@ -313,13 +313,13 @@ def test_the_catalogues_wrong_kernels_are_wrong_in_the_benchmark(verdicts_script
     }
     mutations = [m for m in SHIPPED if m.id in wanted]
     # the suites' benchmarks at smaller points than --quick's (the test's time): still two
-    # row blocks of 256 rows for softmax, and two k and n blocks of 256 for matmul
+    # row blocks for softmax, and two k blocks and several n blocks for matmul at its (1024, 2048, 512) defaults
     softmax, matmul = verdicts_script.suite_benchmark("softmax"), verdicts_script.suite_benchmark("matmul")
     points = [
         ("softmax", softmax, {"shape": (512, 512), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
     ]
     points += [
-        ("matmul", matmul, {"shape": (256, 512, 512), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
+        ("matmul", matmul, {"shape": (64, 1024, 2304), "dtype": dt}) for dt in (torch.float32, torch.bfloat16)
     ]
     rows = verdicts_script.mutant_verdicts(mutations, points)
     got = {(r.mutation, r.dtype): r.verdict for r in rows}

@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.interpret:
         # Pallas' fast CPU interpreter for every pallas_call traced from here on: the config
         # tpu_kernels' own CPU path sets per call (runtime/devices/jax_exec.py).
-        from jax._src import config as jax_config
+        from tpu_kernels import _compat
 
-        jax_config.pallas_tpu_interpret_mode_context_manager.set_local(True)
+        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
     elif jax.default_backend() != "tpu":
         print(
             f"python -m tpu_kernels.chip: JAX's backend is {jax.default_backend()!r}, not a TPU "

@@ -443,9 +443,9 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "flash_attention",
         "oversized-default-block",
-        "    block_q: int = 128,\n    block_k: int = 128,\n) -> tuple[jax.Array, jax.Array]:",
-        "    block_q: int = 128,\n    block_k: int = 1024,\n) -> tuple[jax.Array, jax.Array]:",
-        "1024-key default blocks: k and v blocks 8x larger",
+        "DEFAULT_BLOCKS = (1024, 512, 256, 128)",
+        "DEFAULT_BLOCKS = (2048, 1024, 512, 256, 128)",
+        "2048-row default blocks: every block, and the scores' float32 temporaries, 2-4x larger",
     ),
     _p(
         "flash_attention",

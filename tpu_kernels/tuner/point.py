@@ -297,7 +297,6 @@ def predict_call(
     and is judged as a measured one is. `checked` keeps those verdicts across the chips one call
     is predicted for, so each config runs once."""
     from tpu_kernels.lowering.chips import chip as tpu_chip
-    from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
 
     started = time.perf_counter()
     t = op.tunables
@@ -340,25 +339,9 @@ def predict_call(
     for c in cands:
         if c.status != "pending":
             continue
-        kw = {**base_kwargs, **dict(zip(t.names, c.config))}
-        try:
-            flat, specs, x64 = flat_kernel(op, args, kw)
-            from tpu_kernels.check import vmem
-
-            with x64_scope(x64), lowering_for_tpu(target):
-                eqns = vmem.traced_pallas_calls(flat, *specs)
-        except Exception as e:
-            c.status, c.reason = "failed", _one_line(e)
-            continue
-        if not eqns:
-            c.status, c.reason = (
-                "unmodelled",
-                "no pallas_call in the traced kernel: the cost model has nothing to rank",
-            )
-            continue
-        c.prediction = predictor.predict(eqns, figures)
-        c.status = "predicted"
-        predicted[c.config] = c.prediction.seconds
+        _model(op, args, {**base_kwargs, **dict(zip(t.names, c.config))}, target, figures, c)
+        if c.prediction is not None:
+            predicted[c.config] = c.prediction.seconds
     choice = choose_predicted([c.config for c in cands], predicted) if predicted else None
     if choice is not None:
         for c in cands:
@@ -368,6 +351,43 @@ def predict_call(
     return _with_program(
         op, args, kwargs, Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
     )
+
+
+def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:
+    """One config of `op` (its tunables in `kwargs`) at one call for the TPU `chip`, as
+    `predict_call` ranks it, results unchecked: refused, pruned by the lowering check, or
+    predicted (`.prediction`). `args` may be `jax.ShapeDtypeStruct`s: nothing runs."""
+    from tpu_kernels.lowering.chips import chip as tpu_chip
+
+    t = op.tunables
+    c = Candidate(t.config_of({n: kwargs[n] for n in t.names if n in kwargs}))
+    target = tpu_chip(chip)
+    _refuse_if_invalid(op, args, kwargs, c)
+    if c.status == "pending":
+        _prune_for(op, args, kwargs, target, c)
+    if c.status == "pending":
+        _model(op, args, kwargs, target, predictor.ChipFigures.of(chip), c)
+    return c
+
+
+def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.ChipFigures, c: Candidate) -> None:
+    """Trace `c`'s kernel for the TPU `target` and set its prediction (status "predicted"), or
+    say why the cost model cannot rank it ("failed", "unmodelled")."""
+    from tpu_kernels.check import vmem
+    from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
+
+    try:
+        flat, specs, x64 = flat_kernel(op, args, kwargs)
+        with x64_scope(x64), lowering_for_tpu(target):
+            eqns = vmem.traced_pallas_calls(flat, *specs)
+    except Exception as e:
+        c.status, c.reason = "failed", _one_line(e)
+        return
+    if not eqns:
+        c.status, c.reason = "unmodelled", "no pallas_call in the traced kernel: the cost model has nothing to rank"
+        return
+    c.prediction = predictor.predict(eqns, figures)
+    c.status = "predicted"
 
 
 def _with_program(op: Any, args: tuple, kwargs: dict, o: Outcome) -> Outcome:
@@ -580,4 +600,4 @@ def _one_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-__all__ = ["TUNING", "Candidate", "CpuCheck", "Outcome", "measure_call", "predict_call"]
+__all__ = ["TUNING", "Candidate", "CpuCheck", "Outcome", "measure_call", "predict_call", "predict_config"]

@@ -10,7 +10,7 @@ The cost model, per `pallas_call` of the traced kernel (summed over the kernel's
 
     time = max(compute, memory) + steps * STEP_OVERHEAD_S + prologue
 
-- memory: the HBM bytes the pipeline moves, over the chip's HBM bandwidth. A block is copied
+- memory: the HBM bytes the pipeline moves, over the chip's HBM bandwidth times HBM_EFFICIENCY. A block is copied
   in (or written back) whenever its block index changes between consecutive grid steps
   (row-major order, the last axis fastest), so an operand whose index map reads only the
   outer axes is fetched once per outer step: `prod(grid[:a+1])` copies, `a` the innermost
@@ -18,12 +18,12 @@ The cost model, per `pallas_call` of the traced kernel (summed over the kernel's
   in HBM (`memory_space=pl.ANY`) count their whole array once.
 - compute: the kernel body's `dot_general`s, 2*M*N*K flops each per grid step, at the chip's
   peak MXU rate for the operands' dtype (bfloat16/float16 at the bf16 peak, int8 at the int8
-  peak, float32 at a third of the bf16 peak: a three-pass bf16 product), times the MXU's
-  utilisation: M and N below the MXU's width (`mxu_column_size`: 128 on v5e, 256 on v6e and
+  peak, float32 at FLOAT32_MXU_FRACTION of the bf16 peak: a multi-pass bf16 product), times
+  MXU_EFFICIENCY and the MXU's utilisation: M and N below the MXU's width (`mxu_column_size`: 128 on v5e, 256 on v6e and
   7x) fill that fraction of it. Vector (VPU) work is not modelled: kernels without a dot are
   taken to be memory-bound.
 - steps * STEP_OVERHEAD_S: a fixed cost per grid step (DMA issue and synchronisation, loop
-  control), an assumption of the order the Pallas TPU guides describe; not measured here.
+  control), fitted to a v5e's row sweeps (below).
 - prologue: the first step's input blocks, which no compute hides.
 
 The chip's figures (peak rates, HBM bandwidth, MXU width) are JAX's, `pltpu.get_tpu_info_for_chip`.
@@ -39,11 +39,32 @@ import numpy as np
 
 from tpu_kernels.lowering import pallas_grid
 
-STEP_OVERHEAD_S = 0.35e-6
-"""Seconds per grid step beyond the step's data movement and compute (an assumption, see above)."""
+# Fitted to a TPU v5e's tuning sweeps (bench/reports/chip_v5e_tune.json, commit 4a855dd) by
+# bench/chip_tuning.py, record bench/reports/chip_v5e_tuning_fit.json: least squares in log time.
+# STEP_OVERHEAD_S and HBM_EFFICIENCY from the row sweeps (rmsnorm bf16[8192, 4096] and softmax
+# f32[4096, 4096], 8-256 rows a block: fixed bytes, 32 to 1024 steps): rms log error 0.061
+# (0.125 at the 0.35 us and full bandwidth assumed before). MXU_EFFICIENCY from the matmul sweeps
+# (123 compiled configs at 4 shapes): 0.125 (0.175 before). FLOAT32_MXU_FRACTION from
+# bench/reports/chip_v5e.json: bf16 4096^3 in 0.745 ms, float32 at "highest" in 4.27 ms.
+# The fit lowers the residuals but not the choices: at 2048^3 the smaller step overhead lets the
+# model pick block_k=256 configs the chip runs 9-21% slower (a cost per k-step that grows with the
+# block, which no constant here models; the record's table in docs/autotuning.md, "Against a TPU
+# v5e"). The shipped measured v5e matmul table, not this model, decides at the record's shapes.
+STEP_OVERHEAD_S = 0.23e-6
+"""Seconds per grid step beyond the step's data movement and compute (fitted, see above)."""
 
-FLOAT32_MXU_FRACTION = 1 / 3
-"""float32 dots run at this fraction of the bf16 peak (three bf16 passes)."""
+FLOAT32_MXU_FRACTION = 0.175
+"""float32 dots (at "highest", torch's default precision) run at this fraction of the bf16 rate:
+about six bf16 passes on a v5e, not the three assumed before (fitted, see above)."""
+
+MXU_EFFICIENCY = 0.85
+"""The share of the MXU's peak rate a kernel's dots reach at full utilisation (fitted)."""
+
+HBM_EFFICIENCY = 0.87
+"""The share of the chip's HBM bandwidth the pipeline's copies reach (fitted)."""
+
+FITTED = ("STEP_OVERHEAD_S", "FLOAT32_MXU_FRACTION", "MXU_EFFICIENCY", "HBM_EFFICIENCY")
+"""The constants bench/chip_tuning.py fits to a chip's records (bench/reports/chip_v5e_tuning_fit.json)."""
 
 MODEL = (
     "roofline per pallas_call: max(MXU flops / peak * utilisation, pipelined HBM bytes / bandwidth) "
@@ -80,6 +101,7 @@ class Prediction:
     seconds: float
     compute_s: float = 0.0
     memory_s: float = 0.0
+    prologue_s: float = 0.0
     steps: int = 0
     hbm_bytes: float = 0.0
     mxu_flops: float = 0.0
@@ -91,6 +113,7 @@ class Prediction:
             "predicted_s": self.seconds,
             "compute_s": self.compute_s,
             "memory_s": self.memory_s,
+            "prologue_s": self.prologue_s,
             "grid_steps": self.steps,
             "hbm_bytes": self.hbm_bytes,
             "mxu_flops": self.mxu_flops,
@@ -123,13 +146,15 @@ def predict(eqns: list[Any], chip: ChipFigures) -> Prediction:
         for m, n, k, batch, dtype in _dots(eqn.params["jaxpr"]):
             f = 2.0 * m * n * k * batch * steps
             u = min(1.0, m / chip.mxu_width) * min(1.0, n / chip.mxu_width)
-            compute += f / (_peak(chip, dtype) * u)
+            compute += f / (_peak(chip, dtype) * u * MXU_EFFICIENCY)
             flops += f
             util.append((f, u))
-        memory = traffic / chip.hbm_bytes_per_s
-        total.seconds += max(compute, memory) + steps * STEP_OVERHEAD_S + prologue / chip.hbm_bytes_per_s
+        memory = traffic / (chip.hbm_bytes_per_s * HBM_EFFICIENCY)
+        first = prologue / (chip.hbm_bytes_per_s * HBM_EFFICIENCY)
+        total.seconds += max(compute, memory) + steps * STEP_OVERHEAD_S + first
         total.compute_s += compute
         total.memory_s += memory
+        total.prologue_s += first
         total.steps += steps
         total.hbm_bytes += traffic
         total.mxu_flops += flops

@@ -8,9 +8,16 @@ import jax
 import jax.numpy as jnp
 
 
-def matmul_jax(a: jax.Array, b: jax.Array, **tunables: int) -> jax.Array:
+def matmul_jax(
+    a: jax.Array,
+    b: jax.Array,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+) -> jax.Array:
     """a @ b with a float32 accumulator, rounded to a's dtype (the kernel's accumulation);
-    the kernel's block sizes (`tunables`) cannot change the result and are ignored."""
-    del tunables
+    the kernel's block sizes (same signature) cannot change the result and are ignored."""
+    del block_m, block_n, block_k
     acc = jnp.promote_types(a.dtype, jnp.float32)
     return jnp.matmul(a, b, preferred_element_type=acc).astype(a.dtype)

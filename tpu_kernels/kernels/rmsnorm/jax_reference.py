@@ -8,17 +8,19 @@ def _acc(dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def rmsnorm_jax(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6, **tunables: int):
+def rmsnorm_jax(x: jax.Array, weight: jax.Array, *, eps: float = 1e-6, block_rows: int | None = None):
     """-> (y, inv_rms) as the kernel computes them: statistics in float32, y in x's dtype."""
-    del tunables
+    del block_rows
     xf = x.astype(_acc(x.dtype))
     r = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return (xf * r * weight.astype(xf.dtype)).astype(x.dtype), r
 
 
-def rmsnorm_backward_jax(x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, **tunables: int):
+def rmsnorm_backward_jax(
+    x: jax.Array, weight: jax.Array, inv_rms: jax.Array, grad_y: jax.Array, *, block_rows: int | None = None
+):
     """-> (dx, dweight) from the forward's saved inv_rms, the backward kernel's math."""
-    del tunables
+    del block_rows
     acc = _acc(x.dtype)
     xf, r = x.astype(acc), inv_rms.astype(acc)
     dy, w = grad_y.astype(acc), weight.astype(acc)

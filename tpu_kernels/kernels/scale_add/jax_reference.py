@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 
 
-def scale_add_jax(x: jax.Array, y: jax.Array, *, alpha: float = 1.0, **tunables: int) -> jax.Array:
+def scale_add_jax(x: jax.Array, y: jax.Array, *, alpha: float = 1.0, block_rows: int | None = None) -> jax.Array:
     """x + alpha * y computed in float32 (float64 stays float64), in the promoted input dtype."""
-    del tunables
+    del block_rows
     dtype = jnp.result_type(x, y)
     acc = jnp.promote_types(dtype, jnp.float32)
     return (x.astype(acc) + alpha * y.astype(acc)).astype(dtype)

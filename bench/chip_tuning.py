@@ -1,0 +1,477 @@
+"""The tuner's v5e predictions against a TPU v5e's measurements, and the cost model fitted to them.
+
+Reads the tuning sweeps a v5e measured (`bench/reports/chip_v5e_tune.json`, written by
+`python -m tpu_kernels.chip --sections tune`: every candidate config of a kernel at a shape, its
+compile verdict and time) and, for every group whose kernel the tuner predicts, asks the tuner
+what it predicts for each measured candidate on chip "v5e" (`tuner.point.predict_config`: the
+refusal and the TPU lowering check that `--chips v5e` prunes with, then the cost model of
+`tuner/predict.py`; on `jax.ShapeDtypeStruct`s, nothing runs). Per group:
+
+- Spearman's rank correlation of predicted and measured time over the candidates that compiled;
+- the measured time of the predicted choice over the measured best, and whether it compiled;
+- the compile verdicts: pruned by the prediction against refused by the chip.
+
+Then the cost model's constants are fitted to the record (`fit`): the per-grid-step overhead and
+the HBM efficiency from the row sweeps, then the MXU efficiency from the matmul sweeps (least
+squares in log time over the compiled candidates), and float32's share of the MXU's bf16 rate from the float32 matmul that
+`bench/reports/chip_v5e.json` ("precision") measured beside bf16 at one shape. The comparison
+is given with the constants before the fit and with the fitted ones (the constants in
+`tuner/predict.py`, which tests/tuning/test_chip_fit.py holds equal to the record's).
+
+The flash-attention template is rendered as `tpu-kernels new` renders it (into a temporary
+folder) and predicted as that op, with its own `tune=`. Backward kernels are listed with the
+reason they are not predicted: they are no tunable ops of their own.
+
+    python bench/chip_tuning.py [--record bench/reports/chip_v5e_tune.json]
+                                [--json bench/reports/chip_v5e_tuning_fit.json] [--tables]
+
+`--tables` also writes the measured v5e table of the shipped matmul beside the kernel
+(`write_tables`): per matmul shape of the record, the fastest config among the op's declared
+candidates.
+
+A plain script: figures are printed and written, never asserted.
+"""
+
+import argparse
+import atexit
+import functools
+import importlib
+import json
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "bench/reports/chip_v5e_tune.json"
+GRID = ROOT / "bench/reports/chip_v5e.json"
+OUT = ROOT / "bench/reports/chip_v5e_tuning_fit.json"
+CHIP = "v5e"
+GOAL = 1.05  # the issue's: the predicted choice within 1.05x of the measured best
+BEFORE = {"STEP_OVERHEAD_S": 0.35e-6, "FLOAT32_MXU_FRACTION": 1 / 3, "MXU_EFFICIENCY": 1.0, "HBM_EFFICIENCY": 1.0}
+"""The cost model's constants before this fit (commit 7a257f4)."""
+
+_DTYPES = {"bf16": "bfloat16", "f32": "float32"}
+
+
+def _op_call(kernel: str, dtype: str, shape: list[int]):
+    """(op, args as ShapeDtypeStructs) of a record's kernel at a shape, or (None, why not)."""
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels import kernels
+
+    dt = jnp.dtype(_DTYPES[dtype])
+    if kernel == "matmul":
+        m, k, n = shape
+        return kernels.matmul, (jax.ShapeDtypeStruct((m, k), dt), jax.ShapeDtypeStruct((k, n), dt))
+    if kernel == "rmsnorm":
+        return kernels.rmsnorm, (jax.ShapeDtypeStruct(tuple(shape), dt), jax.ShapeDtypeStruct(tuple(shape[-1:]), dt))
+    if kernel in ("softmax", "scale_add"):
+        op = getattr(kernels, kernel)
+        n_tensors = sum(p.is_tensor for p in op.signature.params)
+        return op, tuple(jax.ShapeDtypeStruct(tuple(shape), dt) for _ in range(n_tensors))
+    if kernel.endswith("_backward") or kernel.endswith("_fwd_bwd"):
+        return None, "a backward kernel: no tunable op of its own (the forward op's tunables reach it)"
+    if kernel.startswith("template."):
+        op = _template_op(kernel.removeprefix("template."))
+        n_tensors = sum(p.is_tensor for p in op.signature.params)
+        return op, tuple(jax.ShapeDtypeStruct(tuple(shape), dt) for _ in range(n_tensors))
+    return None, f"no op of the toolkit is named {kernel!r}"
+
+
+@functools.cache
+def _template_op(template: str):
+    """The template rendered as `tpu-kernels new` renders it (into a temporary folder, package
+    `chip_fit_<template>`) and imported: its op, with the template's own `tune=`."""
+    from tpu_kernels import scaffold
+
+    dest = Path(tempfile.mkdtemp(prefix="chip_tuning_"))
+    atexit.register(shutil.rmtree, dest, True)
+    name = f"chip_fit_{template}"
+    scaffold.new(name, template, backend="pallas", dest=dest, namespace="chip_fit")
+    sys.path.insert(0, str(dest))
+    return getattr(importlib.import_module(name), name)
+
+
+def predict_groups(rows: list[dict]) -> list[dict]:
+    """Per (group, kernel) of the record: each candidate's chip verdict and time beside the
+    tuner's verdict and the cost model's parts (or why the kernel is not predicted)."""
+    from tpu_kernels.tuner.point import predict_config
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["group"], r["kernel"]), []).append(r)
+    out = []
+    for (group, kernel), cands in groups.items():
+        op, args = _op_call(kernel, cands[0]["dtype"], cands[0]["shape"])
+        g = {"group": group, "kernel": kernel, "dtype": cands[0]["dtype"], "shape": cands[0]["shape"]}
+        if op is None:
+            out.append({**g, "predicted": False, "why": args, "candidates": len(cands)})
+            continue
+        g["candidates"] = []
+        for r in cands:
+            c = predict_config(op, args, dict(r["statics"]), CHIP)
+            chip = r["pallas"]
+            one = {
+                "statics": r["statics"],
+                "chip_compiles": bool(chip.get("compiles")),
+                "chip_error": " ".join((chip.get("error") or "").split())[:160] or None,
+                "measured_s": chip.get("time_s"),
+                "declared": all(op.tunables.check_value(n, v) for n, v in r["statics"].items() if n in op.tunables.names),
+                "status": c.status,
+                "reason": c.reason or None,
+            }
+            p = c.prediction
+            if p is not None:
+                one["parts"] = {
+                    "compute_s": p.compute_s,
+                    "memory_s": p.memory_s,
+                    "prologue_s": p.prologue_s,
+                    "steps": p.steps,
+                    "calls": len(p.kernels),
+                }
+            g["candidates"].append(one)
+        out.append({**g, "predicted": True})
+    return out
+
+
+def seconds(parts: dict, k: dict) -> float:
+    """A candidate's predicted time under the constants `k`, from the parts the model gave
+    under today's constants (tuner/predict.py): single-call kernels only, as the record's are."""
+    from tpu_kernels.tuner import predict
+
+    compute = parts["compute_s"] * predict.MXU_EFFICIENCY / k["MXU_EFFICIENCY"]
+    hbm = predict.HBM_EFFICIENCY / k["HBM_EFFICIENCY"]
+    return max(compute, parts["memory_s"] * hbm) + parts["steps"] * k["STEP_OVERHEAD_S"] + parts["prologue_s"] * hbm
+
+
+def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
+    """Per predicted group, under the constants `k`: the rank correlation, the predicted
+    choice's measured time over the best, its chip verdict, and the verdicts' agreement; with
+    `declared`, among the op's declared candidates only (what `tpu-kernels tune --chips v5e`
+    chooses among), the best being the best of those."""
+    from tpu_kernels.tuner.select import choose_predicted
+
+    out = []
+    for g in groups:
+        if not g["predicted"]:
+            out.append({"group": g["group"], "kernel": g["kernel"], "predicted": False, "why": g["why"]})
+            continue
+        cands = [c for c in g["candidates"] if c["declared"] or not declared]
+        if not any(c["chip_compiles"] for c in cands):
+            out.append({"group": g["group"], "kernel": g["kernel"], "predicted": False,
+                        "why": "no declared candidate of the op among the record's configs compiled"})
+            continue
+        order = list(range(len(cands)))
+        pred = {i: seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
+        ran = [i for i in pred if cands[i]["chip_compiles"]]
+        best = min(c["measured_s"] for c in cands if c["chip_compiles"])
+        choice = choose_predicted(order, pred).config if pred else None
+        chosen = cands[choice] if choice is not None else None
+        out.append({
+            "group": g["group"],
+            "kernel": g["kernel"],
+            "predicted": True,
+            "candidates": len(cands),
+            "chip_compiled": sum(c["chip_compiles"] for c in cands),
+            "spearman": _spearman([pred[i] for i in ran], [cands[i]["measured_s"] for i in ran]),
+            "choice": None if chosen is None else chosen["statics"],
+            "choice_compiles": None if chosen is None else chosen["chip_compiles"],
+            "choice_over_best": (
+                chosen["measured_s"] / best if chosen is not None and chosen["chip_compiles"] else None
+            ),
+            "measured_best": min((c for c in cands if c["chip_compiles"]), key=lambda c: c["measured_s"])["statics"],
+            "kept_but_refused_by_chip": sum("parts" in c and not c["chip_compiles"] for c in cands),
+            "pruned_but_compiled_on_chip": sum(
+                c["status"] in ("refused", "pruned") and c["chip_compiles"] for c in cands
+            ),
+            "pruned_and_refused": sum(c["status"] in ("refused", "pruned") and not c["chip_compiles"] for c in cands),
+        })
+    return out
+
+
+def _spearman(a: list[float], b: list[float]) -> float | None:
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(v: list[float]) -> np.ndarray:
+    """Ranks with ties averaged (Spearman's)."""
+    v = np.asarray(v, dtype=float)
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    r[order] = np.arange(len(v), dtype=float)
+    for x in np.unique(v):
+        tie = v == x
+        r[tie] = r[tie].mean()
+    return r
+
+
+ROW_KERNELS = ("rmsnorm", "softmax", "scale_add")
+
+
+def fit(groups: list[dict]) -> dict:
+    """Least squares in log time, in two stages: the row sweeps (bytes fixed, grid steps
+    varying, no dot) give STEP_OVERHEAD_S (0.01 us grid) and HBM_EFFICIENCY (0.01 grid); with
+    those, the matmul sweeps give MXU_EFFICIENCY (0.01 grid). Compiled, modelled,
+    single-call candidates only."""
+    rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",))
+    effs = np.arange(30, 101) / 100
+    _, step, hbm = min(
+        (_mse(rows, {**BEFORE, "STEP_OVERHEAD_S": s, "HBM_EFFICIENCY": e}), s, e)
+        for s in np.arange(0, 201) * 1e-8
+        for e in effs
+    )
+    _, mxu = min((_mse(mm, {**BEFORE, "STEP_OVERHEAD_S": step, "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": e}), e) for e in effs)
+    k = {**BEFORE, "STEP_OVERHEAD_S": round(float(step), 9), "HBM_EFFICIENCY": round(float(hbm), 2),
+         "MXU_EFFICIENCY": round(float(mxu), 2)}
+    return {
+        "STEP_OVERHEAD_S": k["STEP_OVERHEAD_S"],
+        "HBM_EFFICIENCY": k["HBM_EFFICIENCY"],
+        "MXU_EFFICIENCY": k["MXU_EFFICIENCY"],
+        "row_points": len(rows),
+        "matmul_points": len(mm),
+        "rms_log_error": {"rows": _mse(rows, k) ** 0.5, "matmul": _mse(mm, k) ** 0.5},
+        "rms_log_error_before": {"rows": _mse(rows, BEFORE) ** 0.5, "matmul": _mse(mm, BEFORE) ** 0.5},
+    }
+
+
+def _points(groups: list[dict], kernels: tuple[str, ...]) -> list[tuple[dict, float]]:
+    return [
+        (c["parts"], c["measured_s"])
+        for g in groups
+        if g["predicted"] and g["kernel"] in kernels
+        for c in g["candidates"]
+        if "parts" in c and c["chip_compiles"] and c["parts"]["calls"] == 1
+    ]
+
+
+def _mse(pts: list, k: dict) -> float:
+    return sum(math.log(seconds(p, k) / m) ** 2 for p, m in pts) / len(pts)
+
+
+def float32_fraction(grid_path: Path) -> dict | None:
+    """float32's share of the bf16 MXU rate: a bf16 matmul's time over the float32 one's at
+    "highest" precision (the precision a float32 call of the toolkit's kernels traces at, torch's
+    default), both at their default blocks, both compute-bound, from the chip's grid record."""
+    if not grid_path.exists():
+        return None
+    doc = json.loads(grid_path.read_text())
+    bf16 = {r["id"]: r for r in doc.get("grid", {}).get("rows", [])}
+    f32 = {r["id"]: r for r in doc.get("precision", {}).get("rows", [])}
+    a = bf16.get("matmul/bf16[4096,4096,4096]")
+    b = f32.get("matmul/f32[4096,4096,4096]/precision=highest/traced_at")
+    if not a or not b or not a["pallas"].get("time_s") or not b["pallas"].get("time_s"):
+        return None
+    ratio = a["pallas"]["time_s"] / b["pallas"]["time_s"]
+    return {"from": [a["id"], b["id"]], "bf16_s": a["pallas"]["time_s"], "f32_s": b["pallas"]["time_s"],
+            "FLOAT32_MXU_FRACTION": round(ratio, 3)}
+
+
+def summary(rows: list[dict]) -> dict:
+    done = [r for r in rows if r["predicted"]]
+    within = [r for r in done if r["choice_over_best"] is not None and r["choice_over_best"] <= GOAL]
+    return {
+        "groups_predicted": len(done),
+        "within_goal": len(within),
+        "choice_failed_on_chip": sum(r["choice_compiles"] is False for r in done),
+        "kept_but_refused_by_chip": sum(r["kept_but_refused_by_chip"] for r in done),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| group | kernel | compiled | Spearman | predicted choice | measured best | choice / best | kept, chip refused | pruned, chip compiled |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r["predicted"]:
+            lines.append(f"| {r['group']} | {r['kernel']} | | not predicted: {r['why']} | | | | | |")
+            continue
+        rho = "n/a" if r["spearman"] is None else f"{r['spearman']:.2f}"
+        ratio = "did not compile" if r["choice_compiles"] is False else f"{r['choice_over_best']:.3f}x"
+        lines.append(
+            f"| {r['group']} | {r['kernel']} | {r['chip_compiled']}/{r['candidates']} | {rho} | {_cfg(r['choice'])} "
+            f"| {_cfg(r['measured_best'])} | {ratio} | {r['kept_but_refused_by_chip']} | {r['pruned_but_compiled_on_chip']} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """The fit record as the page shows it (docs/autotuning.md, "Against a TPU v5e"): per group,
+    the choices before and after the fit among all the record's configs and among the op's
+    declared candidates; then each comparison's summary."""
+    runs = doc["comparison"]
+    names = ["before", "fitted", "before, declared candidates", "fitted, declared candidates"]
+    by = {n: {(r["group"], r["kernel"]): r for r in runs[n]["groups"]} for n in names}
+    lines = [
+        "| group | kernel | compiled on the chip | Spearman, before / fitted | choice / best, before / fitted "
+        "| among declared candidates, before / fitted | chip refused: pruned here | pruned here, compiled there |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in by["fitted"].items():
+        if not r["predicted"]:
+            lines.append(f"| {key[0]} | {key[1]} | | not predicted: {r['why']} | | | | |")
+            continue
+        b, d, bd = by["before"][key], by["fitted, declared candidates"].get(key), by["before, declared candidates"].get(key)
+        declared = (
+            f"{_ratio(bd)} / {_ratio(d)}" if d is not None and d["predicted"] else "no declared candidate in the record"
+        )
+        lines.append(
+            f"| {key[0]} | {key[1]} | {r['chip_compiled']}/{r['candidates']} | {_rho(b)} / {_rho(r)} "
+            f"| {_ratio(b)} / {_ratio(r)} | {declared} | {r['pruned_and_refused']} of {r['candidates'] - r['chip_compiled']} "
+            f"| {r['pruned_but_compiled_on_chip']} |"
+        )
+    lines += ["", "| comparison | within 1.05x of the best | predicted choice failed to compile |", "|---|---|---|"]
+    for name, run in runs.items():
+        sm = run["summary"]
+        lines.append(f"| {name} | {sm['within_goal']} of {sm['groups_predicted']} | {sm['choice_failed_on_chip']} |")
+    fit = doc["fit"]
+    lines += [
+        "",
+        f"Fitted: STEP_OVERHEAD_S {fit['STEP_OVERHEAD_S'] * 1e6:g} us and HBM_EFFICIENCY {fit['HBM_EFFICIENCY']:g} from "
+        f"{fit['row_points']} row-sweep points (rms log error {fit['rms_log_error_before']['rows']:.3f} before, "
+        f"{fit['rms_log_error']['rows']:.3f} after); MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} from {fit['matmul_points']} "
+        f"matmul points ({fit['rms_log_error_before']['matmul']:.3f}, {fit['rms_log_error']['matmul']:.3f}); "
+        f"FLOAT32_MXU_FRACTION {doc['float32']['FLOAT32_MXU_FRACTION']:g} from {', '.join(doc['float32']['from'])} "
+        f"(bench/reports/chip_v5e.json). Record: {doc['record']} at {doc['record_commit'][:7]}; "
+        "`python bench/chip_tuning.py` writes bench/reports/chip_v5e_tuning_fit.json.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(r: dict) -> str:
+    return "did not compile" if r["choice_compiles"] is False else f"{r['choice_over_best']:.3f}x"
+
+
+def _rho(r: dict) -> str:
+    return "n/a" if r["spearman"] is None else f"{r['spearman']:.2f}"
+
+
+def _cfg(c: dict | None) -> str:
+    return "none" if c is None else ", ".join(f"{k.removeprefix('block_')}={v}" for k, v in sorted(c.items()))
+
+
+def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Path]:
+    """Measured v5e entries for the shipped matmul, one per matmul group of the record: the
+    fastest config the chip measured among the op's declared candidates (matmul.TUNE; the
+    record's larger blocks outside it are not offered), written by the toolkit's table writer
+    beside the kernel. Row kernels are left out: their code changed since the record's commit."""
+    import torch
+
+    from tpu_kernels import tuning
+    from tpu_kernels.kernels import matmul
+    from tpu_kernels.tuning import lookup
+    from tpu_kernels.tuning import table as tables
+
+    t = matmul.tunables
+    entries = []
+    for group in dict.fromkeys(r["group"] for r in rows if r["kernel"] == "matmul"):
+        cands = [r for r in rows if r["group"] == group and r["kernel"] == "matmul"]
+        offered = [
+            r for r in cands
+            if r["pallas"].get("compiles") and all(t.check_value(n, v) for n, v in r["statics"].items())
+        ]
+        best = min(offered, key=lambda r: r["pallas"]["time_s"])
+        m, k, n = best["shape"]
+        dtype = getattr(torch, _DTYPES[best["dtype"]])
+        args = (torch.empty(m, k, dtype=dtype, device="meta"), torch.empty(k, n, dtype=dtype, device="meta"))
+        shapes, dtypes, bucket = matmul.tuned.key_of(args, {})
+        config = {name: best["statics"][name] for name in t.names}
+        program = matmul.tuned.digest_of(shapes, dtypes, matmul.signature.bind(args, {}), config)
+        fastest = min(r["pallas"]["time_s"] for r in cands if r["pallas"].get("compiles"))
+        entries.append(tuning.Entry(
+            chip=CHIP,
+            dtypes=dtypes,
+            bucket=bucket,
+            toolkit=lookup.toolkit_version(),
+            config=config,
+            source="measured",
+            evidence={
+                "shape": shapes,
+                "program": program,
+                "method": {
+                    "kind": "measured",
+                    "record": str(record.relative_to(ROOT) if record.is_relative_to(ROOT) else record),
+                    "record_commit": commit,
+                    "by": "bench/chip_tuning.py: the fastest of the record's configs among the op's declared candidates",
+                    "note": f"{len(offered)} of the record's {len(cands)} configs are declared candidates; the fastest "
+                    f"measured ({fastest * 1e3:.4g} ms) took {best['pallas']['time_s'] / fastest:.3f}x less than this one",
+                },
+                "candidates": [
+                    {"config": r["statics"], "status": "chosen" if r is best else "measured",
+                     "median_s": float(f"{r['pallas']['time_s']:.4g}")}
+                    for r in offered
+                ],
+            },
+        ))
+    path = lookup.write_path(matmul.name, matmul.tuned.home)
+    tables.write(path, matmul.name, t.space(), entries)
+    return [path]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", type=Path, default=RECORD)
+    ap.add_argument("--grid", type=Path, default=GRID)
+    ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--tables", action="store_true", help="write the measured v5e matmul table beside the kernel")
+    a = ap.parse_args(argv)
+    from tpu_kernels.tuner import predict
+
+    record = json.loads(a.record.read_text())
+    groups = predict_groups(record["tune"]["rows"])
+    fitted = fit(groups)
+    f32 = float32_fraction(a.grid)
+    now = {n: getattr(predict, n) for n in predict.FITTED}
+    fitted_k = {**now, **{n: fitted[n] for n in ("STEP_OVERHEAD_S", "MXU_EFFICIENCY", "HBM_EFFICIENCY")}}
+    if f32:
+        fitted_k["FLOAT32_MXU_FRACTION"] = f32["FLOAT32_MXU_FRACTION"]
+    settings = {  # name: (constants, among the declared candidates only)
+        "before": (BEFORE, False),
+        "fitted": (fitted_k, False),
+        "before, declared candidates": (BEFORE, True),
+        "fitted, declared candidates": (fitted_k, True),
+    }
+    for n in predict.FITTED:  # each fitted constant alone, the others as before: what moves the choices
+        settings[f"before, {n} fitted only, declared candidates"] = ({**BEFORE, n: fitted_k[n]}, True)
+    runs = {name: compare(groups, k, declared) for name, (k, declared) in settings.items()}
+    for name, rows in runs.items():
+        print(f"\n### {name}: {json.dumps({n: settings[name][0][n] for n in predict.FITTED})}")
+        print(table(rows))
+        print(json.dumps(summary(rows)))
+    print("\nfit:", json.dumps(fitted), "\nfloat32:", json.dumps(f32))
+    doc = {
+        "format": "tpu_kernels.chip_tuning_fit/1",
+        "chip": CHIP,
+        "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
+        "record_commit": record["meta"].get("commit"),
+        "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
+        "fit": fitted,
+        "float32": f32,
+        "constants": {"before": BEFORE, "fitted": fitted_k, "in_code": now},
+        "comparison": {
+            name: {"constants": settings[name][0], "declared_only": settings[name][1], "summary": summary(rows),
+                   "groups": rows}
+            for name, rows in runs.items()
+        },
+        "candidates": groups,
+    }
+    a.json.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nwritten: {a.json}")
+    if a.tables:
+        for path in write_tables(record["tune"]["rows"], a.record, record["meta"].get("commit")):
+            print(f"written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

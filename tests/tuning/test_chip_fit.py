@@ -1,0 +1,90 @@
+"""The cost model against a TPU v5e: the constants in tuner/predict.py are the ones the committed
+fit record (bench/reports/chip_v5e_tuning_fit.json, by bench/chip_tuning.py) says were fitted,
+and the measured v5e matmul table committed beside the kernel loads through the lookup."""
+
+import copy
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpu_kernels.kernels import matmul
+from tpu_kernels.tuner import predict
+from tpu_kernels.tuning import lookup
+
+from ..helpers import ROOT, load_bench_script
+
+FIT = json.loads((ROOT / "bench/reports/chip_v5e_tuning_fit.json").read_text())
+TABLE = ROOT / "tpu_kernels/kernels/matmul/tpu_kernels.matmul.tuning.json"
+
+
+@pytest.mark.parametrize("name", predict.FITTED)
+def test_the_cost_models_constants_are_the_fitted_ones(name):
+    assert getattr(predict, name) == FIT["constants"]["fitted"][name], (
+        f"predict.{name} differs from bench/reports/chip_v5e_tuning_fit.json; rerun bench/chip_tuning.py"
+    )
+    assert FIT["constants"]["in_code"][name] == FIT["constants"]["fitted"][name]  # the comparison ran with them
+
+
+def test_the_record_states_the_fit_and_its_residuals():
+    fit = FIT["fit"]
+    for part in ("rows", "matmul"):  # the fit lowered the residual it was fitted on
+        assert fit["rms_log_error"][part] < fit["rms_log_error_before"][part]
+    assert FIT["float32"]["FLOAT32_MXU_FRACTION"] == FIT["constants"]["fitted"]["FLOAT32_MXU_FRACTION"]
+    summary = FIT["comparison"]["fitted"]["summary"]
+    assert summary["choice_failed_on_chip"] == 0 and summary["kept_but_refused_by_chip"] == 0
+
+
+def test_a_matmul_candidates_prediction_is_the_records():
+    """predict_config on ShapeDtypeStructs gives what the record says for one of its candidates:
+    the record is the output of this code, not of an older model."""
+    from tpu_kernels.tuner.point import predict_config
+
+    group = next(g for g in FIT["candidates"] if g["group"] == "matmul/bf16[2048,2048,2048]")
+    cand = next(c for c in group["candidates"] if c["statics"] == {"block_k": 512, "block_m": 1024, "block_n": 1024})
+    a = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
+    c = predict_config(matmul, (a, a), cand["statics"], "v5e")
+    assert c.status == "predicted"
+    for k in ("compute_s", "memory_s", "prologue_s", "steps"):
+        assert getattr(c.prediction, k) == pytest.approx(cand["parts"][k], rel=1e-9)
+
+
+@pytest.mark.parametrize("m,k,n", [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 14336), (16, 4096, 14336)])
+def test_the_measured_v5e_matmul_table_is_served_on_a_v5e(m, k, n):
+    args = (torch.empty(m, k, dtype=torch.bfloat16, device="meta"), torch.empty(k, n, dtype=torch.bfloat16, device="meta"))
+    tuned = matmul.tuned
+    assert TABLE in tuned.paths()
+    entries = lookup.entries_for(matmul.name, tuned.paths())  # read with the declared candidates' types checked
+    shapes, dtypes, bucket = tuned.key_of(args, {})
+    entry, how = tuned.current(entries, "v5e", dtypes, bucket, matmul.signature.bind(args, {}))
+    assert how == "exact" and entry is not None  # and its program digest is the kernel's now
+    assert entry.source == "measured" and entry.evidence["method"]["record"] == "bench/reports/chip_v5e_tune.json"
+    assert all(tuned.tunables.check_value(name, v) for name, v in entry.config.items())
+    times = {json.dumps(c["config"], sort_keys=True): c["median_s"] for c in entry.evidence["candidates"]}
+    assert times[json.dumps(dict(entry.config), sort_keys=True)] == min(times.values())
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    step_us=st.integers(5, 150).map(lambda n: n / 100),
+    hbm=st.integers(50, 100).map(lambda n: n / 100),
+    mxu=st.integers(50, 100).map(lambda n: n / 100),
+)
+def test_the_fit_recovers_constants_that_made_the_times(step_us, hbm, mxu):
+    """bench/chip_tuning.py's fit, on the record's candidates with times made by known constants
+    (on its grid): it finds them, so a fitted value is the data's and not the procedure's."""
+    script = load_bench_script("chip_tuning")
+    truth = {**script.BEFORE, "STEP_OVERHEAD_S": round(step_us * 1e-6, 9), "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": mxu}
+    groups = copy.deepcopy(FIT["candidates"])
+    for g in groups:
+        for c in g.get("candidates", []) if g["predicted"] else []:
+            if "parts" in c:
+                c["measured_s"] = script.seconds(c["parts"], truth)
+    fit = script.fit(groups)
+    assert fit["STEP_OVERHEAD_S"] == pytest.approx(truth["STEP_OVERHEAD_S"], abs=1e-9)
+    assert (fit["HBM_EFFICIENCY"], fit["MXU_EFFICIENCY"]) == (hbm, mxu)
+    assert fit["rms_log_error"]["rows"] < 1e-9 and fit["rms_log_error"]["matmul"] < 1e-9
