@@ -154,3 +154,15 @@ def test_the_check_agrees_with_the_chips_record(calls):
     assert result["calls"] >= 300
     assert not result["false_passes"], [r.describe() for r in result["false_passes"]]
     assert result["agreement"] >= 0.99
+
+
+def test_the_runners_own_corpus_record_loads_as_a_chip_record(tmp_path):
+    """`python -m tpu_kernels.chip --sections corpus --out bench/reports/chip_corpus_v5e.json`
+    writes the runner's record shape; the check's calibration reads it as {"chip", "calls"}."""
+    import json
+
+    rows = [{"id": "copy/bf16[1024,4096]/block_rows=512", "compiles": False, "error": "E1001"}]
+    path = tmp_path / "chip_corpus_v5e.json"
+    path.write_text(json.dumps({"meta": {"device_kind": "TPU v5 lite", "jax": "0.10.2"}, "corpus": {"rows": rows}}))
+    record = chip_record.load(path)
+    assert record["chip"] == "v5e" and record["calls"] == rows

@@ -66,7 +66,14 @@ class Row:
 
 
 def load(path: Path) -> dict:
+    """A chip corpus record: {"chip", "calls": [...]}, or the chip runner's own record of
+    `python -m tpu_kernels.chip --sections corpus --out bench/reports/chip_corpus_v5e.json`
+    ({"meta": ..., "corpus": {"rows": [...]}}), read as the former."""
     record = json.loads(path.read_text())
+    if "calls" not in record and isinstance(record.get("corpus", {}).get("rows"), list):
+        kind = record.get("meta", {}).get("device_kind", "")
+        record = {"chip": "v5e" if "v5" in kind and "lite" in kind else kind, "jax": record.get("meta", {}).get("jax"),
+                  "calls": record["corpus"]["rows"]}
     if not isinstance(record.get("calls"), list):
         raise ValueError(f"{path}: a chip corpus record has a 'calls' list of {{id, compiles, error}}.")
     return record
