@@ -134,3 +134,14 @@ def test_default_rmsnorm_matches_float64_at_a_wide_row():
     y = rmsnorm(x, w)
     ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
     np.testing.assert_allclose(y.double().numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_too_wide_for_the_budget_still_run_by_default():
+    """rmsnorm has no column-tiled path: rows past the budget even one tile at a time take one
+    tile with the limit raised to the cap, and are right (a CPU ran them before the budget
+    existed; refusing them would turn a right answer into an error)."""
+    x, w = rand(13, 131072), rand(131072)
+    assert _blocks.auto_rows(13, 131072, 4, rms.FORWARD) is None
+    y = rmsnorm(x, w)
+    ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    np.testing.assert_allclose(y.double().numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)

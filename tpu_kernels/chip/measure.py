@@ -105,18 +105,12 @@ def normwise(y: Any, ref: np.ndarray) -> float:
     return num / den if den else num
 
 
-def host(a: Any) -> np.ndarray:
-    """A device array as float64 on the host."""
-    return np.asarray(jax.device_get(a)).astype(np.float64)
-
-
 __all__ = [
     "PEAKS",
     "calls_for",
     "compile_fn",
     "dispatch_floor",
     "error_text",
-    "host",
     "normwise",
     "peaks",
     "time_calls",

@@ -55,6 +55,11 @@ def _randn(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.
     return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(DTYPES[dtype])
 
 
+def _two(rows: int, d: int, dt: str) -> Callable[[np.random.Generator], tuple]:
+    """Inputs of an elementwise point: two fresh [rows, d] arrays."""
+    return lambda rng: (_randn(rng, (rows, d), dt), _randn(rng, (rows, d), dt))
+
+
 def _f64(a: Any) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
 
@@ -207,16 +212,13 @@ def _scale_add_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
         for dt in dtypes:
             n, it = rows * d, _itemsize(dt)
 
-            def make(rng, rows=rows, d=d, dt=dt):
-                return _randn(rng, (rows, d), dt), _randn(rng, (rows, d), dt)
-
             def check(inputs, out):
                 x, y = map(_f64, inputs)
                 return _err(out, x + 0.5 * y)
 
             points.append(
                 Point(
-                    f"scale_add/{dt}[{rows},{d}]", "rows", "scale_add", dt, (rows, d), make,
+                    f"scale_add/{dt}[{rows},{d}]", "rows", "scale_add", dt, (rows, d), _two(rows, d, dt),
                     functools.partial(h.pallas.scale_add, alpha=0.5, **statics),
                     {"xla": functools.partial(h.jax_reference.scale_add_jax, alpha=0.5)}, check,
                     2 * n, 3 * n * it, dict(statics),
@@ -360,9 +362,6 @@ def _template_points(shapes_rows, mm_shapes, dtypes) -> list[Point]:
         for dt in dtypes:
             n, it = rows * d, _itemsize(dt)
 
-            def make2(rng, rows=rows, d=d, dt=dt):
-                return _randn(rng, (rows, d), dt), _randn(rng, (rows, d), dt)
-
             def check_ew(inputs, out):
                 x, y = map(_f64, inputs)
                 return _err(out, 0.5 * x + y)
@@ -372,7 +371,7 @@ def _template_points(shapes_rows, mm_shapes, dtypes) -> list[Point]:
                 return (0.5 * x.astype(acc) + y.astype(acc)).astype(x.dtype)
 
             points.append(Point(f"template.elementwise/{dt}[{rows},{d}]", "template", "template.elementwise", dt,
-                                (rows, d), make2, functools.partial(ew.elementwise, alpha=0.5), {"xla": ew_xla},
+                                (rows, d), _two(rows, d, dt), functools.partial(ew.elementwise, alpha=0.5), {"xla": ew_xla},
                                 check_ew, 2 * n, 3 * n * it))
 
             def make_rr(rng, rows=rows, d=d, dt=dt):

@@ -174,12 +174,6 @@ def headline(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def corpus_summary(record: dict[str, Any]) -> str:
-    rows = record.get("corpus", {}).get("rows", [])
-    refused = sum(not r["compiles"] for r in rows)
-    return f"{len(rows)} calls compiled on the chip: {len(rows) - refused} compile, {refused} refused."
-
-
 def provenance(record: dict[str, Any]) -> str:
     m = record["meta"]
     return (f"_Measured by `python -m tpu_kernels.chip` on one {m['device_kind']} (JAX {m['jax']}, Python {m['python']}), "

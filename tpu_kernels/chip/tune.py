@@ -79,9 +79,4 @@ def attention_sweep(shapes: list[tuple[int, int, int, int, bool]], dt: str = "bf
     return out
 
 
-def best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    ok = [r for r in rows if r["pallas"].get("time_s")]
-    return min(ok, key=lambda r: r["pallas"]["time_s"]) if ok else None
-
-
-__all__ = ["attention_sweep", "best", "matmul_configs", "matmul_sweep", "row_sweep"]
+__all__ = ["attention_sweep", "matmul_configs", "matmul_sweep", "row_sweep"]

@@ -93,16 +93,13 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint) -> i
 
 def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int | None, footprint: RowFootprint) -> int:
     """`block_rows` as given (rounded to the sublane multiple, capped at the rows), or the
-    default; refuses a block whose VMEM need passes what a shipped kernel may ask for."""
+    default; refuses a given block whose VMEM need passes what a shipped kernel may ask for."""
     if block_rows is None:
         br = auto_rows(rows, cols, itemsize, footprint)
-        if br is None:
-            raise ValueError(
-                f"{op}: rows of {cols} elements are too wide for whole-row blocks in VMEM "
-                f"({footprint.need(rows_tile(itemsize), cols, itemsize) / _vmem.MIB:.1f} MiB for "
-                f"{rows_tile(itemsize)} rows)."
-            )
-        return br
+        # rows too wide for the budget even one tile at a time: one tile, with the scoped limit
+        # raised as far as the cap allows (`row_params`). The CPU runs it as before; a TPU whose
+        # VMEM cannot hold it says so when it compiles (softmax tiles its columns instead).
+        return min(rows, rows_tile(itemsize)) if br is None else br
     br = row_block(rows, block_rows)
     need = footprint.need(br, cols, itemsize)
     if not export.is_symbolic_dim(need) and not _vmem.fits(need):
