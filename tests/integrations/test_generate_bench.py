@@ -260,21 +260,27 @@ def test_thread_cpu_time_sees_a_busy_thread_of_this_process(generate):
     if not step.thread_cpu_s():
         pytest.skip("no /proc/self/task on this system")
     ids: list[int] = []
+    read = threading.Event()
 
     def busy() -> None:
         ids.append(threading.get_native_id())
         end = time.thread_time() + 0.05
         while time.thread_time() < end:
             pass
+        # stay alive until the reader is done: its stat file goes with the thread, and under
+        # load the reader may first get the GIL only after the busy loop (flaky before)
+        read.wait(timeout=10)
 
     before = step.thread_cpu_s()
     worker = threading.Thread(target=busy)
     worker.start()
     during = None
-    while worker.is_alive():  # read while the thread lives: its stat file goes with it
-        during = step.thread_cpu_s() or during
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        during = step.thread_cpu_s()
         if ids and ids[0] in during and during[ids[0]][1] > 0:
             break
+    read.set()
     worker.join()
     assert threading.get_native_id() in before
     assert ids[0] not in before and during is not None and during[ids[0]][1] > 0
