@@ -38,6 +38,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--merge", action="store_true", help="keep the record's other sections")
     ap.add_argument("--commit", default=os.environ.get("TPU_KERNELS_COMMIT", ""), help="the commit measured")
     ap.add_argument("--statics", default="", help='JSON: kernel defaults to override, e.g. {"matmul": {"block_m": 256}}')
+    ap.add_argument("--tune", default="", help="the tuning groups to run, in this order: comma-separated "
+                    "substrings of their labels (e.g. 'matmul/f32,softmax/'); all when empty")
     ap.add_argument("--label", default="", help="a name for this run in the record (e.g. before, after)")
     return ap.parse_args(argv)
 
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                            "quick": args.quick, "interpret": args.interpret})
     statics = json.loads(args.statics) if args.statics else {}
     context = run_sections.Context(peaks=peaks, floor_s=floor_s, rounds=args.rounds, deadline=deadline,
-                                   quick=args.quick, statics=statics, grid=tuple(args.grid.split(",")))
+                                   quick=args.quick, statics=statics, grid=tuple(args.grid.split(",")),
+                                   tune_only=tuple(t for t in args.tune.split(",") if t))
     for name in sections:
         t0 = time.monotonic()
         print(f"== {name}", flush=True)

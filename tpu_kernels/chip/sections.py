@@ -24,6 +24,7 @@ class Context:
     quick: bool = False
     statics: dict = field(default_factory=dict)
     grid: tuple = ("rows", "matmul", "attention", "template")
+    tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
 
 
 def grid(ctx: Context) -> list[dict[str, Any]]:
@@ -84,13 +85,17 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
         groups += tuning.attention_sweep([(1, 1, 256, 128, True)])
     else:
         groups = tuning.matmul_sweep([(4096, 4096, 4096, "bf16"), (8192, 4096, 14336, "bf16"),
-                                      (2048, 2048, 2048, "bf16"), (16, 4096, 14336, "bf16")])
+                                      (2048, 2048, 2048, "bf16"), (16, 4096, 14336, "bf16"),
+                                      (64, 14336, 4096, "bf16")])
         groups += tuning.attention_sweep([(1, 8, 4096, 128, True), (1, 8, 2048, 128, False)])
         groups += tuning.row_sweep([("rmsnorm", 8192, 4096, "bf16"), ("softmax", 4096, 4096, "f32"),
                                     ("rmsnorm", 8192, 4096, "f32"), ("softmax", 4096, 4096, "bf16"),
                                     ("scale_add", 4096, 4096, "f32"), ("softmax", 512, 32768, "f32"),
                                     ("rmsnorm", 4096, 14336, "bf16")])
         groups += tuning.matmul_sweep([(4096, 4096, 4096, "f32")])
+    if ctx.tune_only:
+        groups = [(label, cands) for label, cands in groups if any(s in label for s in ctx.tune_only)]
+        groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
     rows = []
     for label, cands in groups:
         for i, p in enumerate(cands):

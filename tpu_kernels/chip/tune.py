@@ -22,15 +22,25 @@ LARGE_BLOCKS = [
 ]
 
 
+
+def decode_blocks(m: int, k: int, n: int) -> list[tuple[int, int, int]]:
+    """Where M is a decode batch (<= 64) the weight's read is the whole cost: blocks that read
+    it in long contiguous runs (all of N per row, or 4096 of it) and few grid steps."""
+    if m > 64:
+        return []
+    return [(256, n, 128), (256, n, 256), (256, n, 512), (256, 4096, 512), (256, 4096, 1024),
+            (256, 4096, 2048), (256, 2048, 2048), (256, 1024, 4096)]
+
+
 def matmul_configs(m: int, k: int, n: int, itemsize: int) -> list[dict[str, int]]:
-    """The op's tuning space and `LARGE_BLOCKS`, less those whose buffers pass the 48 MiB a
-    shipped kernel may raise its limit to; blocks past a dimension collapse to it, so
-    duplicates are dropped."""
+    """The op's tuning space, `LARGE_BLOCKS` and (for decode shapes) `decode_blocks`, less
+    those whose buffers pass the 48 MiB a shipped kernel may raise its limit to; blocks past a
+    dimension collapse to it, so duplicates are dropped."""
     _vmem = load.shared("_vmem")
     mm = load.family("matmul").pallas
     space = [(bm, bn, bk) for bm in mm.TUNE["block_m"] for bn in mm.TUNE["block_n"] for bk in mm.TUNE["block_k"]]
     seen, configs = set(), []
-    for bm, bn, bk in space + LARGE_BLOCKS:
+    for bm, bn, bk in space + LARGE_BLOCKS + decode_blocks(m, k, n):
         em, en, ek = min(bm, m), min(bn, n), min(bk, k)
         if (em, en, ek) in seen or not _vmem.fits(mm.vmem_need(em, en, ek, itemsize)):
             continue
