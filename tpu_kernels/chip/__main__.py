@@ -104,11 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in sections:
         t0 = time.monotonic()
         print(f"== {name}", flush=True)
-        result = getattr(run_sections, name)(context)
         key = f"{name}:{args.label}" if args.label else name
-        record[key] = {"rows": result, "seconds": round(time.monotonic() - t0, 1), "commit": args.commit}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+
+        def save(rows: list, key: str = key, t0: float = t0) -> None:
+            record[key] = {"rows": rows, "seconds": round(time.monotonic() - t0, 1), "commit": args.commit}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+
+        context.save = save
+        save(getattr(run_sections, name)(context))
     print(f"== wrote {out} in {time.monotonic() - start:.0f} s", flush=True)
     return 0
 

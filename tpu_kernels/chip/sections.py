@@ -25,6 +25,7 @@ class Context:
     statics: dict = field(default_factory=dict)
     grid: tuple = ("rows", "matmul", "attention", "template")
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
+    save: Any = None  # save(rows): write the section's rows so far into the record (a long run keeps them)
 
 
 def grid(ctx: Context) -> list[dict[str, Any]]:
@@ -119,7 +120,11 @@ def corpus(ctx: Context) -> list[dict[str, Any]]:
         if time.monotonic() > ctx.deadline:
             print("  stopped at the time budget", flush=True)
             break
+        print(f"  {c.id}", end=" ", flush=True)
         rows.append(calls.compile_verdict(c))
+        print(f"{'compiles' if rows[-1]['compiles'] else 'REFUSED'} {rows[-1]['compile_s']:.1f} s", flush=True)
+        if ctx.save is not None and len(rows) % 25 == 0:
+            ctx.save(rows)
     failed = sum(not r["compiles"] for r in rows)
     print(f"  {len(rows)} calls compiled: {len(rows) - failed} compile, {failed} refused", flush=True)
     return rows
