@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from jax.experimental.pallas import tpu as pltpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,60 @@ def test_wide_rows_take_the_column_tiled_softmax_and_match_float64(shape, dtype)
     dx = softmax.backward_op(y, dy)
     ref_dx = y.double() * (dy.double() - (dy.double() * y.double()).sum(-1, keepdim=True))
     torch.testing.assert_close(dx.double(), ref_dx, atol=tol * ref_dx.abs().max().item() * 4, rtol=tol)
+
+
+def _grids(fn, *specs) -> list[tuple]:
+    from tpu_kernels.check.vmem import traced_pallas_calls
+
+    return [tuple(eqn.params["grid_mapping"].grid) for eqn in traced_pallas_calls(fn, *specs)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(512, 131072), (256, 262144)], ids=str)
+def test_vocabulary_rows_are_read_once_where_a_row_tile_fits_vmem(shape, dtype):
+    """A tile of vocabulary rows fits VMEM in its own dtype: one staged kernel, grid (row tiles,
+    2 phases, column blocks), that reads each input block once (on a v5e the two-pass kernels
+    ran at 52-55% of HBM peak here: bench/reports/chip_v5e.json)."""
+    x = jax.ShapeDtypeStruct(shape, dtype)
+    for fn, specs in ((sm.softmax, (x,)), (sm.softmax_backward, (x, x))):
+        (grid,) = _grids(fn, *specs)
+        assert len(grid) == 3 and grid[1] == 2, grid
+        assert _vmem.fits(sm._staged_need(*sm._wide_blocks(*shape, x.dtype.itemsize), grid[2],
+                                          x.dtype.itemsize, fn is sm.softmax_backward))
+
+
+def test_rows_too_wide_to_stage_take_two_passes():
+    x = jax.ShapeDtypeStruct((8, 2**22), "float32")  # 128 MiB a tile of rows
+    assert [len(g) for g in _grids(sm.softmax, x)] == [2, 2]
+    assert [len(g) for g in _grids(sm.softmax_backward, x, x)] == [2, 2]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    rows=st.integers(1, 20),
+    cols=st.integers(129, 6000),
+    block_cols=st.sampled_from([128, 256, 1024]),
+    dtype=st.sampled_from(["float32", "bfloat16"]),
+    staged=st.booleans(),
+)
+def test_both_column_tiled_paths_match_float64(rows, cols, block_cols, dtype, staged):
+    """The staged and the two-pass kernels at small widths with several (and partial) column
+    blocks, forward and backward, against float64."""
+    rng = np.random.default_rng(rows * 7919 + cols)
+    x = jnp.asarray(rng.standard_normal((rows, cols), np.float32) * 3, dtype)
+    dy = jnp.asarray(rng.standard_normal((rows, cols), np.float32), dtype)
+    br = min(rows, _blocks.rows_tile(x.dtype.itemsize))
+    path = sm._staged if staged else sm._two_pass
+    with pltpu.force_tpu_interpret_mode(True):
+        y = path([x], x.dtype, False, br, block_cols)
+        dx = path([y, dy], x.dtype, True, br, block_cols)
+    x64, y64, dy64 = (np.asarray(a, np.float64) for a in (x, y, dy))
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+    ref_dx = y64 * (dy64 - (dy64 * y64).sum(-1, keepdims=True))
+    tol = 2e-6 if dtype == "float32" else 2e-2
+    assert np.linalg.norm(y64 - ref) <= tol * np.linalg.norm(ref)
+    assert np.linalg.norm(np.asarray(dx, np.float64) - ref_dx) <= tol * np.linalg.norm(ref_dx) * 4
 
 
 def test_wide_softmax_lowers_for_tpu():
