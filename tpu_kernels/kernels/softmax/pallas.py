@@ -123,7 +123,10 @@ def _masked(x, j, block_cols: int, cols: int, fill):
 
 def _stats_kernel(x_ref, m_ref, l_ref, *, block_cols: int, cols: int):
     """Running max and sum of exp(x - max) of each row over its column blocks (axis 1)."""
-    j = pl.program_id(1)
+    _stats_update(x_ref, m_ref, l_ref, pl.program_id(1), block_cols, cols)
+
+
+def _stats_update(x_ref, m_ref, l_ref, j, block_cols: int, cols: int):
 
     @pl.when(j == 0)
     def _init():
@@ -144,7 +147,10 @@ def _normalize_kernel(x_ref, m_ref, l_ref, o_ref):
 
 def _dot_kernel(y_ref, dy_ref, s_ref, *, block_cols: int, cols: int):
     """Each row's sum of dy * y over its column blocks (axis 1)."""
-    j = pl.program_id(1)
+    _dot_update(y_ref, dy_ref, s_ref, pl.program_id(1), block_cols, cols)
+
+
+def _dot_update(y_ref, dy_ref, s_ref, j, block_cols: int, cols: int):
 
     @pl.when(j == 0)
     def _init():
@@ -160,11 +166,16 @@ def _wide_bwd_kernel(y_ref, dy_ref, s_ref, dx_ref):
     dx_ref[...] = (y * (dy - s_ref[...])).astype(dx_ref.dtype)
 
 
+def _flat(arrays: list[jax.Array]) -> tuple[list[jax.Array], int, int]:
+    """The inputs as (rows, cols), and rows and cols."""
+    cols = arrays[0].shape[-1]
+    flat = [a.reshape(-1, cols) for a in arrays]
+    return flat, flat[0].shape[0], cols
+
+
 def _two_pass(arrays: list[jax.Array], out_dtype, backward: bool, br: int, bc: int) -> jax.Array:
     shape = arrays[0].shape
-    cols = shape[-1]
-    flat = [a.reshape(-1, cols) for a in arrays]
-    rows = flat[0].shape[0]
+    flat, rows, cols = _flat(arrays)
     itemsize = jnp.dtype(out_dtype).itemsize
     acc = _acc(out_dtype)
     grid = (pl.cdiv(rows, br), pl.cdiv(cols, bc))
@@ -226,26 +237,18 @@ def _staged_need(br: int, bc: int, nj: int, itemsize: int, backward: bool) -> in
 
 
 def _staged_fwd_kernel(x_ref, o_ref, xs_ref, m_ref, l_ref, *, block_cols: int, cols: int):
+    """Phase 0: keep the column block, update the row statistics; phase 1: the output block
+    from the kept copy (the two-pass kernels' bodies, on the grid's third axis)."""
     p, j = pl.program_id(1), pl.program_id(2)
 
     @pl.when(p == 0)
     def _read():
-        @pl.when(j == 0)
-        def _init():
-            m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
-            l_ref[...] = jnp.zeros_like(l_ref)
-
         xs_ref[j] = x_ref[...]
-        x = _masked(x_ref[...].astype(m_ref.dtype), j, block_cols, cols, -jnp.inf)
-        m_old = m_ref[...]
-        m_new = jnp.maximum(m_old, jnp.max(x, axis=-1, keepdims=True))
-        l_ref[...] = l_ref[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(x - m_new), axis=-1, keepdims=True)
-        m_ref[...] = m_new
+        _stats_update(x_ref, m_ref, l_ref, j, block_cols, cols)
 
     @pl.when(p == 1)
     def _write():
-        x = xs_ref[j].astype(m_ref.dtype)
-        o_ref[...] = (jnp.exp(x - m_ref[...]) / l_ref[...]).astype(o_ref.dtype)
+        _normalize_kernel(xs_ref.at[j], m_ref, l_ref, o_ref)
 
 
 def _staged_bwd_kernel(y_ref, dy_ref, dx_ref, ys_ref, dys_ref, s_ref, *, block_cols: int, cols: int):
@@ -253,26 +256,18 @@ def _staged_bwd_kernel(y_ref, dy_ref, dx_ref, ys_ref, dys_ref, s_ref, *, block_c
 
     @pl.when(p == 0)
     def _read():
-        @pl.when(j == 0)
-        def _init():
-            s_ref[...] = jnp.zeros_like(s_ref)
-
         ys_ref[j] = y_ref[...]
         dys_ref[j] = dy_ref[...]
-        prod = y_ref[...].astype(s_ref.dtype) * dy_ref[...].astype(s_ref.dtype)
-        s_ref[...] += jnp.sum(_masked(prod, j, block_cols, cols, 0.0), axis=-1, keepdims=True)
+        _dot_update(y_ref, dy_ref, s_ref, j, block_cols, cols)
 
     @pl.when(p == 1)
     def _write():
-        y, dy = ys_ref[j].astype(s_ref.dtype), dys_ref[j].astype(s_ref.dtype)
-        dx_ref[...] = (y * (dy - s_ref[...])).astype(dx_ref.dtype)
+        _wide_bwd_kernel(ys_ref.at[j], dys_ref.at[j], s_ref, dx_ref)
 
 
 def _staged(arrays: list[jax.Array], out_dtype, backward: bool, br: int, bc: int) -> jax.Array:
     shape = arrays[0].shape
-    cols = shape[-1]
-    flat = [a.reshape(-1, cols) for a in arrays]
-    rows = flat[0].shape[0]
+    flat, rows, cols = _flat(arrays)
     itemsize = jnp.dtype(out_dtype).itemsize
     acc = _acc(out_dtype)
     nj = pl.cdiv(cols, bc)
