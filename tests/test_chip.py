@@ -99,3 +99,22 @@ def test_the_matmul_defaults_are_the_sweeps_fast_configs():
         xla = next(r["xla"]["time_s"] for r in rows if "xla" in r)
         ours = next(r for r in rows if r["statics"] == {"block_m": bm, "block_n": bn, "block_k": bk})
         assert xla / ours["pallas"]["time_s"] >= 0.95, group
+
+
+def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
+    """`--update` (tpu_kernels/chip/records.py): a re-measured row replaces its old one in place,
+    a new id is appended, the other rows keep theirs, and every row names its commit."""
+    from tpu_kernels.chip import records
+
+    old = {"meta": {"commit": "aaa"}, "grid": {"commit": "aaa", "seconds": 5, "rows": [
+        {"id": "x", "v": 1}, {"id": "y", "v": 2}]}}
+    new = {"meta": {"commit": "bbb"}, "grid": {"commit": "bbb", "seconds": 1, "rows": [
+        {"id": "y", "v": 3}, {"id": "z", "v": 4}]}, "layer": {"commit": "bbb", "rows": [{"id": "l"}]}}
+    into, source = tmp_path / "into.json", tmp_path / "new.json"
+    into.write_text(json.dumps(old))
+    source.write_text(json.dumps(new))
+    merged = records.merge(into, source)
+    assert [(r["id"], r.get("v"), r["commit"]) for r in merged["grid"]["rows"]] == [
+        ("x", 1, "aaa"), ("y", 3, "bbb"), ("z", 4, "bbb")]
+    assert records.commits(merged) == {"aaa": 1, "bbb": 3}
+    assert merged["meta"]["runs"][-1]["commit"] == "bbb" and json.loads(into.read_text()) == merged

@@ -36,6 +36,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per function (min is kept)")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds; sections stop starting points after it")
     ap.add_argument("--merge", action="store_true", help="keep the record's other sections")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the record, and replace only the rows measured now, by id (tpu_kernels/chip/records.py)")
+    ap.add_argument("--only", default="", help="grid points whose id matches this regular expression (all if empty)")
     ap.add_argument("--commit", default=os.environ.get("TPU_KERNELS_COMMIT", ""), help="the commit measured")
     ap.add_argument("--statics", default="", help='JSON: kernel defaults to override, e.g. {"matmul": {"block_m": 256}}')
     ap.add_argument("--tune", default="", help="the tuning groups to run, in this order: comma-separated "
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from tpu_kernels.chip import measure, sections as run_sections
+    from tpu_kernels.chip import measure, records, sections as run_sections
 
     start = time.monotonic()
     deadline = start + args.budget
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
           f"dispatch floor {floor_s * 1e6:.0f} us", flush=True)
     out = Path(args.out)
     record: dict[str, Any] = {}
-    if args.merge and out.exists():
+    if (args.merge or args.update) and out.exists():
         record = json.loads(out.read_text())
     record.setdefault("meta", {}).update(meta)
     record["meta"].update({"commit": args.commit, "dispatch_floor_s": floor_s, "peaks": peaks,
@@ -100,14 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     statics = json.loads(args.statics) if args.statics else {}
     context = run_sections.Context(peaks=peaks, floor_s=floor_s, rounds=args.rounds, deadline=deadline,
                                    quick=args.quick, statics=statics, grid=tuple(args.grid.split(",")),
-                                   tune_only=tuple(t for t in args.tune.split(",") if t))
+                                   tune_only=tuple(t for t in args.tune.split(",") if t), only=args.only)
     for name in sections:
         t0 = time.monotonic()
         print(f"== {name}", flush=True)
         key = f"{name}:{args.label}" if args.label else name
 
-        def save(rows: list, key: str = key, t0: float = t0) -> None:
-            record[key] = {"rows": rows, "seconds": round(time.monotonic() - t0, 1), "commit": args.commit}
+        def save(rows: list, key: str = key, t0: float = t0, before: Any = record.get(key)) -> None:
+            section = {"rows": rows, "seconds": round(time.monotonic() - t0, 1), "commit": args.commit}
+            record.pop(key, None)
+            if args.update and before is not None:
+                record[key] = before
+            records.update(record, key, section)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
 

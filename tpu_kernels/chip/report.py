@@ -175,9 +175,13 @@ def headline(record: dict[str, Any]) -> str:
 
 
 def provenance(record: dict[str, Any]) -> str:
+    from tpu_kernels.chip import records
+
     m = record["meta"]
+    counts = records.commits(record)
+    at = ", ".join(f"{c[:10]} ({n} rows)" for c, n in sorted(counts.items(), key=lambda cn: -cn[1]))
     return (f"_Measured by `python -m tpu_kernels.chip` on one {m['device_kind']} (JAX {m['jax']}, Python {m['python']}), "
-            f"tpu_kernels {m.get('commit', '')[:10]}; dispatch floor {m['dispatch_floor_s'] * 1e6:.0f} us per call. "
+            f"tpu_kernels {at or m.get('commit', '')[:10]}; dispatch floor {m['dispatch_floor_s'] * 1e6:.0f} us per call. "
             "Regenerate: docs/devices.md, \"On a TPU machine without torch\"._")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +26,14 @@ class Context:
     statics: dict = field(default_factory=dict)
     grid: tuple = ("rows", "matmul", "attention", "template")
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
+    only: str = ""  # a regular expression: the grid points whose id matches it (all if empty)
     save: Any = None  # save(rows): write the section's rows so far into the record (a long run keeps them)
 
 
 def grid(ctx: Context) -> list[dict[str, Any]]:
     pts = points.grid(quick=ctx.quick, sections=ctx.grid, statics=ctx.statics)
+    if ctx.only:
+        pts = [p for p in pts if re.search(ctx.only, p.id)]
     return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline)
 
 
