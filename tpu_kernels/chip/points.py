@@ -75,12 +75,31 @@ def _itemsize(dtype: str) -> int:
 
 
 # ---------------------------------------------------------------- host float64 references
+def _reused(fn: Callable) -> Callable:
+    """`fn` that returns its last result again when called with the very same arguments (the
+    kernel and its XLA baseline are checked against one reference: at 8192 x 8192 a float64
+    softmax is seconds of host time). The last arguments are held, so their ids cannot be
+    reused by new arrays."""
+    last: list = [None, None]
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if last[0] is not None and len(last[0]) == len(args) and all(a is b for a, b in zip(last[0], args)):
+            return last[1]
+        last[:] = [args, fn(*args)]
+        return last[1]
+
+    return wrapper
+
+
+@_reused
 def rmsnorm64(x, w, eps=1e-6):
     x, w = _f64(x), _f64(w)
     r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
     return x * r * w, r
 
 
+@_reused
 def rmsnorm_bwd64(x, w, r, dy):
     x, w, r, dy = map(_f64, (x, w, r, dy))
     xhat, g = x * r, dy * w
@@ -88,17 +107,20 @@ def rmsnorm_bwd64(x, w, r, dy):
     return dx, np.sum(dy * xhat, axis=0)
 
 
+@_reused
 def softmax64(x):
     x = _f64(x)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@_reused
 def softmax_bwd64(y, dy):
     y, dy = _f64(y), _f64(dy)
     return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
 
 
+@_reused
 def attention64(q, k, v, causal, scale):
     """One head: q [sq, d], k and v [sk, d] -> out [sq, d], lse [sq]."""
     q, k, v = _f64(q), _f64(k), _f64(v)
@@ -111,6 +133,7 @@ def attention64(q, k, v, causal, scale):
     return (p / l) @ v, (m + np.log(l))[:, 0]
 
 
+@_reused
 def attention_bwd64(q, k, v, do, causal, scale):
     q, k, v, do = _f64(q), _f64(k), _f64(v), _f64(do)
     s = q @ k.T * scale
