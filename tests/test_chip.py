@@ -103,18 +103,18 @@ def test_the_matmul_defaults_are_the_sweeps_fast_configs():
 
 def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
     """`--update` (tpu_kernels/chip/records.py): a re-measured row replaces its old one in place,
-    a new id is appended, the other rows keep theirs, and every row names its commit."""
+    a new point (an id, or the same id at other statics) is appended, the other rows keep theirs, and every row names its commit."""
     from tpu_kernels.chip import records
 
     old = {"meta": {"commit": "aaa"}, "grid": {"commit": "aaa", "seconds": 5, "rows": [
         {"id": "x", "v": 1}, {"id": "y", "v": 2}]}}
     new = {"meta": {"commit": "bbb"}, "grid": {"commit": "bbb", "seconds": 1, "rows": [
-        {"id": "y", "v": 3}, {"id": "z", "v": 4}]}, "layer": {"commit": "bbb", "rows": [{"id": "l"}]}}
+        {"id": "y", "v": 3}, {"id": "z", "v": 4}, {"id": "x", "statics": {"block_rows": 8}, "v": 5}]}, "layer": {"commit": "bbb", "rows": [{"id": "l"}]}}
     into, source = tmp_path / "into.json", tmp_path / "new.json"
     into.write_text(json.dumps(old))
     source.write_text(json.dumps(new))
     merged = records.merge(into, source)
     assert [(r["id"], r.get("v"), r["commit"]) for r in merged["grid"]["rows"]] == [
-        ("x", 1, "aaa"), ("y", 3, "bbb"), ("z", 4, "bbb")]
-    assert records.commits(merged) == {"aaa": 1, "bbb": 3}
+        ("x", 1, "aaa"), ("y", 3, "bbb"), ("z", 4, "bbb"), ("x", 5, "bbb")]
+    assert records.commits(merged) == {"aaa": 1, "bbb": 4}
     assert merged["meta"]["runs"][-1]["commit"] == "bbb" and json.loads(into.read_text()) == merged

@@ -24,19 +24,25 @@ def stamped(rows: list[dict[str, Any]], commit: str) -> list[dict[str, Any]]:
     return [{**r, "commit": r.get("commit") or commit} for r in rows]
 
 
+def _key(row: dict[str, Any]) -> tuple[str, str]:
+    """What makes a row the same point: its id and its statics (a tuning sweep's rows share the
+    id of their shape and differ in their config)."""
+    return row["id"], json.dumps(row.get("statics", {}), sort_keys=True)
+
+
 def update(record: dict[str, Any], key: str, section: dict[str, Any]) -> None:
-    """Put `section`'s rows into `record[key]`: a row with an id already there replaces it (in
-    place, so the table's order stays); new ids are appended."""
+    """Put `section`'s rows into `record[key]`: a row of a point already there (`_key`) replaces
+    it in place, so the table's order stays; new points are appended."""
     new = stamped(section["rows"], section.get("commit", ""))
     old = record.get(key)
     if old is None:
         record[key] = {**section, "rows": new}
         return
     rows = stamped(old["rows"], old.get("commit", ""))
-    where = {r["id"]: i for i, r in enumerate(rows)}
+    where = {_key(r): i for i, r in enumerate(rows)}
     for r in new:
-        if r["id"] in where:
-            rows[where[r["id"]]] = r
+        if _key(r) in where:
+            rows[where[_key(r)]] = r
         else:
             rows.append(r)
     record[key] = {**old, "rows": rows, "commit": section.get("commit", old.get("commit", "")),
