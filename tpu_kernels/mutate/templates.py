@@ -317,9 +317,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "oversized-default-block",
-        "    block_m: int = 256,\n    block_n: int = 256,\n    block_k: int = 256,\n) -> jax.Array:",
-        "    block_m: int = 2048,\n    block_n: int = 256,\n    block_k: int = 256,\n) -> jax.Array:",
-        "2048-row default blocks: 5x the VMEM per grid step",
+        "return 1024, 2048 if itemsize <= 2 else 1024, 512",
+        "return 2048, 2048 if itemsize <= 2 else 1024, 512",
+        "2048-row default blocks: about twice the VMEM per grid step, still under the cap",
+    ),
+    _p(
+        "matmul",
+        "vmem-limit-not-raised",
+        "    if need > VMEM_BUDGET:\n",
+        "    if False:\n",
+        "the default blocks (22 MiB of buffers in bf16) under v5e's 16 MiB default scoped limit",
     ),
     # ---- matmul, Helion ----
     _h(
