@@ -275,9 +275,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "no-preferred-element-type",
-        "jnp.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)",
-        "jnp.dot(a_ref[...], b_ref[...])",
+        "jnp.dot(a, b, preferred_element_type=acc_ref.dtype)",
+        "jnp.dot(a, b)",
         "each k tile's partial product rounded to bf16/f16 before accumulation",
+    ),
+    _p(
+        "matmul",
+        "transposed-no-preferred-element-type",
+        "jax.lax.dot_general(a, b, dims, preferred_element_type=acc_ref.dtype)",
+        "jax.lax.dot_general(a, b, dims)",
+        "the backward's partial products (an operand read transposed) rounded to bf16/f16",
     ),
     _p(
         "matmul",
@@ -289,9 +296,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "b-index-off-by-one",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1)),",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1))",
         "b's column block one to the right",
+    ),
+    _p(
+        "matmul",
+        "transposed-a-index-swapped",
+        "a_spec = pl.BlockSpec((bk, bm), lambda i, j, kk: (kk, i))",
+        "a_spec = pl.BlockSpec((bk, bm), lambda i, j, kk: (i, kk))",
+        "dB = A^T @ dC reads A's block at (i, kk) as if A were already transposed",
     ),
     _p(
         "matmul",
