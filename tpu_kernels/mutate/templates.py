@@ -275,9 +275,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "no-preferred-element-type",
-        "jnp.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)",
-        "jnp.dot(a_ref[...], b_ref[...])",
+        "jnp.dot(a, b, preferred_element_type=acc_ref.dtype)",
+        "jnp.dot(a, b)",
         "each k tile's partial product rounded to bf16/f16 before accumulation",
+    ),
+    _p(
+        "matmul",
+        "transposed-no-preferred-element-type",
+        "jax.lax.dot_general(a, b, dims, preferred_element_type=acc_ref.dtype)",
+        "jax.lax.dot_general(a, b, dims)",
+        "the backward's partial products (an operand read transposed) rounded to bf16/f16",
     ),
     _p(
         "matmul",
@@ -289,9 +296,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "b-index-off-by-one",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1)),",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1))",
         "b's column block one to the right",
+    ),
+    _p(
+        "matmul",
+        "transposed-a-index-swapped",
+        "a_spec = pl.BlockSpec((bk, bm), lambda i, j, kk: (kk, i))",
+        "a_spec = pl.BlockSpec((bk, bm), lambda i, j, kk: (i, kk))",
+        "dB = A^T @ dC reads A's block at (i, kk) as if A were already transposed",
     ),
     _p(
         "matmul",
@@ -317,9 +331,16 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "oversized-default-block",
-        "    block_m: int = 256,\n    block_n: int = 256,\n    block_k: int = 256,\n) -> jax.Array:",
-        "    block_m: int = 2048,\n    block_n: int = 256,\n    block_k: int = 256,\n) -> jax.Array:",
-        "2048-row default blocks: 5x the VMEM per grid step",
+        "return 1024, 2048 if itemsize <= 2 else 1024, 512",
+        "return 2048, 2048 if itemsize <= 2 else 1024, 512",
+        "2048-row default blocks: about twice the VMEM per grid step, still under the cap",
+    ),
+    _p(
+        "matmul",
+        "vmem-limit-not-raised",
+        "    if need > VMEM_BUDGET:\n",
+        "    if False:\n",
+        "the default blocks (22 MiB of buffers in bf16) under v5e's 16 MiB default scoped limit",
     ),
     # ---- matmul, Helion ----
     _h(
