@@ -164,6 +164,12 @@ def _row_calls() -> Iterator[Call]:
                     continue
                 for br in (8, 16, 32) if dtype == BF16 else (8,):
                     yield k.call(4096, d, dtype, "vocabulary-wide rows", br)
+    # ... and at the default: too wide for a whole-row block, column-tiled with a tile of rows
+    # staged in VMEM scratch (a 3-axis grid, the limit raised)
+    for k in (kernels[2], kernels[3]):
+        for d in (131072, 262144):
+            for dtype in (BF16, F32):
+                yield k.call(512, d, dtype, "vocabulary rows at the default: column-tiled, rows staged in VMEM", None)
     # Row counts from 8 to 16384 at one width, the block oversize for the small ones (one-step).
     for k in (kernels[0], kernels[2], kernels[4]):
         for rows in (8, 64, 512, 2048, 16384):

@@ -5,7 +5,7 @@ A session's device time rarely fits the whole grid, so a run may measure only wh
 committed record; every row carries the commit it was measured at, and the report says which
 commits the record's rows come from.
 
-    python -m tpu_kernels.chip.records INTO.json FROM.json   # FROM's rows replace INTO's by id
+    python -m tpu_kernels.chip.records INTO.json FROM.json [SECTION ...]   # FROM's rows replace INTO's
 """
 
 from __future__ import annotations
@@ -55,25 +55,27 @@ def commits(record: dict[str, Any]) -> Counter:
                    for r in record[k]["rows"])
 
 
-def merge(into: Path, source: Path) -> dict[str, Any]:
+def merge(into: Path, source: Path, sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+    """`source`'s rows of `sections` into the record at `into` (rewritten), with the run noted
+    in its meta."""
     record = json.loads(into.read_text())
     new = json.loads(source.read_text())
-    for key in SECTIONS:
-        if key in new:
-            update(record, key, new[key])
+    keys = [k for k in sections if k in new]
+    for key in keys:
+        update(record, key, new[key])
     runs = record["meta"].setdefault("runs", [])
-    runs.append({"commit": new["meta"].get("commit", ""), "sections": ", ".join(k for k in SECTIONS if k in new),
-                 "seconds": round(sum(new[k].get("seconds", 0) for k in SECTIONS if k in new), 1)})
+    runs.append({"commit": new["meta"].get("commit", ""), "sections": ", ".join(keys),
+                 "seconds": round(sum(new[k].get("seconds", 0) for k in keys), 1)})
     into.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     return record
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    if len(argv) < 2 or set(argv[2:]) - set(SECTIONS):
+        print(__doc__.strip().splitlines()[-1].strip(), f"(sections: {', '.join(SECTIONS)})", file=sys.stderr)
         return 2
-    merge(Path(argv[0]), Path(argv[1]))
+    merge(Path(argv[0]), Path(argv[1]), tuple(argv[2:]) or SECTIONS)
     return 0
 
 

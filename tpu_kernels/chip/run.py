@@ -75,7 +75,9 @@ def _derive(row: dict[str, Any], floor_s: float, peaks: dict | None) -> None:
 
 
 def run_points(points: list[Point], *, seed: int = 0, rounds: int = 5, peaks: dict | None, floor_s: float,
-               log=print, deadline: float | None = None, baselines: bool = True) -> list[dict[str, Any]]:
+               log=print, deadline: float | None = None, baselines: bool = True,
+               save=None) -> list[dict[str, Any]]:
+    """Each point's row; `save(rows)` after each (a run cut short keeps what it measured)."""
     rows = []
     for i, p in enumerate(points):
         if deadline is not None and time.monotonic() > deadline:
@@ -84,6 +86,8 @@ def run_points(points: list[Point], *, seed: int = 0, rounds: int = 5, peaks: di
         row = run_point(p, seed=seed + i, rounds=rounds, floor_s=floor_s, peaks=peaks, baselines=baselines)
         rows.append(row)
         log(summary(row))
+        if save is not None:
+            save(rows)
     return rows
 
 

@@ -26,7 +26,7 @@ class Context:
     statics: dict = field(default_factory=dict)
     grid: tuple = ("rows", "matmul", "attention", "template")
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
-    only: str = ""  # a regular expression: the grid points whose id matches it (all if empty)
+    only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it (all if empty)
     save: Any = None  # save(rows): write the section's rows so far into the record (a long run keeps them)
 
 
@@ -34,7 +34,8 @@ def grid(ctx: Context) -> list[dict[str, Any]]:
     pts = points.grid(quick=ctx.quick, sections=ctx.grid, statics=ctx.statics)
     if ctx.only:
         pts = [p for p in pts if re.search(ctx.only, p.id)]
-    return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline)
+    return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline,
+                          save=ctx.save)
 
 
 # ---------------------------------------------------------------- float32 matmul precision
@@ -112,6 +113,8 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
             row["group"] = label
             rows.append(row)
             print(run.summary(row), flush=True)
+            if ctx.save is not None:
+                ctx.save(rows)
     return rows
 
 
@@ -121,6 +124,8 @@ def corpus(ctx: Context) -> list[dict[str, Any]]:
 
     rows = []
     for c in calls.calls():
+        if ctx.only and not re.search(ctx.only, c.id):
+            continue
         if time.monotonic() > ctx.deadline:
             print("  stopped at the time budget", flush=True)
             break
