@@ -138,7 +138,7 @@ def test_above_the_default_scoped_limit_fails_with_the_limit_and_the_fix():
     assert problem.kind == "vmem"
     assert (
         "needs about 40.0 MiB of VMEM per grid step (40.0 MiB of buffers), which misses the 16.0 MiB "
-        "default scoped VMEM limit of a TPU v5e by 25.0 MiB (after 1.0 MiB compiler headroom)"
+        "default scoped VMEM limit of a TPU v5e by 24.0 MiB"
     ) in problem.message
     assert "pltpu.CompilerParams(vmem_limit_bytes=...)" in problem.message
     assert check_op(wide_copy, chip_name="v6e").status == "failed"  # 40 > 32 MiB too

@@ -4,13 +4,12 @@ Mosaic unrolls each vector operation of the body into operations on (8, 128) reg
 TPU compiler keeps what does not fit in the 64 registers in VMEM, inside the kernel's scoped
 VMEM limit beside the blocks. An elementwise chain streams through registers; a value that must
 outlive a reduction or a matmul (the float32 upcast of a block read before a row mean and again
-after it; attention's scores, needed by the row max and again by exp) is held whole.
+after it; attention's scores, needed by the row max and again by exp) is held.
 
 `body_values` lists the body's array values in program order (branches of `pl.when` and loop
 bodies inlined) with where each is defined and last used; `estimate` gives the bytes the
-compiler holds for them under the rule calibrated against the chip (docs/tpu-lowering-check.md,
-"Calibration"): the largest set of values live across one reduction or matmul, each rounded up
-to whole tiles.
+compiler holds for them under the rule calibrated against a v5e's compile verdicts
+(`held`; docs/tpu-lowering-check.md, "Calibration against a v5e").
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ class Value:
     bytes: int  # rounded up to whole tiles
     start: int  # position of the operation that makes it
     end: int  # position of its last use (start if unused)
+    upcast_of: int = 0  # a widening of a block read (bf16 -> f32): that read's bytes; 0 otherwise
 
 
 @dataclass(frozen=True)
@@ -106,43 +106,53 @@ def body_values(eqn: Any) -> Body:
         nbytes = _nbytes(v.aval)
         if nbytes is None:
             continue
-        values.append(
-            Value(prim, tuple(v.aval.shape), str(v.aval.dtype), nbytes, pos, max(pos, last.get(v, pos)))
-        )
+        end = max(pos, last.get(v, pos))
+        upcast_of = _upcast_of(v, steps, defined)
+        values.append(Value(prim, tuple(v.aval.shape), str(v.aval.dtype), nbytes, pos, end, upcast_of))
     return Body(tuple(values), tuple(barriers))
 
 
-def live_peak(body: Body, *, loads: bool = True) -> int:
-    """The most bytes of values alive at once in program order (an upper bound: no streaming)."""
-    ends = sorted({v.start for v in body.values} | {v.end for v in body.values})
-    best = 0
-    for p in ends:
-        best = max(
-            best,
-            sum(v.bytes for v in body.values if v.start <= p <= v.end and (loads or v.primitive != "get")),
-        )
-    return best
+def _upcast_of(v: Any, steps: list[tuple[str, list, list]], defined: dict) -> int:
+    """The bytes of the block read `v` widens (`x_ref[...].astype(jnp.float32)`), or 0."""
+    pos, prim = defined[v]
+    used = steps[pos][1]
+    if prim != "convert_element_type" or len(used) != 1 or defined.get(used[0], (0, ""))[1] != "get":
+        return 0
+    source = used[0].aval
+    if source.dtype.itemsize >= v.aval.dtype.itemsize:
+        return 0
+    return _nbytes(source) or 0
 
 
-def across_barriers(body: Body, *, loads: bool = False, outputs: bool = False, inputs: bool = False) -> int:
-    """The most bytes of values that live across one reduction or matmul (made before it, used
-    after it); with `outputs`, the barrier's own result is added (a matmul's whole product);
-    with `inputs`, values last used by the barrier itself (its operands) count too."""
+def held(body: Body) -> int:
+    """Bytes the compiler holds for the body's values: the most, at any one reduction or matmul,
+    of the values made before it and used after it, where
+
+    - a block read (`x_ref[...]`) is not held: its block stays in VMEM for the whole grid step
+      and is read again (float32 softmax backward: y and dy outlive the row sum, ~0 held);
+    - the largest widening of a block read (bf16 -> f32) is held whole, and any other at the
+      width it was read at (softmax backward, bf16: y and dy widened, 1.21-1.23 f32 blocks
+      held; counted 1.5);
+    - every other value is held whole;
+    - a matmul's result is held whole beside them (a bf16 1024^3 matmul: 2.36 MiB beyond its
+      buffers; counted 4 MiB).
+
+    An upper bound for the kernels the v5e measured, but for rmsnorm's backward body (3.0 f32
+    blocks counted, 3.47 held) and forward (0.15-0.3 MiB more held): docs/tpu-lowering-check.md.
+    """
     best = 0
-    for pos, _ in body.barriers:
-        held = sum(
-            v.bytes
-            for v in body.values
-            if v.start < pos
-            and (pos < v.end or (inputs and pos == v.end))
-            and (loads or v.primitive != "get")
-        )
-        if outputs:
-            held += sum(v.bytes for v in body.values if v.start == pos)
-        best = max(best, held)
+    for pos, prim in body.barriers:
+        across = [v for v in body.values if v.start < pos < v.end and v.primitive != "get"]
+        upcasts = sorted((v for v in across if v.upcast_of), key=lambda v: v.bytes, reverse=True)
+        total = sum(v.bytes for v in across if not v.upcast_of)
+        if upcasts:
+            total += upcasts[0].bytes + sum(v.upcast_of for v in upcasts[1:])
+        if prim == "dot_general":
+            total += sum(v.bytes for v in body.values if v.start == pos)
+        best = max(best, total)
     return best
 
 
 def estimate(eqn: Any) -> int:
-    """Bytes of VMEM the body's values take, by the calibrated rule (module docstring)."""
-    return across_barriers(body_values(eqn))
+    """Bytes of VMEM the body's values take, by the calibrated rule (`held`)."""
+    return held(body_values(eqn))

@@ -15,10 +15,13 @@ the second-to-last to a multiple of 8 rows (fewer rows: a power of two of at lea
 the dtype's packing). The dtype's larger native tile (16 rows for 16-bit types, 32
 for 8-bit) is used only when the rows divide by it, so it never adds padding; a
 packed block off its native tile is a performance warning of the check instead
-(lowering.py). Not counted: operands in HBM
-(`memory_space=pl.ANY`), SMEM (scalar prefetch, `pltpu.SMEM`), semaphores,
-and the temporaries Mosaic allocates for intermediate values inside the body,
-so a kernel with large intermediates needs more than the estimate.
+(lowering.py). Beside the buffers, the values the body holds in VMEM (`temporaries.py`). Not
+counted: operands in HBM (`memory_space=pl.ANY`), SMEM (scalar prefetch, `pltpu.SMEM`) and
+semaphores.
+
+A kernel fits when its estimate is at most the VMEM it may use (`verdict`): on a v5e the
+compiler's scoped allocation for a kernel's buffers is their sum to the byte, and buffers of
+exactly the limit compile (docs/tpu-lowering-check.md, "Calibration against a v5e").
 """
 
 from __future__ import annotations
@@ -150,34 +153,32 @@ class Verdict:
     estimate: int  # KernelFootprint.estimate
     limit: int  # the bytes it may use: its vmem_limit_bytes, the default scoped limit, or the core's VMEM
     limit_name: str  # which of them, in words
-    headroom: int  # what the compiler keeps for itself inside the limit (chips.Chip.headroom_bytes)
 
     @property
     def margin(self) -> int:
-        """By how much the estimate clears the limit, after the headroom (negative: over it)."""
-        return self.limit - self.headroom - self.estimate
+        """By how much the estimate clears the limit (negative: over it)."""
+        return self.limit - self.estimate
 
     def describe(self) -> str:
         """ "clears the 16.0 MiB default scoped VMEM limit of a TPU v5e by 3.2 MiB" (or "misses ... by")."""
         word = "clears" if self.fits else "misses"
-        return f"{word} {self.limit_name} by {fmt_bytes(abs(self.margin))} (after {fmt_bytes(self.headroom)} compiler headroom)"
+        return f"{word} {self.limit_name} by {fmt_bytes(abs(self.margin))}"
 
 
 def verdict(k: KernelFootprint, target: Any) -> Verdict:
-    """Whether `k` fits on `target` (a `chips.Chip`): its estimate plus the compiler's headroom
-    within the kernel's own vmem_limit_bytes, or else the chip's default scoped limit; an
-    estimate beyond the core's VMEM is compared with that (no limit can help). On a v5e, buffers
-    of exactly 16.0 MiB fail against the 16 MiB default: hence the headroom."""
-    headroom = target.headroom_bytes
+    """Whether `k` fits on `target` (a `chips.Chip`): its estimate within the kernel's own
+    vmem_limit_bytes, or else the chip's default scoped limit; an estimate beyond the core's
+    VMEM is compared with that (no limit can help). On a v5e, buffers of exactly the limit
+    compile (16.0 of 16.0 MiB, 32.0 of 32.0, 64.0 of 64.0): the compiler keeps no headroom."""
     core = f"the {fmt_bytes(target.vmem_bytes)} of VMEM a TPU {target.name} core has"
-    if k.estimate + headroom > target.vmem_bytes or (k.vmem_limit_bytes or 0) > target.vmem_bytes:
+    if k.estimate > target.vmem_bytes or (k.vmem_limit_bytes or 0) > target.vmem_bytes:
         limit, name = target.vmem_bytes, core
     elif k.vmem_limit_bytes:
         limit, name = k.vmem_limit_bytes, f"its vmem_limit_bytes ({fmt_bytes(k.vmem_limit_bytes)})"
     else:
         limit = target.scoped_vmem_bytes
         name = f"the {fmt_bytes(limit)} default scoped VMEM limit of a TPU {target.name}"
-    return Verdict(k.estimate + headroom <= limit, k.estimate, limit, name, headroom)
+    return Verdict(k.estimate <= limit, k.estimate, limit, name)
 
 
 pallas_calls = jaxprs.pallas_calls
