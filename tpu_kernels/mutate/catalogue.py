@@ -883,8 +883,8 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "predict-step-overhead-in-ms",
         PREDICT,
-        "STEP_OVERHEAD_S = 0.23e-6",
-        "STEP_OVERHEAD_S = 0.23e-3",
+        "STEP_OVERHEAD_S = 0.21e-6",
+        "STEP_OVERHEAD_S = 0.21e-3",
         "the per-step overhead in ms, where the docs say us",
         T_TUNER,
         TUNER_FAST,
