@@ -11,12 +11,20 @@ refusal and the TPU lowering check that `--chips v5e` prunes with, then the cost
 - the measured time of the predicted choice over the measured best, and whether it compiled;
 - the compile verdicts: pruned by the prediction against refused by the chip.
 
-Then the cost model's constants are fitted to the record (`fit`): the per-grid-step overhead and
-the HBM efficiency from the row sweeps, then the MXU efficiency from the matmul sweeps (least
-squares in log time over the compiled candidates), and float32's share of the MXU's bf16 rate from the float32 matmul that
-`bench/reports/chip_v5e.json` ("precision") measured beside bf16 at one shape. The comparison
-is given with the constants before the fit and with the fitted ones (the constants in
-`tuner/predict.py`, which tests/tuning/test_chip_fit.py holds equal to the record's).
+The predicted choice is the tuner's: the fastest prediction, ties (candidates predicted below the
+dispatch floor, for one) to the op's declared order with the default first, the default being
+the record's config that traces to the default's program.
+
+Then the cost model's constants are taken from the records (`fit`): the per-grid-step overhead
+and the HBM efficiency from the row sweeps, then the MXU efficiency from the matmul sweeps (least
+squares in log time over the compiled candidates, on a grid), the dispatch floor as the record
+measured it (`meta.dispatch_floor_s`), and float32's share of the MXU's bf16 rate from the
+float32 matmul that `bench/reports/chip_v5e.json` ("precision") measured beside bf16 at one
+shape. The vector unit's rate (`VPU_OPS_PER_CYCLE`) is assumed, not fitted. The comparison is
+given for the model before this one (`BEFORE`: no vector work, no dispatch floor, its constants)
+and for this one with the constants taken here (the constants in `tuner/predict.py`, which
+tests/tuning/test_chip_fit.py holds equal to the record's), and for this one without each of its
+two new parts.
 
 The flash-attention template is rendered as `tpu-kernels new` renders it (into a temporary
 folder) and predicted as that op, with its own `tune=`. Backward kernels are listed with the
@@ -51,8 +59,18 @@ GRID = ROOT / "bench/reports/chip_v5e.json"
 OUT = ROOT / "bench/reports/chip_v5e_tuning_fit.json"
 CHIP = "v5e"
 GOAL = 1.05  # the issue's: the predicted choice within 1.05x of the measured best
-BEFORE = {"STEP_OVERHEAD_S": 0.35e-6, "FLOAT32_MXU_FRACTION": 1 / 3, "MXU_EFFICIENCY": 1.0, "HBM_EFFICIENCY": 1.0}
-"""The cost model's constants before this fit (commit 7a257f4)."""
+BEFORE = {
+    "STEP_OVERHEAD_S": 0.23e-6,
+    "FLOAT32_MXU_FRACTION": 0.175,
+    "MXU_EFFICIENCY": 0.85,
+    "HBM_EFFICIENCY": 0.87,
+    "DISPATCH_FLOOR_S": 0.0,
+    "VPU_OPS_PER_CYCLE": None,
+}
+"""The cost model before this one (commit b0bd604): its constants (fitted to the same record by
+least squares in log time over all its points), no dispatch floor (0) and no vector work (None).
+Recomputed from today's parts, so its dots count on the steps that run them (a causal
+attention's skipped blocks no longer pay flops), and its ties broken as the tuner breaks them."""
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32"}
 
@@ -113,8 +131,14 @@ def predict_groups(rows: list[dict]) -> list[dict]:
             out.append({**g, "predicted": False, "why": args, "candidates": len(cands)})
             continue
         g["candidates"] = []
+        order = list(op.tunables.configs)
+        defaults: dict[str, str] = {}  # the default's program, per value of the statics not tuned
         for r in cands:
             c = predict_config(op, args, dict(r["statics"]), CHIP)
+            config = op.tunables.config_of(r["statics"])
+            fixed = {n: v for n, v in r["statics"].items() if n not in op.tunables.names}
+            if c.prediction is not None and repr(fixed) not in defaults:
+                defaults[repr(fixed)] = _program(op, args, fixed)
             chip = r["pallas"]
             one = {
                 "statics": r["statics"],
@@ -122,6 +146,8 @@ def predict_groups(rows: list[dict]) -> list[dict]:
                 "chip_error": " ".join((chip.get("error") or "").split())[:160] or None,
                 "measured_s": chip.get("time_s"),
                 "declared": all(op.tunables.check_value(n, v) for n, v in r["statics"].items() if n in op.tunables.names),
+                "declared_at": order.index(config) if config in order else None,
+                "default": c.prediction is not None and _program(op, args, r["statics"]) == defaults[repr(fixed)],
                 "status": c.status,
                 "reason": c.reason or None,
             }
@@ -130,6 +156,7 @@ def predict_groups(rows: list[dict]) -> list[dict]:
                 one["parts"] = {
                     "compute_s": p.compute_s,
                     "memory_s": p.memory_s,
+                    "vector_s": p.vector_s,
                     "prologue_s": p.prologue_s,
                     "steps": p.steps,
                     "calls": len(p.kernels),
@@ -139,19 +166,36 @@ def predict_groups(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _program(op, args: tuple, kwargs: dict) -> str:
+    """The `pallas_call`s a call traces to for a v5e, as text: two configs with one program
+    (a block capped at its dimension, the default's blocks) are one candidate on the chip."""
+    from tpu_kernels.check import vmem
+    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
+
+    flat, specs, x64 = flat_kernel(op, args, kwargs)
+    with x64_scope(x64), lowering_for_tpu(tpu_chip(CHIP)):
+        return str(vmem.traced_pallas_calls(flat, *specs))
+
+
 def seconds(parts: dict, k: dict) -> float:
     """A candidate's predicted time under the constants `k`, from the parts the model gave
-    under today's constants (tuner/predict.py): single-call kernels only, as the record's are."""
+    under today's constants (tuner/predict.py): single-call kernels only, as the record's are.
+    `k` without VPU_OPS_PER_CYCLE (None) leaves the vector work out, as the model before did."""
     from tpu_kernels.tuner import predict
 
     compute = parts["compute_s"] * predict.MXU_EFFICIENCY / k["MXU_EFFICIENCY"]
     hbm = predict.HBM_EFFICIENCY / k["HBM_EFFICIENCY"]
-    return max(compute, parts["memory_s"] * hbm) + parts["steps"] * k["STEP_OVERHEAD_S"] + parts["prologue_s"] * hbm
+    vpu = k.get("VPU_OPS_PER_CYCLE", predict.VPU_OPS_PER_CYCLE)
+    vector = parts["vector_s"] * predict.VPU_OPS_PER_CYCLE / vpu if vpu else 0.0
+    kernel = max(compute, parts["memory_s"] * hbm, vector) + parts["steps"] * k["STEP_OVERHEAD_S"]
+    return max(k["DISPATCH_FLOOR_S"], kernel + parts["prologue_s"] * hbm)
 
 
 def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
     """Per predicted group, under the constants `k`: the rank correlation, the predicted
-    choice's measured time over the best, its chip verdict, and the verdicts' agreement; with
+    choice's measured time over the best (ties broken as the tuner breaks them, `_declared_rank`),
+    its chip verdict, and the verdicts' agreement; with
     `declared`, among the op's declared candidates only (what `tpu-kernels tune --chips v5e`
     chooses among), the best being the best of those."""
     from tpu_kernels.tuner.select import choose_predicted
@@ -166,7 +210,7 @@ def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
             out.append({"group": g["group"], "kernel": g["kernel"], "predicted": False,
                         "why": "no declared candidate of the op among the record's configs compiled"})
             continue
-        order = list(range(len(cands)))
+        order = sorted(range(len(cands)), key=lambda i: _declared_rank(cands[i]))
         pred = {i: seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
         ran = [i for i in pred if cands[i]["chip_compiles"]]
         best = min(c["measured_s"] for c in cands if c["chip_compiles"])
@@ -194,6 +238,12 @@ def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
     return out
 
 
+def _declared_rank(c: dict) -> tuple:
+    """Where a record's config stands in a tie, as the tuner breaks one: the default's program
+    first, then the op's declared order, then the configs it does not declare."""
+    return (not c["default"], c["declared_at"] is None, c["declared_at"] or 0)
+
+
 def _spearman(a: list[float], b: list[float]) -> float | None:
     if len(a) < 3:
         return None
@@ -218,29 +268,38 @@ def _ranks(v: list[float]) -> np.ndarray:
 ROW_KERNELS = ("rmsnorm", "softmax", "scale_add")
 
 
-def fit(groups: list[dict]) -> dict:
-    """Least squares in log time, in two stages: the row sweeps (bytes fixed, grid steps
-    varying, no dot) give STEP_OVERHEAD_S (0.01 us grid) and HBM_EFFICIENCY (0.01 grid); with
-    those, the matmul sweeps give MXU_EFFICIENCY (0.01 grid). Compiled, modelled,
-    single-call candidates only."""
+def fit(groups: list[dict], floor_s: float) -> dict:
+    """This model's constants, least squares in log time in two stages: the row sweeps (bytes
+    fixed, grid steps varying, no dot) give STEP_OVERHEAD_S (0.01 us grid) and HBM_EFFICIENCY
+    (0.01 grid); with those, the matmul sweeps give MXU_EFFICIENCY (0.01 grid). The dispatch
+    floor is the record's (`floor_s`), the vector unit's rate tuner/predict.py's (assumed).
+    Compiled, modelled, single-call candidates only; the attention points are not fitted to
+    and their residual is given beside."""
+    from tpu_kernels.tuner import predict
+
     rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",))
+    attention = _points(groups, tuple(g["kernel"] for g in groups if g["kernel"].startswith("template.")))
+    base = {**BEFORE, "DISPATCH_FLOOR_S": floor_s, "VPU_OPS_PER_CYCLE": predict.VPU_OPS_PER_CYCLE}
     effs = np.arange(30, 101) / 100
     _, step, hbm = min(
-        (_mse(rows, {**BEFORE, "STEP_OVERHEAD_S": s, "HBM_EFFICIENCY": e}), s, e)
+        (_mse(rows, {**base, "STEP_OVERHEAD_S": s, "HBM_EFFICIENCY": e}), s, e)
         for s in np.arange(0, 201) * 1e-8
         for e in effs
     )
-    _, mxu = min((_mse(mm, {**BEFORE, "STEP_OVERHEAD_S": step, "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": e}), e) for e in effs)
-    k = {**BEFORE, "STEP_OVERHEAD_S": round(float(step), 9), "HBM_EFFICIENCY": round(float(hbm), 2),
+    _, mxu = min((_mse(mm, {**base, "STEP_OVERHEAD_S": step, "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": e}), e) for e in effs)
+    k = {**base, "STEP_OVERHEAD_S": round(float(step), 9), "HBM_EFFICIENCY": round(float(hbm), 2),
          "MXU_EFFICIENCY": round(float(mxu), 2)}
+    parts = {"rows": rows, "matmul": mm, "attention (not fitted)": attention}
     return {
         "STEP_OVERHEAD_S": k["STEP_OVERHEAD_S"],
         "HBM_EFFICIENCY": k["HBM_EFFICIENCY"],
         "MXU_EFFICIENCY": k["MXU_EFFICIENCY"],
+        "DISPATCH_FLOOR_S": floor_s,
         "row_points": len(rows),
         "matmul_points": len(mm),
-        "rms_log_error": {"rows": _mse(rows, k) ** 0.5, "matmul": _mse(mm, k) ** 0.5},
-        "rms_log_error_before": {"rows": _mse(rows, BEFORE) ** 0.5, "matmul": _mse(mm, BEFORE) ** 0.5},
+        "attention_points": len(attention),
+        "rms_log_error": {n: _mse(p, k) ** 0.5 for n, p in parts.items()},
+        "rms_log_error_before": {n: _mse(p, BEFORE) ** 0.5 for n, p in parts.items()},
     }
 
 
@@ -307,14 +366,15 @@ def table(rows: list[dict]) -> str:
 
 def markdown(doc: dict) -> str:
     """The fit record as the page shows it (docs/autotuning.md, "Against a TPU v5e"): per group,
-    the choices before and after the fit among all the record's configs and among the op's
-    declared candidates; then each comparison's summary."""
+    the choices of the model before and of this one (its constants taken from the records) among
+    all the record's configs and among the op's declared candidates; then each comparison's
+    summary."""
     runs = doc["comparison"]
     names = ["before", "fitted", "before, declared candidates", "fitted, declared candidates"]
     by = {n: {(r["group"], r["kernel"]): r for r in runs[n]["groups"]} for n in names}
     lines = [
-        "| group | kernel | compiled on the chip | Spearman, before / fitted | choice / best, before / fitted "
-        "| among declared candidates, before / fitted | chip refused: pruned here | pruned here, compiled there |",
+        "| group | kernel | compiled on the chip | Spearman, before / now | choice / best, before / now "
+        "| among declared candidates, before / now | chip refused: pruned here | pruned here, compiled there |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in by["fitted"].items():
@@ -334,13 +394,15 @@ def markdown(doc: dict) -> str:
     for name, run in runs.items():
         sm = run["summary"]
         lines.append(f"| {name} | {sm['within_goal']} of {sm['groups_predicted']} | {sm['choice_failed_on_chip']} |")
-    fit = doc["fit"]
+    fit, err, was = doc["fit"], doc["fit"]["rms_log_error"], doc["fit"]["rms_log_error_before"]
     lines += [
         "",
-        f"Fitted: STEP_OVERHEAD_S {fit['STEP_OVERHEAD_S'] * 1e6:g} us and HBM_EFFICIENCY {fit['HBM_EFFICIENCY']:g} from "
-        f"{fit['row_points']} row-sweep points (rms log error {fit['rms_log_error_before']['rows']:.3f} before, "
-        f"{fit['rms_log_error']['rows']:.3f} after); MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} from {fit['matmul_points']} "
-        f"matmul points ({fit['rms_log_error_before']['matmul']:.3f}, {fit['rms_log_error']['matmul']:.3f}); "
+        f"This model: STEP_OVERHEAD_S {fit['STEP_OVERHEAD_S'] * 1e6:g} us and HBM_EFFICIENCY {fit['HBM_EFFICIENCY']:g} "
+        f"fitted to {fit['row_points']} row-sweep points (rms log error {was['rows']:.3f} before, {err['rows']:.3f} now); "
+        f"MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} fitted to {fit['matmul_points']} matmul points ({was['matmul']:.3f}, "
+        f"{err['matmul']:.3f}); DISPATCH_FLOOR_S {fit['DISPATCH_FLOOR_S'] * 1e6:g} us as the record measured it; "
+        f"VPU_OPS_PER_CYCLE {doc['constants']['fitted']['VPU_OPS_PER_CYCLE']:g}, assumed; the {fit['attention_points']} "
+        f"attention points, not fitted to ({was['attention (not fitted)']:.3f}, {err['attention (not fitted)']:.3f}); "
         f"FLOAT32_MXU_FRACTION {doc['float32']['FLOAT32_MXU_FRACTION']:g} from {', '.join(doc['float32']['from'])} "
         f"(bench/reports/chip_v5e.json). Record: {doc['record']} at {doc['record_commit'][:7]}; "
         "`python bench/chip_tuning.py` writes bench/reports/chip_v5e_tuning_fit.json.",
@@ -429,10 +491,12 @@ def main(argv: list[str] | None = None) -> int:
 
     record = json.loads(a.record.read_text())
     groups = predict_groups(record["tune"]["rows"])
-    fitted = fit(groups)
+    floor_s = round(record["meta"]["dispatch_floor_s"], 7)  # to 0.1 us
+    fitted = fit(groups, floor_s)
     f32 = float32_fraction(a.grid)
-    now = {n: getattr(predict, n) for n in predict.FITTED}
-    fitted_k = {**now, **{n: fitted[n] for n in ("STEP_OVERHEAD_S", "MXU_EFFICIENCY", "HBM_EFFICIENCY")}}
+    names = (*predict.FITTED, "VPU_OPS_PER_CYCLE")
+    now = {n: getattr(predict, n) for n in names}
+    fitted_k = {**now, **{n: fitted[n] for n in ("STEP_OVERHEAD_S", "MXU_EFFICIENCY", "HBM_EFFICIENCY", "DISPATCH_FLOOR_S")}}
     if f32:
         fitted_k["FLOAT32_MXU_FRACTION"] = f32["FLOAT32_MXU_FRACTION"]
     settings = {  # name: (constants, among the declared candidates only)
@@ -441,11 +505,12 @@ def main(argv: list[str] | None = None) -> int:
         "before, declared candidates": (BEFORE, True),
         "fitted, declared candidates": (fitted_k, True),
     }
-    for n in predict.FITTED:  # each fitted constant alone, the others as before: what moves the choices
-        settings[f"before, {n} fitted only, declared candidates"] = ({**BEFORE, n: fitted_k[n]}, True)
+    for declared, tail in ((False, ""), (True, ", declared candidates")):  # this model less each new part
+        settings[f"fitted, no dispatch floor{tail}"] = ({**fitted_k, "DISPATCH_FLOOR_S": 0.0}, declared)
+        settings[f"fitted, no vector work{tail}"] = ({**fitted_k, "VPU_OPS_PER_CYCLE": None}, declared)
     runs = {name: compare(groups, k, declared) for name, (k, declared) in settings.items()}
     for name, rows in runs.items():
-        print(f"\n### {name}: {json.dumps({n: settings[name][0][n] for n in predict.FITTED})}")
+        print(f"\n### {name}: {json.dumps(settings[name][0])}")
         print(table(rows))
         print(json.dumps(summary(rows)))
     print("\nfit:", json.dumps(fitted), "\nfloat32:", json.dumps(f32))

@@ -22,7 +22,7 @@ FIT = json.loads((ROOT / "bench/reports/chip_v5e_tuning_fit.json").read_text())
 TABLE = ROOT / "tpu_kernels/kernels/matmul/tpu_kernels.matmul.tuning.json"
 
 
-@pytest.mark.parametrize("name", predict.FITTED)
+@pytest.mark.parametrize("name", (*predict.FITTED, "VPU_OPS_PER_CYCLE"))
 def test_the_cost_models_constants_are_the_fitted_ones(name):
     assert getattr(predict, name) == FIT["constants"]["fitted"][name], (
         f"predict.{name} differs from bench/reports/chip_v5e_tuning_fit.json; rerun bench/chip_tuning.py"
@@ -35,8 +35,12 @@ def test_the_record_states_the_fit_and_its_residuals():
     for part in ("rows", "matmul"):  # the fit lowered the residual it was fitted on
         assert fit["rms_log_error"][part] < fit["rms_log_error_before"][part]
     assert FIT["float32"]["FLOAT32_MXU_FRACTION"] == FIT["constants"]["fitted"]["FLOAT32_MXU_FRACTION"]
-    summary = FIT["comparison"]["fitted"]["summary"]
+    assert fit["DISPATCH_FLOOR_S"] == FIT["constants"]["fitted"]["DISPATCH_FLOOR_S"] > 0  # the record's own
+    runs = FIT["comparison"]
+    summary = runs["fitted"]["summary"]
     assert summary["choice_failed_on_chip"] == 0 and summary["kept_but_refused_by_chip"] == 0
+    for among in ("", ", declared candidates"):  # the model now chooses no worse than the one before
+        assert runs[f"fitted{among}"]["summary"]["within_goal"] >= runs[f"before{among}"]["summary"]["within_goal"]
 
 
 def test_a_matmul_candidates_prediction_is_the_records():
@@ -49,7 +53,7 @@ def test_a_matmul_candidates_prediction_is_the_records():
     a = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
     c = predict_config(matmul, (a, a), cand["statics"], "v5e")
     assert c.status == "predicted"
-    for k in ("compute_s", "memory_s", "prologue_s", "steps"):
+    for k in ("compute_s", "memory_s", "vector_s", "prologue_s", "steps"):
         assert getattr(c.prediction, k) == pytest.approx(cand["parts"][k], rel=1e-9)
 
 
@@ -76,15 +80,17 @@ def test_the_measured_v5e_matmul_table_is_served_on_a_v5e(m, k, n):
 )
 def test_the_fit_recovers_constants_that_made_the_times(step_us, hbm, mxu):
     """bench/chip_tuning.py's fit, on the record's candidates with times made by known constants
-    (on its grid): it finds them, so a fitted value is the data's and not the procedure's."""
+    (on its grid; the record's dispatch floor and vector rate): it finds them, so a fitted value
+    is the data's and not the procedure's."""
     script = load_bench_script("chip_tuning")
-    truth = {**script.BEFORE, "STEP_OVERHEAD_S": round(step_us * 1e-6, 9), "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": mxu}
+    fixed = FIT["constants"]["fitted"]
+    truth = {**fixed, "STEP_OVERHEAD_S": round(step_us * 1e-6, 9), "HBM_EFFICIENCY": hbm, "MXU_EFFICIENCY": mxu}
     groups = copy.deepcopy(FIT["candidates"])
     for g in groups:
         for c in g.get("candidates", []) if g["predicted"] else []:
             if "parts" in c:
                 c["measured_s"] = script.seconds(c["parts"], truth)
-    fit = script.fit(groups)
+    fit = script.fit(groups, fixed["DISPATCH_FLOOR_S"])
     assert fit["STEP_OVERHEAD_S"] == pytest.approx(truth["STEP_OVERHEAD_S"], abs=1e-9)
     assert (fit["HBM_EFFICIENCY"], fit["MXU_EFFICIENCY"]) == (hbm, mxu)
     assert fit["rms_log_error"]["rows"] < 1e-9 and fit["rms_log_error"]["matmul"] < 1e-9

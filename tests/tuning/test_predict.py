@@ -85,4 +85,20 @@ def test_the_per_step_overhead_is_what_the_docs_and_the_model_string_say_in_micr
     x = jax.ShapeDtypeStruct((8192, 128), jnp.float32)
     p = predict.predict(_eqns(functools.partial(row_scale, block_rows=8), x), V6E)  # 1024 small steps
     prologue_s = 8 * 128 * 4 / (V6E.hbm_bytes_per_s * predict.HBM_EFFICIENCY)
-    assert p.seconds == pytest.approx(max(p.compute_s, p.memory_s) + p.steps * per_step_s + prologue_s)
+    kernel_s = max(p.compute_s, p.memory_s, p.vector_s) + p.steps * per_step_s + prologue_s
+    assert p.kernel_s == pytest.approx(kernel_s) and p.seconds == pytest.approx(max(kernel_s, predict.DISPATCH_FLOOR_S))
+
+
+def test_a_call_costs_at_least_the_dispatch_floor_so_small_candidates_tie():
+    x = jax.ShapeDtypeStruct((256, 128), jnp.float32)
+    small = [predict.predict(_eqns(functools.partial(row_scale, block_rows=b), x), V6E) for b in (8, 256)]
+    assert small[0].kernel_s > small[1].kernel_s  # 32 steps against one
+    assert small[0].seconds == small[1].seconds == predict.DISPATCH_FLOOR_S  # a tie: the declared order decides
+
+
+def test_vector_work_is_the_bodys_vreg_operations_at_the_chips_clock():
+    x = jax.ShapeDtypeStruct((8192, 128), jnp.float32)
+    p = predict.predict(_eqns(functools.partial(row_scale, block_rows=8), x), V6E)
+    assert p.vreg_ops == 1024 * 3  # per (8, 128) step: the load, the product, the store
+    assert p.vector_s == pytest.approx(p.vreg_ops / (V6E.clock_hz * predict.VPU_OPS_PER_CYCLE))
+    assert predict.ChipFigures.of("v5e").clock_hz == pytest.approx(1.503e9, rel=1e-3)  # 197 TFLOP/s, 4 MXUs of 128^2

@@ -347,6 +347,7 @@ HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"
 # the tuner and its tables (issue 46)
 TUNER, TUNING = "tpu_kernels/tuner/", "tpu_kernels/tuning/"
 SELECT, POINT, PREDICT = TUNER + "select.py", TUNER + "point.py", TUNER + "predict.py"
+BODY = TUNER + "body.py"
 LOOKUP, TABLE, CHIP = TUNING + "lookup.py", TUNING + "table.py", TUNING + "chip.py"
 T_SELECT, T_CHIP = ("tests/tuning/test_select.py",), ("tests/tuning/test_chip.py",)
 T_LOOKUP = ("tests/tuning/test_lookup.py",)
@@ -883,9 +884,26 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "predict-step-overhead-in-ms",
         PREDICT,
-        "STEP_OVERHEAD_S = 0.23e-6",
-        "STEP_OVERHEAD_S = 0.23e-3",
+        "STEP_OVERHEAD_S = 0.21e-6",
+        "STEP_OVERHEAD_S = 0.21e-3",
         "the per-step overhead in ms, where the docs say us",
+        T_TUNER,
+        TUNER_FAST,
+    ),
+    _toolkit(
+        "body-when-on-every-step",
+        BODY,
+        "taken = mask & (np.broadcast_to(np.clip(index, 0, len(branches) - 1), mask.shape) == i)",
+        "taken = mask",
+        "every branch of a pl.when counted on every grid step: a causal attention's skipped blocks cost flops",
+        ("tests/tuning/test_body.py",),
+    ),
+    _toolkit(
+        "predict-no-dispatch-floor",
+        PREDICT,
+        "    total.seconds = max(DISPATCH_FLOOR_S, total.kernel_s)",
+        "    total.seconds = total.kernel_s",
+        "candidates below the dispatch floor ranked by differences no call shows, not tied to the default",
         T_TUNER,
         TUNER_FAST,
     ),

@@ -6,9 +6,11 @@ lowering through `jax.export`, block shapes and tiling, the VMEM a grid step nee
 chip's scoped limit, grid coverage and dimension semantics). A candidate with any problem is
 pruned, with the check's explanation; it is never run.
 
-The cost model, per `pallas_call` of the traced kernel (summed over the kernel's calls):
+The cost model, per `pallas_call` of the traced kernel:
 
-    time = max(compute, memory) + steps * STEP_OVERHEAD_S + prologue
+    kernel = max(compute, memory, vector) + steps * STEP_OVERHEAD_S + prologue
+
+and per call, over its kernels: `time = max(DISPATCH_FLOOR_S, sum of kernel)`.
 
 - memory: the HBM bytes the pipeline moves, over the chip's HBM bandwidth times HBM_EFFICIENCY. A block is copied
   in (or written back) whenever its block index changes between consecutive grid steps
@@ -16,17 +18,27 @@ The cost model, per `pallas_call` of the traced kernel (summed over the kernel's
   outer axes is fetched once per outer step: `prod(grid[:a+1])` copies, `a` the innermost
   grid axis of size > 1 that its index map reads (one copy when it reads none). Operands left
   in HBM (`memory_space=pl.ANY`) count their whole array once.
-- compute: the kernel body's `dot_general`s, 2*M*N*K flops each per grid step, at the chip's
-  peak MXU rate for the operands' dtype (bfloat16/float16 at the bf16 peak, int8 at the int8
-  peak, float32 at FLOAT32_MXU_FRACTION of the bf16 peak: a multi-pass bf16 product), times
-  MXU_EFFICIENCY and the MXU's utilisation: M and N below the MXU's width (`mxu_column_size`: 128 on v5e, 256 on v6e and
-  7x) fill that fraction of it. Vector (VPU) work is not modelled: kernels without a dot are
-  taken to be memory-bound.
+- compute: the kernel body's `dot_general`s, 2*M*N*K flops each on every grid step that runs
+  it (`body.read`: a dot under a `pl.when` counts on the steps whose predicate holds, so a
+  causal attention's skipped blocks cost no flops), at the chip's peak MXU rate for the
+  operands' dtype (bfloat16/float16 at the bf16 peak, int8 at the int8 peak, float32 at
+  FLOAT32_MXU_FRACTION of the bf16 peak: a multi-pass bf16 product), times MXU_EFFICIENCY and
+  the MXU's utilisation: M and N below the MXU's width (`mxu_column_size`: 128 on v5e, 256 on
+  v6e and 7x) fill that fraction of it.
+- vector: the body's other array operations in vreg operations (`body.read`: each result in
+  native (8, 128) tiles, so an (n, 1) column costs what an (n, 128) block does), counted on the
+  steps that run them, at VPU_OPS_PER_CYCLE per cycle of the chip's clock (`ChipFigures.clock_hz`).
+  The DMA engine, the MXU and the vector unit work side by side: the largest of the three
+  bounds a kernel.
 - steps * STEP_OVERHEAD_S: a fixed cost per grid step (DMA issue and synchronisation, loop
   control), fitted to a v5e's row sweeps (below).
 - prologue: the first step's input blocks, which no compute hides.
+- DISPATCH_FLOOR_S: a call cannot finish sooner than the host dispatches it. Candidates whose
+  kernels are predicted below it tie, and a tie goes to the declared order, the default first
+  (`select.choose_predicted`), as a measured tie does: the model never moves an op off its
+  default for a difference that no call of it would show.
 
-The chip's figures (peak rates, HBM bandwidth, MXU width) are JAX's, `pltpu.get_tpu_info_for_chip`.
+The chip's figures (peak rates, HBM bandwidth, MXU width and count) are JAX's, `pltpu.get_tpu_info_for_chip`.
 """
 
 from __future__ import annotations
@@ -38,37 +50,47 @@ from typing import Any
 import numpy as np
 
 from tpu_kernels.lowering import pallas_grid
+from tpu_kernels.tuner import body
 
-# Fitted to a TPU v5e's tuning sweeps (bench/reports/chip_v5e_tune.json, commit 4a855dd) by
-# bench/chip_tuning.py, record bench/reports/chip_v5e_tuning_fit.json: least squares in log time.
-# STEP_OVERHEAD_S and HBM_EFFICIENCY from the row sweeps (rmsnorm bf16[8192, 4096] and softmax
-# f32[4096, 4096], 8-256 rows a block: fixed bytes, 32 to 1024 steps): rms log error 0.061
-# (0.125 at the 0.35 us and full bandwidth assumed before). MXU_EFFICIENCY from the matmul sweeps
-# (123 compiled configs at 4 shapes): 0.125 (0.175 before). FLOAT32_MXU_FRACTION from
-# bench/reports/chip_v5e.json: bf16 4096^3 in 0.745 ms, float32 at "highest" in 4.27 ms.
-# The fit lowers the residuals but not the choices: at 2048^3 the smaller step overhead lets the
-# model pick block_k=256 configs the chip runs 9-21% slower (a cost per k-step that grows with the
-# block, which no constant here models; the record's table in docs/autotuning.md, "Against a TPU
-# v5e"). The shipped measured v5e matmul table, not this model, decides at the record's shapes.
-STEP_OVERHEAD_S = 0.23e-6
+# From a TPU v5e's records by bench/chip_tuning.py (bench/reports/chip_v5e_tuning_fit.json),
+# least squares in log time on a grid: STEP_OVERHEAD_S and HBM_EFFICIENCY from the tuning
+# sweeps' rows (bench/reports/chip_v5e_tune.json, commit 4a855dd: rmsnorm bf16[8192, 4096] and
+# softmax f32[4096, 4096], 8-256 rows a block: fixed bytes, 32 to 1024 steps), then
+# MXU_EFFICIENCY from its matmul sweeps (123 compiled configs at 4 shapes); DISPATCH_FLOOR_S is
+# that record's own measure of a call's dispatch (`meta.dispatch_floor_s`), FLOAT32_MXU_FRACTION
+# bench/reports/chip_v5e.json's bf16 4096^3 (0.745 ms) over float32 at "highest" (4.27 ms).
+# VPU_OPS_PER_CYCLE is assumed, not fitted (the row sweeps' residual is least at it, but they
+# cannot pin it; from 0.75 to 4 the choices stay within 1.05x of the best at 7 of 8 groups).
+# Before: no vector work, no floor, 0.23 us, 0.87 and 0.85; 6 of 8. The record's table is in
+# docs/autotuning.md, "Against a TPU v5e"; the shipped measured v5e matmul table, not this
+# model, decides at its shapes.
+STEP_OVERHEAD_S = 0.21e-6
 """Seconds per grid step beyond the step's data movement and compute (fitted, see above)."""
 
 FLOAT32_MXU_FRACTION = 0.175
 """float32 dots (at "highest", torch's default precision) run at this fraction of the bf16 rate:
-about six bf16 passes on a v5e, not the three assumed before (fitted, see above)."""
+about six bf16 passes on a v5e, not the three assumed before (measured, see above)."""
 
-MXU_EFFICIENCY = 0.85
+MXU_EFFICIENCY = 0.95
 """The share of the MXU's peak rate a kernel's dots reach at full utilisation (fitted)."""
 
-HBM_EFFICIENCY = 0.87
+HBM_EFFICIENCY = 0.86
 """The share of the chip's HBM bandwidth the pipeline's copies reach (fitted)."""
 
-FITTED = ("STEP_OVERHEAD_S", "FLOAT32_MXU_FRACTION", "MXU_EFFICIENCY", "HBM_EFFICIENCY")
-"""The constants bench/chip_tuning.py fits to a chip's records (bench/reports/chip_v5e_tuning_fit.json)."""
+VPU_OPS_PER_CYCLE = 1.0
+"""Vreg operations the vector unit completes per clock cycle (assumed, see above)."""
+
+DISPATCH_FLOOR_S = 123.6e-6
+"""Seconds a call takes at least: the host's dispatch of it, measured on the v5e development
+machine (gVisor) beside the sweeps. A property of that host, not of the chip."""
+
+FITTED = ("STEP_OVERHEAD_S", "FLOAT32_MXU_FRACTION", "MXU_EFFICIENCY", "HBM_EFFICIENCY", "DISPATCH_FLOOR_S")
+"""The constants bench/chip_tuning.py takes from a chip's records (bench/reports/chip_v5e_tuning_fit.json)."""
 
 MODEL = (
-    "roofline per pallas_call: max(MXU flops / peak * utilisation, pipelined HBM bytes / bandwidth) "
-    f"+ {STEP_OVERHEAD_S * 1e6:g} us per grid step + the first step's input blocks"
+    "roofline per pallas_call: max(MXU flops / peak * utilisation, pipelined HBM bytes / bandwidth, "
+    f"vreg operations / {VPU_OPS_PER_CYCLE:g} per cycle) + {STEP_OVERHEAD_S * 1e6:g} us per grid step + the first "
+    f"step's input blocks; a call at least {DISPATCH_FLOOR_S * 1e6:g} us (dispatch)"
 )
 
 
@@ -79,6 +101,13 @@ class ChipFigures:
     int8_flops: float
     hbm_bytes_per_s: float
     mxu_width: int
+    mxus: int = 1
+
+    @property
+    def clock_hz(self) -> float:
+        """The clock JAX's figures imply: the bf16 peak over the MXUs' multiply-adds per cycle
+        (1.50 GHz on a v5e: four 128x128 MXUs, 197 TFLOP/s)."""
+        return self.bf16_flops / (2 * self.mxus * self.mxu_width**2)
 
     @classmethod
     def of(cls, chip: str) -> ChipFigures:
@@ -91,32 +120,39 @@ class ChipFigures:
             float(info.int8_ops_per_second or info.bf16_ops_per_second),
             float(info.mem_bw_bytes_per_second),
             int(info.mxu_column_size),
+            int(info.num_mxus or 1),
         )
 
 
 @dataclass
 class Prediction:
-    """One candidate's predicted time on one chip, and its parts."""
+    """One candidate's predicted time on one chip, and its parts (summed over its kernels)."""
 
-    seconds: float
+    seconds: float  # the call: its kernels, at least DISPATCH_FLOOR_S
+    kernel_s: float = 0.0  # its kernels alone
     compute_s: float = 0.0
     memory_s: float = 0.0
+    vector_s: float = 0.0
     prologue_s: float = 0.0
     steps: int = 0
     hbm_bytes: float = 0.0
     mxu_flops: float = 0.0
+    vreg_ops: float = 0.0
     mxu_utilisation: float | None = None
     kernels: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "predicted_s": self.seconds,
+            "kernel_s": self.kernel_s,
             "compute_s": self.compute_s,
             "memory_s": self.memory_s,
+            "vector_s": self.vector_s,
             "prologue_s": self.prologue_s,
             "grid_steps": self.steps,
             "hbm_bytes": self.hbm_bytes,
             "mxu_flops": self.mxu_flops,
+            "vreg_ops": self.vreg_ops,
             "mxu_utilisation": self.mxu_utilisation,
         }
 
@@ -142,24 +178,28 @@ def predict(eqns: list[Any], chip: ChipFigures) -> Prediction:
             traffic += copies * nbytes
             if i < gm.num_inputs:
                 prologue += nbytes
-        compute, flops, util = 0.0, 0.0, []
-        for m, n, k, batch, dtype in _dots(eqn.params["jaxpr"]):
-            f = 2.0 * m * n * k * batch * steps
-            u = min(1.0, m / chip.mxu_width) * min(1.0, n / chip.mxu_width)
-            compute += f / (_peak(chip, dtype) * u * MXU_EFFICIENCY)
+        work = body.read(eqn)
+        compute, flops = 0.0, 0.0
+        for d in work.dots:
+            f = 2.0 * d.m * d.n * d.k * d.batch * d.steps
+            u = min(1.0, d.m / chip.mxu_width) * min(1.0, d.n / chip.mxu_width)
+            compute += f / (_peak(chip, d.dtype) * u * MXU_EFFICIENCY)
             flops += f
-            util.append((f, u))
+            weighted_util += f * u
         memory = traffic / (chip.hbm_bytes_per_s * HBM_EFFICIENCY)
+        vector = work.vreg_ops / (chip.clock_hz * VPU_OPS_PER_CYCLE)
         first = prologue / (chip.hbm_bytes_per_s * HBM_EFFICIENCY)
-        total.seconds += max(compute, memory) + steps * STEP_OVERHEAD_S + first
+        total.kernel_s += max(compute, memory, vector) + steps * STEP_OVERHEAD_S + first
         total.compute_s += compute
         total.memory_s += memory
+        total.vector_s += vector
         total.prologue_s += first
         total.steps += steps
         total.hbm_bytes += traffic
         total.mxu_flops += flops
-        weighted_util += sum(f * u for f, u in util)
+        total.vreg_ops += work.vreg_ops
         total.kernels.append(pallas_grid.kernel_name(eqn))
+    total.seconds = max(DISPATCH_FLOOR_S, total.kernel_s)
     if total.mxu_flops:
         total.mxu_utilisation = weighted_util / total.mxu_flops
     return total
@@ -188,22 +228,3 @@ def _peak(chip: ChipFigures, dtype: Any) -> float:
     if d.itemsize >= 4:
         return chip.bf16_flops * FLOAT32_MXU_FRACTION
     return chip.bf16_flops
-
-
-def _dots(jaxpr: Any) -> list[tuple[int, int, int, int, Any]]:
-    """(M, N, K, batch, operand dtype) of every dot_general in a kernel body, nested ones too."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    out = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            lhs, rhs = (v.aval for v in eqn.invars[:2])
-            (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-            batch = math.prod(int(lhs.shape[d]) for d in lb) if lb else 1
-            k = math.prod(int(lhs.shape[d]) for d in lc) if lc else 1
-            m = math.prod(int(s) for d, s in enumerate(lhs.shape) if d not in lc and d not in lb)
-            n = math.prod(int(s) for d, s in enumerate(rhs.shape) if d not in rc and d not in rb)
-            out.append((m, n, k, batch, lhs.dtype))
-        for value in eqn.params.values():
-            for sub in pallas_grid.sub_jaxprs(value):
-                out += _dots(sub)
-    return out
