@@ -370,7 +370,7 @@ def chip_tables() -> str:
     parts = [
         report.grid_summary(record),
         "",
-        f"Changed since: {record['meta']['changed_since']}" if record["meta"].get("changed_since") else "",
+        report.superseded(record),
         "",
         "Before (the old defaults, timed in the tuning sweep at its commit "
         f"{tune['meta']['commit'][:10]}) and after (today's defaults, in the grid):",

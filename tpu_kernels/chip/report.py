@@ -55,15 +55,31 @@ def _speed(row: dict) -> str:
     return f"{row['gbps']:.0f} GB/s ({100 * row['share_of_peak']:.0f}%)"
 
 
+def _marks(record: dict[str, Any]) -> dict[str, str]:
+    """Row id -> its mark ("†1", ...) where the record says the row was measured before a later
+    change to that kernel's defaults (`meta.superseded`)."""
+    return {i: f" †{n}" for n, s in enumerate(record["meta"].get("superseded", []), 1) for i in s["ids"]}
+
+
+def superseded(record: dict[str, Any]) -> str:
+    """The marks' legend: what changed after each group of rows was measured."""
+    lines = [f"- †{n} ({len(s['ids'])} rows, measured at {s['commit'][:10]}): since then {s['change']}."
+             for n, s in enumerate(record["meta"].get("superseded", []), 1)]
+    if not lines:
+        return ""
+    return "Rows measured before a later change to their code, not measured again:\n\n" + "\n".join(lines)
+
+
 def grid_table(record: dict[str, Any], key: str = "grid") -> str:
     lines = [
         "| kernel | dtype | shape | compiles | error vs f64 (kernel / XLA) | time | XLA | vs XLA | JAX flash | vs JAX flash | share of peak |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    marks = _marks(record)
     for r in record[key]["rows"]:
         p, x, f = r["pallas"], r.get("xla", {}), r.get("jax_flash", {})
         shape = "x".join(str(s) for s in r["shape"])
-        extra = " causal" if r["statics"].get("causal") else ""
+        extra = (" causal" if r["statics"].get("causal") else "") + marks.get(r["id"], "")
         flag = " (dispatch-bound)" if r.get("dispatch_bound") else ""
         lines.append(
             f"| {r['kernel']}{extra} | {r['dtype']} | {shape} | {_verdict(p)} | {_err(p)} / {_err(x)} | "
@@ -80,8 +96,9 @@ def grid_summary(record: dict[str, Any], key: str = "grid") -> str:
     bw = [r for r in rows if r["bound"] == "bandwidth" and r["section"] == "rows" and r.get("speed_vs_xla")
           and not r.get("dispatch_bound")]
     big = [r for r in bw if r["bytes"] >= 16 * 2**20]
-    below = [r["id"] for r in bw if r["speed_vs_xla"] < 1.0]
-    low_peak = [r["id"] for r in big if r.get("share_of_peak", 0) < 0.75]
+    marks = _marks(record)
+    below = [r["id"] + marks.get(r["id"], "") for r in bw if r["speed_vs_xla"] < 1.0]
+    low_peak = [r["id"] + marks.get(r["id"], "") for r in big if r.get("share_of_peak", 0) < 0.75]
     parts = [f"{len(rows)} points, {len(rows) - len(failed)} compile and run"]
     if failed:
         parts.append("fail: " + ", ".join(failed))
@@ -102,14 +119,16 @@ def precision_table(record: dict[str, Any]) -> str:
 
 def layer_table(record: dict[str, Any]) -> str:
     lines = ["| run | layer | shipped kernels | XLA + JAX flash | speed | error vs f64 (ours / XLA) |", "|---|---|---|---|---|---|"]
+    marks = _marks(record)
     for key in sorted(k for k in record if k.startswith("layer")):
-        label = key.partition(":")[2] or "defaults"
+        label = (key.partition(":")[2] or "defaults")
         for r in record[key]["rows"]:
+            label_r = label + marks.get(r["id"], "")
             kind = "forward + backward" if r["backward"] else "forward"
             err = (f"{r['error_ours_vs_f64']:.1e} / {r['error_xla_vs_f64']:.1e}" if "error_ours_vs_f64" in r
                    else f"grads vs XLA layer's: {r.get('error_grads_ours_vs_xla', float('nan')):.1e}")
             ours = f"{r['ours_ms']:.2f} ms" if "ours_ms" in r else "**fails**"
-            lines.append(f"| {label} | {kind} | {ours} | {r.get('xla_ms', '-')} ms | {_x(r.get('speed_vs_xla'))} | {err} |")
+            lines.append(f"| {label_r} | {kind} | {ours} | {r.get('xla_ms', '-')} ms | {_x(r.get('speed_vs_xla'))} | {err} |")
     return "\n".join(lines)
 
 
@@ -161,6 +180,10 @@ def headline(record: dict[str, Any]) -> str:
     grid = record["grid"]["rows"]
     ok = sum(r["pallas"].get("compiles", False) and "run_error" not in r["pallas"] for r in grid)
     layer = {r["backward"]: r.get("speed_vs_xla") for r in record.get("layer", {}).get("rows", [])}
+    marks = _marks(record)
+    stale = sum(r["id"] in marks for r in grid)
+    layer_mark = " (†: measured before a later change)" if any(
+        r["id"] in marks for r in record.get("layer", {}).get("rows", [])) else ""
     lines = [
         "| on a TPU v5e, at the kernels' defaults | figure |",
         "|---|---|",
@@ -169,8 +192,10 @@ def headline(record: dict[str, Any]) -> str:
         f"| row kernels (rmsnorm, softmax, scale_add) over XLA | {_range(row)} |",
         f"| flash-attention template over JAX's Pallas flash attention, forward | {_range(fa)} |",
         f"| the same, forward + backward | {_range(fab)} |",
-        f"| a decoder layer from these kernels over one from XLA and JAX's flash attention | forward {_x(layer.get(False))}, forward + backward {_x(layer.get(True))} |",
+        f"| a decoder layer from these kernels over one from XLA and JAX's flash attention | forward {_x(layer.get(False))}, forward + backward {_x(layer.get(True))}{layer_mark} |",
     ]
+    if stale:
+        lines.append(f"| grid points measured before a later change to their defaults, not measured again (†, docs/performance.md) | {stale} of {len(grid)} |")
     return "\n".join(lines)
 
 
