@@ -118,3 +118,18 @@ def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
         ("x", 1, "aaa"), ("y", 3, "bbb"), ("z", 4, "bbb"), ("x", 5, "bbb")]
     assert records.commits(merged) == {"aaa": 1, "bbb": 4}
     assert merged["meta"]["runs"][-1]["commit"] == "bbb" and json.loads(into.read_text()) == merged
+
+
+def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(tmp_path):
+    """The runner's layer (forward, and forward + backward with each piece's own backward: the
+    kernels' through custom_vjp, matmul's the vjp of its reference) at a small size."""
+    out_file = tmp_path / "layer.json"
+    out = _python(
+        "from tpu_kernels.chip.__main__ import main\n"
+        f"sys.exit(main(['--out', {str(out_file)!r}, '--quick', '--interpret', '--sections', 'layer', '--rounds', '1']))\n",
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["backward"]: r for r in json.loads(out_file.read_text())["layer"]["rows"]}
+    assert rows[False]["error_ours_vs_f64"] < 2e-2 and rows[False]["error_xla_vs_f64"] < 2e-2
+    assert rows[True]["ours_compiles"] and rows[True]["error_grads_ours_vs_xla"] < 2e-2
