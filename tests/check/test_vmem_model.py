@@ -141,3 +141,65 @@ def test_a_matmuls_float32_result_is_held():
         lambda a, b: pl.pallas_call(_matmul, out_shape=a)(a, b), a, a
     )  # a v5e held 2.36 MiB beside the buffers of a 1024^3 bf16 matmul block: counted 4 MiB
     assert temporaries.estimate(eqn) == 1024 * 1024 * 4
+
+
+def test_a_matmuls_float32_result_is_held_up_to_4_mib():
+    # a 2048x2048 product (16 MiB in float32): the v5e's allocation was the buffers' sum (held 0);
+    # counted up to temporaries.MATMUL_RESULT_HELD_MAX
+    a = jax.ShapeDtypeStruct((2048, 512), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((512, 2048), jnp.bfloat16)
+    out = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)
+    [eqn] = vmem.traced_pallas_calls(lambda a, b: pl.pallas_call(_matmul, out_shape=out)(a, b), a, b)
+    assert temporaries.estimate(eqn) == temporaries.MATMUL_RESULT_HELD_MAX == 4 * MIB
+
+
+def _through_scratch(x_ref, o_ref, s_ref):  # written, then read, at every step
+    s_ref[: x_ref.shape[0], :] = x_ref[...].astype(jnp.float32) * 2.0
+    o_ref[...] = (s_ref[: x_ref.shape[0], :] + 1.0).astype(o_ref.dtype)
+
+
+def _accumulate(x_ref, o_ref, s_ref):  # read before written: carries state across steps
+    s_ref[...] += x_ref[...].astype(jnp.float32)
+    o_ref[...] = s_ref[...].astype(o_ref.dtype)
+
+
+def _normalize_through_scratch(x_ref, o_ref, s_ref):  # its value outlives the row mean
+    s_ref[...] = x_ref[...].astype(jnp.float32)
+    m = jnp.mean(s_ref[...], axis=-1, keepdims=True)
+    o_ref[...] = (s_ref[...] / m).astype(o_ref.dtype)
+
+
+def _with_scratch(body, x, scratch_rows):
+    rows, cols = x.shape
+    spec = pl.BlockSpec((256, cols), lambda i: (i, 0))
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows // 256,),
+        in_specs=[spec],
+        out_specs=spec,
+        scratch_shapes=[pltpu.VMEM((scratch_rows, cols), jnp.float32)],
+    )(x)
+
+
+def test_scratch_written_before_read_every_step_is_not_held():
+    # the v5e compiled 24-96 MiB of such scratch beside 8-16 MiB of blocks (synthetic.with_scratch)
+    x = jax.ShapeDtypeStruct((8192, 4096), jnp.bfloat16)
+    blocks = 4 * 256 * 4096 * 2
+    [k] = vmem.kernel_footprints(functools.partial(_with_scratch, _through_scratch, scratch_rows=2048), x)
+    assert k.bytes == blocks and k.buffers[-1].what == "scratch 0 (not held)"
+    # state carried from step to step, or a value kept across a reduction: held whole
+    for body in (_accumulate, _normalize_through_scratch):
+        [k] = vmem.kernel_footprints(functools.partial(_with_scratch, body, scratch_rows=256), x)
+        assert k.bytes == blocks + 256 * 4096 * 4, body.__name__
+
+
+def test_many_values_live_at_once_spill_registers():
+    # 9 live float32 values: refused at exactly 16.0 MiB of buffers; 5 compiled there
+    from tpu_kernels.chip import synthetic
+
+    x = jax.ShapeDtypeStruct((8192, 4096), jnp.bfloat16)
+    for live, spilled in ((4, 0), (8, temporaries.SPILL_BYTES)):
+        [k] = vmem.kernel_footprints(functools.partial(synthetic.live_temporaries, block_rows=512, live=live), x)
+        assert k.bytes == 16 * MIB and k.temporaries == spilled, live
+        assert vmem.verdict(k, chip("v5e")).fits == (not spilled)

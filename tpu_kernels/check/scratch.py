@@ -187,4 +187,36 @@ def carried(eqn: Any) -> Carried:
     return out
 
 
-__all__ = ["Carried", "carried"]
+def forwarded(eqn: Any) -> set[int]:
+    """The scratch buffers (numbered from 0) that hold nothing from step to step and whose
+    values need not outlive a reduction or matmul: every step writes one before it reads it
+    (neither carried nor `unknown`), and no reduction or matmul lies between its first and last
+    access. The compiler forwards such a buffer's stores to its loads and does not allocate it
+    (a v5e compiled 24-96 MiB of such scratch beside 8-32 MiB of blocks, its allocation the
+    blocks' alone; docs/tpu-lowering-check.md); its values are body values
+    (`temporaries.py`)."""
+    from tpu_kernels.check import temporaries
+
+    gm = eqn.params["grid_mapping"]
+    n_scratch = int(getattr(gm, "num_scratch_operands", 0) or 0)
+    if not n_scratch:
+        return set()
+    out = carried(eqn)
+    body = _jaxpr(eqn.params["jaxpr"])
+    refs = {v: k for k, v in enumerate(body.invars[len(body.invars) - n_scratch :])}
+    steps: list[tuple[str, list, list]] = []
+    temporaries._linear(body, {}, steps)
+    barriers = [pos for pos, (prim, _, _) in enumerate(steps) if prim in temporaries.BARRIERS]
+    found = set()
+    for v, k in refs.items():
+        if k in out.reads or k in out.unknown:
+            continue
+        at = [pos for pos, (prim, used, _) in enumerate(steps) if v in used]
+        if not at or not any(steps[pos][0] in WRITES for pos in at):
+            continue
+        if not any(at[0] < b < at[-1] for b in barriers):
+            found.add(k)
+    return found
+
+
+__all__ = ["Carried", "carried", "forwarded"]

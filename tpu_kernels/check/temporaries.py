@@ -31,6 +31,19 @@ BARRIERS = frozenset(
 )  # fmt: skip
 
 
+# A matmul's float32 result is held up to this many bytes (docs/tpu-lowering-check.md): a 1024x1024
+# product (4 MiB) was held in part (2.36 MiB beyond the buffers), products of 8 and 16 MiB not at
+# all (the compiler's allocation was the buffers' sum), so the rule counts at most a 4 MiB one.
+MATMUL_RESULT_HELD_MAX = 4 * 2**20
+
+# An elementwise body streams through the 64 vector registers while few values are live at once;
+# with more than SPILL_AFTER_VALUES live together the compiler spills registers to VMEM (a body of 9
+# float32 values live at once was refused with buffers of exactly the limit, one of 5 compiled).
+# The spill's size was not measured: the register file's bytes (64 x 4 KiB) stand for it.
+SPILL_AFTER_VALUES = 8
+SPILL_BYTES = 64 * 4096
+
+
 @dataclass(frozen=True)
 class Value:
     """One array value of the kernel body."""
@@ -134,8 +147,9 @@ def held(body: Body) -> int:
       width it was read at (softmax backward, bf16: y and dy widened, 1.21-1.23 f32 blocks
       held; counted 1.5);
     - every other value is held whole;
-    - a matmul's result is held whole beside them (a bf16 1024^3 matmul: 2.36 MiB beyond its
-      buffers; counted 4 MiB).
+    - a matmul's result is held beside them up to `MATMUL_RESULT_HELD_MAX` (a bf16 1024^3
+      matmul: 2.36 MiB beyond its buffers, counted 4 MiB; 2048x1024 and 2048x2048 products
+      held at 0, counted 4 MiB).
 
     An upper bound for the kernels the v5e measured, but for rmsnorm's backward body (3.0 f32
     blocks counted, 3.47 held) and forward (0.15-0.3 MiB more held): docs/tpu-lowering-check.md.
@@ -148,11 +162,26 @@ def held(body: Body) -> int:
         if upcasts:
             total += upcasts[0].bytes + sum(v.upcast_of for v in upcasts[1:])
         if prim == "dot_general":
-            total += sum(v.bytes for v in body.values if v.start == pos)
+            total += min(sum(v.bytes for v in body.values if v.start == pos), MATMUL_RESULT_HELD_MAX)
         best = max(best, total)
     return best
 
 
+def most_live(body: Body) -> int:
+    """The most array values (block reads aside) live at once anywhere in the body."""
+    values = [v for v in body.values if v.primitive != "get"]
+    ends = sorted({v.end for v in values})
+    return max((sum(1 for v in values if v.start < p <= v.end) for p in ends), default=0)
+
+
+def spill(body: Body) -> int:
+    """Bytes of registers spilled to VMEM: `SPILL_BYTES` when more than `SPILL_AFTER_VALUES`
+    values are live at once, else 0."""
+    return SPILL_BYTES if most_live(body) > SPILL_AFTER_VALUES else 0
+
+
 def estimate(eqn: Any) -> int:
-    """Bytes of VMEM the body's values take, by the calibrated rule (`held`)."""
-    return held(body_values(eqn))
+    """Bytes of VMEM the body's values take, by the calibrated rule (`held`), and any register
+    spill (`spill`)."""
+    body = body_values(eqn)
+    return held(body) + spill(body)

@@ -7,7 +7,9 @@ For each `pallas_call` in the traced function, the estimate adds up:
   buffering: the next block is copied in while this one is computed), 1 for a
   block that is the whole array with an all-zero index map (Mosaic
   single-buffers those), or the `pipeline_mode=pl.Buffered(n)` given;
-- every VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), once.
+- every VMEM scratch buffer (`pltpu.VMEM(shape, dtype)`), once, but for one that every step
+  writes before reading and whose values outlive no reduction or matmul
+  (`scratch.forwarded`): the compiler forwards its stores to its loads and allocates nothing.
 
 Each buffer is rounded up to whole tiles as Mosaic lays it out (`tiling.py`, from
 Mosaic's memref layout inference): the last dimension to a multiple of 128 lanes,
@@ -33,7 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_kernels.check import temporaries, tiling
+from tpu_kernels.check import scratch, temporaries, tiling
 from tpu_kernels.lowering import jaxprs
 
 # Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
@@ -127,6 +129,7 @@ def footprint(eqn: Any) -> KernelFootprint:
         else:
             copies = 1 if one_step or bm.has_trivial_window() else 2
         buffers.append(Buffer(what, shape, str(dtype), copies, copies * size))
+    not_held = scratch.forwarded(eqn) if gm.scratch_avals else set()
     for j, aval in enumerate(gm.scratch_avals):
         if _memory_space(aval) != "vmem":
             continue  # SMEM scratch, semaphores
@@ -134,6 +137,9 @@ def footprint(eqn: Any) -> KernelFootprint:
         shape, dtype = tuple(int(d) for d in inner.shape), np.dtype(inner.dtype)
         if dtype.itemsize == 8:
             wide.add(str(dtype))
+        if j in not_held:  # written before it is read at every step: stores forwarded to loads
+            buffers.append(Buffer(f"scratch {j} (not held)", shape, str(dtype), 0, 0))
+            continue
         buffers.append(Buffer(f"scratch {j}", shape, str(dtype), 1, tile_bytes(shape, dtype)))
     return KernelFootprint(
         _kernel_name(eqn),

@@ -357,7 +357,7 @@ def _synthetic_calls() -> Iterator[Call]:
     scratch = functools.partial(_call, "scratch", "synthetic.with_scratch", synthetic.with_scratch)
     for dtype in (BF16, F32):
         itemsize = jnp.dtype(dtype).itemsize
-        # bf16 adds totals just under 16 MiB: where the compiler's own headroom shows.
+        # bf16 adds totals just under 16 MiB: they would show any headroom the compiler kept (none).
         fine = (15.5, 15.75, 15.875) if dtype == BF16 else ()
         for total in (8, 12, 15, *fine, 16, 17, 20, 24, 28, 32, 40, 48):
             rows = int(total * _MIB) // (2 * cols * itemsize)  # in + out, single-buffered: `total` MiB

@@ -1032,7 +1032,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "vmem-body-temporaries-not-counted",
         "tpu_kernels/check/temporaries.py",
-        "    return held(body_values(eqn))",
+        "    return held(body) + spill(body)",
         "    return 0",
         "the body's float32 values are left out: rmsnorm_backward at 256 rows passes, and the v5e refuses it",
         T_VMEM_MODEL,
@@ -1064,9 +1064,33 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "vmem-matmul-result-not-held",
         "tpu_kernels/check/temporaries.py",
-        "            total += sum(v.bytes for v in body.values if v.start == pos)",
+        "            total += min(sum(v.bytes for v in body.values if v.start == pos), MATMUL_RESULT_HELD_MAX)",
         "            total += 0",
         "a matmul's float32 result left out: 16.0 MiB of matmul buffers pass, and the v5e refuses them",
+        T_VMEM_MODEL,
+    ),
+    _toolkit(
+        "vmem-matmul-result-held-whole",
+        "tpu_kernels/check/temporaries.py",
+        "            total += min(sum(v.bytes for v in body.values if v.start == pos), MATMUL_RESULT_HELD_MAX)",
+        "            total += sum(v.bytes for v in body.values if v.start == pos)",
+        "a matmul's float32 result counted whole: 2048x2048x512 template calls the v5e compiles fail the check",
+        T_VMEM_MODEL,
+    ),
+    _toolkit(
+        "vmem-forwarded-scratch-held",
+        "tpu_kernels/check/vmem.py",
+        "        if j in not_held:  # written before it is read at every step: stores forwarded to loads",
+        "        if False:",
+        "scratch written before it is read at every step counted: 24-96 MiB of it the v5e compiles fail",
+        T_VMEM_MODEL,
+    ),
+    _toolkit(
+        "vmem-no-register-spill",
+        "tpu_kernels/check/temporaries.py",
+        "    return SPILL_BYTES if most_live(body) > SPILL_AFTER_VALUES else 0",
+        "    return 0",
+        "no register spill for 9 values live at once: 16.0 MiB of buffers pass, and the v5e refuses them",
         T_VMEM_MODEL,
     ),
     _toolkit(
