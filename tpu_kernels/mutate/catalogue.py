@@ -329,6 +329,8 @@ T_TITAN = ("tests/integrations/test_torchtitan.py",)
 TITAN_FAST = "not five_steps"  # the training runs (one process, compile, 2 processes)
 T_HF = ("tests/integrations/test_transformers.py",)
 HF_FAST = "not inductor"
+MEMORY = "tpu_kernels/runtime/cache/memory.py"
+T_LOCK = ("tests/cache/test_lock.py", "tests/test_op.py::test_cache_builds_each_key_once_under_concurrent_calls")
 PROGRAM, BUILD, STORE = (
     "tpu_kernels/runtime/cache/program.py",
     "tpu_kernels/runtime/cache/build.py",
@@ -1076,5 +1078,22 @@ TOOLKIT: tuple[Mutation, ...] = (
         '    "v5p": 32 * _MIB,',
         "v5p's default scoped VMEM limit taken as 32 MiB: kernels that fail to compile there pass the check",
         T_VMEM,
+    ),
+    # ---- issue 45: the kernel cache's per-key build lock ----
+    _toolkit(
+        "cache-build-lock-removed",
+        MEMORY,
+        "            pending = self._building.get(key)\n            if pending is None:",
+        "            pending = None\n            if pending is None:",
+        "no per-key build lock: threads asking for one key at once each build it",
+        T_LOCK,
+    ),
+    _toolkit(
+        "cache-failed-build-kept",
+        MEMORY,
+        "            with self._lock:\n                del self._building[key]\n            pending.error = e",
+        "            pending.error = e",
+        "a failed build stays pending: every later call for the key raises its old error, never retries",
+        T_LOCK,
     ),
 )
