@@ -122,3 +122,19 @@ def process_time_limit_s(startups: float, floor_s: float = 60.0, cap_s: float = 
     at least `floor_s` and at most `cap_s`: a loaded machine gets proportionally longer, and a
     hang on a quiet machine still fails within a minute or two."""
     return min(cap_s, max(floor_s, startups * spawn_startup_s()))
+
+
+def hypothesis_settings(examples: int, random_examples: int) -> object:
+    """Hypothesis settings as the property tests use them: the same `examples` every run
+    (derandomized), or `random_examples` fresh ones with TPU_KERNELS_HYPOTHESIS_RANDOM=1; a
+    failure prints its reproduction blob; no deadline (builds and threads vary in time)."""
+    from hypothesis import HealthCheck, settings
+
+    fresh = os.environ.get("TPU_KERNELS_HYPOTHESIS_RANDOM") == "1"
+    return settings(
+        max_examples=random_examples if fresh else examples,
+        derandomize=not fresh,
+        print_blob=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )

@@ -8,9 +8,15 @@ import jax
 import jax.numpy as jnp
 import torch
 from jax.experimental import pallas as pl
+from jax.extend.core import Primitive
 
 from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels._blocks import parallel_rows, row_block
+
+# A primitive with a shape rule and no lowering: a kernel that binds it traces (eval_shape takes
+# it) and fails to compile, as a config the compiler refuses does.
+UNLOWERABLE = Primitive("tpu_kernels_test_unlowerable")
+UNLOWERABLE.def_abstract_eval(lambda x: x)
 
 
 def _scale_kernel(x_ref, o_ref, *, wrong_at_first_row: bool):
@@ -43,17 +49,20 @@ def make_op(
     default: int = 64,
     wrong: int = -1,
     divides: bool = False,
+    fails: tuple = (),
     **options,
 ):
     """A tunable `2 * x` op named `name`: block_rows among `candidates`, `wrong` a wrong one;
-    with `divides`, the kernel refuses a block_rows that does not divide the rows it exceeds."""
+    with `divides`, the kernel refuses a block_rows that does not divide the rows it exceeds;
+    `fails` those that trace (so `eval_shape` takes it) but fails to compile."""
 
     def kernel(x: torch.Tensor, *, block_rows: int = default) -> torch.Tensor:
         if x.ndim != 2:
             raise ValueError(f"{name}: x must be 2-D, got {x.shape}")
         if divides and x.shape[0] > block_rows and x.shape[0] % block_rows:
             raise ValueError(f"{name}: block_rows={block_rows} does not divide the {x.shape[0]} rows")
-        return row_scale(x, block_rows=block_rows, wrong_rows=wrong)
+        out = row_scale(x, block_rows=block_rows, wrong_rows=wrong)
+        return UNLOWERABLE.bind(out) if block_rows in fails else out
 
     kernel.__name__ = name.split("::")[1]
     return tpu_kernel(

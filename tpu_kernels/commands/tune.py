@@ -47,6 +47,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a suite's quick points, and fewer timing rounds")
     p.add_argument("--rounds", type=int, help="interleaved timing rounds per candidate set")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="threads that compile a call's candidates ahead of checking and timing them one at a "
+        "time (default: $TPU_KERNELS_TUNE_WORKERS, else the CPUs; 1: one at a time)",
+    )
     p.add_argument("--filter", help="only ops (`ns::name` or `name`) and a suite's benchmarks whose name matches this regex")
     p.add_argument(
         "--device", metavar="TYPE", help="for a suite: the device its inputs go to (default: as bench)"
@@ -90,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"tpu-kernels tune: {what} calls no tunable op", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = tune_calls(calls, chips=chips, settings=settings, progress=_progress(console))
-    except ValueError as e:  # a chip that can be neither measured nor predicted here
+        result = tune_calls(
+            calls, chips=chips, settings=settings, progress=_progress(console), workers=args.workers
+        )
+    except ValueError as e:  # a chip that can be neither measured nor predicted here, or bad --workers
         print(f"tpu-kernels tune: {e}", file=sys.stderr)
         return EXIT_USAGE
     console.print(result.report(), highlight=False, markup=False)

@@ -329,6 +329,9 @@ T_TITAN = ("tests/integrations/test_torchtitan.py",)
 TITAN_FAST = "not five_steps"  # the training runs (one process, compile, 2 processes)
 T_HF = ("tests/integrations/test_transformers.py",)
 HF_FAST = "not inductor"
+MEMORY = "tpu_kernels/runtime/cache/memory.py"
+T_LOCK = ("tests/cache/test_lock.py", "tests/test_op.py::test_cache_builds_each_key_once_under_concurrent_calls")
+T_PARALLEL = ("tests/tuning/test_parallel.py",)
 PROGRAM, BUILD, STORE = (
     "tpu_kernels/runtime/cache/program.py",
     "tpu_kernels/runtime/cache/build.py",
@@ -1100,5 +1103,30 @@ TOOLKIT: tuple[Mutation, ...] = (
         '    "v5p": 32 * _MIB,',
         "v5p's default scoped VMEM limit taken as 32 MiB: kernels that fail to compile there pass the check",
         T_VMEM,
+    ),
+    # ---- issue 45: the per-key build lock and the tuner's parallel build ----
+    _toolkit(
+        "cache-build-lock-removed",
+        MEMORY,
+        "            pending = self._building.get(key)\n            if pending is None:",
+        "            pending = None\n            if pending is None:",
+        "no per-key build lock: threads asking for one key at once each build it",
+        T_LOCK,
+    ),
+    _toolkit(
+        "cache-failed-build-kept",
+        MEMORY,
+        "            with self._lock:\n                del self._building[key]\n            pending.error = e",
+        "            pending.error = e",
+        "a failed build stays pending: every later call for the key raises its old error, never retries",
+        T_LOCK,
+    ),
+    _toolkit(
+        "tuner-prebuild-runs-the-kernel",
+        "tpu_kernels/runtime/devices/jax_exec.py",
+        "        if prebuild.ACTIVE and prebuild.active():",
+        "        if False:",
+        "the tuner's build ahead runs each candidate too, in the pool, concurrently with the others",
+        T_PARALLEL,
     ),
 )

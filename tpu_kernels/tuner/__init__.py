@@ -88,6 +88,7 @@ def tune_calls(
     progress: Progress | Callable[[str], None] | None = None,
     tokamax: bool = True,
     helion: bool = True,
+    workers: int | None = None,
 ) -> TuningResult:
     """Tune captured calls (see `autotune`)."""
     result = TuningResult()
@@ -117,13 +118,16 @@ def tune_calls(
                         settings=settings,
                         timer=timer,
                         on_step=lambda what, w=where: bar.step(f"{w}: {what}"),
+                        workers=workers,
                     )
                 )
                 bar.advance(where)
                 measured = result.outcomes[-1]
             for chip in predict:
                 bar.step(f"{call.op.name}: predicting for {chip}")
-                result.outcomes.append(predict_call(call.op, call.args, call.kwargs, chip, measured, checked))
+                result.outcomes.append(
+                    predict_call(call.op, call.args, call.kwargs, chip, measured, checked, workers)
+                )
                 bar.advance(f"{call.op.name} for {chip} (predicted)")
         if toka:
             bar.step(f"tokamax: {len(toka)} call(s) to Tokamax's autotuner")
@@ -151,6 +155,7 @@ def autotune(
     progress: Progress | Callable[[str], None] | None = None,
     tokamax: bool = True,
     helion: bool = True,
+    workers: int | None = None,
     **kwargs: Any,
 ) -> TuningResult:
     """Run `fn(*inputs, **kwargs)` once and tune every tunable op it calls.
@@ -166,10 +171,19 @@ def autotune(
     else `$TPU_KERNELS_TUNING_DIR`, else beside the kernel's module) and this process uses them
     at once. The returned `TuningResult` has the report, the JSON and `with result:`.
     `timer`: how candidates are timed (default: `bench.timing.measure`); a test's stand-in.
+    `workers`: the threads that compile a call's candidates ahead of checking and timing them
+    one at a time (default `$TPU_KERNELS_TUNE_WORKERS`, else the CPUs; 1: one at a time).
     """
     calls = capture(fn, *inputs, **kwargs)
     result = tune_calls(
-        calls, chips=chips, settings=settings, timer=timer, progress=progress, tokamax=tokamax, helion=helion
+        calls,
+        chips=chips,
+        settings=settings,
+        timer=timer,
+        progress=progress,
+        tokamax=tokamax,
+        helion=helion,
+        workers=workers,
     )
     if save:
         result.save(directory)

@@ -18,6 +18,13 @@ For the chip attached (the call's device):
    choice did not settle.
 A run where no candidate survives gives a "failed" entry, which lookups refuse to run.
 
+Before step 3 the candidates' kernels are built (traced, lowered, compiled) ahead, in a thread
+pool of `build_workers()` threads (`workers=`, `$TPU_KERNELS_TUNE_WORKERS`; 1: one at a time
+inside each first call, as before); what that gains depends on whether XLA compiles in
+parallel on the machine (docs/autotuning.md measures it). Their first calls, the checks and the timing then run one at a time, after every build: a timing
+never overlaps a compile or another timing. A build that fails is not kept (the kernel cache
+keeps no failed entry), so the candidate's first call fails the same way and says so.
+
 For each TPU chip that is not attached, `predict.py` prunes and ranks instead: the entry is
 marked predicted. Its candidates' results are still checked: by the measured run's verdicts
 when the call was measured too, else in the CPU interpreter (`interpret.py`).
@@ -25,8 +32,11 @@ when the call was measured too, else in the CPU interpreter (`interpret.py`).
 
 from __future__ import annotations
 
+import contextvars
+import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,6 +46,7 @@ from tpu_kernels import tuning
 from tpu_kernels.bench import correctness, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.stats import Summary
+from tpu_kernels.runtime import prebuild
 from tpu_kernels.tuner import predict as predictor
 from tpu_kernels.tuner.capture import call_metadata, copy_value
 from tpu_kernels.tuner.select import Choice, choose, choose_predicted
@@ -54,6 +65,35 @@ TUNING = timing.Settings(rounds=7, min_sample_s=0.01, warmup_s=1.0)
 benchmark (a tuning run times many candidates), the same method."""
 
 
+WORKERS_ENV = "TPU_KERNELS_TUNE_WORKERS"
+"""How many threads build a call's candidates ahead (`build_workers`); 1 builds none ahead."""
+
+
+def build_workers(n_candidates: int, workers: int | None = None) -> int:
+    """The threads that build `n_candidates` candidates: `workers`, else `$TPU_KERNELS_TUNE_WORKERS`,
+    else the CPUs (`os.cpu_count()`); never more than the candidates."""
+    if workers is None:
+        value = os.environ.get(WORKERS_ENV, "").strip()
+        if value:
+            try:
+                workers = int(value)
+            except ValueError:
+                raise ValueError(
+                    f"{WORKERS_ENV}={value!r}: expected a whole number of threads, 1 or more"
+                ) from None
+            where = f"{WORKERS_ENV}={value!r}"
+        else:
+            workers = os.cpu_count() or 1
+            where = ""
+    else:
+        where = f"workers={workers!r}"
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(
+            f"{where}: the tuner's build workers must be a whole number, 1 or more (1: one at a time)"
+        )
+    return max(1, min(workers, n_candidates))
+
+
 @dataclass
 class Candidate:
     """One config at one call: what became of it, and the evidence."""
@@ -66,6 +106,7 @@ class Candidate:
     error_ratio: float | None = None  # the correctness check's error / allowed (> 1 is wrong)
     reduction: int | None = None  # the reduction length the check's allowance assumed
     first_call_s: float | None = None  # its first call: tracing, compiling and one run (and sync)
+    build_s: float | None = None  # its build ahead, in a worker (wall time): part of first_call_s
 
     def to_json(self, names: Sequence[str]) -> dict[str, Any]:
         out: dict[str, Any] = {"config": dict(zip(names, self.config)), "status": self.status}
@@ -79,6 +120,8 @@ class Candidate:
             out.update({k: _sig(v) for k, v in self.prediction.to_dict().items()})
         if self.first_call_s is not None:
             out["first_call_s"] = _sig(self.first_call_s)
+        if self.build_s is not None:
+            out["build_s"] = _sig(self.build_s)
         if self.error_ratio is not None:
             out["error_ratio"] = round(self.error_ratio, 4)
             out["reduction"] = self.reduction
@@ -180,8 +223,10 @@ def measure_call(
     settings: timing.Settings = TUNING,
     timer: Timer | None = None,
     on_step: Callable[[str], None] | None = None,
+    workers: int | None = None,
 ) -> Outcome:
-    """Tune `op` at this call on the attached `device` (steps 1-4 of the module docstring)."""
+    """Tune `op` at this call on the attached `device` (steps 1-4 of the module docstring);
+    `workers`: the threads that build the candidates ahead (`build_workers`)."""
     started = time.perf_counter()
     t = op.tunables
     shapes, dtypes, bucket = call_metadata(op, args, kwargs)
@@ -203,7 +248,11 @@ def measure_call(
             if c.status == "pending":
                 _prune_for(op, args, config_kwargs(c), target, c)
     notes: list[str] = []
-    _run_and_judge(op, args, kwargs, [c for c in cands if c.status == "pending"], notes, step, device.synchronize)
+    live = [c for c in cands if c.status == "pending"]
+    # On a TPU torch_tpu compiles a kernel at its first call, outside tpu_kernels' executor:
+    # nothing to build ahead there.
+    n_workers = build_workers(len(live), workers) if device.type != "tpu" else 1
+    built_s = _run_and_judge(op, args, kwargs, live, notes, step, device.synchronize, n_workers)
     runnable = [c for c in cands if c.status == "pending"]
     timings: dict[tuple, Summary] = {}
     choice, passes = None, []
@@ -243,6 +292,7 @@ def measure_call(
     method = {
         "kind": "measured",
         "device": device.name,
+        "build_workers": n_workers,
         "timer": "bench.timing.measure",
         "rounds": settings.rounds,
         "min_sample_s": settings.min_sample_s,
@@ -251,6 +301,8 @@ def measure_call(
         "timing_s": _sig(time.perf_counter() - timing_started),
         "total_s": _sig(time.perf_counter() - started),
     }
+    if built_s is not None:
+        method["build_s"] = _sig(built_s)
     return _with_program(
         op, args, kwargs, Outcome(op.name, chip, "measured", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
     )
@@ -289,13 +341,14 @@ def predict_call(
     chip: str,
     measured: Outcome | None = None,
     checked: CpuCheck | None = None,
+    workers: int | None = None,
 ) -> Outcome:
     """Rank `op`'s candidates at this call for the TPU `chip` by the cost model (predict.py),
     among those whose results are right: `measured` (this call tuned on the attached chip)
     excludes the configs found wrong or failing there; without it, each candidate runs in
     the CPU interpreter (`interpret.check_inputs`: at a smaller shape when the call's is too big)
     and is judged as a measured one is. `checked` keeps those verdicts across the chips one call
-    is predicted for, so each config runs once."""
+    is predicted for, so each config runs once. `workers`: the threads that build those ahead."""
     from tpu_kernels.lowering.chips import chip as tpu_chip
 
     started = time.perf_counter()
@@ -330,7 +383,7 @@ def predict_call(
         checked = CpuCheck() if checked is None else checked
         fresh = [c for c in unjudged if c.config not in checked.verdicts]
         if fresh:
-            checked.shapes = _check_in_interpreter(op, args, kwargs, fresh, notes)
+            checked.shapes = _check_in_interpreter(op, args, kwargs, fresh, notes, workers)
             checked.verdicts.update({c.config: replace(c) for c in fresh})
         for c in unjudged:
             seen = checked.verdicts[c.config]
@@ -409,7 +462,9 @@ def check_borrowed(op: Any, args: tuple, kwargs: dict) -> str:
     return "" if c.status == "pending" else f"{c.status}: {c.reason}"
 
 
-def _check_in_interpreter(op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str]) -> list:
+def _check_in_interpreter(
+    op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str], workers: int | None = None
+) -> list:
     """Run and judge `cands` on the CPU (interpret.py); -> the shapes they were checked at."""
     from tpu_kernels.tuner.interpret import check_inputs
 
@@ -421,8 +476,9 @@ def _check_in_interpreter(op: Any, args: tuple, kwargs: dict, cands: list[Candid
         _refuse_if_invalid(op, small_args, {**base_kwargs, **dict(zip(t.names, c.config))}, c)
         if c.status == "refused":  # valid at the call's shapes, not at the smaller ones
             c.status, c.reason = "unchecked", f"could not be checked {where}: {c.reason}"
+    live = [c for c in cands if c.status == "pending"]
     with torch.no_grad():
-        _run_and_judge(op, small_args, small_kwargs, [c for c in cands if c.status == "pending"], notes)
+        _run_and_judge(op, small_args, small_kwargs, live, notes, workers=build_workers(len(live), workers))
     for c in cands:
         if c.status in ("wrong", "failed"):
             c.reason = f"{c.reason} ({where})"
@@ -457,12 +513,23 @@ def _run_and_judge(
     notes: list[str],
     step: Callable[[str], None] | None = None,
     synchronize: Callable[[Any], None] | None = None,
-) -> None:
+    workers: int = 1,
+) -> float | None:
     """Run each of `live` once at this call and judge its result (step 3 of the module
-    docstring): a candidate that raises is failed, one the criterion rejects wrong."""
+    docstring): a candidate that raises is failed, one the criterion rejects wrong. With
+    `workers` > 1 their kernels are built ahead in that many threads, and the wall time of
+    that build is returned (else None); the runs and checks stay one at a time."""
     t = op.tunables
     base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
     outputs: dict[tuple, list] = {}
+    built_s = None
+    if workers > 1 and len(live) > 1:
+        if step is not None:
+            step(f"build {len(live)} candidates in {workers} threads")
+        began = time.perf_counter()
+        for c, took in zip(live, _build_ahead(op, args, base_kwargs, live, workers)):
+            c.build_s = took
+        built_s = time.perf_counter() - began
     for c in live:
         if step is not None:
             step(f"run {t.describe(c.config)}")
@@ -473,9 +540,32 @@ def _run_and_judge(
                 synchronize(outputs[c.config])
         except Exception as e:
             c.status, c.reason = "failed", _one_line(e)
-        c.first_call_s = time.perf_counter() - began
+        c.first_call_s = time.perf_counter() - began + (c.build_s or 0.0)
     default = t.config_of({n: kwargs[n] for n in t.names if n in kwargs})
     _judge(op, args, base_kwargs, t, [c for c in live if c.status == "pending"], outputs, default, notes)
+    return built_s
+
+
+def _build_ahead(op: Any, args: tuple, base_kwargs: dict, live: list[Candidate], workers: int) -> list[float]:
+    """Build (trace, lower, compile) each of `live`'s kernels at this call without running it,
+    `workers` at a time; -> each one's build wall time, in `live`'s order. A build that fails
+    is let be: the kernel cache keeps nothing of it, and the candidate's first call fails the
+    same way (and is reported as it always is)."""
+    t = op.tunables
+    grad = torch.is_grad_enabled()  # thread-local, as the interpret mode (copied with the context)
+
+    def one(config: tuple) -> float:
+        began = time.perf_counter()
+        with torch.set_grad_enabled(grad):
+            try:
+                prebuild.build(lambda: op(*args, **base_kwargs, **dict(zip(t.names, config))))
+            except Exception:  # noqa: BLE001 - its first call raises it again, and says so
+                pass
+        return time.perf_counter() - began
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="tpu-kernels-tune") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, one, c.config) for c in live]
+        return [f.result() for f in futures]
 
 
 def _visible(op: Any, out: Any) -> list[Any]:
@@ -600,4 +690,14 @@ def _one_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-__all__ = ["TUNING", "Candidate", "CpuCheck", "Outcome", "measure_call", "predict_call", "predict_config"]
+__all__ = [
+    "TUNING",
+    "WORKERS_ENV",
+    "Candidate",
+    "CpuCheck",
+    "Outcome",
+    "build_workers",
+    "measure_call",
+    "predict_call",
+    "predict_config",
+]

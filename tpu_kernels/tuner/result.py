@@ -163,6 +163,9 @@ def _times(o: Outcome) -> str:
         parts.append(
             f"first calls{where} {fmt_time(sum(firsts))} ({len(firsts)} candidates: tracing, compiling, one run)"
         )
+    if "build_s" in o.method:  # built ahead in threads: the wall time of that build, of all of them
+        workers, wall = o.method["build_workers"], fmt_time(o.method["build_s"])
+        parts.append(f"built in {workers} threads in {wall} (wall)")
     if "timing_s" in o.method:
         passes = len(o.method.get("passes", []))
         stable = "the choice stable" if o.method.get("stable", True) else "the choice NOT stable"

@@ -20,11 +20,26 @@ class CacheInfo:
     maxsize: int
 
 
+class _Pending:
+    """One key being built: its builder's thread, and what the waiters get once it is done."""
+
+    __slots__ = ("done", "error", "thread", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.thread = threading.get_ident()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
 class CompileCache[V]:
     """An LRU map from a hashable key to a value that is costly to build.
 
     `get_or_build` builds each missing key once, even when several threads ask
-    for it at the same moment; a hit costs one lock round and a dict lookup.
+    for it at the same moment (the others wait for that build and get its value,
+    or its exception; a failed build leaves nothing behind, so a later call
+    builds again); different keys build concurrently (the tuner builds its
+    candidates in a thread pool). A hit costs one lock round and a dict lookup.
     """
 
     def __init__(self, maxsize: int = 256) -> None:
@@ -33,7 +48,7 @@ class CompileCache[V]:
         self.maxsize = maxsize
         self._entries: OrderedDict[Any, V] = OrderedDict()
         self._lock = threading.Lock()
-        self._build_lock = threading.RLock()  # one build at a time per cache
+        self._building: dict[Any, _Pending] = {}  # the per-key build locks, under _lock
         self._hits = 0
         self._misses = 0
         self._evictions = 0
@@ -48,21 +63,42 @@ class CompileCache[V]:
                 self._entries.move_to_end(key)
                 self._hits += 1
                 return value
-        with self._build_lock:
-            with self._lock:  # another thread may have built it while we waited
-                value = self._entries.get(key)
-                if value is not None:
-                    self._hits += 1
-                    return value
-            value = build()
+            pending = self._building.get(key)
+            if pending is None:
+                pending = self._building[key] = _Pending()
+                owner = True
+            else:
+                # A build that asks for its own key again (the old reentrant lock's case)
+                # builds it again rather than wait for itself.
+                owner = False
+                if pending.thread == threading.get_ident():
+                    return build()
+        if not owner:
+            pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
             with self._lock:
-                self._misses += 1
-                self._entries[key] = value
-                while len(self._entries) > self.maxsize:
-                    self._entries.popitem(last=False)
-                    self._evictions += 1
-                    self.generation += 1
-            return value
+                self._hits += 1
+            return pending.value
+        try:
+            value = build()
+        except BaseException as e:
+            with self._lock:
+                del self._building[key]
+            pending.error = e
+            pending.done.set()
+            raise
+        with self._lock:
+            self._misses += 1
+            self._entries[key] = value
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+                self._evictions += 1
+                self.generation += 1
+            del self._building[key]
+        pending.value = value
+        pending.done.set()
+        return value
 
     def peek(self, key: Any) -> V | None:
         """The value for `key` if built, else None; lock-free, for the eager hot path.

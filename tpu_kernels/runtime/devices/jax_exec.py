@@ -28,7 +28,7 @@ from tpu_kernels import _compat
 from tpu_kernels.definition import dtypes
 from tpu_kernels.definition.signature import Kind, Signature, static_key, static_value
 from tpu_kernels.errors import InvalidArgumentError, InvalidArgumentTypeError, KernelError, wrapping
-from tpu_kernels.runtime import forks, interpret, precision
+from tpu_kernels.runtime import forks, interpret, prebuild, precision
 from tpu_kernels.runtime.bridge import describe
 from tpu_kernels.runtime.cache import CompileCache, build, store
 
@@ -135,6 +135,8 @@ class JaxExecutor:
 
     def run(self, entry: Entry, arrays: list[Any], values: Any, mode: Any) -> Any:
         """Call a compiled entry on the arguments' arrays; torch results, mutations written."""
+        if prebuild.ACTIVE and prebuild.active():  # the tuner compiling ahead: built, not run
+            raise prebuild.Built()
         if mode is True or mode is None:  # fast interpreter or a device: no global state
             return self._run(entry, arrays, values, mode)
         # The TPU interpreter: one call at a time, until its results are ready (JAX
