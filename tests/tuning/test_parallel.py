@@ -2,7 +2,6 @@
 thread pool, then run, checked and timed one at a time; the choice, the report's rows and the
 failure records are those of the serial run (workers=1) for the same measurements."""
 
-import os
 import threading
 
 import pytest
@@ -143,7 +142,7 @@ def test_the_candidates_are_traced_in_the_pool_and_not_again_at_their_first_call
 @pytest.mark.parametrize(
     ("given_", "env", "n", "expected"),
     [
-        (None, None, 3, min(os.cpu_count() or 1, 3)),
+        (None, None, 3, 1),
         (1, "4", 8, 1),
         (None, "2", 8, 2),
         (16, None, 5, 5),

@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="threads that compile a call's candidates ahead of checking and timing them one at a "
-        "time (default: $TPU_KERNELS_TUNE_WORKERS, else the CPUs; 1: one at a time)",
+        "time (default: $TPU_KERNELS_TUNE_WORKERS, else 1: one at a time)",
     )
     p.add_argument("--filter", help="only ops (`ns::name` or `name`) and a suite's benchmarks whose name matches this regex")
     p.add_argument(

@@ -172,7 +172,7 @@ def autotune(
     at once. The returned `TuningResult` has the report, the JSON and `with result:`.
     `timer`: how candidates are timed (default: `bench.timing.measure`); a test's stand-in.
     `workers`: the threads that compile a call's candidates ahead of checking and timing them
-    one at a time (default `$TPU_KERNELS_TUNE_WORKERS`, else the CPUs; 1: one at a time).
+    one at a time (default `$TPU_KERNELS_TUNE_WORKERS`, else 1: one at a time).
     """
     calls = capture(fn, *inputs, **kwargs)
     result = tune_calls(

@@ -71,7 +71,8 @@ WORKERS_ENV = "TPU_KERNELS_TUNE_WORKERS"
 
 def build_workers(n_candidates: int, workers: int | None = None) -> int:
     """The threads that build `n_candidates` candidates: `workers`, else `$TPU_KERNELS_TUNE_WORKERS`,
-    else the CPUs (`os.cpu_count()`); never more than the candidates."""
+    else 1 (XLA's CPU compiles did not overlap on the 2-core machine measured: docs/autotuning.md);
+    never more than the candidates."""
     if workers is None:
         value = os.environ.get(WORKERS_ENV, "").strip()
         if value:
@@ -83,7 +84,7 @@ def build_workers(n_candidates: int, workers: int | None = None) -> int:
                 ) from None
             where = f"{WORKERS_ENV}={value!r}"
         else:
-            workers = os.cpu_count() or 1
+            workers = 1
             where = ""
     else:
         where = f"workers={workers!r}"
