@@ -10,7 +10,6 @@ TPU_KERNELS_HYPOTHESIS_RANDOM=1 explores and prints the seed).
 from __future__ import annotations
 
 import contextlib
-import os
 import weakref
 
 import pytest
@@ -22,17 +21,12 @@ from tpu_kernels.dispatch import eager
 from tpu_kernels.runtime import bridge
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_RANDOM = os.environ.get("TPU_KERNELS_HYPOTHESIS_RANDOM") == "1"
-SETTINGS = settings(
-    max_examples=400 if _RANDOM else 150,
-    derandomize=not _RANDOM,
-    print_blob=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+from tests.helpers import hypothesis_settings  # noqa: E402
+
+SETTINGS = hypothesis_settings(150, 400)
 
 
 class _Subclass(torch.Tensor):

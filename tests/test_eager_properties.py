@@ -15,28 +15,21 @@ prints the seed to replay with `--hypothesis-seed`).
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
 
 import pytest
 import torch
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from tests.helpers import hypothesis_settings  # noqa: E402
 from tpu_kernels import KernelOp, tpu_kernel  # noqa: E402
 from tpu_kernels.definition.signature import Kind  # noqa: E402
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax  # noqa: E402
 
-_RANDOM = os.environ.get("TPU_KERNELS_HYPOTHESIS_RANDOM") == "1"
-PROPERTY_SETTINGS = settings(
-    max_examples=250 if _RANDOM else 80,
-    derandomize=not _RANDOM,
-    print_blob=True,
-    deadline=None,  # the first call of a shape compiles (~0.3 s)
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+PROPERTY_SETTINGS = hypothesis_settings(80, 250)  # the first call of a shape compiles (~0.3 s): no deadline
 
 
 @tpu_kernel("test_eager_properties::mix")
