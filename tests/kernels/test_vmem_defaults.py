@@ -200,3 +200,24 @@ def test_rows_too_wide_for_the_budget_still_run_by_default():
     y = rmsnorm(x, w)
     ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
     np.testing.assert_allclose(y.double().numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_the_staged_softmax_is_right_under_the_tpu_interpreter(backward):
+    """The staged kernels under the TPU-semantics interpreter (block pipelining, VMEM scratch
+    poisoned with NaN until written, races detected): phase 1 reads only the copy phase 0 wrote,
+    and the output blocks written back hold phase 1's values."""
+    rng = np.random.default_rng(11)
+    x = jnp.asarray(rng.standard_normal((16, 640), np.float32) * 3)
+    dy = jnp.asarray(rng.standard_normal((16, 640), np.float32))
+    params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+    with pltpu.force_tpu_interpret_mode(params):
+        y = sm._staged([x], x.dtype, False, 8, 128)
+        out = sm._staged([y, dy], x.dtype, True, 8, 128) if backward else y
+    x64, y64, dy64 = (np.asarray(a, np.float64) for a in (x, y, dy))
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+    if backward:
+        ref = y64 * (dy64 - (dy64 * y64).sum(-1, keepdims=True))
+    assert np.isfinite(np.asarray(out)).all()
+    assert np.linalg.norm(np.asarray(out, np.float64) - ref) <= 2e-6 * np.linalg.norm(ref)
