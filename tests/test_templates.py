@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_kernels import scaffold
+from tpu_kernels import scaffold, template_files
 from tpu_kernels.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ def test_a_backend_is_a_folder(tmp_path, monkeypatch):
     kernel = root / "flash_attention" / "helion" / "{{name}}" / "helion_kernel.py.tmpl"
     kernel.parent.mkdir(parents=True)
     kernel.write_text('"""{{name}} for {{backend}}"""\n')
-    monkeypatch.setenv(scaffold.ENV, str(root))
+    monkeypatch.setenv(template_files.ENV, str(root))
     assert scaffold.list_templates()["flash_attention"].backends == ("pallas", "helion")
     files = scaffold.plan("my_attn", "flash_attention", backend="helion", dest=tmp_path / "out")
     names = sorted(str(p.relative_to(tmp_path / "out")) for p in files)

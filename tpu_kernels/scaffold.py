@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import importlib.util
 import keyword
-import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_kernels.template_files import ENV, PLACEHOLDER, ScaffoldError, render, templates_dir
+from tpu_kernels.template_files import ScaffoldError, render, templates_dir
 
 SUFFIX = ".tmpl"
 

@@ -11,16 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from jax.experimental.pallas import tpu as pltpu
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax.experimental.pallas import tpu as pltpu
 
 from tests.helpers import rand
 from tpu_kernels.kernels import _blocks, _vmem, matmul, rmsnorm, softmax
 from tpu_kernels.kernels.matmul import pallas as mm
 from tpu_kernels.kernels.rmsnorm import pallas as rms
-from tpu_kernels.kernels.softmax import pallas as sm
 from tpu_kernels.kernels.scale_add import pallas as sa
+from tpu_kernels.kernels.softmax import pallas as sm
 
 WIDTHS = [1024, 2048, 4096, 5120, 8192, 14336, 16384]  # real models' hidden and FFN sizes
 FOOTPRINTS = {

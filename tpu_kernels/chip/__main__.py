@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from tpu_kernels.chip import measure, records, sections as run_sections
+    from tpu_kernels.chip import measure, records
+    from tpu_kernels.chip import sections as run_sections
 
     start = time.monotonic()
     deadline = start + args.budget

@@ -11,9 +11,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from tpu_kernels.chip import load, measure, points, run, tune as tuning
+from tpu_kernels.chip import load, points, run
+from tpu_kernels.chip import tune as tuning
 
 
 @dataclass

@@ -8,7 +8,6 @@ and time, the baseline's time once.
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from tpu_kernels.chip import load, points
 

@@ -36,7 +36,6 @@ from jax.experimental.pallas import tpu as pltpu
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
 
-
 # The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles up
 # to the 1024-2048 blocks that matched XLA on a v5e (bench/reports/chip_v5e.json, "tune");
 # blocks larger than a dimension become the whole dimension (_block), and a config whose VMEM

@@ -22,7 +22,14 @@ import jax.numpy as jnp
 from jax import export
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import RowFootprint, cost, is_empty, require_float, row_params, rows_or_refuse
+from tpu_kernels.kernels._blocks import (
+    RowFootprint,
+    cost,
+    is_empty,
+    require_float,
+    row_params,
+    rows_or_refuse,
+)
 
 # VMEM per row of a block (_blocks.RowFootprint): the forward's x and y blocks and its inv_rms
 # column, with x, x*x and the output live in float32; the backward's x, dy and dx blocks, its
