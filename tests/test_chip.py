@@ -133,3 +133,56 @@ def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(
     rows = {r["backward"]: r for r in json.loads(out_file.read_text())["layer"]["rows"]}
     assert rows[False]["error_ours_vs_f64"] < 2e-2 and rows[False]["error_xla_vs_f64"] < 2e-2
     assert rows[True]["ours_compiles"] and rows[True]["error_grads_ours_vs_xla"] < 2e-2
+
+
+def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(monkeypatch):
+    """`run_points` prepares the next point in a background thread (the grid's host work is
+    most of its wall time); no preparation may overlap a timed call, and each point still
+    gets the inputs of its own seed."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from tpu_kernels.chip import measure, run
+    from tpu_kernels.chip.points import Point
+
+    events, lock = [], threading.Lock()
+
+    def log(kind, start):
+        with lock:
+            events.append((kind, start, time.perf_counter()))
+
+    def make(rng):
+        start = time.perf_counter()
+        time.sleep(0.05)
+        x = rng.standard_normal((8, 128)).astype(np.float32)
+        log("make", start)
+        return (x,)
+
+    def timed(compiled, args, *, rounds):
+        start = time.perf_counter()
+        time.sleep(0.05)
+        log("timed", start)
+        return 1e-3
+
+    monkeypatch.setattr(measure, "timed", timed)
+    seen = []
+
+    def check(inputs, out):
+        seen.append(float(inputs[0][0, 0]))
+        return float(np.abs(np.asarray(out) - 2 * inputs[0]).max())
+
+    pts = [Point(f"p{i}", "rows", "double", "f32", (8, 128), make, lambda x: 2 * x, {"xla": lambda x: x + x}, check,
+                 flops=0, bytes=1) for i in range(4)]
+    rows = run.run_points(pts, seed=7, peaks=None, floor_s=1e-4, log=lambda *_: None)
+    assert [r["pallas"]["error_vs_f64"] for r in rows] == [0.0] * 4
+    expect = [float(np.random.default_rng(7 + i).standard_normal((8, 128)).astype(np.float32)[0, 0]) for i in range(4)]
+    assert seen == [e for e in expect for _ in range(2)]  # kernel and baseline, each point its own seed
+    makes = [(a, b) for k, a, b in events if k == "make"]
+    timings = [(a, b) for k, a, b in events if k == "timed"]
+    assert len(makes) == 4 and len(timings) == 8
+    for ta, tb in timings:
+        for ma, mb in makes:
+            assert mb <= ta or ma >= tb, "inputs were made during a timed call"
+    assert all("make" in r["host_s"] and "check" in r["host_s"] for r in rows)

@@ -1,8 +1,17 @@
-"""Run points on the attached chip and turn each into a row of the record."""
+"""Run points on the attached chip and turn each into a row of the record.
+
+Most of a large point's wall time is host work: its random inputs (hundreds of MB at the
+grid's widest rows), their copy to the chip and the float64 check. `run_points` makes the
+next point's inputs and puts them on the chip in a background thread while the current point
+compiles and is checked, and waits for that thread before it times a call, so nothing else
+runs during a timed call. Each row says how its host time split (`host_s`).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -16,41 +25,97 @@ def _to_device(inputs: tuple) -> list:
     return [jax.device_put(a) for a in inputs]
 
 
-def _side(fn, args, check, host_inputs, *, rounds: int) -> dict[str, Any]:
-    """Compile, run once and check, then time one function of the point."""
+def prepare(p: Point, seed: int) -> tuple[tuple, list, dict[str, float]]:
+    """A point's host inputs (from `seed`), the same on the chip, and the seconds each took."""
+    start = time.perf_counter()
+    host_inputs = p.make(np.random.default_rng(seed))
+    made = time.perf_counter()
+    args = jax.block_until_ready(_to_device(host_inputs))
+    return host_inputs, args, {"make": round(made - start, 3), "put": round(time.perf_counter() - made, 3)}
+
+
+class _Ahead:
+    """The next point's `prepare` running in a background thread; `wait()` before timing."""
+
+    def __init__(self, future=None):
+        self.future = future
+
+    def wait(self) -> None:
+        if self.future is not None:
+            self.future.exception()  # blocks; an error surfaces when its point is reached
+
+
+def prepared(points: Sequence[Point], seeds: Sequence[int]) -> Iterator[tuple[Point, tuple, _Ahead]]:
+    """(point, `prepare(point, seed)`, the next point's preparation) in order. The next point's
+    inputs are made and put on the chip in a background thread while this point compiles and
+    is checked; `run_point` waits for it before it times anything, so no host work or copy to
+    the chip overlaps a timed call. One ahead: at most two points' inputs live at once."""
+    points = list(points)
+    if not points:
+        return
+    seeds = list(seeds)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chip-inputs") as pool:
+        ahead = pool.submit(prepare, points[0], seeds[0])
+        for i, p in enumerate(points):
+            ready = ahead.result()
+            ahead = pool.submit(prepare, points[i + 1], seeds[i + 1]) if i + 1 < len(points) else None
+            yield p, ready, _Ahead(ahead)
+            del ready
+
+
+def _checked(fn, args, check, host_inputs, host_s: dict[str, float]) -> tuple[dict[str, Any], Any]:
+    """Compile one function of the point, run it once and check its result against float64."""
     compiled, compile_s, error = measure.compile_fn(fn, args)
-    row: dict[str, Any] = {"compiles": error is None, "compile_s": round(compile_s, 3)}
+    side: dict[str, Any] = {"compiles": error is None, "compile_s": round(compile_s, 3)}
     if error is not None:
-        row["error"] = error
-        return row
+        side["error"] = error
+        return side, None
     try:
         out = jax.block_until_ready(compiled(*args))
-        row["error_vs_f64"] = float(check(host_inputs, jax.device_get(out)))
-        row["time_s"] = measure.timed(compiled, args, rounds=rounds)
+        start = time.perf_counter()
+        out = jax.device_get(out)
+        got = time.perf_counter()
+        side["error_vs_f64"] = float(check(host_inputs, out))
+        host_s["get"] = round(host_s.get("get", 0.0) + got - start, 3)
+        host_s["check"] = round(host_s.get("check", 0.0) + time.perf_counter() - got, 3)
     except Exception as e:  # a runtime failure is a verdict too
-        row["compiles"] = True
-        row["run_error"] = measure.error_text(e)
-    return row
+        side["run_error"] = measure.error_text(e)
+        return side, None
+    return side, compiled
 
 
 def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict | None,
-              baselines: bool = True) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
+              baselines: bool = True, ready: tuple | None = None, ahead: _Ahead | None = None) -> dict[str, Any]:
+    """One point's row. `ready` is `prepare(p, seed)` when it was made ahead (its time then
+    overlapped the previous point's and is not in `wall_s`); `ahead` is the next point's
+    preparation, waited for before the timed calls. Every side is compiled and checked first,
+    then timed."""
     start = time.perf_counter()
-    host_inputs = p.make(rng)
-    args = _to_device(host_inputs)
+    host_inputs, args, host_s = ready if ready is not None else prepare(p, seed)
+    host_s = dict(host_s)
     row: dict[str, Any] = {
         "id": p.id, "section": p.section, "kernel": p.kernel, "dtype": p.dtype, "shape": list(p.shape),
         "statics": {k: v for k, v in p.statics.items()}, "flops": p.flops, "bytes": p.bytes, "bound": p.bound,
     }
     if p.note:
         row["note"] = p.note
-    row["pallas"] = _side(p.pallas, args, p.check, host_inputs, rounds=rounds)
-    if baselines:
-        for name, fn in p.xla.items():
-            row[name] = _side(fn, args, p.check, host_inputs, rounds=rounds)
+    fns = {"pallas": p.pallas, **(p.xla if baselines else {})}
+    compiled = {}
+    for name, fn in fns.items():
+        row[name], compiled[name] = _checked(fn, args, p.check, host_inputs, host_s)
+    if ahead is not None:
+        ahead.wait()
+    for name, c in compiled.items():
+        if c is None:
+            continue
+        try:
+            row[name]["time_s"] = measure.timed(c, args, rounds=rounds)
+        except Exception as e:  # a runtime failure is a verdict too
+            row[name]["run_error"] = measure.error_text(e)
+    del compiled
     _derive(row, floor_s, peaks)
     row["wall_s"] = round(time.perf_counter() - start, 2)
+    row["host_s"] = host_s
     del args
     return row
 
@@ -79,11 +144,12 @@ def run_points(points: list[Point], *, seed: int = 0, rounds: int = 5, peaks: di
                save=None) -> list[dict[str, Any]]:
     """Each point's row; `save(rows)` after each (a run cut short keeps what it measured)."""
     rows = []
-    for i, p in enumerate(points):
+    for i, (p, ready, ahead) in enumerate(prepared(points, [seed + i for i in range(len(points))])):
         if deadline is not None and time.monotonic() > deadline:
             log(f"  stopped at the time budget: {len(points) - i} points not run")
             break
-        row = run_point(p, seed=seed + i, rounds=rounds, floor_s=floor_s, peaks=peaks, baselines=baselines)
+        row = run_point(p, seed=seed + i, rounds=rounds, floor_s=floor_s, peaks=peaks, baselines=baselines,
+                        ready=ready, ahead=ahead)
         rows.append(row)
         log(summary(row))
         if save is not None:
@@ -110,4 +176,4 @@ def summary(row: dict[str, Any]) -> str:
     return f"  {row['id']:<60} " + "  ".join(parts)
 
 
-__all__ = ["run_point", "run_points", "summary"]
+__all__ = ["prepare", "prepared", "run_point", "run_points", "summary"]

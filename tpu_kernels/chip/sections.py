@@ -104,12 +104,12 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
         groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
     rows = []
     for label, cands in groups:
-        for i, p in enumerate(cands):
+        for i, (p, ready, ahead) in enumerate(run.prepared(cands, range(len(cands)))):
             if time.monotonic() > ctx.deadline:
                 print(f"  stopped at the time budget in {label}", flush=True)
                 return rows
             row = run.run_point(p, seed=i, rounds=max(3, ctx.rounds - 2), floor_s=ctx.floor_s, peaks=ctx.peaks,
-                                baselines=(i == 0))
+                                baselines=(i == 0), ready=ready, ahead=ahead)
             row["group"] = label
             rows.append(row)
             print(run.summary(row), flush=True)
