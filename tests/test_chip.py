@@ -186,3 +186,23 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
         for ma, mb in makes:
             assert mb <= ta or ma >= tb, "inputs were made during a timed call"
     assert all("make" in r["host_s"] and "check" in r["host_s"] for r in rows)
+
+
+def test_a_point_whose_work_is_under_twice_the_dispatch_floor_is_dispatch_bound():
+    """The floor is a one-output trivial call's; a call with more buffers costs more per call
+    (rmsnorm at 16 rows: 180-290 us, kernel and XLA alike), so a point is dispatch-bound when
+    its measured time or its roofline time is under twice the floor."""
+    from tpu_kernels.chip import run
+
+    peaks = {"flops": 197e12, "hbm_bytes": 819e9}
+
+    def row(t, nbytes):
+        r = {"pallas": {"time_s": t}, "xla": {"time_s": t}, "bound": "bandwidth", "flops": 0, "bytes": nbytes}
+        run._derive(r, 118e-6, peaks)
+        return r
+
+    tiny = row(285e-6, 512 * 1024)  # slower than 2x the floor, yet a microsecond of work
+    assert tiny["dispatch_bound"] and tiny["roofline_s"] < 1e-6
+    assert row(150e-6, 400e6)["dispatch_bound"]  # timed under 2x the floor
+    big = row(700e-6, 400e6)  # 488 us of work at peak
+    assert not big["dispatch_bound"] and abs(big["share_of_peak"] - 400e6 / 700e-6 / 819e9) < 1e-12
