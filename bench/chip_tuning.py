@@ -49,6 +49,7 @@ import math
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -277,7 +278,10 @@ def fit(groups: list[dict], floor_s: float) -> dict:
     and their residual is given beside."""
     from tpu_kernels.tuner import predict
 
-    rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",))
+    rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",), dtype="bf16")
+    # float32 sweeps ran at JAX's default precision (one bf16 pass), the model's float32 rate is
+    # torch's default "highest" (FLOAT32_MXU_FRACTION): compared, not fitted to
+    f32 = _points(groups, ("matmul",), dtype="f32")
     attention = _points(groups, tuple(g["kernel"] for g in groups if g["kernel"].startswith("template.")))
     base = {**BEFORE, "DISPATCH_FLOOR_S": floor_s, "VPU_OPS_PER_CYCLE": predict.VPU_OPS_PER_CYCLE}
     effs = np.arange(30, 101) / 100
@@ -290,6 +294,8 @@ def fit(groups: list[dict], floor_s: float) -> dict:
     k = {**base, "STEP_OVERHEAD_S": round(float(step), 9), "HBM_EFFICIENCY": round(float(hbm), 2),
          "MXU_EFFICIENCY": round(float(mxu), 2)}
     parts = {"rows": rows, "matmul": mm, "attention (not fitted)": attention}
+    if f32:
+        parts["float32 matmul at one pass (not fitted)"] = f32
     return {
         "STEP_OVERHEAD_S": k["STEP_OVERHEAD_S"],
         "HBM_EFFICIENCY": k["HBM_EFFICIENCY"],
@@ -303,11 +309,21 @@ def fit(groups: list[dict], floor_s: float) -> dict:
     }
 
 
-def _points(groups: list[dict], kernels: tuple[str, ...]) -> list[tuple[dict, float]]:
+def _f32_note(fit: dict) -> str:
+    """The float32 sweep's residual, where the record has one (not fitted: see `fit`)."""
+    key = "float32 matmul at one pass (not fitted)"
+    err = fit["rms_log_error"].get(key)
+    if err is None:
+        return ""
+    return (f"; the float32 matmul sweep, run at JAX's default precision (one bf16 pass) where the model's "
+            f"float32 rate is torch's default \"highest\", not fitted to ({fit['rms_log_error_before'][key]:.3f}, {err:.3f})")
+
+
+def _points(groups: list[dict], kernels: tuple[str, ...], dtype: str | None = None) -> list[tuple[dict, float]]:
     return [
         (c["parts"], c["measured_s"])
         for g in groups
-        if g["predicted"] and g["kernel"] in kernels
+        if g["predicted"] and g["kernel"] in kernels and (dtype is None or f"/{dtype}[" in g["group"])
         for c in g["candidates"]
         if "parts" in c and c["chip_compiles"] and c["parts"]["calls"] == 1
     ]
@@ -399,12 +415,12 @@ def markdown(doc: dict) -> str:
         "",
         f"This model: STEP_OVERHEAD_S {fit['STEP_OVERHEAD_S'] * 1e6:g} us and HBM_EFFICIENCY {fit['HBM_EFFICIENCY']:g} "
         f"fitted to {fit['row_points']} row-sweep points (rms log error {was['rows']:.3f} before, {err['rows']:.3f} now); "
-        f"MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} fitted to {fit['matmul_points']} matmul points ({was['matmul']:.3f}, "
-        f"{err['matmul']:.3f}); DISPATCH_FLOOR_S {fit['DISPATCH_FLOOR_S'] * 1e6:g} us as the record measured it; "
+        f"MXU_EFFICIENCY {fit['MXU_EFFICIENCY']:g} fitted to {fit['matmul_points']} bf16 matmul points ({was['matmul']:.3f}, "
+        f"{err['matmul']:.3f}){_f32_note(fit)}; DISPATCH_FLOOR_S {fit['DISPATCH_FLOOR_S'] * 1e6:g} us as the record measured it; "
         f"VPU_OPS_PER_CYCLE {doc['constants']['fitted']['VPU_OPS_PER_CYCLE']:g}, assumed; the {fit['attention_points']} "
         f"attention points, not fitted to ({was['attention (not fitted)']:.3f}, {err['attention (not fitted)']:.3f}); "
         f"FLOAT32_MXU_FRACTION {doc['float32']['FLOAT32_MXU_FRACTION']:g} from {', '.join(doc['float32']['from'])} "
-        f"(bench/reports/chip_v5e.json). Record: {doc['record']} at {doc['record_commit'][:7]}; "
+        f"(bench/reports/chip_v5e.json). Record: {doc['record']} at {doc['record_commit']}; "
         "`python bench/chip_tuning.py` writes bench/reports/chip_v5e_tuning_fit.json.",
     ]
     return "\n".join(lines) + "\n"
@@ -426,7 +442,10 @@ def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Pat
     """Measured v5e entries for the shipped matmul, one per matmul group of the record: the
     fastest config the chip measured among the op's declared candidates (matmul.TUNE; the
     record's larger blocks outside it are not offered), written by the toolkit's table writer
-    beside the kernel. Row kernels are left out: their code changed since the record's commit."""
+    beside the kernel. Row kernels are left out: their code changed since the record's commit.
+    float32 groups are left out too: the runner traces them at JAX's default precision (one bf16
+    pass), while a float32 call of the op runs at the precision torch's setting asks for
+    (runtime/precision.py; "highest" by default, six passes), so their times do not stand for it."""
     import torch
 
     from tpu_kernels import tuning
@@ -436,7 +455,7 @@ def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Pat
 
     t = matmul.tunables
     entries = []
-    for group in dict.fromkeys(r["group"] for r in rows if r["kernel"] == "matmul"):
+    for group in dict.fromkeys(r["group"] for r in rows if r["kernel"] == "matmul" and r["dtype"] != "f32"):
         cands = [r for r in rows if r["group"] == group and r["kernel"] == "matmul"]
         offered = [
             r for r in cands
@@ -463,7 +482,7 @@ def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Pat
                 "method": {
                     "kind": "measured",
                     "record": str(record.relative_to(ROOT) if record.is_relative_to(ROOT) else record),
-                    "record_commit": commit,
+                    "record_commit": best.get("commit") or commit,
                     "by": "bench/chip_tuning.py: the fastest of the record's configs among the op's declared candidates",
                     "note": f"{len(offered)} of the record's {len(cands)} configs are declared candidates; the fastest "
                     f"measured ({fastest * 1e3:.4g} ms) took {best['pallas']['time_s'] / fastest:.3f}x less than this one",
@@ -518,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         "format": "tpu_kernels.chip_tuning_fit/1",
         "chip": CHIP,
         "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
-        "record_commit": record["meta"].get("commit"),
+        "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
+            r.get("commit") or record["meta"].get("commit", "") for r in record["tune"]["rows"]).items())),
         "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
         "fit": fitted,
         "float32": f32,
