@@ -315,3 +315,52 @@ def test_a_tensor_whose_dtype_changed_under_the_same_object_is_viewed_again():
     out = double(y)
     assert out.dtype == torch.int32
     torch.testing.assert_close(out, y * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: rand(1, 8).t(),  # [8, 1], strides (1, 8): contiguous to torch
+    lambda: rand(4, 1, 3).transpose(0, 1),  # [1, 4, 3], strides (3, 3, 1)
+    lambda: rand(1, 16).reshape(1, 16)[:, :],
+])
+def test_size_one_dims_arrive_row_major_whatever_their_stride(make):
+    """JAX reads DLPack strides as a layout: [8, 1] with strides (1, 8) would arrive
+    column-major, and an executable compiled for the row-major layout (the disk cache's)
+    refuses it at run time. The import re-views such a tensor; the caller's is untouched."""
+    t = make()
+    strides = t.stride()
+    assert t.is_contiguous()
+    a = bridge.to_jax_cpu(t)
+    assert a.format.layout.major_to_minor == tuple(range(t.ndim))
+    assert a.unsafe_buffer_pointer() == t.data_ptr()  # a view, not a copy
+    assert t.stride() == strides
+    np.testing.assert_array_equal(np.asarray(a), t.numpy())
+
+
+def test_an_executable_from_the_disk_cache_runs_a_column_whose_size_one_dim_has_another_stride(tmp_path):
+    """Two processes share a kernel cache: the first compiles rmsnorm's forward and backward at
+    [8, 1] from a tensor with strides (1, 1); the second calls them with a [8, 1] of strides
+    (1, 8). Before, the loaded executables refused its layout, were evicted and compiled again,
+    with a warning, in every process that alternated the two."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys, warnings, torch\n"
+        "warnings.simplefilter('error', RuntimeWarning)\n"
+        "from tpu_kernels.kernels import rmsnorm\n"
+        "torch.manual_seed(0)\n"
+        "x = torch.randn(8, 1) if sys.argv[1] == 'plain' else torch.randn(1, 8).t()\n"
+        "x.requires_grad_()\n"
+        "w = torch.randn(1, requires_grad=True)\n"
+        "rmsnorm(x, w, eps=1e-5).sum().backward()\n"
+        "print(x.stride(), float(x.grad.abs().sum()))\n"
+    )
+    env = {**os.environ, "TPU_KERNELS_CACHE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+    for kind in ("plain", "transposed"):
+        out = subprocess.run([sys.executable, "-c", code, kind], capture_output=True, text=True, env=env,
+                             timeout=240, cwd=root)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "evicted" not in out.stderr

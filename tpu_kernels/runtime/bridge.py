@@ -61,10 +61,29 @@ def cpu_device() -> jax.Device:
     return _CPU_DEVICE
 
 
+def c_strided(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a view of its memory with C-order strides where a size-1 dim's stride is not
+    (a contiguous tensor's size-1 dims may have any stride: [8, 1] from `randn(1, 8).t()` has
+    (1, 8)). JAX's DLPack import reads the strides as a layout, so (1, 8) arrives column-major,
+    and an executable compiled for the row-major layout (one from the disk cache, say) refuses
+    it at run time. The view changes nothing about `t`."""
+    shape, strides = t.shape, t.stride()
+    want, step = [], 1
+    for size in reversed(shape):
+        want.append(step)
+        step *= size
+    want.reverse()
+    if tuple(want) == strides:
+        return t
+    return t.as_strided(shape, want)
+
+
 def to_jax_cpu(t: torch.Tensor) -> jax.Array:
     """A contiguous CPU tensor -> a JAX array sharing its memory."""
     if t.requires_grad:
         t = t.detach()
+    if 1 in t.shape:
+        t = c_strided(t)
     if LOW_LEVEL:
         return _import_capsule(_torch_to_capsule(t), cpu_device(), None)
     cpu_client.synchronous()
@@ -237,6 +256,8 @@ def to_jax_cuda(t: torch.Tensor) -> jax.Array:
     """
     if t.requires_grad:
         t = t.detach()
+    if 1 in t.shape:
+        t = c_strided(t)
     cpu_client.synchronous()  # JAX makes every client at once, the CPU one too
     return jax.dlpack.from_dlpack(t)
 
