@@ -321,6 +321,7 @@ def test_a_tensor_whose_dtype_changed_under_the_same_object_is_viewed_again():
     lambda: rand(1, 8).t(),  # [8, 1], strides (1, 8): contiguous to torch
     lambda: rand(4, 1, 3).transpose(0, 1),  # [1, 4, 3], strides (3, 3, 1)
     lambda: rand(1, 16).reshape(1, 16)[:, :],
+    lambda: rand(3, 16)[1:2].t(),  # [16, 1], strides (1, 16), at a storage offset (64 bytes: JAX copies an unaligned one)
 ])
 def test_size_one_dims_arrive_row_major_whatever_their_stride(make):
     """JAX reads DLPack strides as a layout: [8, 1] with strides (1, 8) would arrive
