@@ -160,7 +160,7 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
         log("make", start)
         return (x,)
 
-    def timed(compiled, args, *, rounds):
+    def timed(compiled, args, *, rounds, sets=None):
         start = time.perf_counter()
         time.sleep(0.05)
         log("timed", start)
@@ -206,3 +206,89 @@ def test_a_point_whose_work_is_under_twice_the_dispatch_floor_is_dispatch_bound(
     assert row(150e-6, 400e6)["dispatch_bound"]  # timed under 2x the floor
     big = row(700e-6, 400e6)  # 488 us of work at peak
     assert not big["dispatch_bound"] and abs(big["share_of_peak"] - 400e6 / 700e-6 / 819e9) < 1e-12
+
+
+def test_copies_are_distinct_buffers_of_the_same_values_and_timing_cycles_through_them():
+    """measure.copies: what a point with a cross-program prefetch is timed over; time_calls
+    with `sets` calls the function with each in turn, a whole number of cycles per round."""
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+    y = jnp.ones((4,), jnp.bfloat16)
+    sets = measure.copies([x, y])
+    assert len(sets) == measure.ROTATE
+    assert sets[0][0] is x and sets[0][1] is y
+    pointers = {s[0].unsafe_buffer_pointer() for s in sets}
+    assert len(pointers) == measure.ROTATE
+    for s in sets:
+        assert s[0].dtype == x.dtype and bool((s[0] == x).all()) and bool((s[1] == y).all())
+    seen = []
+
+    def fn(a, b):
+        seen.append(a.unsafe_buffer_pointer())
+        return a
+
+    measure.time_calls(fn, [x, y], n=5, rounds=2, sets=sets)
+    # one warm-up per set, then two rounds of 5 rounded up to 8 calls
+    assert len(seen) == 4 + 16
+    assert seen[:4] == [s[0].unsafe_buffer_pointer() for s in sets] and set(seen) == pointers
+
+
+def test_a_point_with_a_cross_program_prefetch_is_timed_over_copies_on_every_side(monkeypatch):
+    """run_point: where any side's compiled module carries a cross-program prefetch, every side
+    is timed cycling through the copies, and the same-input time is kept beside it."""
+    import numpy as np
+
+    from tpu_kernels.chip import measure, run
+    from tpu_kernels.chip.points import Point
+
+    calls = []
+
+    def timed(compiled, args, *, rounds, sets=None):
+        calls.append(sets)
+        return 2e-3 if sets is not None else 1e-3
+
+    marked = set()
+
+    def prefetch(compiled):
+        return id(compiled) in marked
+
+    real_compile = measure.compile_fn
+
+    def compile_fn(fn, args):
+        compiled, s, err = real_compile(fn, args)
+        if fn is xla:
+            marked.add(id(compiled))
+        return compiled, s, err
+
+    monkeypatch.setattr(measure, "timed", timed)
+    monkeypatch.setattr(measure, "cross_program_prefetch", prefetch)
+    monkeypatch.setattr(measure, "compile_fn", compile_fn)
+
+    def xla(x):
+        return x + x
+
+    def make(rng):
+        return (rng.standard_normal((8, 128)).astype(np.float32),)
+
+    def check(inputs, out):
+        return float(np.abs(np.asarray(out) - 2 * inputs[0]).max())
+
+    p = Point(
+        "p", "rows", "double", "f32", (8, 128), make, lambda x: 2 * x, {"xla": xla}, check, flops=0, bytes=1
+    )
+    row = run.run_point(p, seed=0, rounds=1, floor_s=1e-6, peaks=None)
+    assert row["rotated"] == measure.ROTATE
+    assert row["xla"]["cross_program_prefetch"] and not row["pallas"]["cross_program_prefetch"]
+    for side in ("pallas", "xla"):
+        assert row[side]["time_s"] == 2e-3 and row[side]["time_same_inputs_s"] == 1e-3
+    assert [len(c) if c else None for c in calls] == [measure.ROTATE, None] * 2
+    # none marked: one same-input timing per side, as before
+    marked.clear()
+    monkeypatch.setattr(measure, "compile_fn", real_compile)
+    calls.clear()
+    row = run.run_point(p, seed=0, rounds=1, floor_s=1e-6, peaks=None)
+    assert "rotated" not in row and calls == [None, None]
+    assert "time_same_inputs_s" not in row["xla"]

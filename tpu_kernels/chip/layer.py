@@ -165,18 +165,32 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
         ours, theirs = grads(ours), grads(theirs)
     row: dict[str, Any] = {"id": f"decoder_layer/{'fwd_bwd' if backward else 'fwd'}/bf16" + "".join(
         f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward}
-    outs = {}
+    outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
-        compiled, compile_s, error = measure.compile_fn(fn, args)
+        c, compile_s, error = measure.compile_fn(fn, args)
         row[f"{name}_compiles"] = error is None
         if error is not None:
             row[f"{name}_error"] = error
             continue
         try:
-            outs[name] = jax.device_get(compiled(*args))
-            row[f"{name}_ms"] = round(measure.timed(compiled, args, rounds=rounds) * 1e3, 3)
+            outs[name] = jax.device_get(c(*args))
+            compiled[name] = c
         except Exception as e:  # a runtime failure is a verdict too
             row[f"{name}_run_error"] = measure.error_text(e)
+    # as run.run_point: a cross-program prefetch on either side, and both cycle through copies
+    prefetch = {name: measure.cross_program_prefetch(c) for name, c in compiled.items()}
+    sets = measure.copies(args) if any(prefetch.values()) else None
+    if sets is not None:
+        row["rotated"] = len(sets)
+    for name, c in compiled.items():
+        row[f"{name}_cross_program_prefetch"] = prefetch[name]
+        try:
+            row[f"{name}_ms"] = round(measure.timed(c, args, rounds=rounds, sets=sets) * 1e3, 3)
+            if sets is not None:
+                row[f"{name}_same_inputs_ms"] = round(measure.timed(c, args, rounds=rounds) * 1e3, 3)
+        except Exception as e:  # a runtime failure is a verdict too
+            row[f"{name}_run_error"] = measure.error_text(e)
+    del compiled, sets
     if "ours_ms" in row and "xla_ms" in row:
         row["speed_vs_xla"] = round(row["xla_ms"] / row["ours_ms"], 3)
     if not backward and outs:

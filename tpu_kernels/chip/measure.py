@@ -5,6 +5,14 @@
   about 110 us of dispatch (gVisor), so a point whose time is within 2x of the measured
   dispatch floor (`dispatch_floor`) is marked dispatch-bound: its time says little about the
   kernel.
+- Inputs on chip: where XLA compiled a cross-program prefetch into a function
+  (`cross_program_prefetch`: an input copied into on-chip memory, which stays there for the next
+  call of the same program with the same buffer), timing n calls with the very same inputs
+  reads part of them from on-chip memory instead of HBM: XLA's dot at decode shapes then read
+  its weight "at" 930-990 GB/s, past the v5e's 819 GB/s HBM peak, and at 580-600 GB/s when the
+  calls cycled through distinct weights (bench/reports/chip_v5e_matmul_probe.json). A model
+  reads each layer's weights once per step, so such a point is timed cycling through `ROTATE`
+  on-chip copies of its inputs (`copies`, `timed(..., sets=...)`), every side alike.
 - Error: normwise, ||y - ref|| / ||ref|| over the checked elements, where ref is computed on
   the host in float64 (NumPy) from the very inputs sent to the chip. For a matmul the host
   checks a sample of rows (the float64 product of all of an 8192^3 is minutes of host time);
@@ -57,16 +65,54 @@ def error_text(e: BaseException, limit: int = 600) -> str:
     return rest[:limit]
 
 
-def time_calls(fn: Callable, args: Sequence[Any], *, n: int, rounds: int, budget_s: float = 5.0) -> float:
-    """Seconds per call: min over rounds of (n calls, one wait) / n. `fn` is compiled already."""
-    out = fn(*args)
+ROTATE = 4
+"""How many on-chip copies of its inputs a point with a cross-program prefetch cycles through."""
+
+
+def cross_program_prefetch(compiled: Any) -> bool:
+    """Whether XLA compiled a cross-program prefetch into `compiled` (its module's text says
+    `cross_program_prefetch`); False where the text cannot be had."""
+    try:
+        text = compiled.as_text()
+    except Exception:  # some backends keep no text: nothing to see
+        return False
+    return "cross_program_prefetch" in (text or "")
+
+
+_copy = jax.jit(lambda xs: [x.copy() for x in xs])
+
+
+def copies(args: Sequence[Any], n: int = ROTATE) -> list[list[Any]]:
+    """`args` and n - 1 copies of it on the chip: the same values in distinct buffers (a
+    result checked against one set holds for all)."""
+    sets = [list(args)] + [_copy(list(args)) for _ in range(n - 1)]
+    return jax.block_until_ready(sets)
+
+
+def time_calls(
+    fn: Callable,
+    args: Sequence[Any],
+    *,
+    n: int,
+    rounds: int,
+    budget_s: float = 5.0,
+    sets: Sequence[Sequence[Any]] | None = None,
+) -> float:
+    """Seconds per call: min over rounds of (n calls, one wait) / n. `fn` is compiled already.
+    With `sets`, the calls cycle through those argument lists (n rounded up to a multiple of
+    their number) instead of repeating `args`."""
+    cycle = [list(args)] if sets is None else [list(s) for s in sets]
+    n = -(-n // len(cycle)) * len(cycle)
+    out = None
+    for s in cycle:
+        out = fn(*s)
     jax.block_until_ready(out)
     best = float("inf")
     spent = 0.0
     for _ in range(rounds):
         start = time.perf_counter()
-        for _ in range(n):
-            out = fn(*args)
+        for i in range(n):
+            out = fn(*cycle[i % len(cycle)])
         jax.block_until_ready(out)
         took = time.perf_counter() - start
         best = min(best, took / n)
@@ -81,12 +127,15 @@ def calls_for(estimate_s: float, *, target_s: float = 0.25, lo: int = 3, hi: int
     return int(min(hi, max(lo, target_s / max(estimate_s, 1e-6))))
 
 
-def timed(compiled: Any, args: Sequence[Any], *, rounds: int = 5) -> float:
-    """Time a compiled function: one call sizes the rounds, then `time_calls`."""
+def timed(
+    compiled: Any, args: Sequence[Any], *, rounds: int = 5, sets: Sequence[Sequence[Any]] | None = None
+) -> float:
+    """Time a compiled function: one call sizes the rounds, then `time_calls` (cycling
+    through `sets` where given)."""
     start = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - start
-    return time_calls(compiled, args, n=calls_for(first), rounds=rounds)
+    return time_calls(compiled, args, n=calls_for(first), rounds=rounds, sets=sets)
 
 
 def dispatch_floor() -> float:
@@ -107,8 +156,11 @@ def normwise(y: Any, ref: np.ndarray) -> float:
 
 __all__ = [
     "PEAKS",
+    "ROTATE",
     "calls_for",
     "compile_fn",
+    "copies",
+    "cross_program_prefetch",
     "dispatch_floor",
     "error_text",
     "normwise",

@@ -5,6 +5,11 @@ grid's widest rows), their copy to the chip and the float64 check. `run_points` 
 next point's inputs and puts them on the chip in a background thread while the current point
 compiles and is checked, and waits for that thread before it times a call, so nothing else
 runs during a timed call. Each row says how its host time split (`host_s`).
+
+Where XLA compiled a cross-program prefetch into any side of a point (`measure.
+cross_program_prefetch`), every side is timed cycling through `measure.ROTATE` on-chip copies
+of the inputs (a model does not call one program with one buffer over and over); the row says
+so (`rotated`) and keeps each side's same-input time too (`time_same_inputs_s`).
 """
 
 from __future__ import annotations
@@ -103,16 +108,24 @@ def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict |
     compiled = {}
     for name, fn in fns.items():
         row[name], compiled[name] = _checked(fn, args, p.check, host_inputs, host_s)
+    prefetch = {name: measure.cross_program_prefetch(c) for name, c in compiled.items() if c is not None}
+    for name, flag in prefetch.items():
+        row[name]["cross_program_prefetch"] = flag
     if ahead is not None:
         ahead.wait()
+    sets = measure.copies(args) if any(prefetch.values()) else None
+    if sets is not None:
+        row["rotated"] = len(sets)
     for name, c in compiled.items():
         if c is None:
             continue
         try:
-            row[name]["time_s"] = measure.timed(c, args, rounds=rounds)
+            row[name]["time_s"] = measure.timed(c, args, rounds=rounds, sets=sets)
+            if sets is not None:
+                row[name]["time_same_inputs_s"] = measure.timed(c, args, rounds=rounds)
         except Exception as e:  # a runtime failure is a verdict too
             row[name]["run_error"] = measure.error_text(e)
-    del compiled
+    del compiled, sets
     _derive(row, floor_s, peaks)
     row["wall_s"] = round(time.perf_counter() - start, 2)
     row["host_s"] = host_s
@@ -177,6 +190,8 @@ def summary(row: dict[str, Any]) -> str:
             parts.append(f"{name} FAILS")
     if "share_of_peak" in row:
         parts.append(f"{100 * row['share_of_peak']:.0f}% peak")
+    if row.get("rotated"):
+        parts.append(f"inputs cycled x{row['rotated']}")
     if row.get("dispatch_bound"):
         parts.append("dispatch-bound")
     return f"  {row['id']:<60} " + "  ".join(parts)
