@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -229,3 +230,87 @@ def test_imports_and_works_where_torch_cannot_be_imported():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "False"], run.stdout + run.stderr
+
+
+def _split_dot_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = mosaic_precision.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+
+def _split_dot(x, y):
+    return pl.pallas_call(_split_dot_kernel, out_shape=S)(x, y)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_dot_is_three_bf16_passes_where_high_was_asked_and_lowers_for_the_tpu(name):
+    # `dot` in a kernel body: HIGH-class names give three bf16 dots (the product XLA's dot
+    # computes at HIGH) and no float32 dot at all, whatever Mosaic takes; other names the
+    # kernel dot as before (HIGHEST for "highest", DEFAULT for "default")
+    def f(x, y):
+        with traced_at(name):
+            return _split_dot(x, y)
+
+    jaxpr = jax.make_jaxpr(f)(S, S)
+    kernel = [eqn.params["jaxpr"] for eqn in pallas_calls(jaxpr)][0]
+    dots = list(_dots(kernel))
+    high = EXPECTED[name][0] == "HIGH"
+    if high:
+        assert len(dots) == 3 and _names(dots) == {"DEFAULT"}
+        assert all(str(d.invars[0].aval.dtype) == "bfloat16" == str(d.invars[1].aval.dtype) for d in dots)
+    else:
+        assert len(dots) == 1 and _names(dots) == {EXPECTED[name][1]}
+    assert _names(dots) <= MOSAIC_0_10_ACCEPTS
+    jax.export.export(jax.jit(f), platforms=["tpu"])(S, S)
+
+
+def test_dot_outside_traced_at_follows_the_default_precision_too():
+    # jax.default_matmul_precision("high") with no traced_at (the chip runner's kernels called
+    # from JAX): still three passes, never a HIGH dot Mosaic would refuse
+    def f(x, y):
+        with jax.default_matmul_precision("high"):
+            return _split_dot(x, y)
+
+    kernel = [eqn.params["jaxpr"] for eqn in pallas_calls(jax.make_jaxpr(f)(S, S))][0]
+    assert len(list(_dots(kernel))) == 3
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    k=st.sampled_from([128, 256, 512]),
+    scale=st.sampled_from([1e-3, 1.0, 1e4]),
+)
+def test_three_pass_dot_error_is_that_of_bf16_3x(seed, k, scale):
+    # In the CPU interpreter each bf16 pass is exact in float32, so what is left is the split's
+    # own truncation: x_lo y_lo is dropped and each half is rounded to bf16 (about 2^-16
+    # relative), far under one pass's 2^-8 and at most XLA's HIGH on a v5e (1.3e-5).
+    print(f"seed={seed} k={k} scale={scale}")
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((128, k)) * scale).astype(np.float32)
+    y = (rng.standard_normal((k, 128)) * scale).astype(np.float32)
+    shape = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+
+    def f(a, b):
+        with traced_at("high"):
+            return pl.pallas_call(_split_dot_kernel, out_shape=shape, interpret=True)(a, b)
+
+    out = np.asarray(jax.jit(f)(x, y), np.float64)
+    ref = x.astype(np.float64) @ y.astype(np.float64)
+    one_pass = np.asarray(x.astype(jnp.bfloat16), np.float64) @ np.asarray(y.astype(jnp.bfloat16), np.float64)
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err < 2e-5
+    assert err < np.linalg.norm(one_pass - ref) / np.linalg.norm(ref) / 50
+
+
+def test_a_kernel_body_traced_at_highest_is_never_reused_at_high_or_back():
+    # inside the body both read "highest" as the default; Pallas caches body traces by their
+    # trace context, which holds the asked name too (a user context), so each gets its own
+    counts = []
+    for name in ("highest", "high", "highest", "tensorfloat32", "default", "high"):
+
+        def f(x, y, name=name):
+            with traced_at(name):
+                return _split_dot(x, y)
+
+        kernel = [eqn.params["jaxpr"] for eqn in pallas_calls(jax.make_jaxpr(f)(S, S))][0]
+        counts.append(len(list(_dots(kernel))))
+    assert counts == [1, 3, 1, 3, 1, 3]

@@ -70,8 +70,11 @@ def test_torch_setting_maps_to_jax(torch_name, stablehlo):
     assert precision.current() == precision.TORCH_TO_JAX[torch_name]
 
 
-# The precision the dots of a Pallas kernel body get: Mosaic refuses HIGH (runtime/mosaic_precision.py)
-IN_PALLAS = {"HIGHEST": "HIGHEST", "HIGH": "HIGHEST", "DEFAULT": "DEFAULT"}
+# The precision the dots of the matmul kernel's body get: Mosaic refuses HIGH
+# (runtime/mosaic_precision.py), and the kernel computes "high" as three bf16 passes
+# (`mosaic_precision.dot`), each a DEFAULT dot of bf16 halves
+IN_PALLAS = {"HIGHEST": "HIGHEST", "HIGH": "DEFAULT", "DEFAULT": "DEFAULT"}
+DOTS_IN_PALLAS = {"HIGHEST": 1, "HIGH": 3, "DEFAULT": 1}
 
 
 @pytest.mark.parametrize("torch_name,stablehlo", SETTINGS)
@@ -80,6 +83,7 @@ def test_pallas_kernel_is_lowered_at_the_setting(torch_name, stablehlo):
     # interpreted on the CPU: the kernel body's dot is an XLA dot in the module
     text = matmul.jax_function().lower(S((64, 128), "float32"), S((128, 128), "float32")).as_text()
     assert dot_precisions(text) == {IN_PALLAS[stablehlo]}
+    assert len(re.findall(r"stablehlo\.dot_general ", text)) == DOTS_IN_PALLAS[stablehlo]
     # an explicit choice wins over torch's setting
     text = (
         matmul.jax_function(matmul_precision="highest")

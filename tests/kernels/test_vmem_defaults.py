@@ -158,12 +158,34 @@ def test_wide_softmax_lowers_for_tpu():
     lowers_for_tpu(softmax.backward_op, x, x)
 
 
-def test_matmul_defaults_fill_the_mxu_and_fit_the_cap():
-    for itemsize in (2, 4):
-        bm, bn, bk = mm.default_blocks(itemsize)
-        assert min(bm, bn, bk) >= 512
-        assert _vmem.fits(mm.vmem_need(bm, bn, bk, itemsize))
-        assert mm.vmem_need(bm, bn, bk, itemsize) > _vmem.BUDGET  # so the limit is raised
+@pytest.mark.parametrize("itemsize, passes", [(2, 1), (4, 1), (4, 3)])
+def test_matmul_defaults_fill_the_mxu_and_fit_the_cap(itemsize, passes):
+    bm, bn, bk = mm.default_blocks(itemsize, passes)
+    assert min(bm, bn) >= 1024 and bk >= 256
+    need = mm.vmem_need(bm, bn, bk, itemsize, passes)
+    assert _vmem.fits(need)
+    assert need > _vmem.BUDGET  # so the limit is raised
+    # block_k is the largest default that fits: the next one up would not
+    bigger = [k for k in mm.BLOCK_K if k > bk]
+    assert all(not _vmem.fits(mm.vmem_need(bm, bn, k, itemsize, passes)) for k in bigger)
+
+
+@pytest.mark.parametrize("precision, want", [(None, 1), ("default", 1), ("bfloat16", 1), ("high", 3),
+                                             ("tensorfloat32", 3), ("highest", 3), ("float32", 3)])
+def test_matmul_counts_the_passes_of_the_precision_in_effect(precision, want):
+    assert mm.passes(jnp.float32, precision) == want
+    assert mm.passes(jnp.bfloat16, precision) == 1
+    with jax.default_matmul_precision(precision or "default"):
+        assert mm.passes(jnp.float32) == (want if precision else 1)
+
+
+def test_a_multi_pass_product_counts_its_split_blocks_and_per_pass_results():
+    one, three = mm.vmem_need(1024, 1024, 256, 4, 1), mm.vmem_need(1024, 1024, 256, 4, 3)
+    ab = 2 * 1024 * 256
+    assert three - one == 2 * 1024 * 1024 * 4 + ab * 8
+    # a float32 result accumulates in its output block: no scratch beside it
+    assert mm.vmem_need(1024, 1024, 256, 2, 1) - mm.vmem_need(1024, 1024, 256, 4, 1) == (
+        1024 * 1024 * 4 - 2 * (ab + 1024 * 1024) * 2)
 
 
 @pytest.mark.parametrize("dim", [1100, 3000, 4097, 8192, 14336])

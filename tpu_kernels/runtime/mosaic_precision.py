@@ -7,7 +7,7 @@ a precision Mosaic (the TPU kernel compiler) accepts:
 | JAX name | XLA dots | dots in a Pallas kernel body |
 |---|---|---|
 | "highest", "float32" | HIGHEST (~1e-7 normwise vs float64) | HIGHEST |
-| "high", "tensorfloat32" | HIGH (bf16_3x on TPU: 1.3e-5) | HIGHEST (~1e-7, about a sixth of the one-pass speed) |
+| "high", "tensorfloat32" | HIGH (bf16_3x on TPU: 1.3e-5) | HIGHEST (~1e-7, about a sixth of the one-pass speed); through `dot`, three bf16 passes (4.4e-6, about a third) |
 | "default", "bfloat16", "fastest" | DEFAULT (one bf16 pass: 2.3e-3 at K=2048) | DEFAULT |
 
 (normwise errors of float32 products against float64, measured on a TPU v5e with JAX
@@ -19,6 +19,12 @@ Pallas kernel with a float32 dot failed to compile. HIGHEST is the precision tha
 at least as accurate as asked and that the TPU compiles (newer JAX, 0.12, lowers
 HIGH as Mosaic's bf16x3, not yet measured on a chip, so not used here). A dot
 algorithm preset name ("BF16_BF16_F32_X3", ...) is left as it is: Mosaic accepts none.
+
+A kernel body that computes its float32 products with `dot(x, y)` (the shipped matmul does)
+gets what "high" asks for instead of HIGHEST: three bf16 passes, the split product XLA's dot
+computes at HIGH, at about half HIGHEST's cost (on a v5e at 4096^3: 2.15 ms against HIGHEST's
+4.25 ms and XLA's HIGH 2.18 ms). `requested()` says which name the body was asked for; it is a
+JAX user context, so a body traced for "high" is never reused where "highest" was asked.
 
 Only dots without an explicit precision follow the setting: a kernel author's
 `jnp.dot(..., precision=lax.Precision.HIGH)` inside a kernel is left as written (an
@@ -42,11 +48,13 @@ Imports only JAX and the standard library: the TPU machine has no torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 from collections.abc import Iterator
 
 import jax
+import jax.numpy as jnp
 
 from tpu_kernels import _compat
 
@@ -54,6 +62,10 @@ _HIGH_IN_KERNELS = "highest"
 """What a name of precision HIGH becomes inside a Pallas kernel body."""
 
 _ACTIVE = jax.make_user_context(False)  # True inside traced_at (part of JAX's jit cache keys)
+_REQUESTED = jax.make_user_context(None)
+"""Inside a kernel body traced under traced_at: the precision name it was asked for (`requested`).
+A user context, so part of JAX's trace cache keys: Pallas caches a kernel body's trace by the
+context it is traced in, where "high" and "highest" both read "highest" as the default."""
 _install_lock = threading.Lock()
 _hooked: bool | None = None  # None: not tried yet; False: this JAX has no hook (fallback)
 
@@ -82,16 +94,68 @@ def traced_at(name: str) -> Iterator[None]:
         yield
 
 
+def requested() -> str | None:
+    """The JAX matmul precision name a float32 dot traced here was asked for: inside a Pallas
+    kernel body traced under `traced_at`, the name before it was raised for Mosaic ("high", not
+    the "highest" the body's default now reads); elsewhere the default precision in effect
+    (None: JAX's default)."""
+    asked = _REQUESTED.value
+    return asked if asked is not None else jax.config.jax_default_matmul_precision
+
+
+def _is_high(name: str | None) -> bool:
+    if name is None:
+        return False
+    try:
+        return jax.lax.Precision(name) == jax.lax.Precision.HIGH
+    except ValueError:  # a dot algorithm preset
+        return False
+
+
+def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None) -> jax.Array:
+    """`jnp.dot(x, y, preferred_element_type=...)` for a Pallas TPU kernel body, where a float32
+    product asked for at a precision of class HIGH (`requested`: torch's "high") runs as three
+    bf16 MXU passes, the product XLA's dot computes at HIGH: x = x_hi + x_lo with both halves
+    bf16 (y likewise), and x_lo y_hi + x_hi y_lo + x_hi y_hi accumulated in float32. Mosaic
+    refuses HIGH itself, and HIGHEST (what such a dot is raised to otherwise) costs six passes;
+    on a v5e at 4096^3 the three passes took 2.15 ms at 4.4e-6 normwise error against float64,
+    HIGHEST 4.25 ms at 1.2e-7, and XLA's dot at HIGH 2.18 ms at 1.3e-5
+    (bench/reports/chip_v5e_matmul_probe.json). Any other dtype or precision: `jnp.dot`."""
+    if not (x.dtype == y.dtype == jnp.float32 and _is_high(requested())):
+        return jnp.dot(x, y, preferred_element_type=preferred_element_type)
+    out = jnp.float32 if preferred_element_type is None else preferred_element_type
+
+    def halves(a):
+        hi = a.astype(jnp.bfloat16)
+        return hi, (a - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+
+    (xh, xl), (yh, yl) = halves(x), halves(y)
+    # bf16 operands: each pass is one MXU pass whatever the precision; said explicitly, since
+    # inside the body the default reads "highest"
+    f = functools.partial(jnp.dot, preferred_element_type=jnp.float32, precision=jax.lax.Precision.DEFAULT)
+    return (f(xl, yh) + f(xh, yl) + f(xh, yh)).astype(out)
+
+
+@contextlib.contextmanager
+def _body(asked: str, wanted: str) -> Iterator[None]:
+    with _REQUESTED(asked):
+        if wanted == asked:
+            yield
+        else:
+            with jax.default_matmul_precision(wanted):
+                yield
+
+
 def _in_kernel() -> contextlib.AbstractContextManager:
     """Entered by Pallas around each kernel body it traces: inside traced_at, the ambient
-    default precision (the kernel's caller may have changed it) as the kernel needs it."""
+    default precision (the kernel's caller may have changed it) as the kernel needs it, and
+    the name it was asked at kept for `dot`."""
     if not _ACTIVE.value:
         return contextlib.nullcontext()
     current = jax.config.jax_default_matmul_precision
     if current is None:
         return contextlib.nullcontext()
-    wanted = kernel_precision(current)
-    return contextlib.nullcontext() if wanted == current else jax.default_matmul_precision(wanted)
+    return _body(current, kernel_precision(current))
 
 
 def _hook() -> bool:
@@ -114,4 +178,4 @@ def _hook() -> bool:
     return _hooked
 
 
-__all__ = ["kernel_precision", "traced_at"]
+__all__ = ["dot", "kernel_precision", "requested", "traced_at"]

@@ -12,14 +12,14 @@ the new precision rather than reusing the old one.
 | torch | torch_tpu (`torch.tpu.Precision`) | JAX | XLA dots on a TPU | dots in a Pallas TPU kernel |
 |---|---|---|---|---|
 | "highest" (torch's default) | HIGHEST | "highest" | float32 (~1e-7) | HIGHEST (~1e-7) |
-| "high" | HIGH | "high" | bf16_3x (1.3e-5) | HIGHEST (~1e-7, ~1/6 of one pass's speed) |
+| "high" | HIGH | "high" | bf16_3x (1.3e-5) | HIGHEST (~1e-7, ~1/6 of one pass's speed); three bf16 passes (4.4e-6) in a kernel that uses `mosaic_precision.dot`, as the shipped matmul does |
 | "medium" | DEFAULT (torch_tpu's default) | "default" | one bf16 pass (2.3e-3) | DEFAULT (2.3e-3) |
 
 (normwise error of float32 products against float64 at K=2048, measured on a TPU v5e.)
 Mosaic, the TPU kernel compiler, refuses HIGH (JAX 0.10.2: "Unsupported dot precision:
 HIGH"), so a kernel is traced with `mosaic_precision.traced_at`: plain-XLA dots at the
-JAX name, the dots of its Pallas kernel bodies at HIGHEST where the name means HIGH
-(mosaic_precision.py). On CUDA, where Pallas kernels lower through Triton (HIGH is
+JAX name, the dots of its Pallas kernel bodies at HIGHEST where the name means HIGH, or as
+three bf16 passes where the body calls `mosaic_precision.dot` (mosaic_precision.py). On CUDA, where Pallas kernels lower through Triton (HIGH is
 TF32 there), the kernel is traced at the JAX name throughout (`traced`).
 
 With torch_tpu imported, its context overrides torch's setting; on a TPU
