@@ -80,12 +80,18 @@ def grid_table(record: dict[str, Any], key: str = "grid") -> str:
         p, x, f = r["pallas"], r.get("xla", {}), r.get("jax_flash", {})
         shape = "x".join(str(s) for s in r["shape"])
         extra = (" causal" if r["statics"].get("causal") else "") + marks.get(r["id"], "")
-        flag = " (dispatch-bound)" if r.get("dispatch_bound") else ""
+        flag = (" (dispatch-bound)" if r.get("dispatch_bound") else "") + (" ‡" if r.get("rotated") else "")
         lines.append(
             f"| {r['kernel']}{extra} | {r['dtype']} | {shape} | {_verdict(p)} | {_err(p)} / {_err(x)} | "
             f"{_us(p.get('time_s'))}{flag} | {_us(x.get('time_s'))} | {_x(r.get('speed_vs_xla'))} | "
             f"{_us(f.get('time_s'))} | {_x(r.get('speed_vs_jax_flash'))} | {_speed(r)} |"
         )
+    cycled = [r for r in record[key]["rows"] if r.get("rotated")]
+    if cycled:
+        lines += ["", f"‡ Timed cycling through {cycled[0]['rotated']} on-chip copies of the inputs, every side alike "
+                  "(each side's same-input time is in the record): XLA compiled a cross-program prefetch into a side, "
+                  "which keeps part of an input on chip between calls that pass the same buffer "
+                  "(tpu_kernels/chip/measure.py)."]
     return "\n".join(lines)
 
 

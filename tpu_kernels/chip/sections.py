@@ -45,7 +45,9 @@ PRECISIONS = ("default", "high", "highest")
 def _traced(fn, setting: str, how: str):
     """`fn` traced at `setting` the toolkit's way (`traced_at`: Pallas kernel bodies at a
     precision Mosaic accepts) or JAX's own (`jax.default_matmul_precision`, what tpu_kernels
-    did before: Mosaic refuses "high"). A new function per setting: JAX caches traces."""
+    did before: Mosaic refuses a float32 dot at "high", which the record at 453fcf7 shows; the
+    matmul kernel's `mosaic_precision.dot` now reads the setting itself and compiles "high" as
+    three bf16 passes either way). A new function per setting: JAX caches traces."""
     from tpu_kernels.runtime.mosaic_precision import traced_at
 
     context = traced_at if how == "traced_at" else jax.default_matmul_precision
