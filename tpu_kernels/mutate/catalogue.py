@@ -252,14 +252,14 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-no-preferred-element-type",
-        "jnp.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)",
-        "jnp.dot(a_ref[...], b_ref[...])",
+        "mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)",
+        "mosaic_precision.dot(a_ref[...], b_ref[...])",
         "each k tile's partial product rounded to bf16/f16 before accumulation",
     ),
     _matmul(
         "matmul-low-precision-accumulator",
-        "scratch_shapes=[pltpu.VMEM((bm, bn), acc)],",
-        "scratch_shapes=[pltpu.VMEM((bm, bn), a.dtype)],",
+        "else [pltpu.VMEM((bm, bn), acc)],",
+        "else [pltpu.VMEM((bm, bn), a.dtype)],",
         "the VMEM accumulator in the input's dtype",
     ),
     _matmul(
@@ -1120,6 +1120,23 @@ TOOLKIT: tuple[Mutation, ...] = (
         "            pending.error = e",
         "a failed build stays pending: every later call for the key raises its old error, never retries",
         T_LOCK,
+    ),
+    # ---- issue 47: float32 "high" as three bf16 passes in a kernel body ----
+    _toolkit(
+        "three-pass-dot-drops-a-cross-term",
+        "tpu_kernels/runtime/mosaic_precision.py",
+        "return (f(xl, yh) + f(xh, yl) + f(xh, yh)).astype(out)",
+        "return (f(xh, yl) + f(xh, yh)).astype(out)",
+        'x_lo y_hi dropped: "high" is then about one pass\'s error (2^-9), not bf16_3x\'s',
+        ("tests/test_mosaic_precision.py",),
+    ),
+    _toolkit(
+        "three-pass-dot-asked-name-not-kept",
+        "tpu_kernels/runtime/mosaic_precision.py",
+        "    with _REQUESTED(asked):\n        if wanted == asked:",
+        "    with contextlib.nullcontext():\n        if wanted == asked:",
+        "the asked name not kept while the body traces: it reads the 'highest' it was raised to, and 'high' costs six passes, not three",
+        ("tests/test_mosaic_precision.py",),
     ),
     _toolkit(
         "tuner-prebuild-runs-the-kernel",
