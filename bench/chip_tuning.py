@@ -119,8 +119,21 @@ def _template_op(template: str):
 def predict_groups(rows: list[dict]) -> list[dict]:
     """Per (group, kernel) of the record: each candidate's chip verdict and time beside the
     tuner's verdict and the cost model's parts (or why the kernel is not predicted)."""
+    import torch
+
     from tpu_kernels.tuner.point import predict_config
 
+    # the sweeps ran at JAX's default matmul precision (float32: one bf16 pass), which is torch's
+    # "medium": the tuner traces its candidates at the setting in effect
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        return _predict_groups(rows, predict_config)
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _predict_groups(rows: list[dict], predict_config) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["group"], r["kernel"]), []).append(r)
@@ -279,8 +292,8 @@ def fit(groups: list[dict], floor_s: float) -> dict:
     from tpu_kernels.tuner import predict
 
     rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",), dtype="bf16")
-    # float32 sweeps ran at JAX's default precision (one bf16 pass), the model's float32 rate is
-    # torch's default "highest" (FLOAT32_MXU_FRACTION): compared, not fitted to
+    # float32 sweeps ran at JAX's default precision (one bf16 pass) and are predicted at it
+    # (`predict_groups`): compared, not fitted to (MXU_EFFICIENCY is the bf16 MXU's)
     f32 = _points(groups, ("matmul",), dtype="f32")
     attention = _points(groups, tuple(g["kernel"] for g in groups if g["kernel"].startswith("template.")))
     base = {**BEFORE, "DISPATCH_FLOOR_S": floor_s, "VPU_OPS_PER_CYCLE": predict.VPU_OPS_PER_CYCLE}
@@ -315,8 +328,8 @@ def _f32_note(fit: dict) -> str:
     err = fit["rms_log_error"].get(key)
     if err is None:
         return ""
-    return (f"; the float32 matmul sweep, run at JAX's default precision (one bf16 pass) where the model's "
-            f"float32 rate is torch's default \"highest\", not fitted to ({fit['rms_log_error_before'][key]:.3f}, {err:.3f})")
+    return (f"; the float32 matmul sweep, run and predicted at JAX's default precision (one bf16 pass), "
+            f"not fitted to ({fit['rms_log_error_before'][key]:.3f}, {err:.3f})")
 
 
 def _points(groups: list[dict], kernels: tuple[str, ...], dtype: str | None = None) -> list[tuple[dict, float]]:

@@ -1,6 +1,7 @@
 """The cost model's rules (`tuner/predict.py`): the HBM traffic a pipeline moves, the MXU's price
 per dtype, and the per-step overhead in the units the docs and the MODEL string state."""
 
+import contextlib
 import functools
 import re
 
@@ -62,17 +63,47 @@ def test_an_operand_is_fetched_again_whenever_its_block_index_changes():
     assert p.hbm_bytes == m * k * 2 * gj + k * n * 2 * gi + m * n * 4
 
 
-def test_float32_dots_cost_the_fitted_number_of_bf16_passes():
+@pytest.mark.parametrize(
+    "name, passes",
+    [(None, 1), ("default", 1), ("bfloat16", 1), ("high", 3), ("tensorfloat32", 3), ("highest", None), ("float32", None)],
+)
+def test_float32_dots_cost_the_passes_of_the_precision_they_were_traced_at(name, passes):
+    # None: FLOAT32_MXU_FRACTION's (fitted) number of passes, "highest"'s
     m = n = k = 1024
     costs = {}
     for dtype in (jnp.bfloat16, jnp.float32):
         spec = jax.ShapeDtypeStruct((m, k), dtype)
-        p = predict.predict(_eqns(functools.partial(_matmul, bm=256, bn=256, bk=256), spec, spec), V6E)
+        with jax.default_matmul_precision(name) if name else contextlib.nullcontext():
+            eqns = _eqns(functools.partial(_matmul, bm=256, bn=256, bk=256), spec, spec)
+        p = predict.predict(eqns, V6E)
         assert p.mxu_flops == 2 * m * n * k and p.mxu_utilisation == 1.0  # 256-wide blocks fill v6e's MXU
         costs[dtype] = p.compute_s
     assert costs[jnp.bfloat16] == pytest.approx(2 * m * n * k / (V6E.bf16_flops * predict.MXU_EFFICIENCY))
-    assert costs[jnp.float32] == pytest.approx(costs[jnp.bfloat16] / predict.FLOAT32_MXU_FRACTION)
+    ratio = 1 / predict.FLOAT32_MXU_FRACTION if passes is None else passes
+    assert costs[jnp.float32] == pytest.approx(costs[jnp.bfloat16] * ratio)
     assert 5 < 1 / predict.FLOAT32_MXU_FRACTION < 7  # about six passes at "highest" on a v5e
+
+
+@pytest.mark.parametrize("torch_name, passes", [("medium", 1), ("high", 3), ("highest", None)])
+def test_the_tuner_prices_the_shipped_matmul_at_the_precision_its_calls_run_at(torch_name, passes):
+    # tuner.point traces a candidate under torch's setting: "high" is the kernel's three bf16
+    # dots (mosaic_precision.dot), "highest" Mosaic's six passes, "medium" one
+    import torch
+
+    from tpu_kernels.kernels import matmul
+    from tpu_kernels.tuner.point import predict_config
+
+    spec = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(torch_name)
+        c = predict_config(matmul, (spec, spec), {"block_m": 256, "block_n": 256, "block_k": 256}, "v6e")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert c.status == "predicted", c.reason
+    one = 2 * 1024**3 / (V6E.bf16_flops * predict.MXU_EFFICIENCY)
+    ratio = 1 / predict.FLOAT32_MXU_FRACTION if passes is None else passes
+    assert c.prediction.compute_s == pytest.approx(one * ratio)
 
 
 def test_the_per_step_overhead_is_what_the_docs_and_the_model_string_say_in_microseconds():

@@ -1139,6 +1139,14 @@ TOOLKIT: tuple[Mutation, ...] = (
         ("tests/test_mosaic_precision.py",),
     ),
     _toolkit(
+        "predict-dot-precision-dropped",
+        "tpu_kernels/tuner/body.py",
+        'return Dot(m, n, k, batch, lhs.dtype, steps, _precision(eqn.params.get("precision")))',
+        "return Dot(m, n, k, batch, lhs.dtype, steps)",
+        "every float32 dot priced at one bf16 pass, whatever precision it was traced at",
+        ("tests/tuning/test_predict.py",),
+    ),
+    _toolkit(
         "tuner-prebuild-runs-the-kernel",
         "tpu_kernels/runtime/devices/jax_exec.py",
         "        if prebuild.ACTIVE and prebuild.active():",

@@ -63,6 +63,7 @@ class Dot:
     batch: int
     dtype: Any
     steps: float  # grid steps that run it
+    precision: str = "DEFAULT"  # as traced: "DEFAULT" (one bf16 pass for float32), "HIGH", "HIGHEST"
 
 
 @dataclass
@@ -210,4 +211,15 @@ def _dot(eqn: Any, steps: float) -> Dot:
     k = math.prod(int(lhs.shape[d]) for d in lc) if lc else 1
     m = math.prod(int(s) for d, s in enumerate(lhs.shape) if d not in lc and d not in lb)
     n = math.prod(int(s) for d, s in enumerate(rhs.shape) if d not in rc and d not in rb)
-    return Dot(m, n, k, batch, lhs.dtype, steps)
+    return Dot(m, n, k, batch, lhs.dtype, steps, _precision(eqn.params.get("precision")))
+
+
+def _precision(p: Any) -> str:
+    """A dot's traced precision as one name: the higher of its operands' ("DEFAULT" when none
+    was given: JAX's default, one bf16 pass on a TPU; a dot algorithm preset counts as DEFAULT,
+    Mosaic refuses them)."""
+    names = [getattr(q, "name", None) for q in (p if isinstance(p, tuple) else (p,))]
+    for name in ("HIGHEST", "HIGH"):
+        if name in names:
+            return name
+    return "DEFAULT"

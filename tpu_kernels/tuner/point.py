@@ -47,6 +47,7 @@ from tpu_kernels.bench import correctness, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.stats import Summary
 from tpu_kernels.runtime import prebuild
+from tpu_kernels.runtime import precision as matmul_precision
 from tpu_kernels.tuner import predict as predictor
 from tpu_kernels.tuner.capture import call_metadata, copy_value
 from tpu_kernels.tuner.select import Choice, choose, choose_predicted
@@ -432,7 +433,8 @@ def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.C
 
     try:
         flat, specs, x64 = flat_kernel(op, args, kwargs)
-        with x64_scope(x64), lowering_for_tpu(target):
+        # at the matmul precision the op's calls run at now (its float32 dots' passes are priced)
+        with x64_scope(x64), lowering_for_tpu(target), matmul_precision.traced(matmul_precision.current(), "tpu"):
             eqns = vmem.traced_pallas_calls(flat, *specs)
     except Exception as e:
         c.status, c.reason = "failed", _one_line(e)

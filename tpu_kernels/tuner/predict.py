@@ -21,8 +21,11 @@ and per call, over its kernels: `time = max(DISPATCH_FLOOR_S, sum of kernel)`.
 - compute: the kernel body's `dot_general`s, 2*M*N*K flops each on every grid step that runs
   it (`body.read`: a dot under a `pl.when` counts on the steps whose predicate holds, so a
   causal attention's skipped blocks cost no flops), at the chip's peak MXU rate for the
-  operands' dtype (bfloat16/float16 at the bf16 peak, int8 at the int8 peak, float32 at
-  FLOAT32_MXU_FRACTION of the bf16 peak: a multi-pass bf16 product), times MXU_EFFICIENCY and
+  operands' dtype and the precision the dot was traced at (bfloat16/float16 at the bf16 peak,
+  int8 at the int8 peak; float32 at "highest" at FLOAT32_MXU_FRACTION of the bf16 peak, a
+  multi-pass bf16 product, at "high" a third of it, at JAX's default one bf16 pass: the bf16
+  peak; the tuner traces a kernel at the matmul precision its calls will run at,
+  runtime/precision.py), times MXU_EFFICIENCY and
   the MXU's utilisation: M and N below the MXU's width (`mxu_column_size`: 128 on v5e, 256 on
   v6e and 7x) fill that fraction of it.
 - vector: the body's other array operations in vreg operations (`body.read`: each result in
@@ -184,7 +187,7 @@ def predict(eqns: list[Any], chip: ChipFigures) -> Prediction:
         for d in work.dots:
             f = 2.0 * d.m * d.n * d.k * d.batch * d.steps
             u = min(1.0, d.m / chip.mxu_width) * min(1.0, d.n / chip.mxu_width)
-            compute += f / (_peak(chip, d.dtype) * u * MXU_EFFICIENCY)
+            compute += f / (_peak(chip, d.dtype, d.precision) * u * MXU_EFFICIENCY)
             flops += f
             weighted_util += f * u
         memory = traffic / (chip.hbm_bytes_per_s * HBM_EFFICIENCY)
@@ -222,10 +225,14 @@ def _array_bytes(bm: Any) -> float:
     return float(math.prod(int(d) for d in bm.array_aval.shape) * np.dtype(bm.array_aval.dtype).itemsize)
 
 
-def _peak(chip: ChipFigures, dtype: Any) -> float:
+def _peak(chip: ChipFigures, dtype: Any, precision: str = "HIGHEST") -> float:
+    """The MXU rate of a dot of `dtype` operands traced at `precision`: float32 at "HIGHEST"
+    is FLOAT32_MXU_FRACTION of the bf16 rate, at "HIGH" three bf16 passes, at "DEFAULT" one."""
     d = np.dtype(dtype)
     if d.kind in "iu" and d.itemsize == 1:
         return chip.int8_flops
-    if d.itemsize >= 4:
+    if d.itemsize >= 4 and precision == "HIGHEST":
         return chip.bf16_flops * FLOAT32_MXU_FRACTION
+    if d.itemsize >= 4 and precision == "HIGH":
+        return chip.bf16_flops / 3
     return chip.bf16_flops
