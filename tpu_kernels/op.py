@@ -38,6 +38,7 @@ from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.dispatch import vmap as vmap_rules
 from tpu_kernels.dispatch.fake import has_symbolic
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
+from tpu_kernels.runtime import precision as precision_settings
 from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.spec import check_differentiable, make_source, make_spec
 from tpu_kernels.tuning import capture
@@ -262,9 +263,13 @@ class KernelOp:
         return lib
 
     def _validate_config(self, args: tuple, kwargs: dict) -> None:
-        """Does the kernel accept this call with these statics (a trace at its shapes)? Raises
-        what the kernel raises; the tuned lookup falls back to the defaults then."""
-        self.eval_shape(*args, **kwargs)
+        """Does the kernel accept this call with these statics (a trace at its shapes, at the
+        matmul precision the call traces at: a kernel's blocks may fit one and not another)?
+        Raises what the kernel raises; the tuned lookup falls back to the defaults then."""
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        device = next((t.device.type for t in leaves if isinstance(t, torch.Tensor)), "cpu")
+        with precision_settings.traced(precision_settings.current(), device):
+            self.eval_shape(*args, **kwargs)
 
     def _no_kernel(self, *args: Any, **kwargs: Any) -> Any:
         values = self.signature.values(args, kwargs)
@@ -535,11 +540,11 @@ class KernelOp:
         tpu_kernels setting; None for none, on a real TPU), and dots at JAX
         `matmul_precision` (default: the one torch's setting gives now, as a call would
         use; see tpu_kernels.runtime.precision: the dots of its Pallas kernels at a precision
-        Mosaic compiles, "highest" for "high", except on a GPU). This is what the benchmarks'
+        Mosaic compiles, "highest" for "high" or three bf16 passes through
+        `mosaic_precision.dot`, except on a GPU). This is what the benchmarks'
         raw-JAX baseline times: the same kernel without the bridge.
         """
         from tpu_kernels.runtime import interpret as interpret_settings
-        from tpu_kernels.runtime import precision as precision_settings
         from tpu_kernels.runtime.devices.jax_exec import pallas_interpret
 
         sig = self.signature

@@ -173,10 +173,10 @@ def test_matmul_defaults_fill_the_mxu_and_fit_the_cap(itemsize, passes):
 @pytest.mark.parametrize("precision, want", [(None, 1), ("default", 1), ("bfloat16", 1), ("high", 3),
                                              ("tensorfloat32", 3), ("highest", 3), ("float32", 3)])
 def test_matmul_counts_the_passes_of_the_precision_in_effect(precision, want):
-    assert mm.passes(jnp.float32, precision) == want
-    assert mm.passes(jnp.bfloat16, precision) == 1
+    assert mm.mxu_passes(jnp.float32, precision) == want
+    assert mm.mxu_passes(jnp.bfloat16, precision) == 1
     with jax.default_matmul_precision(precision or "default"):
-        assert mm.passes(jnp.float32) == (want if precision else 1)
+        assert mm.mxu_passes(jnp.float32) == (want if precision else 1)
 
 
 def test_a_multi_pass_product_counts_its_split_blocks_and_per_pass_results():

@@ -429,3 +429,32 @@ def test_a_fifo_where_a_table_belongs_is_refused_at_once(tuning_dir):
         assert _used(op, x) is None  # the lookup alone: the call's compile is not timed
     assert time.monotonic() - start < 5, "the FIFO blocked the call"
     torch.testing.assert_close(op(x), 2 * x)
+
+
+def test_a_tuned_config_that_fits_one_precision_falls_back_at_another():
+    # matmul's VMEM need depends on the float32 matmul precision a call traces at (three bf16
+    # passes at "high" and "highest"): an entry tuned at "medium" with (1024, 1024, 1024) blocks
+    # fits one pass and not three. The lookup validates and memoizes per precision, so at
+    # "highest" the call runs the defaults with a note instead of raising the kernel's refusal.
+    from tpu_kernels.kernels import matmul
+
+    a, b = rand(2048, 1024), rand(1024, 1024)
+    bucket = ((2048, 1024), (1024, 1024))  # the call's own bucket: an exact entry
+    config = {"block_m": 1024, "block_n": 1024, "block_k": 1024}
+    entry = Entry("cpu", ("float32", "float32"), bucket, V, config, "measured")
+    token = lookup.push_overlay({matmul.name: {entry.key: entry}})
+    before = torch.get_float32_matmul_precision()
+    exact = a.double() @ b.double()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert matmul.tuned.fill((a, b), {}) == config
+        torch.testing.assert_close(matmul(a, b).double(), exact, rtol=1e-5, atol=1e-4)
+        torch.set_float32_matmul_precision("highest")
+        with pytest.warns(TuningNote, match=r"does not fit this call's shapes .*need about"):
+            assert matmul.tuned.fill((a, b), {}) == {}
+        torch.testing.assert_close(matmul(a, b).double(), exact, rtol=1e-5, atol=1e-4)
+        torch.set_float32_matmul_precision("medium")
+        assert matmul.tuned.fill((a, b), {}) == config  # and back
+    finally:
+        torch.set_float32_matmul_precision(before)
+        lookup.pop_overlay(token)

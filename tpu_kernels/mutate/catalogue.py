@@ -1147,6 +1147,14 @@ TOOLKIT: tuple[Mutation, ...] = (
         ("tests/tuning/test_predict.py",),
     ),
     _toolkit(
+        "lookup-memo-without-precision",
+        LOOKUP,
+        "self._autocast_state(first.device),\n                    precision.current())",
+        "self._autocast_state(first.device))",
+        "a tuned config validated at one float32 matmul precision served at another, where the kernel refuses it",
+        ("tests/tuning/test_lookup.py",),
+    ),
+    _toolkit(
         "tuner-prebuild-runs-the-kernel",
         "tpu_kernels/runtime/devices/jax_exec.py",
         "        if prebuild.ACTIVE and prebuild.active():",

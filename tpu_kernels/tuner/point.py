@@ -1,8 +1,9 @@
 """Tuning one call of one op: its candidate configs checked, measured and ranked.
 
 For the chip attached (the call's device):
-1. every candidate is traced at the call's shapes (the op's `eval_shape`): a config the kernel
-   refuses there is *refused* and never runs;
+1. every candidate is traced at the call's shapes and matmul precision (the op's `eval_shape`,
+   as the tuned lookup validates a config): a config the kernel refuses there is *refused* and
+   never runs;
 2. on a TPU, the TPU check lowers each remaining candidate for that chip; a problem (VMEM,
    tiling, coverage) *prunes* it before anything runs;
 3. each remaining candidate runs once and is judged against the op's float64 reference by the
@@ -492,8 +493,8 @@ def _check_in_interpreter(
 
 
 def _refuse_if_invalid(op: Any, args: tuple, kwargs: dict, c: Candidate) -> None:
-    try:
-        op.eval_shape(*args, **kwargs)
+    try:  # as the tuned lookup validates a config: a trace at the call's matmul precision
+        op.tuned.validate(args, kwargs)
     except Exception as e:
         c.status, c.reason = "refused", _one_line(e)
 

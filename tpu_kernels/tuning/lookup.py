@@ -25,8 +25,9 @@ raises `NoRightConfigError` and is never borrowed. `Tuned.explain` (`op.tuned_co
 which config a call gets and from where; `TPU_KERNELS_PRINT_TUNING=1` prints each lookup.
 
 In eager mode a chosen config is first checked against the call's shapes with the op's
-`eval_shape` (a trace, no compile; once per shapes and dtypes): a config the kernel refuses
-at this shape falls back to the defaults with a note. A config borrowed from the nearest
+`eval_shape` (a trace, no compile; once per shapes, dtypes and float32 matmul precision, at
+that precision): a config the kernel refuses at this shape falls back to the defaults with a
+note. A config borrowed from the nearest
 bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under
 torch.compile the bucket of a symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
 recompiling once per bucket, and only for ops with entries on this chip.
@@ -53,6 +54,7 @@ import torch
 from tpu_kernels import _compat
 from tpu_kernels.dispatch.autocast import dtype_under
 from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.runtime import precision
 from tpu_kernels.tuning import capture
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
@@ -342,7 +344,10 @@ class Tuned:
         return {**kwargs, **chosen} if chosen else kwargs
 
     def _looked(self, args: tuple, kwargs: dict, given: tuple, tensors: tuple, first: torch.Tensor) -> Looked:
-        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device))
+        # the float32 matmul precision too: a kernel's trace reads it (matmul's VMEM need, hence
+        # whether a tuned config fits, depends on its passes), and the lookup validates by a trace
+        memo_key = (first.device, _metadata(tensors), given, _OVERLAYS.get(), self._autocast_state(first.device),
+                    precision.current())
         looked = self._memo.get(memo_key)
         if looked is None:
             looked = self._resolve(args, kwargs, tensors, first.device, given)

@@ -57,7 +57,7 @@ chip_v5e_matmul_probe.json) block_k 1024 took the projection 8192x4096x1024 from
 (XLA 364 us), and 512 is what fits beside (1024, 2048) bf16 blocks."""
 
 
-def passes(dtype, precision: str | None = None) -> int:
+def mxu_passes(dtype, precision: str | None = None) -> int:
     """bf16 MXU passes per product that the kernel's VMEM need counts for operands of `dtype` at
     JAX matmul precision `precision` (the one in effect, `mosaic_precision.requested()`, when
     None): one for 16-bit operands and float32 at "default"; three for float32 at a HIGH-class
@@ -160,7 +160,7 @@ def matmul(
     if a.dtype != b.dtype:
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
     (m, k), n = a.shape, b.shape[1]
-    itemsize, npass = a.dtype.itemsize, passes(a.dtype)
+    itemsize, npass = a.dtype.itemsize, mxu_passes(a.dtype)
     dm, dn, _ = default_blocks(itemsize, npass)
     bm = _block("block_m", m, _snug(m, dm) if block_m is None else block_m, SUBLANES)
     bn = _block("block_n", n, _snug(n, dn) if block_n is None else block_n, LANES)
