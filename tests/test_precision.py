@@ -15,8 +15,10 @@ import jax
 import jax.experimental.pallas  # noqa: F401 - dot_plus_pallas_dot's kernel
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tests.helpers import rand
+from tests.helpers import hypothesis_settings, rand
 from tests.test_mosaic_precision import precisions
 from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels import matmul
@@ -302,3 +304,31 @@ def test_high_in_pallas_kernels_by_device(device, in_kernel):
 
     jaxpr = jax.make_jaxpr(f)(S((8, 128), "float32"), S((128, 128), "float32"))
     assert precisions(jaxpr) == ({"HIGH"}, {in_kernel})
+
+
+@hypothesis_settings(examples=8, random_examples=30)
+@given(
+    setting=st.sampled_from([name for name, _ in SETTINGS]),
+    m=st.sampled_from([8, 100, 300]),
+    k=st.sampled_from([128, 200, 640]),
+    n=st.sampled_from([128, 300]),
+    block_k=st.sampled_from([None, 128]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_shipped_matmul_is_right_in_float32_at_every_setting(setting, m, k, n, block_k, seed):
+    # "high" is three bf16 passes in the kernel, a float32 result accumulates in its output
+    # block: across k steps and padded edges (block_k 128 at K = 200 and 640), every setting
+    # stays within bf16_3x's error of the float64 product (on the CPU each pass is exact, so
+    # "medium" and "highest" are float32's own error)
+    print(f"setting={setting} m={m} k={k} n={n} block_k={block_k} seed={seed}")
+    gen = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(setting)
+        out = matmul(a, b) if block_k is None else matmul(a, b, block_m=128, block_n=128, block_k=block_k)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    exact = a.double() @ b.double()
+    assert out.dtype == torch.float32 and out.shape == (m, n)
+    assert (out.double() - exact).norm() / exact.norm() < 2e-5
