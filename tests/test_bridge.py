@@ -365,3 +365,14 @@ def test_an_executable_from_the_disk_cache_runs_a_column_whose_size_one_dim_has_
                              timeout=240, cwd=root)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "evicted" not in out.stderr
+
+
+def test_a_noncontiguous_tensor_is_never_reviewed_as_c_order():
+    # c_strided re-views only contiguous tensors: a column slice [4, 1] of a [4, 3] has stride
+    # (3, 1), and C-order strides (1, 1) over its memory would read the wrong elements
+    t = rand(4, 3)[:, 1:2]
+    assert not t.is_contiguous()
+    assert bridge.c_strided(t) is t
+    c = rand(1, 8).t()
+    v = bridge.c_strided(c)
+    assert v.stride() == (1, 1) and v.data_ptr() == c.data_ptr() and torch.equal(v, c)

@@ -66,7 +66,10 @@ def c_strided(t: torch.Tensor) -> torch.Tensor:
     (a contiguous tensor's size-1 dims may have any stride: [8, 1] from `randn(1, 8).t()` has
     (1, 8)). JAX's DLPack import reads the strides as a layout, so (1, 8) arrives column-major,
     and an executable compiled for the row-major layout (one from the disk cache, say) refuses
-    it at run time. The view changes nothing about `t`."""
+    it at run time. The view changes nothing about `t`. Only a contiguous tensor is re-viewed
+    (its elements are in C order whatever its size-1 strides); any other is returned as it is."""
+    if not t.is_contiguous():
+        return t
     shape, strides = t.shape, t.stride()
     want, step = [], 1
     for size in reversed(shape):
