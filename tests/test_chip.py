@@ -61,7 +61,12 @@ def test_the_runner_runs_its_grid_in_the_interpreter(tmp_path):
                               ("high", "jax.default_matmul_precision"), ("highest", "traced_at")}
     from tpu_kernels.chip import report
 
-    assert report.grid_table(record).count("\n") == len(rows) + 1
+    assert report.grid_table(record).split("\n\n")[0].count("\n") == len(rows) + 1
+    # a dispatch-bound point is timed again as calls in one program, every side with a time
+    for r in rows:
+        looped = {name for name in ("pallas", "xla") if "time_in_program_s" in r.get(name, {})}
+        assert looped == ({"pallas", "xla"} if r["dispatch_bound"] else set()), r["id"]
+        assert ("speed_in_program_vs_xla" in r) == r["dispatch_bound"]
 
 
 @pytest.fixture(scope="module")

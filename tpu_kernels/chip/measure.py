@@ -5,6 +5,13 @@
   about 110 us of dispatch (gVisor), so a point whose time is within 2x of the measured
   dispatch floor (`dispatch_floor`) is marked dispatch-bound: its time says little about the
   kernel.
+- Dispatch-bound points: a point whose call is mostly dispatch is timed a second way too, n
+  calls inside one program (`in_one_program`), so its row also shows the kernel's own time per
+  call (`time_in_program_s`) and the speeds from it. On the v5e each output buffer of a call adds
+  ~60 us of host time: the flash-attention template's forward, which returns (out, lse), took
+  190-200 us a call at sequence 1024-2048 against 125-150 us for JAX's (out alone), and 131-141
+  us returning out alone; 32 calls in one program gave 0.95-1.08x of JAX's kernel
+  (bench/reports/chip_v5e_rows_probe.json).
 - Inputs on chip: where XLA compiled a cross-program prefetch into a function
   (`cross_program_prefetch`: an input copied into on-chip memory, which stays there for the next
   call of the same program with the same buffer), timing n calls with the very same inputs
@@ -138,6 +145,29 @@ def timed(
     return time_calls(compiled, args, n=calls_for(first), rounds=rounds, sets=sets)
 
 
+IN_PROGRAM_CALLS = 32
+"""How many calls `in_one_program` makes of a dispatch-bound point's function."""
+
+
+def in_one_program(fn: Callable, n: int = IN_PROGRAM_CALLS) -> Callable:
+    """`fn` called n times inside one program (a `fori_loop`), returning the last call's
+    outputs: timed, it costs one dispatch for n calls, so a point whose single call is mostly
+    the machine's ~120 us dispatch (and its cost per output buffer) shows the kernel's own time
+    per call. Each call's inputs pass an `optimization_barrier` together with its outputs, so
+    XLA cannot hoist a call out of the loop as loop-invariant, nor drop one."""
+
+    def looped(*args):
+        zeros = jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
+
+        def body(i, carry):
+            xs, _ = carry
+            return jax.lax.optimization_barrier((xs, fn(*xs)))
+
+        return jax.lax.fori_loop(0, n, body, (tuple(args), zeros))[1]
+
+    return looped
+
+
 def dispatch_floor() -> float:
     """Seconds per call of a trivial jitted function: the machine's dispatch cost."""
     x = jax.device_put(np.ones((8, 128), np.float32))
@@ -163,6 +193,7 @@ __all__ = [
     "cross_program_prefetch",
     "dispatch_floor",
     "error_text",
+    "in_one_program",
     "normwise",
     "peaks",
     "time_calls",

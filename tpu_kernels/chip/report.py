@@ -30,6 +30,13 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def _vs(row: dict, name: str) -> str:
+    """The speed against a baseline, and where the point was also timed in one program, that
+    speed too (¶)."""
+    inside = row.get(f"speed_in_program_vs_{name}")
+    return _x(row.get(f"speed_vs_{name}")) + (f" ({inside:.2f}x ¶)" if inside else "")
+
+
 def _err(side: dict) -> str:
     e = side.get("error_vs_f64")
     return "-" if e is None else f"{e:.1e}"
@@ -83,9 +90,14 @@ def grid_table(record: dict[str, Any], key: str = "grid") -> str:
         flag = (" (dispatch-bound)" if r.get("dispatch_bound") else "") + (" ‡" if r.get("rotated") else "")
         lines.append(
             f"| {r['kernel']}{extra} | {r['dtype']} | {shape} | {_verdict(p)} | {_err(p)} / {_err(x)} | "
-            f"{_us(p.get('time_s'))}{flag} | {_us(x.get('time_s'))} | {_x(r.get('speed_vs_xla'))} | "
-            f"{_us(f.get('time_s'))} | {_x(r.get('speed_vs_jax_flash'))} | {_speed(r)} |"
+            f"{_us(p.get('time_s'))}{flag} | {_us(x.get('time_s'))} | {_vs(r, 'xla')} | "
+            f"{_us(f.get('time_s'))} | {_vs(r, 'jax_flash')} | {_speed(r)} |"
         )
+    looped = [r for r in record[key]["rows"] if r.get("in_program_calls")]
+    if looped:
+        lines += ["", f"¶ A dispatch-bound point timed again as {looped[0]['in_program_calls']} calls inside one program, "
+                  "every side alike: the speed from the kernels' own time per call, without the machine's per-call "
+                  "dispatch, which grows with the outputs a call returns (tpu_kernels/chip/measure.py)."]
     cycled = [r for r in record[key]["rows"] if r.get("rotated")]
     if cycled:
         lines += ["", f"‡ Timed cycling through {cycled[0]['rotated']} on-chip copies of the inputs, every side alike "
@@ -183,6 +195,8 @@ def headline(record: dict[str, Any]) -> str:
     fa = [r["speed_vs_jax_flash"] for r in rows if r["kernel"] == "template.flash_attention" and r.get("speed_vs_jax_flash")]
     fab = [r["speed_vs_jax_flash"] for r in rows if r["kernel"] == "template.flash_attention_fwd_bwd"
            and r.get("speed_vs_jax_flash")]
+    inside = [r.get("speed_in_program_vs_jax_flash") or r["speed_in_program_vs_xla"] for r in record["grid"]["rows"]
+              if r.get("speed_in_program_vs_jax_flash") or r.get("speed_in_program_vs_xla")]
     grid = record["grid"]["rows"]
     ok = sum(r["pallas"].get("compiles", False) and "run_error" not in r["pallas"] for r in grid)
     layer = {r["backward"]: r.get("speed_vs_xla") for r in record.get("layer", {}).get("rows", [])}
@@ -198,6 +212,7 @@ def headline(record: dict[str, Any]) -> str:
         f"| row kernels (rmsnorm, softmax, scale_add) over XLA | {_range(row)} |",
         f"| flash-attention template over JAX's Pallas flash attention, forward | {_range(fa)} |",
         f"| the same, forward + backward | {_range(fab)} |",
+        f"| dispatch-bound points, timed as calls in one program: kernel over XLA (JAX flash for attention) | {_range(inside)} |",
         f"| a decoder layer from these kernels over one from XLA and JAX's flash attention | forward {_x(layer.get(False))}, forward + backward {_x(layer.get(True))}{layer_mark} |",
     ]
     if stale:

@@ -10,6 +10,9 @@ Where XLA compiled a cross-program prefetch into any side of a point (`measure.
 cross_program_prefetch`), every side is timed cycling through `measure.ROTATE` on-chip copies
 of the inputs (a model does not call one program with one buffer over and over); the row says
 so (`rotated`) and keeps each side's same-input time too (`time_same_inputs_s`).
+
+A dispatch-bound point (its call mostly the machine's per-call dispatch) is timed again as n
+calls inside one program, every side alike: `time_in_program_s` and `speed_in_program_vs_*`.
 """
 
 from __future__ import annotations
@@ -127,10 +130,35 @@ def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict |
             row[name]["run_error"] = measure.error_text(e)
     del compiled, sets
     _derive(row, floor_s, peaks)
+    if row.get("dispatch_bound"):
+        _time_in_program(row, fns, args, rounds)
+        _derive(row, floor_s, peaks)
     row["wall_s"] = round(time.perf_counter() - start, 2)
     row["host_s"] = host_s
     del args
     return row
+
+
+def _time_in_program(row: dict[str, Any], fns: dict, args: list, rounds: int) -> None:
+    """Each side of a dispatch-bound point timed as `measure.IN_PROGRAM_CALLS` calls in one
+    program: its own time per call, without the per-call dispatch (`measure.in_one_program`)."""
+    n = measure.IN_PROGRAM_CALLS
+    for name, fn in fns.items():
+        if "time_s" not in row[name]:
+            continue
+        compiled, _, error = measure.compile_fn(measure.in_one_program(fn, n), args)
+        if compiled is None:
+            row[name]["in_program_error"] = error
+            continue
+        try:  # rounds of ~50 ms: each call is n kernels already
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            calls = measure.calls_for(time.perf_counter() - start, target_s=0.05)
+            row[name]["time_in_program_s"] = measure.time_calls(compiled, args, n=calls, rounds=rounds) / n
+        except Exception as e:  # a runtime failure is a verdict too
+            row[name]["in_program_error"] = measure.error_text(e)
+        del compiled
+    row["in_program_calls"] = n
 
 
 def _derive(row: dict[str, Any], floor_s: float, peaks: dict | None) -> None:
@@ -156,6 +184,9 @@ def _derive(row: dict[str, Any], floor_s: float, peaks: dict | None) -> None:
         tb = row.get(name, {}).get("time_s")
         if tb:
             row[f"speed_vs_{name}"] = tb / t  # > 1: the kernel is faster
+        ti, tbi = row["pallas"].get("time_in_program_s"), row.get(name, {}).get("time_in_program_s")
+        if ti and tbi:
+            row[f"speed_in_program_vs_{name}"] = tbi / ti
 
 
 def run_points(points: list[Point], *, seed: int = 0, rounds: int = 5, peaks: dict | None, floor_s: float,

@@ -40,10 +40,23 @@ def row_block(rows: int, target: int) -> int:
     return max(SUBLANES, target // SUBLANES * SUBLANES)
 
 
-# A row kernel's default block holds about this much of one input: on a v5e the shipped row
-# kernels reach their bandwidth plateau (~76% of HBM peak) from 512 KiB blocks, and the
-# row-reduction template's 1 MiB blocks ran at 75-78% (bench/reports/chip_v5e.json, "tune").
-ROW_BLOCK_BYTES = 1 << 20
+# A row kernel's default block holds between BLOCK_BYTES_MIN and BLOCK_BYTES_MAX of one input,
+# and the grid keeps at least MIN_STEPS steps where the input allows (`auto_rows`). On a v5e
+# (bench/reports/chip_v5e_tune.json, chip_v5e_rows_probe.json): the row kernels reach their
+# bandwidth plateau from 512 KiB blocks; rmsnorm's backward gains up to 2 MiB at wide rows (bf16
+# [4096, 14336]: 16-row blocks 65% of HBM peak, 32-row 73%, 64-row 76%), but a grid of few steps
+# loses its first read and last write to the pipeline's ends (f32 [1024, 16384]: 64 steps of 1 MiB
+# 74%, 32 of 2 MiB 69%).
+BLOCK_BYTES_MIN = 1 << 19
+BLOCK_BYTES_MAX = 1 << 21
+MIN_STEPS = 64
+ROW_BLOCK_BYTES = 1 << 20  # a column-tiled block's bytes (softmax's rows too wide for VMEM)
+
+
+def block_bytes(rows: int, cols: int, itemsize: int) -> float:
+    """Bytes of one input a default row block aims at: BLOCK_BYTES_MAX, less where the input
+    would then span fewer than MIN_STEPS blocks, never under BLOCK_BYTES_MIN."""
+    return max(BLOCK_BYTES_MIN, min(BLOCK_BYTES_MAX, rows * cols * itemsize / MIN_STEPS))
 
 
 @dataclass(frozen=True)
@@ -51,20 +64,23 @@ class RowFootprint:
     """What one row of a row kernel's block costs in VMEM: its `blocks` row-shaped input and
     output blocks (each double-buffered, in the kernel's dtype), `temporaries` float32 arrays
     of the block's shape that the body keeps live (a bf16 block upcast to float32, its
-    squares, the output before the cast), and `columns` (rows, 1) float32 blocks (a residual
-    such as inv_rms, padded to 128 lanes)."""
+    squares, the output before the cast), `columns` (rows, 1) float32 blocks (a residual
+    such as inv_rms, padded to 128 lanes), and whether a (1, cols) `weight` row rides along."""
 
     blocks: int
     temporaries: int
     columns: int = 0
+    weight: bool = False
 
-    def need(self, block_rows: int, cols: int, itemsize: int) -> int:
-        """VMEM bytes of one grid step with `block_rows` rows of width `cols`."""
+    def need(self, block_rows: int, cols: int, itemsize: int, chunk: int | None = None) -> int:
+        """VMEM bytes of one grid step with `block_rows` rows of width `cols`; a body that walks
+        its columns `chunk` at a time (softmax's wide rows) keeps temporaries of that width."""
         width = _vmem.padded_cols(cols)
         io = 2 * self.blocks * _vmem.padded_rows(block_rows, itemsize) * width * itemsize
-        temps = self.temporaries * _vmem.padded_rows(block_rows, 4) * width * 4
+        temps = self.temporaries * _vmem.padded_rows(block_rows, 4) * _vmem.padded_cols(chunk or cols) * 4
         residual = 2 * self.columns * _vmem.padded_rows(block_rows, 4) * 128 * 4
-        return io + temps + residual + 2 * 8 * width * 4  # + a (1, cols) weight row, float32-padded
+        weight = 2 * 8 * width * 4 if self.weight else 0  # double-buffered, padded to 8 float32 rows
+        return io + temps + residual + weight
 
 
 def rows_tile(itemsize: int) -> int:
@@ -72,38 +88,45 @@ def rows_tile(itemsize: int) -> int:
     return SUBLANES * max(1, 4 // itemsize)
 
 
-def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint) -> int | None:
+def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chunk: int | None = None) -> int | None:
     """The default rows per block: the largest power of two of rows that holds at most
-    ROW_BLOCK_BYTES of one input and keeps the block's VMEM need (with the body's float32
-    temporaries) within `_vmem.BUDGET`, at least one sublane tile; all rows when there are fewer. None when even one tile of rows passes the budget (rows too wide for a
-    whole-row block)."""
+    `block_bytes` of one input and whose VMEM need (with the body's float32 temporaries)
+    fits what a shipped kernel may raise Mosaic's scoped limit to (`_vmem.fits`; `row_params`
+    raises it past `_vmem.BUDGET`), at least one sublane tile; all rows when there are fewer.
+    None when even one tile of rows does not fit (rows too wide for a whole-row block).
+
+    The limit is raised rather than the block shrunk: on a v5e rmsnorm's backward in bf16 at
+    [8192, 4096] ran at 76% of HBM peak with the 64-row blocks that fit the default limit and
+    80% with 128-row (1 MiB) ones (bench/reports/chip_v5e_tune.json)."""
     if export.is_symbolic_dim(rows) or export.is_symbolic_dim(cols):
         return 8 * SUBLANES
     tile = rows_tile(itemsize)
-    per_row = footprint.need(tile, cols, itemsize) / tile
-    target = min(ROW_BLOCK_BYTES / max(1, cols * itemsize), _vmem.BUDGET / per_row)
-    if target < tile and footprint.need(min(rows, tile), cols, itemsize) > _vmem.BUDGET:
+    if not _vmem.fits(footprint.need(min(rows, tile), cols, itemsize, chunk)):
         return None
+    target = block_bytes(rows, cols, itemsize) / max(1, cols * itemsize)
     # a power of two: it divides the usual row counts, so no partial last block (rmsnorm's
     # backward pads one with a copy of x and dy: on a v5e 80-row blocks at [8192, 4096] bf16 ran
     # at 34% of HBM peak where 64-row ones ran at 76%; bench/reports/chip_v5e*.json)
     br = max(tile, 1 << (int(target).bit_length() - 1)) if target >= 1 else tile
+    while br > tile and not _vmem.fits(footprint.need(br, cols, itemsize, chunk)):
+        br //= 2
     return rows if rows <= br else br
 
 
-def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int | None, footprint: RowFootprint) -> int:
+def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int | None, footprint: RowFootprint,
+                   chunk: int | None = None) -> int:
     """`block_rows` as given (rounded to the sublane multiple, capped at the rows), or the
     default; refuses a given block whose VMEM need passes what a shipped kernel may ask for."""
     if block_rows is None:
-        br = auto_rows(rows, cols, itemsize, footprint)
-        # rows too wide for the budget even one tile at a time: one tile, with the scoped limit
+        br = auto_rows(rows, cols, itemsize, footprint, chunk)
+        # rows too wide for the cap even one tile at a time: one tile, with the scoped limit
         # raised as far as the cap allows (`row_params`). The CPU runs it as before; a TPU whose
         # VMEM cannot hold it says so when it compiles (softmax tiles its columns instead).
         return min(rows, rows_tile(itemsize)) if br is None else br
     br = row_block(rows, block_rows)
-    need = footprint.need(br, cols, itemsize)
+    need = footprint.need(br, cols, itemsize, chunk)
     if not export.is_symbolic_dim(need) and not _vmem.fits(need):
-        fit = max(SUBLANES, int(_vmem.CAP * 0.75 / (need / br)) // SUBLANES * SUBLANES)
+        fit = max(SUBLANES, int(_vmem.ROOM / (need / br)) // SUBLANES * SUBLANES)
         raise ValueError(
             f"{op}: block_rows={block_rows} needs about {need / _vmem.MIB:.0f} MiB of VMEM at rows of {cols} "
             f"elements ({itemsize}-byte), over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; "
@@ -113,10 +136,10 @@ def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int
 
 
 def row_params(footprint: RowFootprint, block_rows: int, cols: int, itemsize: int,
-               semantics: tuple[str, ...] = ("parallel",)) -> pltpu.CompilerParams:
+               semantics: tuple[str, ...] = ("parallel",), chunk: int | None = None) -> pltpu.CompilerParams:
     """A row kernel's compiler params: its grid's semantics (`parallel_rows`), and Mosaic's
     scoped VMEM limit raised where the block needs it (`_vmem.compiler_params`)."""
-    return _vmem.compiler_params(semantics, footprint.need(block_rows, cols, itemsize))
+    return _vmem.compiler_params(semantics, footprint.need(block_rows, cols, itemsize, chunk))
 
 
 

@@ -20,6 +20,7 @@ MIB = 2**20
 BUDGET = 12 * MIB  # needs up to this compile under every chip's default limit (16 MiB), headroom kept
 CAP = 48 * MIB  # the most a shipped kernel raises the limit to
 HEADROOM = 4 * MIB  # beside the estimate, for what it leaves out (masks, iotas, spills)
+ROOM = (CAP - HEADROOM) * 4 // 5  # the largest need that `fits`
 
 
 def limit_for(need_bytes: int) -> int | None:
@@ -55,4 +56,4 @@ def padded_cols(cols: int) -> int:
     return -(-cols // 128) * 128
 
 
-__all__ = ["BUDGET", "CAP", "HEADROOM", "MIB", "compiler_params", "fits", "limit_for", "padded_cols", "padded_rows"]
+__all__ = ["BUDGET", "CAP", "HEADROOM", "MIB", "ROOM", "compiler_params", "fits", "limit_for", "padded_cols", "padded_rows"]

@@ -36,8 +36,8 @@ from tpu_kernels.kernels._blocks import (
 # inv_rms column and a dw partial, with x, dy, xhat, g and dx live in float32. On a v5e the
 # backward in bf16 at [8192, 4096] with 256-row blocks needed more than the 16 MiB default
 # limit (bench/reports/chip_v5e.json, "tune"): those temporaries are what the buffers miss.
-FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1)
-BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1)
+FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1, weight=True)
+BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1, weight=True)
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -75,7 +75,7 @@ def rmsnorm(
 ) -> tuple[jax.Array, jax.Array]:
     """-> (y, inv_rms): y = x / rms(x) * weight, inv_rms float32 of shape x.shape[:-1] + (1,).
 
-    block_rows: rows per grid step; None sizes the block to the chip's VMEM (about 1 MiB of x,
+    block_rows: rows per grid step; None sizes the block to the chip's VMEM (0.5-2 MiB of x,
     fewer rows as they widen; `_blocks.auto_rows`)."""
     _check(x, weight)
     require_float("rmsnorm", x=x, weight=weight)

@@ -1,17 +1,22 @@
 """Row softmax over the last dimension as Pallas TPU kernels, with the backward's.
 
-The input is viewed as (rows, cols). Where whole rows fit VMEM (the default block is about
-1 MiB of x; `_blocks.auto_rows`), one grid step handles `block_rows` full rows, so the max
-and the sum stay in one block. Arithmetic in float32 (float64 stays float64).
+The input is viewed as (rows, cols). Where whole rows fit VMEM (the default block is 0.5-2 MiB
+of x; `_blocks.auto_rows`), one grid step handles `block_rows` full rows, so the max and the sum
+stay in one block. Arithmetic in float32 (float64 stays float64).
 
     forward:  y = exp(x - max(x)) / sum(exp(x - max(x)))
     backward: dx = y * (dy - sum(dy * y))
 
-Rows too wide for a whole-row block (a vocabulary of 131072 float32 logits is 4 MiB a row-tile
-of 8, and the body's float32 temporaries triple it) are column-tiled. Each row's column blocks
-are walked keeping a running max m and sum l of exp(x - m), rescaling l by exp(m_old - m_new)
-when the max grows (online softmax); then exp(x - m) / l is written block by block. The
-backward's row sum of dy * y is accumulated the same way.
+Rows wider than CHUNK columns (a vocabulary of 32k-256k logits) keep whole-row blocks, and
+the body walks each block's columns a chunk at a time (`chunk_for`): a running max m and sum l
+of exp(x - m), rescaled by exp(m_old - m_new) when the max grows (online softmax), then
+exp(x - m) / l written chunk by chunk; the backward's row sum of dy * y likewise. The float32
+temporaries are then a chunk's, so a block of one sublane tile of rows fits VMEM up to 262144
+columns, and every row is read once and written once. On a v5e this took softmax at
+[512, 131072] from 67-70% of HBM peak (column-tiled) to 76%
+(bench/reports/chip_v5e_rows_probe.json).
+
+Rows too wide even for that are column-tiled, with the same online statistics:
 
 - `_staged` (where a tile of rows fits VMEM in the input's own dtype, up to about a million
   float32 columns): one kernel, grid (row tiles, 2 phases, column blocks). Phase 0 reads each
@@ -58,16 +63,87 @@ def _acc(dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
 
 
-def _fwd_kernel(x_ref, o_ref):
-    x = x_ref[...].astype(_acc(o_ref.dtype))
+def _fwd_kernel(x_ref, o_ref, *, chunk: int | None = None):
+    acc = _acc(o_ref.dtype)
+    if chunk is not None:  # a wide row: walk its columns (`_chunked`)
+        return _chunked_fwd(x_ref, o_ref, acc, chunk)
+    x = x_ref[...].astype(acc)
     e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
     o_ref[...] = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(o_ref.dtype)
 
 
-def _bwd_kernel(y_ref, dy_ref, dx_ref):
+def _bwd_kernel(y_ref, dy_ref, dx_ref, *, chunk: int | None = None):
     acc = _acc(dx_ref.dtype)
+    if chunk is not None:
+        return _chunked_bwd(y_ref, dy_ref, dx_ref, acc, chunk)
     y, dy = y_ref[...].astype(acc), dy_ref[...].astype(acc)
     dx_ref[...] = (y * (dy - jnp.sum(dy * y, axis=-1, keepdims=True))).astype(dx_ref.dtype)
+
+
+# ---------------------------------------------------------------- wide whole rows, walked in chunks
+# Past CHUNK columns a whole-row block's body walks its columns `chunk` at a time (a fori_loop
+# over VMEM slices), so its float32 temporaries are (rows, chunk), not the block's: the block
+# then holds as many rows as its input and output buffers fit, and a row of 131072-262144
+# columns is read once and written once per call (`CHUNKED_*` below count its VMEM).
+CHUNK = 8192
+
+
+def chunk_for(cols: int) -> int | None:
+    """The column chunk of a wide row's body: the largest multiple of 128 lanes that divides
+    `cols` and is at most CHUNK; None (the whole row at once) for rows of at most CHUNK columns,
+    or whose width no such chunk divides (no partial chunk to mask)."""
+    if export.is_symbolic_dim(cols) or cols <= CHUNK or cols % 128:
+        return None
+    for lanes in range(CHUNK // 128, 0, -1):
+        if cols % (lanes * 128) == 0:
+            return lanes * 128
+    return None
+
+
+def _columns(ref, c, chunk: int, acc):
+    """Chunk c of every row of the block, in float32."""
+    return ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)].astype(acc)
+
+
+def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
+    """The online softmax over the block's chunks (running max m and sum l of exp(x - m)),
+    then exp(x - m) / l written chunk by chunk: two reads of the block from VMEM, one write."""
+    rows, cols = x_ref.shape
+    n = cols // chunk
+
+    def stats(c, m_and_sum):
+        m, total = m_and_sum
+        x = _columns(x_ref, c, chunk, acc)
+        m_new = jnp.maximum(m, jnp.max(x, axis=-1, keepdims=True))
+        return m_new, total * jnp.exp(m - m_new) + jnp.sum(jnp.exp(x - m_new), axis=-1, keepdims=True)
+
+    start = (jnp.full((rows, 1), -jnp.inf, acc), jnp.zeros((rows, 1), acc))
+    m, total = jax.lax.fori_loop(0, n, stats, start)
+
+    def write(c, carry):
+        e = jnp.exp(_columns(x_ref, c, chunk, acc) - m)
+        o_ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)] = (e / total).astype(o_ref.dtype)
+        return carry
+
+    jax.lax.fori_loop(0, n, write, 0)
+
+
+def _chunked_bwd(y_ref, dy_ref, dx_ref, acc, chunk: int):
+    """sum(dy * y) over the block's chunks, then y * (dy - sum) chunk by chunk."""
+    rows, cols = y_ref.shape
+    n = cols // chunk
+
+    def dot(c, s):
+        return s + jnp.sum(_columns(y_ref, c, chunk, acc) * _columns(dy_ref, c, chunk, acc), axis=-1, keepdims=True)
+
+    s = jax.lax.fori_loop(0, n, dot, jnp.zeros((rows, 1), acc))
+
+    def write(c, carry):
+        y, dy = _columns(y_ref, c, chunk, acc), _columns(dy_ref, c, chunk, acc)
+        dx_ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)] = (y * (dy - s)).astype(dx_ref.dtype)
+        return carry
+
+    jax.lax.fori_loop(0, n, write, 0)
 
 
 def _rowwise(
@@ -79,22 +155,23 @@ def _rowwise(
     op: str,
     flops_per_elem: int,
     transcendentals_per_elem: int,
+    chunk: int | None = None,
 ) -> jax.Array:
     shape = arrays[0].shape
     cols = shape[-1]
     flat = [a.reshape(-1, cols) for a in arrays]
     rows = flat[0].shape[0]
     itemsize = jnp.dtype(out_dtype).itemsize
-    br = rows_or_refuse(op, rows, cols, itemsize, block_rows, footprint)
+    br = rows_or_refuse(op, rows, cols, itemsize, block_rows, footprint, chunk)
     spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
     n = rows * cols
     out = pl.pallas_call(
-        kernel,
+        functools.partial(kernel, chunk=chunk),
         out_shape=jax.ShapeDtypeStruct((rows, cols), out_dtype),
         grid=(pl.cdiv(rows, br),),
         in_specs=[spec] * len(flat),
         out_specs=spec,
-        compiler_params=row_params(footprint, br, cols, itemsize),
+        compiler_params=row_params(footprint, br, cols, itemsize, chunk=chunk),
         cost_estimate=cost(
             flops_per_elem * n,
             transcendentals_per_elem * n,
@@ -308,12 +385,13 @@ def _wide(arrays: list[jax.Array], out_dtype, backward: bool) -> jax.Array:
     return _two_pass(arrays, out_dtype, backward, br, bc)
 
 
-def _too_wide(x: jax.Array, block_rows: int | None, footprint: RowFootprint) -> bool:
-    """Take the column-tiled path: by default, when not even one tile of whole rows fits."""
+def _too_wide(x: jax.Array, block_rows: int | None, footprint: RowFootprint, chunk: int | None = None) -> bool:
+    """Take the column-tiled path: by default, when not even one tile of whole rows fits (its
+    body walking the columns `chunk` at a time, where `chunk_for` gives one)."""
     rows, cols = (x.size // x.shape[-1] if x.shape[-1] else 0), x.shape[-1]
     if block_rows is not None or export.is_symbolic_dim(cols) or export.is_symbolic_dim(rows):
         return False
-    return auto_rows(rows, cols, x.dtype.itemsize, footprint) is None
+    return auto_rows(rows, cols, x.dtype.itemsize, footprint, chunk) is None
 
 
 def _check(x: jax.Array) -> None:
@@ -330,9 +408,10 @@ def softmax(x: jax.Array, *, block_rows: int | None = None) -> jax.Array:
     _check(x)
     if is_empty(x):  # as torch: an empty result of x's shape
         return jnp.zeros(x.shape, x.dtype)
-    if _too_wide(x, block_rows, FORWARD):
+    chunk = chunk_for(x.shape[-1])
+    if _too_wide(x, block_rows, FORWARD, chunk):
         return _wide([x], x.dtype, backward=False)
-    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, FORWARD, "softmax", 5, 1)
+    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, FORWARD, "softmax", 5, 1, chunk)
 
 
 def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int | None = None) -> jax.Array:
@@ -340,9 +419,10 @@ def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int | N
     if is_empty(out):
         return jnp.zeros(out.shape, out.dtype)
     grad_out = grad_out.astype(out.dtype)
-    if _too_wide(out, block_rows, BACKWARD):
+    chunk = chunk_for(out.shape[-1])
+    if _too_wide(out, block_rows, BACKWARD, chunk):
         return _wide([out, grad_out], out.dtype, backward=True)
-    return _rowwise(_bwd_kernel, [out, grad_out], out.dtype, block_rows, BACKWARD, "softmax_backward", 4, 0)
+    return _rowwise(_bwd_kernel, [out, grad_out], out.dtype, block_rows, BACKWARD, "softmax_backward", 4, 0, chunk)
 
 
 __all__ = ["BACKWARD", "FORWARD", "softmax", "softmax_backward"]

@@ -1,0 +1,249 @@
+"""Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
+
+The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
+peak or under XLA's speed. Four questions, each point checked against float64 on the host:
+
+  blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
+           shipped kernel at block_rows around its default (the default now raises the scoped
+           VMEM limit for a ~1 MiB block instead of shrinking the block to fit 12 MiB).
+  wide     softmax rows of 32768-262144 columns: whole-row blocks whose body walks its columns
+           in chunks (`softmax.pallas.chunk_for`; several chunk widths), the old whole-row body,
+           and the column-tiled `_staged` kernel (the default before).
+  buffers  scale_add with three pipeline buffers per operand (`pl.Buffered(3)`) instead of two.
+  dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
+           inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
+           outputs so no call is hoisted), which leaves the kernel's own time; and the
+           flash-attention template's forward returning (out, lse) against out alone.
+
+Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
+lines to $OUT/rows_probe.jsonl (or --out).
+
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch] [--out FILE] [--quick --interpret]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tpu_kernels.chip import load, measure, points, run  # noqa: E402
+
+LIMIT = 100 * 2**20
+
+
+def _peaks():
+    return measure.peaks(jax.devices()[0].device_kind)
+
+
+def _variants(base: points.Point, variants: dict, floor_s: float, rounds: int, baselines: bool = True):
+    """Each variant function of `base`'s inputs, on one set of inputs (so the float64 reference
+    is computed once): rows of the runner's own format, with `variant` named."""
+    ready = run.prepare(base, 0)
+    for i, (name, fn) in enumerate(variants.items()):
+        p = dataclasses.replace(base, pallas=fn, id=f"{base.id} {name}")
+        row = run.run_point(p, seed=0, rounds=rounds, floor_s=floor_s, peaks=_peaks(),
+                            baselines=baselines and i == 0, ready=ready)
+        row["variant"] = name
+        yield row
+
+
+def _point(family: str, kernel: str, rows: int, d: int, dt: str) -> points.Point:
+    (p,) = [q for q in points.row_points(family, [(rows, d)], (dt,), {}) if q.kernel == kernel]
+    return p
+
+
+def blocks(quick: bool, floor_s: float, rounds: int):
+    rms = load.family("rmsnorm").pallas
+    sa = load.family("scale_add").pallas
+    cases = (
+        [("rmsnorm", "rmsnorm_backward", 64, 256, "bf16", (8, 16)), ("scale_add", "scale_add", 64, 256, "f32", (8, 16))]
+        if quick
+        else [
+            ("rmsnorm", "rmsnorm_backward", 8192, 4096, "bf16", (64, 128, 256)),
+            ("rmsnorm", "rmsnorm_backward", 8192, 8192, "bf16", (32, 64, 128)),
+            ("rmsnorm", "rmsnorm_backward", 4096, 14336, "bf16", (16, 32, 64)),
+            ("rmsnorm", "rmsnorm_backward", 4096, 14336, "f32", (8, 16, 32)),
+            ("rmsnorm", "rmsnorm_backward", 1024, 16384, "f32", (8, 16, 32, 64)),
+            ("rmsnorm", "rmsnorm_backward", 8192, 4096, "f32", (32, 64, 128)),
+            ("rmsnorm", "rmsnorm", 8192, 4096, "f32", (64, 128, 256)),
+            ("rmsnorm", "rmsnorm", 4096, 14336, "bf16", (16, 32, 64)),
+            ("scale_add", "scale_add", 8192, 14336, "f32", (8, 16, 32, 64, 128)),
+            ("scale_add", "scale_add", 8192, 14336, "bf16", (16, 32, 64, 128)),
+            ("scale_add", "scale_add", 4096, 4096, "f32", (32, 64, 128, 256, 512)),
+        ]
+    )
+    for family, kernel, rows, d, dt, brs in cases:
+        fn = {"rmsnorm": rms.rmsnorm, "rmsnorm_backward": rms.rmsnorm_backward, "scale_add": None}[kernel]
+        variants = {"default": _point(family, kernel, rows, d, dt).pallas}
+        for br in brs:
+            if kernel == "scale_add":
+                variants[f"block_rows={br}"] = functools.partial(sa.scale_add, alpha=0.5, block_rows=br)
+            else:
+                variants[f"block_rows={br}"] = functools.partial(fn, block_rows=br)
+        yield from _variants(_point(family, kernel, rows, d, dt), variants, floor_s, rounds)
+
+
+def wide(quick: bool, floor_s: float, rounds: int):
+    sm = load.family("softmax").pallas
+    cases = (
+        [("softmax", 16, 16384, "f32", (4096, 8192)), ("softmax_backward", 16, 16384, "bf16", (8192,))]
+        if quick
+        else [
+            ("softmax", 512, 131072, "bf16", (4096, 8192, 16384)),
+            ("softmax", 512, 131072, "f32", (4096, 8192, 16384)),
+            ("softmax", 256, 262144, "bf16", (8192,)),
+            ("softmax", 256, 262144, "f32", (8192,)),
+            ("softmax_backward", 2048, 32768, "bf16", (4096, 8192, 16384)),
+            ("softmax_backward", 512, 131072, "bf16", (8192,)),
+            ("softmax", 2048, 32768, "bf16", (8192,)),
+            ("softmax", 2048, 32768, "f32", (8192,)),
+            ("softmax_backward", 2048, 32768, "f32", (8192,)),
+        ]
+    )
+    for kernel, rows, d, dt, chunks in cases:
+        backward = kernel == "softmax_backward"
+        fp = sm.BACKWARD if backward else sm.FORWARD
+        body = sm._bwd_kernel if backward else sm._fwd_kernel
+        tile = 16 if dt == "bf16" else 8
+
+        def rowwise(*arrays, br, chunk, backward=backward, fp=fp, body=body, kernel=kernel):
+            arrays = list(arrays)
+            if backward:
+                arrays[1] = arrays[1].astype(arrays[0].dtype)
+            return sm._rowwise(body, arrays, arrays[0].dtype, br, fp, kernel, 4, 0, chunk)
+
+        def staged(*arrays, backward=backward):
+            arrays = list(arrays)
+            if backward:
+                arrays[1] = arrays[1].astype(arrays[0].dtype)
+            return sm._wide(arrays, arrays[0].dtype, backward=backward)
+
+        variants = {"default": _point("softmax", kernel, rows, d, dt).pallas, "staged": staged}
+        for chunk in chunks:
+            for br in (tile, 2 * tile) if d <= 32768 else (tile,):
+                variants[f"rows={br} chunk={chunk}"] = functools.partial(rowwise, br=br, chunk=chunk)
+        if d <= 32768:
+            variants[f"rows={tile} whole-row body"] = functools.partial(rowwise, br=tile, chunk=None)
+        yield from _variants(_point("softmax", kernel, rows, d, dt), variants, floor_s, rounds)
+
+
+def _scale_add_buffered(x, y, *, br: int, buffers: int):
+    rows, cols = x.shape
+
+    def kernel(x_ref, y_ref, o_ref):
+        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
+        o_ref[...] = (x_ref[...].astype(acc) + 0.5 * y_ref[...].astype(acc)).astype(o_ref.dtype)
+
+    mode = {} if buffers == 2 else {"pipeline_mode": pl.Buffered(buffers)}
+    spec = pl.BlockSpec((br, cols), lambda i: (i, 0), **mode)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(pl.cdiv(rows, br),),
+        in_specs=[spec, spec],
+        out_specs=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=LIMIT),
+    )(x, y)
+
+
+def buffers(quick: bool, floor_s: float, rounds: int):
+    cases = [(64, 256, "f32", (8,))] if quick else [(8192, 14336, "f32", (16, 32)), (8192, 14336, "bf16", (32, 64)),
+                                                     (4096, 4096, "f32", (64, 128))]
+    for rows, d, dt, brs in cases:
+        variants = {}
+        for br in brs:
+            for n in (2, 3):
+                variants[f"block_rows={br} buffers={n}"] = functools.partial(_scale_add_buffered, br=br, buffers=n)
+        yield from _variants(_point("scale_add", "scale_add", rows, d, dt), variants, floor_s, rounds)
+
+
+def looped(fn, n: int):
+    """n calls of `fn` inside one program; returns the last call's outputs."""
+
+    def g(*args):
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
+
+        def body(i, carry):
+            xs, _ = carry
+            out = fn(*xs)
+            return jax.lax.optimization_barrier((xs, out))
+
+        return jax.lax.fori_loop(0, n, body, (tuple(args), zeros))[1]
+
+    return g
+
+
+def dispatch(quick: bool, floor_s: float, rounds: int):
+    n = 2 if quick else 32
+    fa = load.template("flash_attention")
+    attn = [(1, 2, 256, 128)] if quick else [(1, 8, 1024, 128), (1, 8, 2048, 128)]
+    for b, h, s, d in attn:
+        for causal in (False, True):
+            (p, _) = points.attention_points(fa, [(b, h, s, d)], ("bf16",), (causal,), {})
+            fwd = functools.partial(fa.flash_attention, causal=causal)
+            jf = p.xla["jax_flash"]
+            variants = {
+                "template (out, lse)": fwd,
+                "template out only": lambda *a, fwd=fwd: fwd(*a)[0],
+                "jax_flash": jf,
+                f"template (out, lse) x{n} in one program": looped(fwd, n),
+                f"template out only x{n} in one program": looped(lambda *a, fwd=fwd: fwd(*a)[0], n),
+                f"jax_flash x{n} in one program": looped(jf, n),
+            }
+            yield from _variants(p, variants, floor_s, rounds, baselines=False)
+    rows = [(16, 256)] if quick else [(16, 4096), (2048, 4096)]
+    for r, d in rows:
+        for kernel in ("rmsnorm", "rmsnorm_backward"):
+            p = _point("rmsnorm", kernel, r, d, "bf16")
+            variants = {"kernel": p.pallas, "xla": p.xla["xla"], f"kernel x{n} in one program": looped(p.pallas, n),
+                        f"xla x{n} in one program": looped(p.xla["xla"], n)}
+            yield from _variants(p, variants, floor_s, rounds, baselines=False)
+
+
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "rows_probe.jsonl"))
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--quick", action="store_true", help="small shapes")
+    ap.add_argument("--interpret", action="store_true", help="no TPU: Pallas' CPU interpreter")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds; no section starts after it")
+    args = ap.parse_args(argv)
+    if args.interpret:
+        from tpu_kernels import _compat
+
+        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
+    floor_s = measure.dispatch_floor()
+    start = time.monotonic()
+    with open(args.out, "a") as log:
+        log.write(json.dumps({"section": "meta", "dispatch_floor_s": floor_s, "jax": jax.__version__,
+                              "device_kind": jax.devices()[0].device_kind}) + "\n")
+        for section in args.only.split(","):
+            for row in SECTIONS[section](args.quick, floor_s, 1 if args.interpret else args.rounds):
+                row = {"section": section, **row}
+                print(json.dumps(row, default=str)[:400], flush=True)
+                log.write(json.dumps(row, default=str) + "\n")
+                log.flush()
+                if time.monotonic() - start > args.budget:
+                    print("stopped at the budget", flush=True)
+                    return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
