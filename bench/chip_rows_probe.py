@@ -231,11 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     floor_s = measure.dispatch_floor()
     start = time.monotonic()
     with open(args.out, "a") as log:
-        log.write(json.dumps({"section": "meta", "dispatch_floor_s": floor_s, "jax": jax.__version__,
+        log.write(json.dumps({"probe": "meta", "dispatch_floor_s": floor_s, "jax": jax.__version__,
                               "device_kind": jax.devices()[0].device_kind}) + "\n")
         for section in args.only.split(","):
             for row in SECTIONS[section](args.quick, floor_s, 1 if args.interpret else args.rounds):
-                row = {"section": section, **row}
+                row = {**row, "probe": section}
                 print(json.dumps(row, default=str)[:400], flush=True)
                 log.write(json.dumps(row, default=str) + "\n")
                 log.flush()

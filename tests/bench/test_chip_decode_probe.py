@@ -5,12 +5,11 @@ gets it right, each refusal is a recorded result, and only blocks that divide th
 holds the figures docs/performance.md and the matmul notes cite."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.probes import run_without_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench" / "reports" / "chip_v5e_decode_probe.json"
@@ -18,14 +17,7 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_decode_probe.json"
 
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_product_is_right(tmp_path):
-    out = tmp_path / "probe.jsonl"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    code = ("import sys, runpy; sys.modules['torch'] = None; "
-            f"sys.argv = ['chip_decode_probe.py', '--quick', '--interpret', '--out', {str(out)!r}]; "
-            "runpy.run_path('bench/chip_decode_probe.py', run_name='__main__')")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = run_without_torch("chip_decode_probe.py", tmp_path / "probe.jsonl")
     assert {tuple(r["shape"]) for r in rows} == {(16, 1024, 2048), (64, 2048, 1024)}
     tags = [r["tag"] for r in rows]
     assert len(tags) == len(set(tags)), "a variant ran twice"

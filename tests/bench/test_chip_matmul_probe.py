@@ -4,12 +4,11 @@ near float32; and the committed v5e record holds what docs/performance.md, the c
 input cycling (tpu_kernels/chip/measure.py) and the matmul kernel's defaults cite."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench.probes import run_without_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench" / "reports" / "chip_v5e_matmul_probe.json"
@@ -17,16 +16,7 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_matmul_probe.json"
 
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_product_is_right(tmp_path):
-    out = tmp_path / "probe.jsonl"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    code = (
-        "import sys, runpy; sys.modules['torch'] = None; "
-        f"sys.argv = ['chip_matmul_probe.py', '--quick', '--interpret', '--out', {str(out)!r}]; "
-        "runpy.run_path('bench/chip_matmul_probe.py', run_name='__main__')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = run_without_torch("chip_matmul_probe.py", tmp_path / "probe.jsonl")
     assert {r["section"] for r in rows} == {"decode", "f32", "blocks"}
     for r in rows:
         assert "error" not in r, r

@@ -98,9 +98,29 @@ SHIPPED: tuple[Mutation, ...] = (
     # ---- softmax ----
     _softmax(
         "softmax-bf16-arithmetic",
-        "x = x_ref[...].astype(_acc(o_ref.dtype))",
-        "x = x_ref[...].astype(o_ref.dtype)",
+        "    acc = _acc(o_ref.dtype)\n    if chunk",
+        "    acc = o_ref.dtype\n    if chunk",
         "forward arithmetic (exp, sum, divide) in the input's bf16/f16 instead of float32",
+    ),
+    Mutation(
+        "softmax-chunk-sum-not-rescaled",
+        SOFTMAX,
+        "total * jnp.exp(m - m_new) + ",
+        "total + ",
+        "a wide row's online sum kept at the old max's scale when a later chunk raises the max",
+        ("tests/kernels/test_vmem_defaults.py",),
+        test_filter="chunk or wide",
+        check=_check("softmax"),
+    ),
+    Mutation(
+        "softmax-chunk-reads-the-first-chunk",
+        SOFTMAX,
+        "return ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)].astype(acc)",
+        "return ref[:, pl.ds(0, chunk)].astype(acc)",
+        "every chunk of a wide row read from the row's first columns (an offset dropped)",
+        ("tests/kernels/test_vmem_defaults.py",),
+        test_filter="chunk or wide",
+        check=_check("softmax"),
     ),
     _softmax(
         "softmax-no-max-subtraction",
@@ -110,8 +130,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _softmax(
         "softmax-backward-bf16-arithmetic",
-        "    acc = _acc(dx_ref.dtype)\n    y, dy = y_ref",
-        "    acc = dx_ref.dtype\n    y, dy = y_ref",
+        "    acc = _acc(dx_ref.dtype)\n    if chunk",
+        "    acc = dx_ref.dtype\n    if chunk",
         "backward arithmetic in the input's bf16/f16 instead of float32",
     ),
     _softmax(
@@ -134,25 +154,30 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     Mutation(
         "softmax-oversized-default-block",
-        K + "_vmem.py",
-        "BUDGET = 12 * MIB",
-        "BUDGET = 48 * MIB",
-        "default row blocks sized against 48 MiB: softmax's backward blocks on bf16[4096, 4096] double, "
-        "past what a v5e compiles under its 16 MiB default limit",
+        BLOCKS,
+        "MIN_STEPS = 64",
+        "MIN_STEPS = 1",
+        "default row blocks without the 64-step floor: softmax's blocks on bf16[4096, 4096] quadruple, "
+        "and a few-step grid loses its first read and last write to the pipeline's ends",
         T_SOFTMAX,
         test_filter=FAST,
         check=_check("softmax"),
     ),
-    _softmax(
-        "softmax-backward-oversized-default-block",
-        "BACKWARD = RowFootprint(blocks=3, temporaries=4)",
-        "BACKWARD = RowFootprint(blocks=3, temporaries=0)",
-        "the backward's float32 temporaries not counted: its default blocks double (rmsnorm's backward "
-        "at 256 rows did not compile on a v5e though its buffers fit)",
+    Mutation(
+        "row-limit-not-raised",
+        BLOCKS,
+        "return _vmem.compiler_params(semantics, footprint.need(block_rows, cols, itemsize, chunk))",
+        "return _vmem.compiler_params(semantics, 0)",
+        "row kernels never raise Mosaic's scoped VMEM limit: default blocks sized past the 12 MiB budget "
+        "(rmsnorm's backward in bf16 at [8192, 4096], 16 MiB with its float32 temporaries) compile "
+        "against the 16 MiB default, where 256-row blocks of it did not compile on a v5e",
+        ("tests/kernels/test_vmem_defaults.py",),
+        test_filter="temporaries or raise",
+        check=_check("rmsnorm"),
     ),
     _softmax(
         "softmax-no-dimension-semantics",
-        "        compiler_params=row_params(footprint, br, cols, itemsize),\n        cost_estimate=cost(\n            flops_per_elem",
+        "        compiler_params=row_params(footprint, br, cols, itemsize, chunk=chunk),\n        cost_estimate=cost(\n            flops_per_elem",
         "        cost_estimate=cost(\n            flops_per_elem",
         "grid left sequential: half of a two-core chip idle (a performance bug)",
     ),

@@ -1,0 +1,72 @@
+"""bench/chip_rows_probe.py (the probe that runs on a TPU) on a CPU: with torch blocked, in
+Pallas' interpreter at small shapes, every variant is right against float64; and the committed
+v5e record holds what docs/performance.md, the row kernels' block rule (kernels/_blocks.py), the
+chunked softmax (kernels/softmax/pallas.py) and the runner's in-program timing
+(tpu_kernels/chip/measure.py) cite."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench.probes import run_without_torch
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "bench" / "reports" / "chip_v5e_rows_probe.json"
+
+
+@pytest.mark.slow
+def test_the_probe_runs_without_torch_and_every_variant_is_right(tmp_path):
+    rows = run_without_torch("chip_rows_probe.py", tmp_path / "probe.jsonl")
+    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch"}
+    for r in rows[1:]:
+        p = r["pallas"]
+        assert p["compiles"] and "run_error" not in p, r["id"]
+        assert p["error_vs_f64"] < (2e-2 if r["dtype"] == "bf16" else 1e-5), (r["id"], p["error_vs_f64"])
+
+
+def _time(rows, id_):
+    (r,) = [r for r in rows if r["id"] == id_]
+    return r["pallas"]["time_s"], r.get("share_of_peak")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    record = json.loads(RECORD.read_text())
+    assert record["meta"]["device_kind"] == "TPU v5 lite"
+    return record["rows"]
+
+
+def test_chunked_whole_rows_beat_the_staged_softmax_at_vocabulary_widths(rows):
+    for kernel, shape in (("softmax", "bf16[512,131072]"), ("softmax", "f32[512,131072]"),
+                          ("softmax", "bf16[256,262144]"), ("softmax_backward", "bf16[2048,32768]")):
+        staged, staged_share = _time(rows, f"{kernel}/{shape} staged")
+        chunked = [r for r in rows if r["id"].startswith(f"{kernel}/{shape} rows=") and "chunk=8192" in r["id"]]
+        assert chunked and all(r["pallas"]["time_s"] < staged for r in chunked)
+        assert staged_share < 0.75 <= max(r["share_of_peak"] for r in chunked)
+
+
+def test_wider_rmsnorm_backward_blocks_pay_at_the_widest_rows(rows):
+    t16, _ = _time(rows, "rmsnorm_backward/bf16[4096,14336] block_rows=16")
+    t64, share = _time(rows, "rmsnorm_backward/bf16[4096,14336] block_rows=64")
+    assert t64 < 0.9 * t16 and share > 0.75
+    # few steps lose: at 1024 rows 32-row blocks (32 steps) are slower than 16-row ones
+    assert _time(rows, "rmsnorm_backward/f32[1024,16384] block_rows=32")[0] > _time(
+        rows, "rmsnorm_backward/f32[1024,16384] block_rows=16")[0]
+
+
+def test_three_pipeline_buffers_are_refused_by_this_pallas(rows):
+    refused = [r for r in rows if r["id"].endswith("buffers=3")]
+    assert refused and all("Only single (1) and double (2) buffering" in r["pallas"]["error"] for r in refused)
+
+
+def test_an_extra_output_costs_host_time_not_kernel_time(rows):
+    """The flash template's forward returns (out, lse): a call costs ~60 us more than out alone,
+    while 32 calls in one program take about what JAX's kernel does."""
+    for tag in ("bf16[1,8,1024,128]", "bf16[1,8,2048,128]", "bf16[1,8,2048,128]/causal"):
+        both, _ = _time(rows, f"flash_attention/{tag} template (out, lse)")
+        alone, _ = _time(rows, f"flash_attention/{tag} template out only")
+        assert both - alone > 40e-6
+        ours, _ = _time(rows, f"flash_attention/{tag} template (out, lse) x32 in one program")
+        jax_flash, _ = _time(rows, f"flash_attention/{tag} jax_flash x32 in one program")
+        assert ours < 1.1 * jax_flash
