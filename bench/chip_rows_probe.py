@@ -1,7 +1,7 @@
 """Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
 
 The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
-peak or under XLA's speed. Four questions, each point checked against float64 on the host:
+peak or under XLA's speed. Five questions, each point checked against float64 on the host:
 
   blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
            shipped kernel at block_rows around its default (the default now raises the scoped
@@ -10,6 +10,8 @@ peak or under XLA's speed. Four questions, each point checked against float64 on
            in chunks (`softmax.pallas.chunk_for`; several chunk widths), the old whole-row body,
            and the column-tiled `_staged` kernel (the default before).
   buffers  scale_add with three pipeline buffers per operand (`pl.Buffered(3)`) instead of two.
+  dma      scale_add with its own pipeline (`_scale_add_dma`): several DMAs per operand in flight
+           (not yet run on the chip: the record has none of its rows).
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
@@ -18,7 +20,7 @@ peak or under XLA's speed. Four questions, each point checked against float64 on
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch] [--out FILE] [--quick --interpret]
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma] [--out FILE] [--quick --interpret]
 """
 
 from __future__ import annotations
@@ -169,6 +171,81 @@ def buffers(quick: bool, floor_s: float, rounds: int):
         yield from _variants(_point("scale_add", "scale_add", rows, d, dt), variants, floor_s, rounds)
 
 
+def _scale_add_dma(x, y, *, br: int, split: int):
+    """x + 0.5 y with its own pipeline: the inputs and output stay in HBM (`pl.ANY`), and each
+    block of `br` rows moves as `split` row slabs per operand, all in flight at once, into two
+    VMEM slots (the next block's reads overlap this block's compute and the last block's write).
+    Asks whether XLA's 83-86% of HBM peak comes from more DMAs in flight than a BlockSpec
+    pipeline's one per operand (which holds at 80-82% at any block size)."""
+    rows, cols = x.shape
+    n, sub = rows // br, br // split
+    assert rows % br == 0 and br % split == 0, (rows, br, split)
+
+    def kernel(x_hbm, y_hbm, o_hbm, xb, yb, ob, sem_in, sem_out):
+        def reads(i, slot):
+            return [pltpu.make_async_copy(src.at[pl.ds(i * br + s * sub, sub)], buf.at[slot, pl.ds(s * sub, sub)],
+                                          sem_in.at[slot, k, s])
+                    for k, (src, buf) in enumerate(((x_hbm, xb), (y_hbm, yb))) for s in range(split)]
+
+        def writes(i, slot):
+            return [pltpu.make_async_copy(ob.at[slot, pl.ds(s * sub, sub)], o_hbm.at[pl.ds(i * br + s * sub, sub)],
+                                          sem_out.at[slot, s]) for s in range(split)]
+
+        for c in reads(0, 0):
+            c.start()
+
+        def step(i, carry):
+            slot = i % 2
+
+            @pl.when(i + 1 < n)
+            def _():
+                for c in reads(i + 1, 1 - slot):
+                    c.start()
+
+            for c in reads(i, slot):
+                c.wait()
+
+            @pl.when(i >= 2)
+            def _():
+                for c in writes(i - 2, slot):
+                    c.wait()
+
+            acc = jnp.promote_types(ob.dtype, jnp.float32)
+            ob[slot] = (xb[slot].astype(acc) + 0.5 * yb[slot].astype(acc)).astype(ob.dtype)
+            for c in writes(i, slot):
+                c.start()
+            return carry
+
+        jax.lax.fori_loop(0, n, step, 0)
+        for i in range(max(0, n - 2), n):
+            for c in writes(i, i % 2):
+                c.wait()
+
+    anywhere = pl.BlockSpec(memory_space=pl.ANY)
+    slot = pltpu.VMEM((2, br, cols), x.dtype)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[anywhere, anywhere],
+        out_specs=anywhere,
+        scratch_shapes=[slot, slot, slot, pltpu.SemaphoreType.DMA((2, 2, split)), pltpu.SemaphoreType.DMA((2, split))],
+        compiler_params=pltpu.CompilerParams(vmem_limit_bytes=LIMIT),
+    )(x, y)
+
+
+def dma(quick: bool, floor_s: float, rounds: int):
+    cases = [(64, 256, "f32", (16,), (1, 2))] if quick else [
+        (8192, 14336, "f32", (32, 64), (1, 2, 4, 8)), (8192, 14336, "bf16", (64,), (1, 2, 4, 8)),
+        (4096, 4096, "f32", (128,), (1, 4))]
+    for rows, d, dt, brs, splits in cases:
+        base = _point("scale_add", "scale_add", rows, d, dt)
+        variants = {"default": base.pallas}
+        for br in brs:
+            for split in splits:
+                variants[f"dma block_rows={br} split={split}"] = functools.partial(_scale_add_dma, br=br, split=split)
+        yield from _variants(base, variants, floor_s, rounds)
+
+
 def looped(fn, n: int):
     """n calls of `fn` inside one program; returns the last call's outputs."""
 
@@ -212,7 +289,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch}
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma}
 
 
 def main(argv: list[str] | None = None) -> int:
