@@ -190,6 +190,29 @@ def test_the_chunked_body_matches_float64_under_the_tpu_interpreter(rows, lanes,
     _assert_softmax_matches_float64(x, y, dy, dx, 2e-6 if dtype == "float32" else 1e-2)
 
 
+@pytest.mark.parametrize("path", ["chunked", "staged", "two_pass"])
+@pytest.mark.parametrize("masked", [300, 640, 1023])
+def test_rows_whose_leading_columns_are_masked_match_float64(path, masked):
+    """A row whose first `masked` logits are -inf (a padding or causal mask) over a whole first
+    chunk or column block and more: the online max is -inf until a later chunk, and the sum must
+    not become NaN (exp(-inf - -inf)); a row masked whole is NaN, as torch's softmax of it."""
+    rng = np.random.default_rng(masked)
+    x = rng.standard_normal((8, 1024), np.float32) * 3
+    x[:, :masked] = -np.inf
+    x[3] = -np.inf  # a row masked whole
+    xj = jnp.asarray(x)
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams(uninitialized_memory="nan")):
+        if path == "chunked":
+            y = sm._rowwise(sm._fwd_kernel, [xj], xj.dtype, 8, sm.FORWARD, "softmax", 5, 1, 128)
+        else:
+            y = getattr(sm, f"_{path}")([xj], xj.dtype, False, 8, 128)
+    y = np.asarray(y, np.float64)
+    ref = torch.softmax(torch.from_numpy(x).double(), dim=-1).numpy()
+    assert np.isnan(y[3]).all() and np.isnan(ref[3]).all()
+    keep = np.arange(8) != 3
+    np.testing.assert_allclose(y[keep], ref[keep], rtol=2e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("cols, want", [(8192, None), (8320, 128 * 65 // 5), (14336, 7168), (131072, 8192),
                                         (16896, 5632), (200000, None), (1000, None)])
 def test_chunk_for_divides_the_row_in_lane_multiples(cols, want):

@@ -105,11 +105,22 @@ SHIPPED: tuple[Mutation, ...] = (
     Mutation(
         "softmax-chunk-sum-not-rescaled",
         SOFTMAX,
-        "total * jnp.exp(m - m_new) + ",
+        "total * jnp.exp(m - shift) + ",
         "total + ",
         "a wide row's online sum kept at the old max's scale when a later chunk raises the max",
         ("tests/kernels/test_vmem_defaults.py",),
         test_filter="chunk or wide",
+        check=_check("softmax"),
+    ),
+    Mutation(
+        "softmax-online-masked-max-unguarded",
+        SOFTMAX,
+        "shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)",
+        "shift = m_new",
+        "the online max used as is while still -inf: a wide row whose first columns are all masked "
+        "(-inf logits) becomes NaN",
+        ("tests/kernels/test_vmem_defaults.py",),
+        test_filter="masked",
         check=_check("softmax"),
     ),
     Mutation(

@@ -100,6 +100,17 @@ def chunk_for(cols: int) -> int | None:
     return None
 
 
+def _merged(m, total, x):
+    """A row's running max m and sum of exp(columns - m), with the columns x merged in (online
+    softmax). While the max is still -inf (every column so far masked: -inf logits, or a partial
+    block's fill) the exponentials are taken about 0, so exp(-inf - -inf) never makes a NaN: the
+    masked columns add 0 and the empty sum's rescale is 0. A row of -inf alone ends at m = -inf
+    and total = 0, and its output is NaN, as torch's softmax of such a row."""
+    m_new = jnp.maximum(m, jnp.max(x, axis=-1, keepdims=True))
+    shift = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    return m_new, total * jnp.exp(m - shift) + jnp.sum(jnp.exp(x - shift), axis=-1, keepdims=True)
+
+
 def _columns(ref, c, chunk: int, acc):
     """Chunk c of every row of the block, in float32."""
     return ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)].astype(acc)
@@ -112,10 +123,7 @@ def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
     n = cols // chunk
 
     def stats(c, m_and_sum):
-        m, total = m_and_sum
-        x = _columns(x_ref, c, chunk, acc)
-        m_new = jnp.maximum(m, jnp.max(x, axis=-1, keepdims=True))
-        return m_new, total * jnp.exp(m - m_new) + jnp.sum(jnp.exp(x - m_new), axis=-1, keepdims=True)
+        return _merged(*m_and_sum, _columns(x_ref, c, chunk, acc))
 
     start = (jnp.full((rows, 1), -jnp.inf, acc), jnp.zeros((rows, 1), acc))
     m, total = jax.lax.fori_loop(0, n, stats, start)
@@ -211,10 +219,7 @@ def _stats_update(x_ref, m_ref, l_ref, j, block_cols: int, cols: int):
         l_ref[...] = jnp.zeros_like(l_ref)
 
     x = _masked(x_ref[...].astype(m_ref.dtype), j, block_cols, cols, -jnp.inf)
-    m_old = m_ref[...]
-    m_new = jnp.maximum(m_old, jnp.max(x, axis=-1, keepdims=True))
-    l_ref[...] = l_ref[...] * jnp.exp(m_old - m_new) + jnp.sum(jnp.exp(x - m_new), axis=-1, keepdims=True)
-    m_ref[...] = m_new
+    m_ref[...], l_ref[...] = _merged(m_ref[...], l_ref[...], x)
 
 
 def _normalize_kernel(x_ref, m_ref, l_ref, o_ref):
