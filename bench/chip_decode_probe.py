@@ -26,10 +26,7 @@ bench/reports/chip_v5e_decode_probe.json.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +37,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tpu_kernels.chip import measure  # noqa: E402
+from tpu_kernels.chip import measure, probes  # noqa: E402
 
 SHAPES = [(16, 4096, 14336), (64, 14336, 4096)]
 QUICK = [(16, 1024, 2048), (64, 2048, 1024)]  # --quick: the same variants, small (a CPU test)
@@ -198,26 +195,17 @@ def probe(a, b, tag: str, fn, checked: bool, ref) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "decode_probe.jsonl"))
-    ap.add_argument("--quick", action="store_true", help="small shapes")
-    ap.add_argument("--interpret", action="store_true", help="no TPU: Pallas' CPU interpreter")
-    args = ap.parse_args(argv)
+    args = probes.arguments(__doc__, "decode_probe.jsonl").parse_args(argv)
     if args.interpret:
-        from tpu_kernels import _compat
-
-        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
-    with open(args.out, "a") as log:
+        probes.use_interpreter()
+    with probes.lines(args.out) as write:
         for m, k, n in QUICK if args.quick else SHAPES:
             ka, kb = jax.random.split(jax.random.key(0))
             a = jax.random.normal(ka, (m, k), jnp.bfloat16)
             b = jax.random.normal(kb, (k, n), jnp.bfloat16)
             ref = jnp.dot(a, b, preferred_element_type=jnp.float32, precision="highest")
             for tag, fn, checked in variants(m, k, n):
-                row = {"shape": [m, k, n], **probe(a, b, f"{m}x{k}x{n} {tag}", fn, checked, ref)}
-                print(json.dumps(row), flush=True)
-                log.write(json.dumps(row) + "\n")
-                log.flush()
+                write({"shape": [m, k, n], **probe(a, b, f"{m}x{k}x{n} {tag}", fn, checked, ref)})
     return 0
 
 

@@ -25,11 +25,8 @@ $OUT/matmul_probe.jsonl (or --out).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
-import json
-import os
 import re
 import sys
 import time
@@ -45,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tpu_kernels.chip import (
     load,  # noqa: E402
     measure,  # noqa: E402
+    probes,  # noqa: E402
 )
 
 shipped = load.family("matmul").pallas  # torch-free: the chip has no torch
@@ -284,23 +282,13 @@ SECTIONS = {"decode": decode, "f32": f32, "blocks": blocks}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "matmul_probe.jsonl"))
-    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
-    ap.add_argument("--quick", action="store_true", help="small shapes")
-    ap.add_argument("--interpret", action="store_true", help="no TPU: Pallas' CPU interpreter")
-    args = ap.parse_args(argv)
+    args = probes.arguments(__doc__, "matmul_probe.jsonl", SECTIONS).parse_args(argv)
     if args.interpret:
-        from tpu_kernels import _compat
-
-        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
-    with open(args.out, "a") as log:
+        probes.use_interpreter()
+    with probes.lines(args.out) as write:
         for section in args.only.split(","):
             for row in SECTIONS[section](args.quick):
-                row = {"section": section, **row}
-                print(json.dumps(row), flush=True)
-                log.write(json.dumps(row) + "\n")
-                log.flush()
+                write({"section": section, **row})
     return 0
 
 

@@ -25,11 +25,8 @@ lines to $OUT/rows_probe.jsonl (or --out).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +37,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tpu_kernels.chip import load, measure, points, run  # noqa: E402
+from tpu_kernels.chip import load, measure, points, probes, run  # noqa: E402
 
 LIMIT = 100 * 2**20
 
@@ -246,22 +243,6 @@ def dma(quick: bool, floor_s: float, rounds: int):
         yield from _variants(base, variants, floor_s, rounds)
 
 
-def looped(fn, n: int):
-    """n calls of `fn` inside one program; returns the last call's outputs."""
-
-    def g(*args):
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
-
-        def body(i, carry):
-            xs, _ = carry
-            out = fn(*xs)
-            return jax.lax.optimization_barrier((xs, out))
-
-        return jax.lax.fori_loop(0, n, body, (tuple(args), zeros))[1]
-
-    return g
-
-
 def dispatch(quick: bool, floor_s: float, rounds: int):
     n = 2 if quick else 32
     fa = load.template("flash_attention")
@@ -275,17 +256,17 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
                 "template (out, lse)": fwd,
                 "template out only": lambda *a, fwd=fwd: fwd(*a)[0],
                 "jax_flash": jf,
-                f"template (out, lse) x{n} in one program": looped(fwd, n),
-                f"template out only x{n} in one program": looped(lambda *a, fwd=fwd: fwd(*a)[0], n),
-                f"jax_flash x{n} in one program": looped(jf, n),
+                f"template (out, lse) x{n} in one program": measure.in_one_program(fwd, n),
+                f"template out only x{n} in one program": measure.in_one_program(lambda *a, fwd=fwd: fwd(*a)[0], n),
+                f"jax_flash x{n} in one program": measure.in_one_program(jf, n),
             }
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
     rows = [(16, 256)] if quick else [(16, 4096), (2048, 4096)]
     for r, d in rows:
         for kernel in ("rmsnorm", "rmsnorm_backward"):
             p = _point("rmsnorm", kernel, r, d, "bf16")
-            variants = {"kernel": p.pallas, "xla": p.xla["xla"], f"kernel x{n} in one program": looped(p.pallas, n),
-                        f"xla x{n} in one program": looped(p.xla["xla"], n)}
+            variants = {"kernel": p.pallas, "xla": p.xla["xla"], f"kernel x{n} in one program": measure.in_one_program(p.pallas, n),
+                        f"xla x{n} in one program": measure.in_one_program(p.xla["xla"], n)}
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
@@ -293,29 +274,20 @@ SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": disp
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "rows_probe.jsonl"))
-    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
-    ap.add_argument("--quick", action="store_true", help="small shapes")
-    ap.add_argument("--interpret", action="store_true", help="no TPU: Pallas' CPU interpreter")
+    ap = probes.arguments(__doc__, "rows_probe.jsonl", SECTIONS)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds; no section starts after it")
     args = ap.parse_args(argv)
     if args.interpret:
-        from tpu_kernels import _compat
-
-        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
+        probes.use_interpreter()
     floor_s = measure.dispatch_floor()
     start = time.monotonic()
-    with open(args.out, "a") as log:
-        log.write(json.dumps({"probe": "meta", "dispatch_floor_s": floor_s, "jax": jax.__version__,
-                              "device_kind": jax.devices()[0].device_kind}) + "\n")
+    with probes.lines(args.out, shown=400) as write:
+        write({"probe": "meta", "dispatch_floor_s": floor_s, "jax": jax.__version__,
+               "device_kind": jax.devices()[0].device_kind})
         for section in args.only.split(","):
             for row in SECTIONS[section](args.quick, floor_s, 1 if args.interpret else args.rounds):
-                row = {**row, "probe": section}
-                print(json.dumps(row, default=str)[:400], flush=True)
-                log.write(json.dumps(row, default=str) + "\n")
-                log.flush()
+                write({**row, "probe": section})
                 if time.monotonic() - start > args.budget:
                     print("stopped at the budget", flush=True)
                     return 0

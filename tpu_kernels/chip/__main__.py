@@ -72,11 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     if args.interpret:
-        # Pallas' fast CPU interpreter for every pallas_call traced from here on: the config
-        # tpu_kernels' own CPU path sets per call (runtime/devices/jax_exec.py).
-        from tpu_kernels import _compat
+        from tpu_kernels.chip import probes
 
-        _compat.get("jax_config").pallas_tpu_interpret_mode_context_manager.set_local(True)
+        probes.use_interpreter()
     elif jax.default_backend() != "tpu":
         print(
             f"python -m tpu_kernels.chip: JAX's backend is {jax.default_backend()!r}, not a TPU "

@@ -135,14 +135,15 @@ def calls_for(estimate_s: float, *, target_s: float = 0.25, lo: int = 3, hi: int
 
 
 def timed(
-    compiled: Any, args: Sequence[Any], *, rounds: int = 5, sets: Sequence[Sequence[Any]] | None = None
+    compiled: Any, args: Sequence[Any], *, rounds: int = 5, sets: Sequence[Sequence[Any]] | None = None,
+    round_s: float = 0.25,
 ) -> float:
-    """Time a compiled function: one call sizes the rounds, then `time_calls` (cycling
-    through `sets` where given)."""
+    """Time a compiled function: one call sizes rounds of about `round_s`, then `time_calls`
+    (cycling through `sets` where given)."""
     start = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - start
-    return time_calls(compiled, args, n=calls_for(first), rounds=rounds, sets=sets)
+    return time_calls(compiled, args, n=calls_for(first, target_s=round_s), rounds=rounds, sets=sets)
 
 
 IN_PROGRAM_CALLS = 32

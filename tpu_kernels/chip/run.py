@@ -151,10 +151,7 @@ def _time_in_program(row: dict[str, Any], fns: dict, args: list, rounds: int) ->
             row[name]["in_program_error"] = error
             continue
         try:  # rounds of ~50 ms: each call is n kernels already
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(*args))
-            calls = measure.calls_for(time.perf_counter() - start, target_s=0.05)
-            row[name]["time_in_program_s"] = measure.time_calls(compiled, args, n=calls, rounds=rounds) / n
+            row[name]["time_in_program_s"] = measure.timed(compiled, args, rounds=rounds, round_s=0.05) / n
         except Exception as e:  # a runtime failure is a verdict too
             row[name]["in_program_error"] = measure.error_text(e)
         del compiled

@@ -50,7 +50,6 @@ def row_block(rows: int, target: int) -> int:
 BLOCK_BYTES_MIN = 1 << 19
 BLOCK_BYTES_MAX = 1 << 21
 MIN_STEPS = 64
-ROW_BLOCK_BYTES = 1 << 20  # a column-tiled block's bytes (softmax's rows too wide for VMEM)
 
 
 def block_bytes(rows: int, cols: int, itemsize: int) -> float:

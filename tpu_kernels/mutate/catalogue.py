@@ -126,9 +126,9 @@ SHIPPED: tuple[Mutation, ...] = (
     Mutation(
         "softmax-chunk-reads-the-first-chunk",
         SOFTMAX,
-        "return ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)].astype(acc)",
-        "return ref[:, pl.ds(0, chunk)].astype(acc)",
-        "every chunk of a wide row read from the row's first columns (an offset dropped)",
+        "return pl.ds(pl.multiple_of(c * chunk, chunk), chunk)",
+        "return pl.ds(0, chunk)",
+        "every chunk of a wide row read from and written to the row's first columns (an offset dropped)",
         ("tests/kernels/test_vmem_defaults.py",),
         test_filter="chunk or wide",
         check=_check("softmax"),

@@ -38,7 +38,6 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import (
-    ROW_BLOCK_BYTES,
     RowFootprint,
     auto_rows,
     cost,
@@ -65,7 +64,7 @@ def _acc(dtype) -> jnp.dtype:
 
 def _fwd_kernel(x_ref, o_ref, *, chunk: int | None = None):
     acc = _acc(o_ref.dtype)
-    if chunk is not None:  # a wide row: walk its columns (`_chunked`)
+    if chunk is not None:  # a wide row: walk its columns (`_chunked_fwd`)
         return _chunked_fwd(x_ref, o_ref, acc, chunk)
     x = x_ref[...].astype(acc)
     e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
@@ -84,20 +83,17 @@ def _bwd_kernel(y_ref, dy_ref, dx_ref, *, chunk: int | None = None):
 # Past CHUNK columns a whole-row block's body walks its columns `chunk` at a time (a fori_loop
 # over VMEM slices), so its float32 temporaries are (rows, chunk), not the block's: the block
 # then holds as many rows as its input and output buffers fit, and a row of 131072-262144
-# columns is read once and written once per call (`CHUNKED_*` below count its VMEM).
+# columns is read once and written once per call (`RowFootprint.need(..., chunk)` counts its VMEM).
 CHUNK = 8192
 
 
 def chunk_for(cols: int) -> int | None:
     """The column chunk of a wide row's body: the largest multiple of 128 lanes that divides
     `cols` and is at most CHUNK; None (the whole row at once) for rows of at most CHUNK columns,
-    or whose width no such chunk divides (no partial chunk to mask)."""
+    or of a width that is no multiple of 128 (no partial chunk to mask)."""
     if export.is_symbolic_dim(cols) or cols <= CHUNK or cols % 128:
         return None
-    for lanes in range(CHUNK // 128, 0, -1):
-        if cols % (lanes * 128) == 0:
-            return lanes * 128
-    return None
+    return next(lanes * 128 for lanes in range(CHUNK // 128, 0, -1) if cols % (lanes * 128) == 0)
 
 
 def _merged(m, total, x):
@@ -111,9 +107,14 @@ def _merged(m, total, x):
     return m_new, total * jnp.exp(m - shift) + jnp.sum(jnp.exp(x - shift), axis=-1, keepdims=True)
 
 
+def _chunk(c, chunk: int):
+    """The columns of chunk c: an index for a block ref's second dimension."""
+    return pl.ds(pl.multiple_of(c * chunk, chunk), chunk)
+
+
 def _columns(ref, c, chunk: int, acc):
     """Chunk c of every row of the block, in float32."""
-    return ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)].astype(acc)
+    return ref[:, _chunk(c, chunk)].astype(acc)
 
 
 def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
@@ -130,7 +131,7 @@ def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
 
     def write(c, carry):
         e = jnp.exp(_columns(x_ref, c, chunk, acc) - m)
-        o_ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)] = (e / total).astype(o_ref.dtype)
+        o_ref[:, _chunk(c, chunk)] = (e / total).astype(o_ref.dtype)
         return carry
 
     jax.lax.fori_loop(0, n, write, 0)
@@ -148,7 +149,7 @@ def _chunked_bwd(y_ref, dy_ref, dx_ref, acc, chunk: int):
 
     def write(c, carry):
         y, dy = _columns(y_ref, c, chunk, acc), _columns(dy_ref, c, chunk, acc)
-        dx_ref[:, pl.ds(pl.multiple_of(c * chunk, chunk), chunk)] = (y * (dy - s)).astype(dx_ref.dtype)
+        dx_ref[:, _chunk(c, chunk)] = (y * (dy - s)).astype(dx_ref.dtype)
         return carry
 
     jax.lax.fori_loop(0, n, write, 0)
@@ -190,11 +191,14 @@ def _rowwise(
 
 
 # ---------------------------------------------------------------- rows too wide for one block
+WIDE_BLOCK_BYTES = 1 << 20  # of x, a block of the column-tiled kernels
+
+
 def _wide_blocks(rows: int, cols: int, itemsize: int) -> tuple[int, int]:
     """(rows, columns) per block of the column-tiled kernels: one sublane tile of rows (all of
-    them if fewer), and about ROW_BLOCK_BYTES of x across, a multiple of 128 lanes."""
+    them if fewer), and about WIDE_BLOCK_BYTES of x across, a multiple of 128 lanes."""
     br = min(rows, rows_tile(itemsize))
-    bc = max(128, ROW_BLOCK_BYTES // (br * itemsize) // 128 * 128)
+    bc = max(128, WIDE_BLOCK_BYTES // (br * itemsize) // 128 * 128)
     return br, min(bc, -(-cols // 128) * 128)
 
 
