@@ -1,7 +1,7 @@
 """Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
 
 The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
-peak or under XLA's speed. Five questions, each point checked against float64 on the host:
+peak or under XLA's speed. Seven questions, each point checked against float64 on the host:
 
   blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
            shipped kernel at block_rows around its default (the default now raises the scoped
@@ -10,8 +10,12 @@ peak or under XLA's speed. Five questions, each point checked against float64 on
            in chunks (`softmax.pallas.chunk_for`; several chunk widths), the old whole-row body,
            and the column-tiled `_staged` kernel (the default before).
   buffers  scale_add with three pipeline buffers per operand (`pl.Buffered(3)`) instead of two.
-  dma      scale_add with its own pipeline (`_scale_add_dma`): several DMAs per operand in flight
-           (not yet run on the chip: the record has none of its rows).
+  dma      scale_add with its own pipeline (`_scale_add_dma`): several DMAs per operand in flight,
+           through two to four VMEM slots.
+  body     scale_add's and rmsnorm's backward's bodies walking their block a group of rows (and a
+           chunk of columns) at a time in a fori_loop, as softmax's wide rows do.
+  partials rmsnorm's backward with dw accumulated in one VMEM-resident block per part (shipped)
+           against a (1, d) partial written per grid step (before).
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
@@ -20,7 +24,8 @@ peak or under XLA's speed. Five questions, each point checked against float64 on
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma] [--out FILE] [--quick --interpret]
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials] [--out FILE]
+                                     [--quick --interpret]
 """
 
 from __future__ import annotations
@@ -61,6 +66,19 @@ def _variants(base: points.Point, variants: dict, floor_s: float, rounds: int, b
 def _point(family: str, kernel: str, rows: int, d: int, dt: str) -> points.Point:
     (p,) = [q for q in points.row_points(family, [(rows, d)], (dt,), {}) if q.kernel == kernel]
     return p
+
+
+def _sweep(kernel: str, cases, label: str, fn, keys: tuple[str, ...], floor_s: float, rounds: int):
+    """`kernel`'s shipped default and `fn` at each config of each (rows, d, dtype, configs) case,
+    named "<label> block_rows=.. key=..": a config is the values of `keys` (`br` is block_rows)."""
+    for rows, d, dt, configs in cases:
+        base = _point(kernel.removesuffix("_backward"), kernel, rows, d, dt)
+        variants = {"default": base.pallas}
+        for config in configs:
+            kw = dict(zip(keys, config))
+            name = " ".join(f"{'block_rows' if k == 'br' else k}={v}" for k, v in kw.items())
+            variants[f"{label} {name}"] = functools.partial(fn, **kw)
+        yield from _variants(base, variants, floor_s, rounds)
 
 
 def blocks(quick: bool, floor_s: float, rounds: int):
@@ -168,15 +186,15 @@ def buffers(quick: bool, floor_s: float, rounds: int):
         yield from _variants(_point("scale_add", "scale_add", rows, d, dt), variants, floor_s, rounds)
 
 
-def _scale_add_dma(x, y, *, br: int, split: int):
+def _scale_add_dma(x, y, *, br: int, split: int, slots: int = 2):
     """x + 0.5 y with its own pipeline: the inputs and output stay in HBM (`pl.ANY`), and each
-    block of `br` rows moves as `split` row slabs per operand, all in flight at once, into two
-    VMEM slots (the next block's reads overlap this block's compute and the last block's write).
-    Asks whether XLA's 83-86% of HBM peak comes from more DMAs in flight than a BlockSpec
-    pipeline's one per operand (which holds at 80-82% at any block size)."""
+    block of `br` rows moves as `split` row slabs per operand, all in flight at once, through
+    `slots` VMEM slots: the reads of the next slots-1 blocks overlap this block's compute and the
+    last blocks' writes. Asks whether XLA's 83-86% of HBM peak comes from more DMAs in flight
+    than a BlockSpec pipeline's one per operand and two buffers (80-82% at any block size)."""
     rows, cols = x.shape
     n, sub = rows // br, br // split
-    assert rows % br == 0 and br % split == 0, (rows, br, split)
+    assert rows % br == 0 and br % split == 0 and slots >= 2, (rows, br, split, slots)
 
     def kernel(x_hbm, y_hbm, o_hbm, xb, yb, ob, sem_in, sem_out):
         def reads(i, slot):
@@ -188,23 +206,25 @@ def _scale_add_dma(x, y, *, br: int, split: int):
             return [pltpu.make_async_copy(ob.at[slot, pl.ds(s * sub, sub)], o_hbm.at[pl.ds(i * br + s * sub, sub)],
                                           sem_out.at[slot, s]) for s in range(split)]
 
-        for c in reads(0, 0):
-            c.start()
+        for i in range(min(slots - 1, n)):
+            for c in reads(i, i):
+                c.start()
 
         def step(i, carry):
-            slot = i % 2
+            slot = i % slots
+            ahead = i + slots - 1  # into the slot block i-1 read from, consumed by now
 
-            @pl.when(i + 1 < n)
+            @pl.when(ahead < n)
             def _():
-                for c in reads(i + 1, 1 - slot):
+                for c in reads(ahead, ahead % slots):
                     c.start()
 
             for c in reads(i, slot):
                 c.wait()
 
-            @pl.when(i >= 2)
+            @pl.when(i >= slots)
             def _():
-                for c in writes(i - 2, slot):
+                for c in writes(i - slots, slot):
                     c.wait()
 
             acc = jnp.promote_types(ob.dtype, jnp.float32)
@@ -214,32 +234,163 @@ def _scale_add_dma(x, y, *, br: int, split: int):
             return carry
 
         jax.lax.fori_loop(0, n, step, 0)
-        for i in range(max(0, n - 2), n):
-            for c in writes(i, i % 2):
+        for i in range(max(0, n - slots), n):
+            for c in writes(i, i % slots):
                 c.wait()
 
     anywhere = pl.BlockSpec(memory_space=pl.ANY)
-    slot = pltpu.VMEM((2, br, cols), x.dtype)
+    slot = pltpu.VMEM((slots, br, cols), x.dtype)
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         in_specs=[anywhere, anywhere],
         out_specs=anywhere,
-        scratch_shapes=[slot, slot, slot, pltpu.SemaphoreType.DMA((2, 2, split)), pltpu.SemaphoreType.DMA((2, split))],
+        scratch_shapes=[slot, slot, slot, pltpu.SemaphoreType.DMA((slots, 2, split)),
+                        pltpu.SemaphoreType.DMA((slots, split))],
         compiler_params=pltpu.CompilerParams(vmem_limit_bytes=LIMIT),
     )(x, y)
 
 
 def dma(quick: bool, floor_s: float, rounds: int):
-    cases = [(64, 256, "f32", (16,), (1, 2))] if quick else [
-        (8192, 14336, "f32", (32, 64), (1, 2, 4, 8)), (8192, 14336, "bf16", (64,), (1, 2, 4, 8)),
-        (4096, 4096, "f32", (128,), (1, 4))]
-    for rows, d, dt, brs, splits in cases:
-        base = _point("scale_add", "scale_add", rows, d, dt)
-        variants = {"default": base.pallas}
-        for br in brs:
-            for split in splits:
-                variants[f"dma block_rows={br} split={split}"] = functools.partial(_scale_add_dma, br=br, split=split)
+    # (block_rows, split, slots)
+    cases = [(64, 256, "f32", [(16, 1, 2), (16, 2, 3)])] if quick else [
+        (8192, 14336, "f32", [(32, 1, 2), (32, 2, 2), (32, 4, 2), (32, 8, 2), (32, 1, 3), (32, 4, 3),
+                              (16, 1, 4), (64, 1, 2), (64, 4, 2)]),
+        (8192, 14336, "bf16", [(64, 1, 2), (64, 4, 2), (64, 1, 3), (32, 1, 4)]),
+        (4096, 4096, "f32", [(128, 1, 2), (128, 4, 2), (128, 1, 3)])]
+    yield from _sweep("scale_add", cases, "dma", _scale_add_dma, ("br", "split", "slots"), floor_s, rounds)
+
+
+def _groups(n: int, size: int):
+    """Group g of `size` rows: an index for a block ref's first dimension."""
+    return pl.ds(pl.multiple_of(n * size, size), size)
+
+
+def _scale_add_grouped(x, y, *, br: int, group: int, chunk: int | None = None):
+    """The shipped scale_add's BlockSpec pipeline, but the body walks its block `group` rows (and
+    `chunk` columns) at a time in a fori_loop, so no full-block float32 temporary is formed."""
+    rows, cols = x.shape
+    chunk = chunk or cols
+
+    def kernel(x_ref, y_ref, o_ref):
+        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
+
+        def body(k, carry):
+            rs, cs = _groups(k // (cols // chunk), group), _groups(k % (cols // chunk), chunk)
+            o_ref[rs, cs] = (x_ref[rs, cs].astype(acc) + 0.5 * y_ref[rs, cs].astype(acc)).astype(o_ref.dtype)
+            return carry
+
+        jax.lax.fori_loop(0, (br // group) * (cols // chunk), body, 0)
+
+    spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows // br,),
+        in_specs=[spec, spec], out_specs=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=LIMIT),
+    )(x, y)
+
+
+def _rmsnorm_backward_grouped(x, w, r, dy, *, br: int, group: int, chunk: int | None = None):
+    """The shipped rmsnorm backward's pipeline and dw partials, but the body walks its block
+    `group` rows at a time (and, with `chunk`, each group's columns in two passes: sum(dy w x),
+    then dx and dw), accumulating dw in a (group, d) float32 scratch reduced once per step."""
+    rows, d = x.shape
+    n = rows // br
+    chunk = chunk or d
+
+    def kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref, acc_ref):
+        f32 = jnp.float32
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+        def group_body(k, carry):
+            rs = _groups(k, group)
+            rr = r_ref[rs, :]
+
+            def part(c, rs=rs):
+                cs = _groups(c, chunk)
+                return x_ref[rs, cs].astype(f32), dy_ref[rs, cs].astype(f32), w_ref[:, cs].astype(f32), cs
+
+            def dot(c, s):
+                xc, dyc, wc, _ = part(c)
+                return s + jnp.sum(dyc * wc * xc, axis=-1, keepdims=True)
+
+            s = jax.lax.fori_loop(0, d // chunk, dot, jnp.zeros((group, 1), f32))
+            m = s * rr * (1.0 / d)  # mean(g * xhat), g = dy w, xhat = x r
+
+            def write(c, carry):
+                xc, dyc, wc, cs = part(c)
+                xhat = xc * rr
+                dx_ref[rs, cs] = (rr * (dyc * wc - xhat * m)).astype(dx_ref.dtype)
+                acc_ref[:, cs] += dyc * xhat
+                return carry
+
+            jax.lax.fori_loop(0, d // chunk, write, 0)
+            return carry
+
+        jax.lax.fori_loop(0, br // group, group_body, 0)
+        dw_ref[...] = jnp.sum(acc_ref[...], axis=0, keepdims=True)
+
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
+    dx, parts = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((n, 1, d), jnp.float32)),
+        grid=(n,),
+        in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0)), pl.BlockSpec((br, 1), lambda i: (i, 0)), row_spec],
+        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
+        scratch_shapes=[pltpu.VMEM((group, d), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=LIMIT),
+    )(x, w.reshape(1, d), r.reshape(-1, 1), dy.astype(x.dtype))
+    return dx, parts.sum(axis=(0, 1)).astype(w.dtype)
+
+
+def body(quick: bool, floor_s: float, rounds: int):
+    # scale_add: (block_rows, group, chunk)
+    adds = [(64, 256, "f32", [(16, 8, None), (16, 8, 128)])] if quick else [
+        (8192, 14336, "f32", [(32, 8, None), (32, 32, 2048), (32, 8, 2048), (64, 8, None), (64, 16, 1792)]),
+        (8192, 14336, "bf16", [(64, 16, None), (64, 16, 2048)]),
+        (4096, 4096, "f32", [(128, 8, None), (128, 32, 1024)])]
+    keys = ("br", "group", "chunk")
+    yield from _sweep("scale_add", adds, "grouped", _scale_add_grouped, keys, floor_s, rounds)
+    # rmsnorm's backward: (block_rows, group, chunk)
+    norms = [(64, 256, "bf16", [(32, 16, None), (32, 16, 128)])] if quick else [
+        (4096, 14336, "bf16", [(64, 16, None), (64, 16, 2048), (64, 32, 1024), (32, 16, 2048)]),
+        (1024, 16384, "f32", [(16, 8, None), (16, 8, 2048), (16, 16, 1024), (8, 8, 2048)]),
+        (4096, 14336, "f32", [(32, 8, 2048), (32, 16, 1024)]),
+        (8192, 4096, "bf16", [(128, 16, None), (128, 16, 1024), (256, 16, 1024)]),
+        (8192, 8192, "f32", [(64, 8, 2048)])]
+    yield from _sweep("rmsnorm_backward", norms, "grouped", _rmsnorm_backward_grouped, keys, floor_s, rounds)
+
+
+def _rmsnorm_backward_per_step(x, w, r, dy, *, br: int):
+    """rmsnorm's backward as shipped before 2026-12-05: a 1-D "parallel" grid whose every step
+    writes its own (1, d) float32 dw partial (padded to 8 rows in HBM), added by a `sum` after."""
+    rms = load.family("rmsnorm").pallas
+    rows, d = x.shape
+    n = rows // br
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
+    dx, parts = pl.pallas_call(
+        rms._bwd_kernel,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((n, 1, d), jnp.float32)),
+        grid=(n,),
+        in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0)), pl.BlockSpec((br, 1), lambda i: (i, 0)), row_spec],
+        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=LIMIT),
+    )(x, w.reshape(1, d), r.reshape(-1, 1), dy.astype(x.dtype))
+    return dx, parts.sum(axis=(0, 1)).astype(w.dtype)
+
+
+def partials(quick: bool, floor_s: float, rounds: int):
+    """rmsnorm's backward: dw accumulated in a VMEM-resident block per part (shipped) against a
+    partial row written per grid step (before), at the same default block."""
+    rms = load.family("rmsnorm").pallas
+    cases = [(64, 256, "bf16")] if quick else [(4096, 14336, "bf16"), (1024, 16384, "f32"), (4096, 14336, "f32"),
+                                                (8192, 4096, "bf16"), (1024, 16384, "bf16"), (8192, 8192, "f32")]
+    for rows, d, dt in cases:
+        base = _point("rmsnorm", "rmsnorm_backward", rows, d, dt)
+        itemsize = 2 if dt == "bf16" else 4
+        br = min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, rms.BACKWARD) if not quick else 16)
+        variants = {"default": base.pallas,
+                    f"per-step partials block_rows={br}": functools.partial(_rmsnorm_backward_per_step, br=br)}
         yield from _variants(base, variants, floor_s, rounds)
 
 
@@ -270,7 +421,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma}
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_rows_probe.json"
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_variant_is_right(tmp_path):
     rows = run_without_torch("chip_rows_probe.py", tmp_path / "probe.jsonl")
-    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma"}
+    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials"}
     for r in rows[1:]:
         p = r["pallas"]
         assert p["compiles"] and "run_error" not in p, r["id"]
@@ -72,9 +72,9 @@ def test_an_extra_output_costs_host_time_not_kernel_time(rows):
         assert ours < 1.1 * jax_flash
 
 
-@pytest.mark.parametrize("br, split", [(16, 1), (16, 4), (32, 2)])
-def test_the_manual_dma_scale_add_is_right_and_race_free(br, split):
-    """The probe's own-pipeline scale_add (two VMEM slots, `split` DMAs per operand in flight)
+@pytest.mark.parametrize("br, split, slots", [(16, 1, 2), (16, 4, 2), (32, 2, 2), (16, 2, 3), (8, 1, 4)])
+def test_the_manual_dma_scale_add_is_right_and_race_free(br, split, slots):
+    """The probe's own-pipeline scale_add (`slots` VMEM slots, `split` DMAs per operand in flight)
     under the TPU-semantics interpreter with race detection and VMEM poisoned with NaN: every row
     block read, computed and written back, the slots never reused before their write finished
     (a race raises "RACE DETECTED"); and it lowers for a TPU at the grid's widest shape."""
@@ -87,11 +87,11 @@ def test_the_manual_dma_scale_add_is_right_and_race_free(br, split):
     from jax.experimental.pallas import tpu as pltpu
 
     dma = runpy.run_path(str(ROOT / "bench" / "chip_rows_probe.py"), run_name="probe")["_scale_add_dma"]
-    rng = np.random.default_rng(br * 31 + split)
+    rng = np.random.default_rng(br * 31 + split * 7 + slots)
     x, y = (jnp.asarray(rng.standard_normal((96, 256)), jnp.float32) for _ in range(2))
     params = pltpu.InterpretParams(detect_races=True, uninitialized_memory="nan")
     with pltpu.force_tpu_interpret_mode(params):
-        out = dma(x, y, br=br, split=split)
+        out = dma(x, y, br=br, split=split, slots=slots)
     np.testing.assert_allclose(np.asarray(out), np.asarray(x) + 0.5 * np.asarray(y), rtol=1e-6)
     wide = jax.ShapeDtypeStruct((8192, 14336), jnp.bfloat16)
-    export.export(jax.jit(lambda a, b: dma(a, b, br=64, split=split)), platforms=["tpu"])(wide, wide)
+    export.export(jax.jit(lambda a, b: dma(a, b, br=64, split=split, slots=slots)), platforms=["tpu"])(wide, wide)

@@ -130,8 +130,35 @@ def test_odd_block_rows_lower_for_tpu(rows, block_rows):
     lowers_for_tpu(rmsnorm.backward_op, x, w, r, x, block_rows=block_rows)
 
 
-def test_grid_is_declared_parallel():
+def test_grids_split_across_cores():
+    """The forward's row blocks are independent; the backward's dw accumulates over the steps of
+    a part (its "arbitrary" axis) while the parts split across a chip's cores ("parallel")."""
     x, w = jax.ShapeDtypeStruct((512, 256), "bfloat16"), jax.ShapeDtypeStruct((256,), "bfloat16")
     r = jax.ShapeDtypeStruct((512, 1), "float32")
     assert grid_semantics(pallas.rmsnorm, x, w) == [("parallel",)]
-    assert grid_semantics(pallas.rmsnorm_backward, x, w, r, x) == [("parallel",)]
+    assert grid_semantics(pallas.rmsnorm_backward, x, w, r, x) == [("parallel", "arbitrary")]
+
+
+@pytest.mark.parametrize("rows, block_rows", [(64, 8), (72, 8), (60, 8), (16, 16)])
+def test_dw_accumulates_over_steps_and_parts_under_the_tpu_interpreter(rows, block_rows):
+    """The backward's dw accumulator, under the TPU interpreter with VMEM and outputs poisoned
+    with NaN and race detection: two parts of several steps (64 rows), one part of an odd step
+    count (72), a padded last block (60) and a one-step grid (16) all give float64's dx and dw,
+    so the accumulator is zeroed at each part's first step and added to, never overwritten."""
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    seed = int(np.random.default_rng().integers(2**31))
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x, dy = rng.standard_normal((2, rows, 256), dtype=np.float32)
+    w = rng.standard_normal(256, dtype=np.float32)
+    r = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6)
+    params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
+    with pltpu.force_tpu_interpret_mode(params):
+        dx, dw = pallas.rmsnorm_backward(x, w, r.astype(np.float32), dy, block_rows=block_rows)
+    xhat, g = x * r, dy * w.astype(np.float64)
+    want_dx = r * (g - xhat * (g * xhat).mean(-1, keepdims=True))
+    want_dw = (dy * xhat).sum(0)
+    np.testing.assert_allclose(np.asarray(dx), want_dx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(dw), want_dw, rtol=1e-5, atol=1e-4 * np.sqrt(rows))
