@@ -1,7 +1,7 @@
 """Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
 
 The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
-peak or under XLA's speed. Seven questions, each point checked against float64 on the host:
+peak or under XLA's speed. Nine questions, each point checked against float64 on the host:
 
   blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
            shipped kernel at block_rows around its default (the default now raises the scoped
@@ -16,6 +16,8 @@ peak or under XLA's speed. Seven questions, each point checked against float64 o
            chunk of columns) at a time in a fori_loop, as softmax's wide rows do.
   partials rmsnorm's backward with dw accumulated in one VMEM-resident block per part (shipped)
            against a (1, d) partial written per grid step (before).
+  steps    rmsnorm's backward in bf16 at 64 MiB inputs: 64, 32 or 16 grid steps.
+  tiles    scale_add over 2-D (rows, columns) tiles, as XLA's own fusion windows it.
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
@@ -24,7 +26,7 @@ peak or under XLA's speed. Seven questions, each point checked against float64 o
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials] [--out FILE]
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles] [--out FILE]
                                      [--quick --interpret]
 """
 
@@ -394,6 +396,44 @@ def partials(quick: bool, floor_s: float, rounds: int):
         yield from _variants(base, variants, floor_s, rounds)
 
 
+def steps(quick: bool, floor_s: float, rounds: int):
+    """rmsnorm's backward in bf16 at 64 MiB inputs: the default's 64 steps of 1 MiB against 32 of
+    2 MiB and 16 of 4 MiB (its bf16 body does twice the float32 work per byte of f32's)."""
+    rms = load.family("rmsnorm").pallas
+    cases = [(64, 256, (8, 16))] if quick else [(16384, 2048, (256, 512, 1024)), (8192, 4096, (128, 256, 512)),
+                                                 (4096, 5120, (64, 128, 256))]
+    for rows, d, brs in cases:
+        base = _point("rmsnorm", "rmsnorm_backward", rows, d, "bf16")
+        variants = {"default": base.pallas}
+        variants.update({f"block_rows={br}": functools.partial(rms.rmsnorm_backward, block_rows=br) for br in brs})
+        yield from _variants(base, variants, floor_s, rounds)
+
+
+def _scale_add_tiles(x, y, *, br: int, bc: int):
+    """x + 0.5 y over (br, bc) tiles: a 2-D grid, as XLA's own fusion of it windows the array
+    (f32 [8192, 14336]: 328 x 2048 windows, its compiled HLO's window_config)."""
+    rows, cols = x.shape
+
+    def kernel(x_ref, y_ref, o_ref):
+        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
+        o_ref[...] = (x_ref[...].astype(acc) + 0.5 * y_ref[...].astype(acc)).astype(o_ref.dtype)
+
+    spec = pl.BlockSpec((br, bc), lambda i, j: (i, j))
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(pl.cdiv(rows, br), pl.cdiv(cols, bc)),
+        in_specs=[spec, spec], out_specs=spec,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"), vmem_limit_bytes=LIMIT),
+    )(x, y)
+
+
+def tiles(quick: bool, floor_s: float, rounds: int):
+    cases = [(64, 256, "f32", [(16, 128)])] if quick else [
+        (8192, 14336, "f32", [(256, 2048), (328, 2048), (512, 2048), (256, 1024), (512, 1024), (128, 2048)]),
+        (8192, 14336, "bf16", [(512, 2048), (656, 2048)]),
+        (4096, 4096, "f32", [(256, 2048), (512, 1024)])]
+    yield from _sweep("scale_add", cases, "tiles", _scale_add_tiles, ("br", "bc"), floor_s, rounds)
+
+
 def dispatch(quick: bool, floor_s: float, rounds: int):
     n = 2 if quick else 32
     fa = load.template("flash_attention")
@@ -421,7 +461,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials}
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,16 +18,24 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_rows_probe.json"
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_variant_is_right(tmp_path):
     rows = run_without_torch("chip_rows_probe.py", tmp_path / "probe.jsonl")
-    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials"}
+    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials", "steps", "tiles"}
     for r in rows[1:]:
         p = r["pallas"]
         assert p["compiles"] and "run_error" not in p, r["id"]
         assert p["error_vs_f64"] < (2e-2 if r["dtype"] == "bf16" else 1e-5), (r["id"], p["error_vs_f64"])
 
 
-def _time(rows, id_):
-    (r,) = [r for r in rows if r["id"] == id_]
+def _time(rows, id_, probe=None):
+    """A row's time and share of peak; `probe` names a later call's section (meta.later_runs),
+    None the first two calls' rows."""
+    (r,) = [r for r in rows if r["id"] == id_ and r.get("probe") == probe]
     return r["pallas"]["time_s"], r.get("share_of_peak")
+
+
+def _section(rows, probe, prefix):
+    """{variant: row} of one later section's rows at one point, and XLA's time there."""
+    found = {r["variant"]: r for r in rows if r.get("probe") == probe and r["id"].startswith(prefix + " ")}
+    return found, found["default"]["xla"]["time_s"]
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +103,55 @@ def test_the_manual_dma_scale_add_is_right_and_race_free(br, split, slots):
     np.testing.assert_allclose(np.asarray(out), np.asarray(x) + 0.5 * np.asarray(y), rtol=1e-6)
     wide = jax.ShapeDtypeStruct((8192, 14336), jnp.bfloat16)
     export.export(jax.jit(lambda a, b: dma(a, b, br=64, split=split, slots=slots)), platforms=["tpu"])(wide, wide)
+
+
+@pytest.mark.parametrize("point", ["scale_add/f32[8192,14336]", "scale_add/bf16[8192,14336]", "scale_add/f32[4096,4096]"])
+def test_no_pallas_pipeline_tried_reaches_xla_on_scale_add(rows, point):
+    """scale_add's open miss (docs/performance.md): own DMA pipelines (up to 8 copies per operand
+    in flight, up to 4 slots), bodies walking row groups and column chunks, and 2-D tiles like
+    XLA's own windows all stay slower than XLA's fusion of x + 0.5 y."""
+    tried = 0
+    for probe in ("dma", "body", "tiles"):
+        variants, xla = _section(rows, probe, point)
+        for name, r in variants.items():
+            assert r["pallas"]["time_s"] > xla, (probe, name)
+            tried += 1
+    assert tried >= 8
+
+
+def test_two_d_tiles_like_xla_windows_gain_a_little_in_f32(rows):
+    variants, xla = _section(rows, "tiles", "scale_add/f32[8192,14336]")
+    default, tile = (variants[k]["pallas"]["time_s"] for k in ("default", "tiles block_rows=256 bc=2048"))
+    assert tile < 0.98 * default and xla < tile
+
+
+def test_dw_accumulated_per_part_is_no_slower_than_a_partial_per_step(rows):
+    """rmsnorm's backward (kernels/rmsnorm/pallas.py, PARTS): the shipped accumulator against
+    the partial row per grid step it replaced, at the same block."""
+    faster = 0
+    for point in ("bf16[4096,14336]", "f32[1024,16384]", "f32[4096,14336]", "bf16[8192,4096]", "bf16[1024,16384]",
+                  "f32[8192,8192]"):
+        variants, _ = _section(rows, "partials", f"rmsnorm_backward/{point}")
+        (before,) = [r for k, r in variants.items() if k.startswith("per-step partials")]
+        now, then = variants["default"]["pallas"]["time_s"], before["pallas"]["time_s"]
+        assert now < 1.01 * then, point
+        faster += now < then
+    assert faster >= 5
+
+
+def test_chunked_rmsnorm_backward_bodies_lose(rows):
+    """Walking each row group's columns in chunks (two passes, as softmax's wide rows do) is slower
+    than the whole-block body at every shape tried: rmsnorm's body is not what holds it back."""
+    for point in ("bf16[4096,14336]", "f32[1024,16384]", "f32[4096,14336]", "bf16[8192,4096]", "f32[8192,8192]"):
+        variants, _ = _section(rows, "body", f"rmsnorm_backward/{point}")
+        chunked = [r for k, r in variants.items() if "chunk=None" not in k and k != "default"]
+        assert chunked and all(r["pallas"]["time_s"] > variants["default"]["pallas"]["time_s"] for r in chunked)
+
+
+def test_larger_bf16_backward_blocks_gain_nothing_at_64_mib(rows):
+    """The default's 64 steps of about 1 MiB against 2 MiB blocks: within 1.5% either way."""
+    for point in ("bf16[16384,2048]", "bf16[8192,4096]"):
+        variants, _ = _section(rows, "steps", f"rmsnorm_backward/{point}")
+        default = variants["default"]["pallas"]["time_s"]
+        timed = [r["pallas"]["time_s"] for k, r in variants.items() if "time_s" in r["pallas"]]
+        assert len(timed) >= 3 and all(abs(t / default - 1) < 0.015 for t in timed)

@@ -40,9 +40,9 @@ FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1, weight=True)
 BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1, weight=True)
 
 # The backward's dw is accumulated in PARTS partial rows (its grid's "parallel" leading axis), not
-# one per grid step: on a v5e a (1, d) float32 partial per step, padded to 8 rows in HBM, added
-# ~8% to the traffic at wide rows (bench/reports/chip_v5e_rows_probe.json, "partials"). Two: the
-# TensorCores of a two-core chip (v4, v5p, 7x) each take a part.
+# one per grid step: on a v5e the per-step (1, d) float32 partials and their sum cost up to a few
+# percent at wide rows and few of them (bench/reports/chip_v5e_rows_probe.json, probe "partials").
+# Two: the TensorCores of a two-core chip (v4, v5p, 7x) each take a part.
 PARTS = 2
 
 
