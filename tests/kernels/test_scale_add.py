@@ -113,3 +113,30 @@ def test_mixed_dtypes_promote_as_torch_does(x_dtype, y_dtype):
     assert x.grad.dtype == x_dtype and y.grad.dtype == y_dtype
     assert_close(x.grad, g.double(), x_dtype)
     assert_close(y.grad, 0.75 * g.double().sum(0), y_dtype, scale=16)  # a sum over 64 rows
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_jax_backward_reads_g_once_and_keeps_no_inputs(dtype):
+    """The JAX half's custom_vjp: its residuals are zero-size stand-ins for x's and y's shapes
+    (the inputs are not kept alive until the backward), d/dy is alpha * g by a one-input kernel
+    (not x + alpha * g over a zeros array, which would write the zeros and read them back), and
+    both gradients match float64 with y broadcast along the rows."""
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    seed = int(np.random.default_rng().integers(2**31))
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x, g = (jax.numpy.asarray(rng.standard_normal((64, 256)), dtype) for _ in range(2))
+    y = jax.numpy.asarray(rng.standard_normal(256), dtype)
+    with pltpu.force_tpu_interpret_mode(True):
+        out, vjp = jax.vjp(lambda a, b: pallas.scale_add(a, b, alpha=-1.5), x, y)
+        assert all(leaf.size == 0 for leaf in jax.tree_util.tree_leaves(vjp))
+        calls = [e for e in jax.make_jaxpr(vjp)(g).jaxpr.eqns if e.primitive.name == "pallas_call"]
+        assert [len(e.invars) for e in calls] == [1]
+        gx, gy = vjp(g)
+    g64 = np.asarray(g, np.float64)
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    assert gx.dtype == x.dtype and gy.dtype == y.dtype and gy.shape == (256,)
+    np.testing.assert_array_equal(np.asarray(gx, np.float64), g64)
+    np.testing.assert_allclose(np.asarray(gy, np.float64), -1.5 * g64.sum(0), rtol=tol, atol=tol * 8)

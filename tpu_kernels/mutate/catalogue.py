@@ -262,8 +262,8 @@ SHIPPED: tuple[Mutation, ...] = (
     # ---- scale_add ----
     _elementwise(
         "scale_add-low-precision",
-        "acc = jnp.promote_types(o_ref.dtype, jnp.float32)",
-        "acc = o_ref.dtype",
+        "    return jnp.promote_types(dtype, jnp.float32)",
+        "    return dtype",
         "x + alpha * y in the input's bf16/f16: alpha * y rounded before the add",
     ),
     _elementwise(
@@ -274,8 +274,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _elementwise(
         "scale_add-backward-wrong-scale",
-        "dy = _call(jnp.zeros_like(g), g, alpha, block_rows)",
-        "dy = _call(jnp.zeros_like(g), g, 1.0, block_rows)",
+        "dy = _scaled(g, alpha, block_rows)",
+        "dy = _scaled(g, 1.0, block_rows)",
         "d/dy forgets alpha",
     ),
     _elementwise(

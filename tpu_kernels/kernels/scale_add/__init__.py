@@ -1,7 +1,7 @@
-"""Elementwise: torch.ops.tpu_kernels.scale_add(x, y, *, alpha=1.0, block_rows=256).
+"""Elementwise: torch.ops.tpu_kernels.scale_add(x, y, *, alpha=1.0, block_rows=None).
 
 The backward is derived with jax.vjp from the kernel body, which is a
-jax.custom_vjp whose backward runs the same Pallas kernel.
+jax.custom_vjp whose backward runs a Pallas kernel too (alpha * g for y).
 """
 
 from tpu_kernels.dispatch.buckets import bucket_rows
