@@ -14,8 +14,8 @@ peak or under XLA's speed. Nine questions, each point checked against float64 on
            through two to four VMEM slots.
   body     scale_add's and rmsnorm's backward's bodies walking their block a group of rows (and a
            chunk of columns) at a time in a fori_loop, as softmax's wide rows do.
-  partials rmsnorm's backward with dw accumulated in one VMEM-resident block per part (shipped)
-           against a (1, d) partial written per grid step (before).
+  partials rmsnorm's backward with dw accumulated in one VMEM-resident block per part against a
+           (1, d) partial written per grid step (shipped).
   steps    rmsnorm's backward in bf16 at 64 MiB inputs: 64, 32 or 16 grid steps.
   tiles    scale_add over 2-D (rows, columns) tiles, as XLA's own fusion windows it.
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
@@ -364,34 +364,59 @@ def body(quick: bool, floor_s: float, rounds: int):
 
 
 def _rmsnorm_backward_per_step(x, w, r, dy, *, br: int):
-    """rmsnorm's backward as shipped before 2026-12-05: a 1-D "parallel" grid whose every step
-    writes its own (1, d) float32 dw partial (padded to 8 rows in HBM), added by a `sum` after."""
-    rms = load.family("rmsnorm").pallas
+    """rmsnorm's backward as shipped: a 1-D "parallel" grid whose every step writes its own
+    (1, d) float32 dw partial, added by a `sum` after."""
+    return load.family("rmsnorm").pallas.rmsnorm_backward(x, w, r, dy, block_rows=br)
+
+
+def _rmsnorm_backward_accumulated(x, w, r, dy, *, br: int, parts: int = 2):
+    """rmsnorm's backward with dw accumulated in one VMEM-resident (1, d) block per part of a
+    (parts, steps) grid ("parallel", "arbitrary"), written back once per part (shipped at 8e9da5f,
+    reverted: its rows, indexed by both grid axes, are not derivably shardable)."""
     rows, d = x.shape
-    n = rows // br
-    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
-    dx, parts = pl.pallas_call(
-        rms._bwd_kernel,
-        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((n, 1, d), jnp.float32)),
-        grid=(n,),
-        in_specs=[row_spec, pl.BlockSpec((1, d), lambda i: (0, 0)), pl.BlockSpec((br, 1), lambda i: (i, 0)), row_spec],
-        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=LIMIT),
+    steps = rows // br // parts
+
+    def kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref):  # 8e9da5f's body, accumulate=True
+        acc = jnp.promote_types(dx_ref.dtype, jnp.float32)
+        x, r = x_ref[...].astype(acc), r_ref[...].astype(acc)
+        dy, w = dy_ref[...].astype(acc), w_ref[...].astype(acc)
+        xhat = x * r
+        g = dy * w
+        dx_ref[...] = (r * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))).astype(dx_ref.dtype)
+        dw = jnp.sum(dy * xhat, axis=0, keepdims=True).astype(dw_ref.dtype)
+
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            dw_ref[...] = jnp.zeros_like(dw_ref)
+
+        dw_ref[...] += dw
+
+    row_spec = pl.BlockSpec((br, d), lambda c, j: (c * steps + j, 0))
+    dx, acc = pl.pallas_call(
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((parts, 1, d), jnp.float32)),
+        grid=(parts, steps),
+        in_specs=[row_spec, pl.BlockSpec((1, d), lambda c, j: (0, 0)),
+                  pl.BlockSpec((br, 1), lambda c, j: (c * steps + j, 0)), row_spec],
+        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda c, j: (c, 0, 0))),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=LIMIT),
     )(x, w.reshape(1, d), r.reshape(-1, 1), dy.astype(x.dtype))
-    return dx, parts.sum(axis=(0, 1)).astype(w.dtype)
+    return dx, acc.sum(axis=(0, 1)).astype(w.dtype)
 
 
 def partials(quick: bool, floor_s: float, rounds: int):
-    """rmsnorm's backward: dw accumulated in a VMEM-resident block per part (shipped) against a
-    partial row written per grid step (before), at the same default block."""
+    """rmsnorm's backward: dw accumulated in a VMEM-resident block per part against a partial
+    row written per grid step (shipped), at the same default block. The chip record's rows were
+    measured at 8e9da5f, where the shipped default was the accumulating kernel: its "default"
+    rows are relabelled "accumulated per part"."""
     rms = load.family("rmsnorm").pallas
-    cases = [(64, 256, "bf16")] if quick else [(4096, 14336, "bf16"), (1024, 16384, "f32"), (4096, 14336, "f32"),
-                                                (8192, 4096, "bf16"), (1024, 16384, "bf16"), (8192, 8192, "f32")]
+    cases = [(64, 256, "f32")] if quick else [(4096, 14336, "bf16"), (1024, 16384, "f32"), (4096, 14336, "f32"),
+                                               (8192, 4096, "bf16"), (1024, 16384, "bf16"), (8192, 8192, "f32")]
     for rows, d, dt in cases:
         base = _point("rmsnorm", "rmsnorm_backward", rows, d, dt)
         itemsize = 2 if dt == "bf16" else 4
         br = min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, rms.BACKWARD) if not quick else 16)
-        variants = {"default": base.pallas,
+        variants = {f"accumulated per part block_rows={br}": functools.partial(_rmsnorm_backward_accumulated, br=br),
                     f"per-step partials block_rows={br}": functools.partial(_rmsnorm_backward_per_step, br=br)}
         yield from _variants(base, variants, floor_s, rounds)
 

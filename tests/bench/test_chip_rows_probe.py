@@ -33,9 +33,10 @@ def _time(rows, id_, probe=None):
 
 
 def _section(rows, probe, prefix):
-    """{variant: row} of one later section's rows at one point, and XLA's time there."""
+    """{variant: row} of one later section's rows at one point, and XLA's time there (its first
+    variant's row carries it)."""
     found = {r["variant"]: r for r in rows if r.get("probe") == probe and r["id"].startswith(prefix + " ")}
-    return found, found["default"]["xla"]["time_s"]
+    return found, next(r["xla"]["time_s"] for r in found.values() if r.get("xla"))
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +126,19 @@ def test_two_d_tiles_like_xla_windows_gain_a_little_in_f32(rows):
     assert tile < 0.98 * default and xla < tile
 
 
-def test_dw_accumulated_per_part_is_no_slower_than_a_partial_per_step(rows):
-    """rmsnorm's backward (kernels/rmsnorm/pallas.py, PARTS): the shipped accumulator against
-    the partial row per grid step it replaced, at the same block."""
+def test_dw_accumulated_per_part_is_a_little_faster_than_a_partial_per_step(rows):
+    """rmsnorm's backward: the accumulator tried at 8e9da5f against the partial row per grid step
+    shipped (kernels/rmsnorm/pallas.py says why it was reverted), at the same block: a few
+    percent at most, not a miss closed."""
     faster = 0
     for point in ("bf16[4096,14336]", "f32[1024,16384]", "f32[4096,14336]", "bf16[8192,4096]", "bf16[1024,16384]",
                   "f32[8192,8192]"):
         variants, _ = _section(rows, "partials", f"rmsnorm_backward/{point}")
-        (before,) = [r for k, r in variants.items() if k.startswith("per-step partials")]
-        now, then = variants["default"]["pallas"]["time_s"], before["pallas"]["time_s"]
-        assert now < 1.01 * then, point
-        faster += now < then
+        (acc,) = [r for k, r in variants.items() if k.startswith("accumulated per part")]
+        (per_step,) = [r for k, r in variants.items() if k.startswith("per-step partials")]
+        ratio = acc["pallas"]["time_s"] / per_step["pallas"]["time_s"]
+        assert 0.96 < ratio < 1.01, (point, ratio)
+        faster += ratio < 1
     assert faster >= 5
 
 

@@ -130,21 +130,18 @@ def test_odd_block_rows_lower_for_tpu(rows, block_rows):
     lowers_for_tpu(rmsnorm.backward_op, x, w, r, x, block_rows=block_rows)
 
 
-def test_grids_split_across_cores():
-    """The forward's row blocks are independent; the backward's dw accumulates over the steps of
-    a part (its "arbitrary" axis) while the parts split across a chip's cores ("parallel")."""
+def test_grid_is_declared_parallel():
     x, w = jax.ShapeDtypeStruct((512, 256), "bfloat16"), jax.ShapeDtypeStruct((256,), "bfloat16")
     r = jax.ShapeDtypeStruct((512, 1), "float32")
     assert grid_semantics(pallas.rmsnorm, x, w) == [("parallel",)]
-    assert grid_semantics(pallas.rmsnorm_backward, x, w, r, x) == [("parallel", "arbitrary")]
+    assert grid_semantics(pallas.rmsnorm_backward, x, w, r, x) == [("parallel",)]
 
 
 @pytest.mark.parametrize("rows, block_rows", [(64, 8), (72, 8), (60, 8), (16, 16)])
-def test_dw_accumulates_over_steps_and_parts_under_the_tpu_interpreter(rows, block_rows):
-    """The backward's dw accumulator, under the TPU interpreter with VMEM and outputs poisoned
-    with NaN and race detection: two parts of several steps (64 rows), one part of an odd step
-    count (72), a padded last block (60) and a one-step grid (16) all give float64's dx and dw,
-    so the accumulator is zeroed at each part's first step and added to, never overwritten."""
+def test_the_backward_matches_float64_under_the_tpu_interpreter(rows, block_rows):
+    """The backward under the TPU interpreter with VMEM and outputs poisoned with NaN and race
+    detection: an even and an odd step count (64 and 72 rows), a padded last block (60) and a
+    one-step grid (16) all give float64's dx and dw, every step's dw partial written."""
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
 

@@ -219,21 +219,9 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _rmsnorm(
         "rmsnorm-dw-partials-in-input-dtype",
-        "jax.ShapeDtypeStruct((parts, 1, d), _acc(x.dtype)),",
-        "jax.ShapeDtypeStruct((parts, 1, d), x.dtype),",
-        "weight-gradient accumulators in bf16/f16: every step's sum rounded as it is added",
-    ),
-    _rmsnorm(
-        "rmsnorm-dw-accumulator-not-zeroed",
-        "        dw_ref[...] = jnp.zeros_like(dw_ref)\n",
-        "        pass\n",
-        "dw added to whatever the output buffer held (zeros in the plain interpreter, not on a chip)",
-    ),
-    _rmsnorm(
-        "rmsnorm-dw-overwritten-not-added",
-        "    dw_ref[...] += dw\n",
-        "    dw_ref[...] = dw\n",
-        "each part's dw is its last step's rows only",
+        "jax.ShapeDtypeStruct((n_blocks, 1, d), _acc(x.dtype)),",
+        "jax.ShapeDtypeStruct((n_blocks, 1, d), x.dtype),",
+        "weight-gradient partial sums rounded to bf16/f16 before they are added",
     ),
     _rmsnorm(
         "rmsnorm-backward-forgets-weight",

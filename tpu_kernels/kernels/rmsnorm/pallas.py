@@ -6,11 +6,17 @@
               dw = sum over rows of dy * xhat
 
 The forward returns r (float32, shape x.shape[:-1] + (1,)) beside y, so the
-backward does not recompute it. The backward's grid is (PARTS, steps): dw accumulates
-over a part's steps in its output block, which stays in VMEM and is written back once,
-and a plain `sum` adds the PARTS partials. The part axis is "parallel", so on chips
-with two TensorCores each takes a part (`_blocks.row_params`). Blocks are sized to the
-chip's VMEM with the body's float32 temporaries counted (`FORWARD`, `BACKWARD`).
+backward does not recompute it. dw is reduced in two steps: each grid step
+writes its block's partial sum, and a plain `sum` adds the partials; so
+no grid step depends on another, and both grids are marked "parallel"
+(`_blocks.row_params`): on chips with two TensorCores both can work. Blocks are sized
+to the chip's VMEM with the body's float32 temporaries counted (`FORWARD`, `BACKWARD`).
+
+dw accumulated instead in one VMEM-resident block per part of a (parts, steps) grid ran
+0.4-3.5% faster on a v5e at five of six wide shapes (bench/reports/chip_v5e_rows_probe.json,
+probe "partials"), but its row blocks are indexed by two grid axes, one of them "arbitrary",
+which the sharding derivation (`tpu_kernels.sharding.derive`) rightly cannot tell apart from
+rows that depend on each other: the per-step partials keep the rows' sharding derivable.
 """
 
 from __future__ import annotations
@@ -39,12 +45,6 @@ from tpu_kernels.kernels._blocks import (
 FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1, weight=True)
 BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1, weight=True)
 
-# The backward's dw is accumulated in PARTS partial rows (its grid's "parallel" leading axis), not
-# one per grid step: on a v5e the per-step (1, d) float32 partials and their sum cost up to a few
-# percent at wide rows and few of them (bench/reports/chip_v5e_rows_probe.json, probe "partials").
-# Two: the TensorCores of a two-core chip (v4, v5p, 7x) each take a part.
-PARTS = 2
-
 
 def _acc(dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
@@ -58,25 +58,14 @@ def _fwd_kernel(x_ref, w_ref, y_ref, r_ref, *, eps: float):
     r_ref[...] = r.astype(r_ref.dtype)
 
 
-def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref, *, accumulate: bool = False):
-    """dx of the block, and its rows' dw: written to dw_ref, or with `accumulate` added to it
-    (zeroed at the first step of the grid's last axis: the block stays in VMEM across it)."""
+def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref):
     acc = _acc(dx_ref.dtype)
     x, r = x_ref[...].astype(acc), r_ref[...].astype(acc)
     dy, w = dy_ref[...].astype(acc), w_ref[...].astype(acc)
     xhat = x * r
     g = dy * w
     dx_ref[...] = (r * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))).astype(dx_ref.dtype)
-    dw = jnp.sum(dy * xhat, axis=0, keepdims=True).astype(dw_ref.dtype)
-    if not accumulate:
-        dw_ref[...] = dw
-        return
-
-    @pl.when(pl.program_id(1) == 0)
-    def _():
-        dw_ref[...] = jnp.zeros_like(dw_ref)
-
-    dw_ref[...] += dw
+    dw_ref[...] = jnp.sum(dy * xhat, axis=0, keepdims=True).astype(dw_ref.dtype)
 
 
 def _check(x: jax.Array, weight: jax.Array) -> None:
@@ -128,30 +117,28 @@ def rmsnorm_backward(
     rows = x2.shape[0]
     br = rows_or_refuse("rmsnorm_backward", rows, d, x.dtype.itemsize, block_rows, BACKWARD)
     n_blocks = pl.cdiv(rows, br)
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
     pad = n_blocks * br - rows
     if export.is_symbolic_dim(pad) or pad:  # zero the last block's padding rows: they add nothing to dw
         x2, dy2 = jnp.pad(x2, ((0, pad), (0, 0))), jnp.pad(dy2, ((0, pad), (0, 0)))
         r2 = jnp.pad(r2, ((0, pad), (0, 0)))
-    parts = PARTS if not export.is_symbolic_dim(n_blocks) and n_blocks % PARTS == 0 else 1
-    steps = n_blocks // parts
-    row_spec = pl.BlockSpec((br, d), lambda c, j: (c * steps + j, 0))
     dx, dw_parts = pl.pallas_call(
-        functools.partial(_bwd_kernel, accumulate=True),
+        _bwd_kernel,
         out_shape=(
             jax.ShapeDtypeStruct(x2.shape, x.dtype),
-            jax.ShapeDtypeStruct((parts, 1, d), _acc(x.dtype)),
+            jax.ShapeDtypeStruct((n_blocks, 1, d), _acc(x.dtype)),
         ),
-        grid=(parts, steps),
+        grid=(n_blocks,),
         in_specs=[
             row_spec,
-            pl.BlockSpec((1, d), lambda c, j: (0, 0)),
-            pl.BlockSpec((br, 1), lambda c, j: (c * steps + j, 0)),
+            pl.BlockSpec((1, d), lambda i: (0, 0)),
+            pl.BlockSpec((br, 1), lambda i: (i, 0)),
             row_spec,
         ],
-        # (None, 1, d): the block drops the leading dim, and its last two dims equal the array's;
-        # one block per part, kept in VMEM over the part's steps (the accumulator)
-        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda c, j: (c, 0, 0))),
-        compiler_params=row_params(BACKWARD, br, d, x.dtype.itemsize, semantics=("parallel", "arbitrary")),
+        # (None, 1, d): the block drops the leading dim, and its last two dims equal the array's.
+        out_specs=(row_spec, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))),
+        # dw is per-block partials, not a cross-step accumulator: the grid stays "parallel"
+        compiler_params=row_params(BACKWARD, br, d, x.dtype.itemsize),
         cost_estimate=cost(8 * rows * d, 0, 4 * rows * d * x.dtype.itemsize),
     )(x2, weight.reshape(1, d), r2, dy2)
     dw = dw_parts.sum(axis=(0, 1)).astype(weight.dtype)
