@@ -123,6 +123,12 @@ def test_wide_rows_match_float64(shape, dtype):
     torch.testing.assert_close(dx.double(), ref_dx, atol=tol * ref_dx.abs().max().item() * 4, rtol=tol)
 
 
+def _logits_and_grad(rng, rows: int, cols: int, dtype):
+    """Softmax inputs: logits of scale 3 and an incoming gradient, fresh normals in `dtype`."""
+    x = jnp.asarray(rng.standard_normal((rows, cols), np.float32) * 3, dtype)
+    return x, jnp.asarray(rng.standard_normal((rows, cols), np.float32), dtype)
+
+
 def _assert_softmax_matches_float64(x, y, dy, dx, tol: float) -> None:
     """y = softmax(x) and dx = its backward at (y, dy), normwise against float64."""
     x64, y64, dy64 = (np.asarray(a, np.float64) for a in (x, y, dy))
@@ -179,8 +185,7 @@ def test_the_chunked_body_matches_float64_under_the_tpu_interpreter(rows, lanes,
     print(f"seed={seed}")
     cols = 128 * lanes * chunk_lanes
     rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.standard_normal((rows, cols), np.float32) * 3, dtype)
-    dy = jnp.asarray(rng.standard_normal((rows, cols), np.float32), dtype)
+    x, dy = _logits_and_grad(rng, rows, cols, dtype)
     chunk = 128 * chunk_lanes
     br = _blocks.rows_tile(x.dtype.itemsize)
     params = pltpu.InterpretParams(uninitialized_memory="nan", detect_races=True)
@@ -242,8 +247,7 @@ def test_both_column_tiled_paths_match_float64(rows, cols, block_cols, dtype, st
     """The staged and the two-pass kernels at small widths with several (and partial) column
     blocks, forward and backward, against float64."""
     rng = np.random.default_rng(rows * 7919 + cols)
-    x = jnp.asarray(rng.standard_normal((rows, cols), np.float32) * 3, dtype)
-    dy = jnp.asarray(rng.standard_normal((rows, cols), np.float32), dtype)
+    x, dy = _logits_and_grad(rng, rows, cols, dtype)
     br = min(rows, _blocks.rows_tile(x.dtype.itemsize))
     path = sm._staged if staged else sm._two_pass
     with pltpu.force_tpu_interpret_mode(True):
