@@ -1,7 +1,7 @@
 """Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
 
 The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
-peak or under XLA's speed. Nine questions, each point checked against float64 on the host:
+peak or under XLA's speed. Ten questions, each point checked against float64 on the host:
 
   blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
            shipped kernel at block_rows around its default (the default now raises the scoped
@@ -18,6 +18,8 @@ peak or under XLA's speed. Nine questions, each point checked against float64 on
            (1, d) partial written per grid step (shipped).
   steps    rmsnorm's backward in bf16 at 64 MiB inputs: 64, 32 or 16 grid steps.
   tiles    scale_add over 2-D (rows, columns) tiles, as XLA's own fusion windows it.
+  order    the same tiles walked row-major or column-major (the grid's inner axis), at tile
+           shapes from 2048 x 256 to 64 x 7168, both dtypes.
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
@@ -26,7 +28,7 @@ peak or under XLA's speed. Nine questions, each point checked against float64 on
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles] [--out FILE]
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles,order] [--out FILE]
                                      [--quick --interpret]
 """
 
@@ -434,18 +436,23 @@ def steps(quick: bool, floor_s: float, rounds: int):
         yield from _variants(base, variants, floor_s, rounds)
 
 
-def _scale_add_tiles(x, y, *, br: int, bc: int):
+def _scale_add_tiles(x, y, *, br: int, bc: int, order: str = "rows"):
     """x + 0.5 y over (br, bc) tiles: a 2-D grid, as XLA's own fusion of it windows the array
-    (f32 [8192, 14336]: 328 x 2048 windows, its compiled HLO's window_config)."""
+    (f32 [8192, 14336]: 328 x 2048 windows, its compiled HLO's window_config). `order` "rows"
+    walks a row of tiles before the next (columns inner), "cols" a column of tiles."""
     rows, cols = x.shape
 
     def kernel(x_ref, y_ref, o_ref):
         acc = jnp.promote_types(o_ref.dtype, jnp.float32)
         o_ref[...] = (x_ref[...].astype(acc) + 0.5 * y_ref[...].astype(acc)).astype(o_ref.dtype)
 
-    spec = pl.BlockSpec((br, bc), lambda i, j: (i, j))
+    grid = (pl.cdiv(rows, br), pl.cdiv(cols, bc))
+    if order == "cols":
+        grid, spec = grid[::-1], pl.BlockSpec((br, bc), lambda j, i: (i, j))
+    else:
+        spec = pl.BlockSpec((br, bc), lambda i, j: (i, j))
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(pl.cdiv(rows, br), pl.cdiv(cols, bc)),
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=grid,
         in_specs=[spec, spec], out_specs=spec,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"), vmem_limit_bytes=LIMIT),
     )(x, y)
@@ -457,6 +464,16 @@ def tiles(quick: bool, floor_s: float, rounds: int):
         (8192, 14336, "bf16", [(512, 2048), (656, 2048)]),
         (4096, 4096, "f32", [(256, 2048), (512, 1024)])]
     yield from _sweep("scale_add", cases, "tiles", _scale_add_tiles, ("br", "bc"), floor_s, rounds)
+
+
+def order(quick: bool, floor_s: float, rounds: int):
+    cases = [(64, 256, "f32", [(16, 128, "rows"), (16, 128, "cols")])] if quick else [
+        (8192, 14336, "f32", [(256, 2048, "rows"), (256, 2048, "cols"), (2048, 256, "rows"), (1024, 512, "rows"),
+                              (512, 1024, "cols"), (128, 4096, "rows"), (64, 7168, "rows"), (64, 7168, "cols")]),
+        (8192, 14336, "bf16", [(512, 2048, "rows"), (512, 2048, "cols"), (2048, 512, "rows"), (1024, 1024, "cols"),
+                               (256, 4096, "rows"), (128, 7168, "cols")]),
+        (4096, 4096, "f32", [(256, 2048, "cols"), (1024, 512, "rows"), (2048, 256, "cols")])]
+    yield from _sweep("scale_add", cases, "tiles", _scale_add_tiles, ("br", "bc", "order"), floor_s, rounds)
 
 
 def dispatch(quick: bool, floor_s: float, rounds: int):
@@ -486,7 +503,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles}
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles, "order": order}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,8 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_rows_probe.json"
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_variant_is_right(tmp_path):
     rows = run_without_torch("chip_rows_probe.py", tmp_path / "probe.jsonl")
-    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials", "steps", "tiles"}
+    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials",
+                                          "steps", "tiles", "order"}
     for r in rows[1:]:
         p = r["pallas"]
         assert p["compiles"] and "run_error" not in p, r["id"]

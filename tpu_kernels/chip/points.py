@@ -247,7 +247,34 @@ def _scale_add_points(h: load.JaxHalf, shapes, dtypes, statics) -> list[Point]:
                     2 * n, 3 * n * it, dict(statics),
                 )
             )
+
+            def make_b(rng, rows=rows, d=d, dt=dt):
+                return (_randn(rng, (rows, d), dt),)
+
+            def check_b(inputs, out):
+                return _err(out, 0.5 * _f64(inputs[0]))
+
+            points.append(
+                Point(
+                    f"scale_add_backward/{dt}[{rows},{d}]", "rows", "scale_add_backward", dt, (rows, d), make_b,
+                    _dy(functools.partial(h.pallas.scale_add, alpha=0.5, **statics)),
+                    {"xla": _dy(functools.partial(h.jax_reference.scale_add_jax, alpha=0.5))}, check_b,
+                    n, 2 * n * it, dict(statics),
+                )
+            )
     return points
+
+
+def _dy(fn: Callable) -> Callable:
+    """d/dy of fn(x, y) at the incoming gradient g, as JAX derives it (jax.vjp: what the torch
+    op's backward runs). d/dx is g itself. The primals are g too: the op is linear, so their
+    values do not matter, and the forward they feed is dead code that jit drops (its lowering
+    holds the backward's kernel alone)."""
+
+    def dy(g):
+        return jax.vjp(fn, g, g)[1](g)[1]
+
+    return dy
 
 
 # ---------------------------------------------------------------- matmul
