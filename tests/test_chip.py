@@ -80,7 +80,7 @@ def test_the_committed_record_is_a_v5e_run_where_every_grid_point_compiles(recor
     assert len(rows) >= 100
     assert all(r["pallas"]["compiles"] and "run_error" not in r["pallas"] for r in rows)
     kernels = {r["kernel"] for r in rows}
-    assert {"rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward", "scale_add", "matmul",
+    assert {"rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward", "scale_add", "scale_add_backward", "matmul",
             "template.flash_attention", "template.flash_attention_fwd_bwd"} <= kernels
 
 

@@ -159,3 +159,15 @@ def test_larger_bf16_backward_blocks_gain_nothing_at_64_mib(rows):
         default = variants["default"]["pallas"]["time_s"]
         timed = [r["pallas"]["time_s"] for k, r in variants.items() if "time_s" in r["pallas"]]
         assert len(timed) >= 3 and all(abs(t / default - 1) < 0.015 for t in timed)
+
+
+def test_no_tile_shape_or_order_brings_scale_add_to_xla(rows):
+    """The `order` section: scale_add's 2-D tiles at shapes from 2048 x 256 to 64 x 7168, walked
+    row- or column-major, all slower than XLA's fusion at every point (docs/performance.md: why
+    the shipped kernel keeps its row blocks)."""
+    for prefix in ("scale_add/f32[8192,14336]", "scale_add/bf16[8192,14336]", "scale_add/f32[4096,4096]"):
+        variants, xla = _section(rows, "order", prefix)
+        tiles = [v for k, v in variants.items() if k.startswith("tiles ")]
+        assert len(tiles) >= 3 and {k.rsplit("=", 1)[1] for k in variants if "order=" in k} <= {"rows", "cols"}
+        assert all(v["pallas"]["time_s"] > xla for v in tiles), prefix
+        assert variants["default"]["pallas"]["time_s"] > xla
