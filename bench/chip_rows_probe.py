@@ -1,7 +1,7 @@
 """Where the row kernels' last misses on a TPU v5e come from: a probe, JAX alone.
 
 The grid's record (bench/reports/chip_v5e.json, at 0ef1c81) left row points under 75% of HBM
-peak or under XLA's speed. Ten questions, each point checked against float64 on the host:
+peak or under XLA's speed. Eleven questions, each point checked against float64 on the host:
 
   blocks   rmsnorm's backward, scale_add and rmsnorm's forward at their miss shapes: the
            shipped kernel at block_rows around its default (the default now raises the scoped
@@ -20,6 +20,8 @@ peak or under XLA's speed. Ten questions, each point checked against float64 on 
   tiles    scale_add over 2-D (rows, columns) tiles, as XLA's own fusion windows it.
   order    the same tiles walked row-major or column-major (the grid's inner axis), at tile
            shapes from 2048 x 256 to 64 x 7168, both dtypes.
+  dwrow    rmsnorm's backward at its widest rows with one part changed at a time: dw as (8, d)
+           partials (no reduction across sublanes), no dw, inv_rms recomputed, arbitrary grid.
   dispatch points under ~2x the ~120 us dispatch floor: each function once per call, and n calls
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
@@ -28,7 +30,7 @@ peak or under XLA's speed. Ten questions, each point checked against float64 on 
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles,order] [--out FILE]
+    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles,order,dwrow] [--out FILE]
                                      [--quick --interpret]
 """
 
@@ -476,6 +478,75 @@ def order(quick: bool, floor_s: float, rounds: int):
     yield from _sweep("scale_add", cases, "tiles", _scale_add_tiles, ("br", "bc", "order"), floor_s, rounds)
 
 
+def _rmsnorm_backward_variant(x, w, r, dy, *, br: int, dw: str = "row", inv: str = "input",
+                              semantics: str = "parallel", eps: float = 1e-6):
+    """rmsnorm's backward as shipped, with one part changed at a time. `dw`: "row" (shipped: a
+    (1, d) float32 partial per grid step, summed over its rows in the body), "tile8" (an (8, d)
+    partial per step, the block's rows added a sublane tile at a time, no reduction across
+    sublanes in the body) or "none" (no dw at all: what computing it costs). `inv`: "input"
+    (shipped: inv_rms read as a (block_rows, 1) column) or "recompute" (from x, in the body: what
+    the column's stream costs). `semantics`: the 1-D grid's."""
+    rows, d = x.shape
+    n = rows // br
+    parts = {"row": 1, "tile8": 8, "none": 0}[dw]
+
+    def kernel(*refs):
+        x_ref, w_ref = refs[0], refs[1]
+        r_ref, dy_ref = (refs[2], refs[3]) if inv == "input" else (None, refs[2])
+        outs = refs[4:] if inv == "input" else refs[3:]
+        acc = jnp.promote_types(outs[0].dtype, jnp.float32)
+        xv, dyv, wv = x_ref[...].astype(acc), dy_ref[...].astype(acc), w_ref[...].astype(acc)
+        if r_ref is None:
+            rv = jax.lax.rsqrt(jnp.mean(xv * xv, axis=-1, keepdims=True) + eps)
+        else:
+            rv = r_ref[...].astype(acc)
+        xhat = xv * rv
+        g = dyv * wv
+        outs[0][...] = (rv * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))).astype(outs[0].dtype)
+        if parts == 1:
+            outs[1][...] = jnp.sum(dyv * xhat, axis=0, keepdims=True)
+        elif parts == 8:
+            outs[1][...] = jnp.sum((dyv * xhat).reshape(br // 8, 8, d), axis=0)
+
+    row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
+    in_specs = [row_spec, pl.BlockSpec((1, d), lambda i: (0, 0))]
+    args = [x, w.reshape(1, d)]
+    if inv == "input":
+        in_specs.append(pl.BlockSpec((br, 1), lambda i: (i, 0)))
+        args.append(r.reshape(-1, 1))
+    in_specs.append(row_spec)
+    args.append(dy.astype(x.dtype))
+    out_shape, out_specs = [jax.ShapeDtypeStruct(x.shape, x.dtype)], [row_spec]
+    if parts:
+        out_shape.append(jax.ShapeDtypeStruct((n, parts, d), jnp.float32))
+        out_specs.append(pl.BlockSpec((None, parts, d), lambda i: (i, 0, 0)))
+    outs = pl.pallas_call(
+        kernel, out_shape=tuple(out_shape), grid=(n,), in_specs=in_specs, out_specs=tuple(out_specs),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(semantics,), vmem_limit_bytes=LIMIT),
+    )(*args)
+    dw_out = outs[1].sum(axis=(0, 1)).astype(w.dtype) if parts else jnp.zeros(w.shape, w.dtype)
+    return outs[0], dw_out
+
+
+def dwrow(quick: bool, floor_s: float, rounds: int):
+    """rmsnorm's backward at its widest-row misses (and one control): the shipped kernel against
+    one change each (`_rmsnorm_backward_variant`), at the shipped default block. The "none" and
+    "recompute" rows compute a wrong dw or skip a stream: read their time, not their error."""
+    rms = load.family("rmsnorm").pallas
+    cases = [(64, 256, "f32")] if quick else [(1024, 16384, "f32"), (4096, 14336, "f32"), (4096, 14336, "bf16"),
+                                               (8192, 4096, "f32")]
+    changes = {"dw=tile8": {"dw": "tile8"}, "dw=none": {"dw": "none"}, "inv=recompute": {"inv": "recompute"},
+               "semantics=arbitrary": {"semantics": "arbitrary"}}
+    for rows, d, dt in cases:
+        base = _point("rmsnorm", "rmsnorm_backward", rows, d, dt)
+        itemsize = 2 if dt == "bf16" else 4
+        br = 16 if quick else min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, rms.BACKWARD))
+        variants = {"default": base.pallas, f"shipped body block_rows={br}": functools.partial(_rmsnorm_backward_variant, br=br)}
+        variants.update({f"{k} block_rows={br}": functools.partial(_rmsnorm_backward_variant, br=br, **kw)
+                         for k, kw in changes.items()})
+        yield from _variants(base, variants, floor_s, rounds)
+
+
 def dispatch(quick: bool, floor_s: float, rounds: int):
     n = 2 if quick else 32
     fa = load.template("flash_attention")
@@ -503,7 +574,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles, "order": order}
+SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles, "order": order, "dwrow": dwrow}
 
 
 def main(argv: list[str] | None = None) -> int:
