@@ -289,8 +289,8 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "low-precision-accumulator",
-        "scratch_shapes=[pltpu.VMEM((bm, bn), acc)],",
-        "scratch_shapes=[pltpu.VMEM((bm, bn), a.dtype)],",
+        "scratch_shapes=[pltpu.VMEM((bm, bn), acc)] if acc != a.dtype else [],",
+        "scratch_shapes=[pltpu.VMEM((bm, bn), a.dtype)] if acc != a.dtype else [],",
         "the VMEM accumulator in the input's dtype",
     ),
     _p(
@@ -331,8 +331,8 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "matmul",
         "oversized-default-block",
-        "return 1024, 2048 if itemsize <= 2 else 1024, 512",
-        "return 2048, 2048 if itemsize <= 2 else 1024, 512",
+        "return (1024, 2048, 512) if itemsize <= 2 else (2048, 1024, 256)",
+        "return (2048, 2048, 512) if itemsize <= 2 else (2048, 1024, 256)",
         "2048-row default blocks: about twice the VMEM per grid step, still under the cap",
     ),
     _p(
