@@ -1,7 +1,8 @@
 """The calibration corpus of the TPU VMEM check: kernel calls whose compile verdict the chip gives.
 
 Each `Call` is one Pallas kernel call at fixed shapes and blocks: the shipped kernels
-(matmul, rmsnorm forward and backward, softmax forward and backward, scale_add), the four
+(matmul, rmsnorm forward and backward, softmax forward and backward, scale_add forward and
+backward), the four
 Pallas templates (elementwise, row_reduction, matmul, flash_attention; forward and backward)
 and small kernels written for the corpus (`synthetic.py`: one-step grids, VMEM scratch,
 scalar prefetch, vmem_limit_bytes, float32 temporaries). Shapes are model shapes (row
@@ -202,6 +203,8 @@ def _body_calls() -> Iterator[Call]:
          lambda dt: (("row", dt),)),
         ("body_scale_add", functools.partial(sa._kernel, alpha=0.5), ("row", "row"), 3,
          lambda r, d, dt: (_sds((r, d), dt),) * 2, lambda dt: (("row", dt),)),
+        ("body_scale_add_bwd", functools.partial(sa._scaled_kernel, alpha=0.5), ("row",), 2,
+         lambda r, d, dt: (_sds((r, d), dt),), lambda dt: (("row", dt),)),
     )  # fmt: skip
     for name, body, kinds, arrays, args, outs in bodies:
         kernel = f"synthetic.row_body[{name[5:]}]"
