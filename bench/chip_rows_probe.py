@@ -74,6 +74,14 @@ def _point(family: str, kernel: str, rows: int, d: int, dt: str) -> points.Point
     return p
 
 
+def _backward_rows(rows: int, d: int, dt: str, quick: bool) -> int:
+    """rmsnorm's backward's default block_rows at (rows, d) in `dt` (16 at the quick shapes)."""
+    if quick:
+        return 16
+    itemsize = 2 if dt == "bf16" else 4
+    return min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, load.family("rmsnorm").pallas.BACKWARD))
+
+
 def _sweep(kernel: str, cases, label: str, fn, keys: tuple[str, ...], floor_s: float, rounds: int):
     """`kernel`'s shipped default and `fn` at each config of each (rows, d, dtype, configs) case,
     named "<label> block_rows=.. key=..": a config is the values of `keys` (`br` is block_rows)."""
@@ -413,13 +421,11 @@ def partials(quick: bool, floor_s: float, rounds: int):
     row written per grid step (shipped), at the same default block. The chip record's rows were
     measured at 8e9da5f, where the shipped default was the accumulating kernel: its "default"
     rows are relabelled "accumulated per part"."""
-    rms = load.family("rmsnorm").pallas
     cases = [(64, 256, "f32")] if quick else [(4096, 14336, "bf16"), (1024, 16384, "f32"), (4096, 14336, "f32"),
                                                (8192, 4096, "bf16"), (1024, 16384, "bf16"), (8192, 8192, "f32")]
     for rows, d, dt in cases:
         base = _point("rmsnorm", "rmsnorm_backward", rows, d, dt)
-        itemsize = 2 if dt == "bf16" else 4
-        br = min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, rms.BACKWARD) if not quick else 16)
+        br = _backward_rows(rows, d, dt, quick)
         variants = {f"accumulated per part block_rows={br}": functools.partial(_rmsnorm_backward_accumulated, br=br),
                     f"per-step partials block_rows={br}": functools.partial(_rmsnorm_backward_per_step, br=br)}
         yield from _variants(base, variants, floor_s, rounds)
@@ -532,15 +538,13 @@ def dwrow(quick: bool, floor_s: float, rounds: int):
     """rmsnorm's backward at its widest-row misses (and one control): the shipped kernel against
     one change each (`_rmsnorm_backward_variant`), at the shipped default block. The "none" and
     "recompute" rows compute a wrong dw or skip a stream: read their time, not their error."""
-    rms = load.family("rmsnorm").pallas
     cases = [(64, 256, "f32")] if quick else [(1024, 16384, "f32"), (4096, 14336, "f32"), (4096, 14336, "bf16"),
                                                (8192, 4096, "f32")]
     changes = {"dw=tile8": {"dw": "tile8"}, "dw=none": {"dw": "none"}, "inv=recompute": {"inv": "recompute"},
                "semantics=arbitrary": {"semantics": "arbitrary"}}
     for rows, d, dt in cases:
         base = _point("rmsnorm", "rmsnorm_backward", rows, d, dt)
-        itemsize = 2 if dt == "bf16" else 4
-        br = 16 if quick else min(rows, load.shared("_blocks").auto_rows(rows, d, itemsize, rms.BACKWARD))
+        br = _backward_rows(rows, d, dt, quick)
         variants = {"default": base.pallas, f"shipped body block_rows={br}": functools.partial(_rmsnorm_backward_variant, br=br)}
         variants.update({f"{k} block_rows={br}": functools.partial(_rmsnorm_backward_variant, br=br, **kw)
                          for k, kw in changes.items()})
