@@ -314,3 +314,48 @@ def test_a_kernel_body_traced_at_highest_is_never_reused_at_high_or_back():
         kernel = [eqn.params["jaxpr"] for eqn in pallas_calls(jax.make_jaxpr(f)(S, S))][0]
         counts.append(len(list(_dots(kernel))))
     assert counts == [1, 3, 1, 3, 1, 3]
+
+
+def _mosaic_matmul_precisions(f, dtype):
+    from tpu_kernels.lowering.export import mosaic_modules
+
+    spec = jax.ShapeDtypeStruct((256, 256), dtype)
+    text = jax.export.export(jax.jit(f), platforms=["tpu"])(spec, spec).mlir_module()
+    modules = mosaic_modules(text)
+    assert modules, "the lowering holds no Mosaic kernel"
+    lines = [line for m in modules for line in m.splitlines() if "tpu.matmul" in line]
+    assert lines
+    return {(re.search(r"contract_precision<(\w+)>", line) or [None, "DEFAULT"])[1] for line in lines}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["bf16", "f32"])
+def test_only_float32_dots_ask_mosaic_for_a_float32_contraction(name, dtype):
+    """A bf16 dot traced at "high" or "highest" (torch.set_float32_matmul_precision, which many
+    training scripts set) asked Mosaic for contract_precision<fp32>, which it refuses on a TPU
+    ("Bad lhs type": every bf16 Pallas matmul failed to compile there). A product with no float32
+    operand is exact in one pass: it lowers without one; a float32 dot keeps what it asked for."""
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+    def f(x, y):
+        with traced_at(name):
+            return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32))(x, y)
+
+    got = _mosaic_matmul_precisions(f, dtype)
+    if dtype == jnp.float32:
+        assert got == {"fp32" if EXPECTED[name][1] == "HIGHEST" else "DEFAULT"}
+    else:
+        assert got == {"DEFAULT"}
+
+
+@pytest.mark.parametrize("name", ["high", "highest"])
+def test_the_shipped_matmul_in_bf16_lowers_without_a_float32_contraction(name):
+    from tpu_kernels.kernels.matmul.pallas import matmul as pallas_matmul
+
+    def f(a, b):
+        with traced_at(name):
+            return pallas_matmul(a, b)
+
+    assert _mosaic_matmul_precisions(f, jnp.bfloat16) == {"DEFAULT"}

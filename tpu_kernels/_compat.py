@@ -160,6 +160,13 @@ _ENTRIES: dict[str, Private] = {
         "what Pallas enters to trace a mesh kernel body",
         None,
     ),
+    # ---- mosaic_precision.py: the Mosaic lowering rule of each primitive, per TPU core type,
+    # which `wrap_mosaic_dot_lowering` wraps so that a dot with no float32 operand never asks
+    # Mosaic for a float32 contract precision (it refuses one: "Bad lhs type"). Without it, a
+    # bf16 kernel traced at "high" or "highest" fails to compile on a TPU, as JAX ships it.
+    "mosaic_lowering_rules": Private(
+        "jax._src.pallas.mosaic.lowering:lowering_rules", "Mosaic's lowering rule per primitive", None
+    ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
@@ -343,6 +350,33 @@ def wrap_pallas_kernel_tracing(around: Any) -> bool:
     (once: a second call changes nothing). False where this JAX lacks one of them (the caller
     then needs another way: some kernels would be traced unwrapped)."""
     return all([_wrap_context(name, around) for name in _PALLAS_KERNEL_TRACING])
+
+
+def wrap_mosaic_dot_lowering(adjust: Any) -> bool:
+    """Make Mosaic lower every `dot_general` with `precision=adjust(avals_in, precision)`: its
+    rule, for each TPU core type, is replaced by a wrapper (once: a second call changes nothing).
+    False where this JAX keeps its rules elsewhere."""
+    rules = get("mosaic_lowering_rules")
+    if not isinstance(rules, dict):
+        return False
+    from jax import lax
+
+    wrapped_any = False
+    for table in rules.values():
+        original = table.get(lax.dot_general_p) if isinstance(table, dict) else None
+        if original is None:
+            continue
+        wrapped_any = True
+        if getattr(original, "_tpu_kernels_wrapped", False):
+            continue
+
+        def rule(ctx: Any, *args: Any, precision: Any = None, _original: Any = original, **params: Any) -> Any:
+            return _original(ctx, *args, precision=adjust(ctx.avals_in, precision), **params)
+
+        rule._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
+        rule.__wrapped__ = original  # type: ignore[attr-defined]
+        table[lax.dot_general_p] = rule
+    return wrapped_any
 
 
 def _wrap_context(name: str, around: Any) -> bool:

@@ -83,3 +83,26 @@ def export_kernel(
             return jax.export.export(jax.jit(flat), platforms=[platform])(*specs)
     except Exception as e:
         raise KernelError(f"{kop.name}: lowering for {platform} failed: {type(e).__name__}: {e}") from e
+
+
+def mosaic_modules(mlir_text: str) -> list[str]:
+    """The Mosaic modules inside a TPU lowering's text (`Exported.mlir_module()`), as MLIR text:
+    each Pallas kernel is serialized (bytecode, base64) into its `tpu_custom_call`'s config, so
+    the outer module's text shows none of what Mosaic is asked to compile (a dot's
+    `contract_precision`, say). Read with an MLIR context that accepts Mosaic's dialects
+    unregistered."""
+    import base64
+    import json
+    import re
+
+    from jax.interpreters import mlir
+
+    out = []
+    for config in re.findall(r'backend_config = "(\{\\22custom_call_config.*?)"', mlir_text):
+        # MLIR's string escapes: a byte as a backslash and two hex digits (\22 for a quote)
+        text = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), config)
+        body = json.loads(text)["custom_call_config"]["body"]
+        with mlir.make_ir_context() as ctx:
+            ctx.allow_unregistered_dialects = True
+            out.append(str(mlir.ir.Module.parse(base64.b64decode(body))))
+    return out

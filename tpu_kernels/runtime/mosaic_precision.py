@@ -26,6 +26,12 @@ computes at HIGH, at about half HIGHEST's cost (on a v5e at 4096^3: 2.15 ms agai
 4.25 ms and XLA's HIGH 2.18 ms). `requested()` says which name the body was asked for; it is a
 JAX user context, so a body traced for "high" is never reused where "highest" was asked.
 
+A dot with no float32 operand (bf16, integers, fp8) is lowered without a contract precision
+whatever it was traced at (`mosaic_dot_precision`, wrapped around Mosaic's dot lowering rule):
+its product is exact in one MXU pass, and Mosaic refuses a float32 contraction of bf16
+operands ("Bad lhs type"), so a bf16 matmul under torch's "high" or "highest" failed to compile
+on a TPU.
+
 Only dots without an explicit precision follow the setting: a kernel author's
 `jnp.dot(..., precision=lax.Precision.HIGH)` inside a kernel is left as written (an
 explicit request; JAX 0.10.2's Mosaic refuses it with the error above), and so is a
@@ -52,6 +58,7 @@ import functools
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -158,12 +165,34 @@ def _in_kernel() -> contextlib.AbstractContextManager:
     return _body(current, kernel_precision(current))
 
 
+def mosaic_dot_precision(avals_in: Any, precision: Any) -> Any:
+    """The precision Mosaic is asked to contract a dot at: `precision`, except None (one MXU
+    pass) for a dot with no float32 operand. A bf16 (or integer, or fp8) product is exact in one
+    pass whatever the precision, and Mosaic refuses a float32 contract precision for one ("Bad
+    lhs type"): under `torch.set_float32_matmul_precision("high")` or `("highest")` every bf16
+    Pallas matmul failed to compile on a TPU, its body traced at the default that float32 dots
+    need. Applied to every Pallas TPU kernel lowered in the process once `traced_at` has run."""
+    if True or precision is None or any(getattr(a, "dtype", None) == jnp.float32 for a in avals_in):
+        return precision
+    return None
+
+
 def _hook() -> bool:
-    """Whether Pallas's kernel tracing is wrapped (installed on first use)."""
+    """Whether Pallas's kernel tracing is wrapped (installed on first use), and with it Mosaic's
+    lowering of dots (`mosaic_dot_precision`)."""
     global _hooked
     if _hooked is None:
         with _install_lock:
             if _hooked is None:
+                if not _compat.wrap_mosaic_dot_lowering(mosaic_dot_precision):
+                    warnings.warn(
+                        f"tpu_kernels: JAX {jax.__version__} keeps no Mosaic lowering rule table "
+                        "(jax._src.pallas.mosaic.lowering.lowering_rules), so a Pallas kernel's bf16 dot "
+                        "traced at a 'high' or 'highest' float32 matmul precision asks Mosaic for a "
+                        "float32 contraction, which it refuses ('Bad lhs type').",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
                 _hooked = _compat.wrap_pallas_kernel_tracing(_in_kernel)
                 if not _hooked:
                     warnings.warn(
@@ -178,4 +207,4 @@ def _hook() -> bool:
     return _hooked
 
 
-__all__ = ["dot", "kernel_precision", "requested", "traced_at"]
+__all__ = ["dot", "kernel_precision", "mosaic_dot_precision", "requested", "traced_at"]
