@@ -111,11 +111,26 @@ def partition_spec(placements: Sequence[Any], mesh_dim_names: Sequence[str] | No
 def inner_function(sig: Signature, fn: Callable, n_results: int | None) -> Callable:
     """`fn` with the signature torch_tpu's `jax_op` reads: jax.Array tensors, typed
     statics, and a return annotation that counts every result (outputs, then the
-    new values of mutated arguments)."""
+    new values of mutated arguments).
+
+    torch_tpu calls it with positional arguments (its `JaxCallable` binds the
+    torch schema's values in order, in its fake and on the device alike), while a
+    kernel body is called by name everywhere else (the CPU and CUDA paths:
+    `jax_exec`), and some bodies take names only (a derived backward's `**kwargs`).
+    So the call binds what arrives to the op's parameter names and calls `fn` by
+    name: whatever way torch_tpu passes them, the body sees the CPU path's call."""
     import jax
 
+    names = [p.name for p in sig.params]
+
     def call(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
+        if len(args) > len(names):
+            raise TypeError(f"{sig.op}: {len(args)} positional arguments for {len(names)} parameters")
+        for name, value in zip(names, args):
+            if name in kwargs:
+                raise TypeError(f"{sig.op}: argument '{name}' given twice")
+            kwargs[name] = value
+        return fn(**kwargs)
 
     params = []
     for p in sig.params:
