@@ -172,7 +172,7 @@ def mosaic_dot_precision(avals_in: Any, precision: Any) -> Any:
     lhs type"): under `torch.set_float32_matmul_precision("high")` or `("highest")` every bf16
     Pallas matmul failed to compile on a TPU, its body traced at the default that float32 dots
     need. Applied to every Pallas TPU kernel lowered in the process once `traced_at` has run."""
-    if True or precision is None or any(getattr(a, "dtype", None) == jnp.float32 for a in avals_in):
+    if precision is None or any(getattr(a, "dtype", None) == jnp.float32 for a in avals_in):
         return precision
     return None
 
