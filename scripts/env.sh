@@ -1,25 +1,41 @@
-# Sourced by scripts/test and scripts/bench: find or build the Python environment.
+# Sourced by scripts/test, scripts/test-py311 and scripts/bench: find or build the Python environment.
 #
 # The environment is a virtualenv outside the checkout (torch's CUDA wheels make
 # it ~7 GB), reused by every clone on this machine: $TPU_KERNELS_VENV, default
-# ~/.cache/tpu-kernels/venv-py312. It is (re)installed from requirements/lock.txt
+# ~/.cache/tpu-kernels/venv-$TPU_KERNELS_PYTHON_ENV. It is (re)installed from its lock
 # when that file changes; on a fresh machine the first run takes ~5 minutes.
+#
+# TPU_KERNELS_PYTHON_ENV picks which environment:
+#   py312 (default)  Python >= 3.12, requirements/lock.txt (torch 2.14.1, JAX 0.12.0.1, Tokamax)
+#   py311            Python 3.11, requirements/lock-py311.txt: the TPU v5e machine's versions
+#                    (torch 2.13.0 CPU, JAX 0.10.2), without Tokamax (it needs Python >= 3.12)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${TPU_KERNELS_VENV:-$HOME/.cache/tpu-kernels/venv-py312}
-LOCK=$ROOT/requirements/lock.txt
+PYTHON_ENV=${TPU_KERNELS_PYTHON_ENV:-py312}
+case "$PYTHON_ENV" in
+  py312) LOCK=$ROOT/requirements/lock.txt; PY_VERSION=3.12; PY_OK="sys.version_info >= (3, 12)" ;;
+  py311) LOCK=$ROOT/requirements/lock-py311.txt; PY_VERSION=3.11; PY_OK="sys.version_info[:2] == (3, 11)" ;;
+  *) echo "TPU_KERNELS_PYTHON_ENV=$PYTHON_ENV: expected py312 or py311" >&2; return 1 2>/dev/null || exit 1 ;;
+esac
+VENV=${TPU_KERNELS_VENV:-$HOME/.cache/tpu-kernels/venv-$PYTHON_ENV}
 
+# The environment's Python (PY_OK): TPU_KERNELS_PYTHON if set, else the first one found.
 find_python() {
   local c
-  for c in "${TPU_KERNELS_PYTHON:-}" python3.12 python3.13 python3 \
-           "$HOME"/.pyenv/versions/3.12*/bin/python3 /usr/bin/python3.12 /usr/local/bin/python3.12; do
+  for c in "${TPU_KERNELS_PYTHON:-}" "python$PY_VERSION" python3.13 python3 \
+           "$HOME"/.pyenv/versions/"$PY_VERSION"*/bin/python3 "/usr/bin/python$PY_VERSION" "/usr/local/bin/python$PY_VERSION"; do
     [ -n "$c" ] || continue
-    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+    if "$c" -c "import sys; sys.exit(not ($PY_OK))" >/dev/null 2>&1; then
       echo "$c"; return 0
     fi
   done
-  echo "tpu_kernels needs Python >= 3.12 (Tokamax uses PEP 695 syntax); set TPU_KERNELS_PYTHON" >&2
+  if [ "$PYTHON_ENV" = py312 ]; then
+    echo "the py312 environment needs Python >= 3.12 (Tokamax uses PEP 695 syntax); set TPU_KERNELS_PYTHON," \
+         "or TPU_KERNELS_PYTHON_ENV=py311 for the Python 3.11 environment (without Tokamax)" >&2
+  else
+    echo "the py311 environment needs Python 3.11 (its lock pins cp311 wheels); set TPU_KERNELS_PYTHON" >&2
+  fi
   return 1
 }
 
@@ -40,7 +56,7 @@ pip_quiet() {
 
 want=$(sha256sum "$LOCK" | cut -d' ' -f1)
 if [ "$(cat "$VENV/.lock-sha256" 2>/dev/null)" != "$want" ]; then
-  echo "== installing requirements/lock.txt into $VENV (first time: several minutes)"
+  echo "== installing ${LOCK#"$ROOT"/} into $VENV (first time: several minutes)"
   pip_quiet install --upgrade pip
   # The lock is the whole environment (pip freeze), so nothing needs resolving: --no-deps
   # keeps it exact. It matters for torchtitan, whose declared requirements (datasets,

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from tpu_kernels.testing import FLOAT_DTYPES, TOL, Tol, assert_close, compile_counted, rand
 
 __all__ = [
@@ -21,9 +23,12 @@ __all__ = [
     "Tol",
     "assert_close",
     "compile_counted",
+    "HAS_TOKAMAX",
+    "NO_TOKAMAX",
     "free_port",
     "fresh_name",
     "load_bench_script",
+    "needs_tokamax",
     "process_time_limit_s",
     "rand",
     "spawn_ranks",
@@ -32,6 +37,12 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Tokamax (tpu_kernels.tokamax) needs Python >= 3.12: the Python 3.11 environment
+# (requirements/lock-py311.txt, scripts/test-py311) runs without it, and these tests skip there.
+HAS_TOKAMAX = importlib.util.find_spec("tokamax") is not None
+NO_TOKAMAX = "needs tokamax, which is not installed (it needs Python >= 3.12)"
+needs_tokamax = pytest.mark.skipif(not HAS_TOKAMAX, reason=NO_TOKAMAX)
 
 _ids = itertools.count()  # one counter for the session: every name it gives is distinct
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import assert_close, compile_counted, rand
+from tests.helpers import assert_close, compile_counted, needs_tokamax, rand
 from tests.registries import family_id, kernel_families
 from tpu_kernels import tpu_kernel
 from tpu_kernels.dispatch import autocast
@@ -154,6 +154,7 @@ TOKAMAX_POLICIES = {
 }
 
 
+@needs_tokamax
 def test_tokamax_op_policies():
     from tpu_kernels.tokamax import FAMILIES
 
@@ -161,6 +162,7 @@ def test_tokamax_op_policies():
     assert declared == {name: TOKAMAX_POLICIES.get(name, "keep") for name in declared}
 
 
+@needs_tokamax
 def test_tokamax_ops_follow_their_policies():
     from tpu_kernels import tokamax as tk
 

@@ -7,7 +7,7 @@ from torch.export import Dim
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from tests.helpers import rand
+from tests.helpers import needs_tokamax, rand
 from tpu_kernels.kernels import matmul, rmsnorm, softmax
 
 
@@ -89,7 +89,13 @@ def test_checkpointed_pallas_block_recomputes_and_matches():
             id="helion",
             marks=pytest.mark.slow,
         ),
-        pytest.param(tokamax_block, [(2, 8, 64), (64, 2, 32)], ["tokamax::gated_linear_unit"], id="tokamax"),
+        pytest.param(
+            tokamax_block,
+            [(2, 8, 64), (64, 2, 32)],
+            ["tokamax::gated_linear_unit"],
+            id="tokamax",
+            marks=needs_tokamax,
+        ),
     ],
 )
 def test_checkpointed_helion_and_tokamax_ops(fn, shapes, ops):
@@ -140,6 +146,7 @@ def test_export_helion_ops_with_dynamic_batch():
     assert "tpu_kernels.matmul_helion.default" in targets
 
 
+@needs_tokamax
 def test_export_tokamax_op_with_dynamic_batch():
     targets = check_export(TokamaxBlock(), (rand(4, 8, 64),), {"x": {0: Dim("batch", max=512)}}, (4, 24))
     assert "tokamax.gated_linear_unit.default" in targets

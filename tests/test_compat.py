@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import HAS_TOKAMAX, NO_TOKAMAX
 from tpu_kernels import _compat
 from tpu_kernels.dispatch import autograd
 from tpu_kernels.runtime import bridge
@@ -28,6 +29,8 @@ def test_every_fast_path_is_live_on_the_pinned_versions(name):
     path = _compat.entries()[name].path
     if path.startswith("torch.distributed") and not _distributed():
         pytest.skip("this torch build has no torch.distributed")
+    if path.startswith("tokamax") and not HAS_TOKAMAX:
+        pytest.skip(NO_TOKAMAX)
     assert _compat.live()[name], f"{path} did not resolve"
     value = _compat.get(name)
     assert value is not _compat.entries()[name].fallback
@@ -45,7 +48,8 @@ def test_the_features_built_on_them_take_their_fast_paths():
 
 
 def test_names_read_by_string_exist():
-    importlib.import_module(_compat.TOKAMAX_OPS + "normalization.api")
+    if HAS_TOKAMAX:
+        importlib.import_module(_compat.TOKAMAX_OPS + "normalization.api")
     assert _compat.JAX_CALLBACK_LOGGER in logging.Logger.manager.loggerDict or importlib.import_module(
         _compat.JAX_CALLBACK_LOGGER
     )
@@ -63,6 +67,15 @@ def test_a_moved_api_gets_its_fallback(monkeypatch):
     assert not _compat.live()["torch_function_mode_enabled"]
     assert _compat.get("torch_function_mode_enabled")() is True  # "a mode may be active": the slow, safe path
     assert not _compat.all_of("torch_function_mode_enabled")
+
+
+def test_an_older_releases_place_is_tried_after_the_newest(monkeypatch):
+    entry = _compat.entries()["torch_tracing"]
+    moved = entry._replace(path="torch._no_such_module:tracing", older=("torch._gone:x", entry.path))
+    monkeypatch.setitem(_compat._ENTRIES, "torch_tracing", moved)
+    monkeypatch.setattr(_compat, "_resolved", {})
+    assert _compat.live()["torch_tracing"]
+    assert _compat.get("torch_tracing") is _compat._resolve(entry.path)
 
 
 def test_a_moved_api_without_fallback_raises_naming_it(monkeypatch):

@@ -6,7 +6,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.helpers import rand
+from tests.helpers import needs_tokamax, rand
 from tpu_kernels import tpu_kernel
 from tpu_kernels.dispatch.eager import plain_eager
 from tpu_kernels.errors import InvalidArgumentTypeError
@@ -280,6 +280,7 @@ def test_keyword_arguments_take_the_shortcut_and_agree_with_the_dispatcher():
         )
 
 
+@needs_tokamax
 def test_optional_tensors_and_optional_statics_take_the_shortcut():
     import tpu_kernels.tokamax as tk
     from tpu_kernels.tokamax.normalization.op import layer_norm_op

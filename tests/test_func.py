@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.helpers import uname
+from tests.helpers import needs_tokamax, uname
 from tpu_kernels import KernelError, NoBackwardError, OpDefinitionError, tpu_kernel
 from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 
@@ -261,6 +261,7 @@ def test_helion_ops_grad_vmap_and_per_sample_grads(name):
     close(per_sample, torch.stack([_autograd_grads(f, (x[i], *args))[0] for i in range(B)]), tol)
 
 
+@needs_tokamax
 @pytest.mark.parametrize("which", ["rms_norm", "layer_norm"])
 def test_tokamax_norms_grad_jacrev_vmap_and_per_sample_grads(which):
     from tpu_kernels import tokamax as tk
@@ -295,6 +296,7 @@ def test_batched_twin_passes_opcheck():
     opcheck(twin, ([True, False], x, y), {"alpha": 0.5, "block_rows": 8})
 
 
+@needs_tokamax
 def test_tokamax_glu_with_an_optional_tensor_vmap_and_per_sample_weight_grads():
     from tpu_kernels import tokamax as tk
 

@@ -18,7 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import hypothesis_settings, rand
+from tests.helpers import hypothesis_settings, needs_tokamax, rand
 from tests.test_mosaic_precision import precisions
 from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels import matmul
@@ -244,6 +244,7 @@ def test_import_never_imports_torch_tpu():
     assert run.stdout.strip().splitlines()[-1] == "False", run.stderr
 
 
+@needs_tokamax
 @pytest.mark.parametrize("torch_name,stablehlo", SETTINGS)
 def test_tokamax_ops_follow_the_setting_unless_given_precision(torch_name, stablehlo):
     from tpu_kernels.tokamax import glu, ragged

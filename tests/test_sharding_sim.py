@@ -20,6 +20,7 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tests.helpers import needs_tokamax
 from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
 from tpu_kernels.check.examples import forward_of
@@ -133,6 +134,7 @@ def test_a_helion_op_that_declares_its_reduced_dim_shardable_fails():
     ), msg
 
 
+@needs_tokamax
 def test_a_tokamax_op_that_declares_its_normalised_dim_shardable_fails():
     # the mutant tests/tokamax/test_sharding.py's 2-process run once caught: layer norm
     # sharded on the dim it normalises

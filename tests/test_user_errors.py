@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from tests.helpers import uname
+from tests.helpers import needs_tokamax, uname
 from tpu_kernels import tpu_kernel
 from tpu_kernels.bench.results import SCHEMA
 from tpu_kernels.cli import main
@@ -298,6 +298,7 @@ def test_errors_of_a_bucketed_op_name_the_shapes_the_caller_passed():
     ]
 
 
+@needs_tokamax
 def test_a_tokamax_functions_input_error_names_the_function_called():
     import tpu_kernels.tokamax as tk
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tests.helpers import compile_counted
+from tests.helpers import compile_counted, needs_tokamax
 from tpu_kernels import testing, tpu_kernel
 
 
@@ -70,6 +70,7 @@ def test_torch_compile_gives_the_64_bit_dtype(dtype):
     torch.testing.assert_close(out, _want(X, dtype) + 1, rtol=0, atol=0)
 
 
+@needs_tokamax
 def test_a_tokamax_dtype_static_asks_for_float64():
     """Tokamax's ragged_dot takes `preferred_element_type`: float64 gives a float64 result."""
     from tpu_kernels import tokamax as tk

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 
 import jax
 
 from tpu_kernels import _compat
+from tpu_kernels.errors import warn_at_caller
 
 FLAG = "jax_cpu_enable_async_dispatch"
 ENV = "TPU_KERNELS_CPU_ASYNC_DISPATCH"  # the environment's choice (JAX reads none for the flag)
@@ -41,7 +41,6 @@ NOTE = (
 )
 
 _backends_made = _compat.get("jax_backends_initialized")
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep  # the note names the caller's line, not ours
 _lock = threading.Lock()
 _done = False
 
@@ -63,7 +62,7 @@ def synchronous() -> None:
         if not _backends_made():
             jax.config.update(FLAG, bool(want_async))
         elif jax.config.read(FLAG) and not want_async:
-            warnings.warn(NOTE, RuntimeWarning, skip_file_prefixes=(_PACKAGE,))
+            warn_at_caller(NOTE, RuntimeWarning)  # the note names the caller's line, not ours
 
 
 def stated() -> bool | None:

@@ -11,6 +11,10 @@ and the classes' table ("Error classes").
 
 from __future__ import annotations
 
+import inspect
+import os
+import warnings
+
 
 class TpuKernelsError(Exception):
     """Base class of the errors raised by tpu_kernels itself."""
@@ -62,6 +66,19 @@ def wrapping(cause: BaseException) -> type[KernelError]:
     if isinstance(cause, TypeError):
         return InvalidArgumentTypeError
     return KernelError
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """`warnings.warn` attributed to the first frame outside tpu_kernels (the user's line, which
+    is also what a warnings filter matches): Python 3.12's `skip_file_prefixes`, counted here
+    frame by frame so that it works on 3.11 too."""
+    level, frame = 2, inspect.currentframe().f_back  # stacklevel 2: this function's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 # The floating dtypes the shipped kernels (and Helion ops with float_only=) accept, as their

@@ -21,6 +21,7 @@ import torch
 from jax.experimental import pallas as pl
 from jax.experimental import serialize_executable
 
+from tests.helpers import needs_tokamax
 from tpu_kernels import cli, tpu_kernel
 from tpu_kernels.runtime import cache
 from tpu_kernels.runtime.cache import build, entry, store
@@ -744,6 +745,7 @@ def test_jax_compile_options_keep_entries_apart(cache_dir, option, value):
     assert (cache.STATS.misses, cache.STATS.hits) == (misses + 1, hits + 1)  # the defaults' again
 
 
+@needs_tokamax
 def test_importing_tokamax_leaves_the_disk_cache_on():
     """Tokamax's config options are JAX user contexts whose default is a bare object(): the
     trace settings read it as a sentinel, so importing Tokamax does not make every kernel
@@ -766,6 +768,7 @@ def test_the_entry_format_checks_its_key_and_checksum():
         entry.decode(textwrap.dedent("not an entry").encode(), "k1")
 
 
+@needs_tokamax
 def test_shipped_and_tokamax_ops_forward_and_backward_are_stored(cache_dir):
     """Their programs hold custom_vjp/custom_vmap/remat_opt rules, which lowering never
     calls: each is skipped by name (cache.program._NOT_LOWERED), not refused."""

@@ -13,7 +13,7 @@ from tpu_kernels.tuner import autotune, tune_calls
 from tpu_kernels.tuner.capture import Call
 from tpu_kernels.tuning import table
 
-from ..helpers import rand, uname
+from ..helpers import needs_tokamax, rand, uname
 from .kernels import make_op
 
 FAST = timing.Settings(rounds=5, min_sample_s=0.002, warmup_s=0.2, lead_in_s=0.002)
@@ -159,6 +159,7 @@ def test_online_tuning_only_when_asked(tuning_dir, monkeypatch):
     assert op.tuned.fill((x,), {}).get("block_rows") in (8, 64, 256)
 
 
+@needs_tokamax
 def test_tokamax_ops_go_to_tokamaxs_autotuner(tuning_dir):
     from tpu_kernels.tokamax import tuned
     from tpu_kernels.tokamax.normalization.op import layer_norm

@@ -12,7 +12,10 @@ dimension-semantics lint reads it from the kernel body (check/scratch.py).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import sys
 from typing import TYPE_CHECKING
 
 from jax.experimental.pallas import tpu as pltpu
@@ -31,7 +34,8 @@ def race_params() -> pltpu.InterpretParams:
     return pltpu.InterpretParams(detect_races=True, num_cores_or_threads=CORES)
 
 
-_ACCESS = re.compile(r"(write|read) of \('(\w+)', (\d+)[^\]]*?\)\[(.*?)\] from \((\d+), (\d+)\)")
+# "from (0, 1)" (JAX 0.12: the thread), "from 0, 1, ..." (JAX 0.10.2: device, core)
+_ACCESS = re.compile(r"(write|read) of \('(\w+)', (\d+)[^\]]*?\)\[(.*?)\] from \(?(\d+), (\d+)")
 
 
 def _slices(text: str) -> str:
@@ -60,16 +64,26 @@ def run_with_race_detection(op: KernelOp, call: Call) -> Explanation | None:
     Returns None when it ran cleanly; a RACE explanation when the detector fired; the
     explained error when the op failed otherwise (an out-of-bounds block in plain words)."""
     params = race_params()
+    printed = io.StringIO()
     try:
-        bounds.run_call(op, call, params)
+        # JAX 0.12 raises the detector's report; JAX 0.10.2 prints it and runs on: read both
+        with contextlib.redirect_stdout(printed):
+            bounds.run_call(op, call, params)
     except Exception as e:
         text = str(e)
         if "RACE DETECTED" in text:
-            report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
-            raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
-            return Explanation(RACE, explain_race(text), raw)
+            return _race(text)
         found = bounds.explain_interpreter_error(text)
         if found is not None:
             return Explanation(OUT_OF_BOUNDS, found, bounds.interpreter_line(text))
         return explain(e)
-    return None
+    finally:
+        sys.stdout.write(printed.getvalue())  # what the kernel printed still shows
+    text = printed.getvalue()
+    return _race(text) if "RACE DETECTED" in text else None
+
+
+def _race(text: str) -> Explanation:
+    report = text[text.find("RACE DETECTED") :].split("\n\n")[0]
+    raw = "\n".join(line for line in report.splitlines() if not line.strip().startswith("clock:"))
+    return Explanation(RACE, explain_race(text), raw)

@@ -38,7 +38,7 @@ from jax.experimental.pallas import tpu as pltpu
 from tpu_kernels import _compat
 from tpu_kernels._scoped import ScopedSetting
 
-type Mode = str | pltpu.InterpretParams
+Mode = str | pltpu.InterpretParams  # (a plain alias: Python 3.11 has no `type` statement)
 
 
 # Re-entrant: a kernel's build (under the lock) may run a nested call in the same thread.

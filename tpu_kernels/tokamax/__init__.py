@@ -15,8 +15,16 @@ shapes; this package imports every family folder, which registers it in `FAMILIE
 """
 
 import importlib as _importlib
+import importlib.util as _importlib_util
 import pkgutil as _pkgutil
 from pathlib import Path as _Path
+
+if _importlib_util.find_spec("tokamax") is None:  # the rest of tpu_kernels works without it
+    raise ModuleNotFoundError(
+        "tpu_kernels.tokamax needs the tokamax package (tokamax>=0.0.17, which needs Python >= 3.12 "
+        "and JAX >= 0.11.1): pip install 'tokamax>=0.0.17'",
+        name="tokamax",
+    )
 
 from tpu_kernels.tokamax.implementation import (
     ImplementationError,

@@ -414,7 +414,7 @@ class Tuned:
             kwargs[name] if name in kwargs else (args[i] if not kw and i < n else _MISSING)
             for name, (i, kw) in self.slots
         )
-        if _MISSING not in given:
+        if _none_missing(given):
             return given, (), None
         tensors = tuple(kwargs.get(name) if kw or i >= n else args[i] for i, name, kw in self.tensor_slots)
         return given, tensors, _first_tensor(tensors)  # no tensor: the dispatcher's error
@@ -625,6 +625,16 @@ class Tuned:
 
 
 _MISSING = object()
+
+
+def _none_missing(given: tuple) -> bool:
+    """Whether every tunable was given: an identity test, element by element. Not
+    `_MISSING not in given`, whose `==` on the sentinel object torch 2.13's Dynamo cannot
+    trace under torch.compile(fullgraph=True) ("Missing richcompare_impl override")."""
+    for g in given:
+        if g is _MISSING:
+            return False
+    return True
 
 
 def _first_tensor(tensors: tuple) -> torch.Tensor | None:

@@ -55,17 +55,15 @@ import math
 import os
 import re
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tpu_kernels import _compat
 from tpu_kernels.definition.signature import Kind
-from tpu_kernels.errors import TpuKernelsError
+from tpu_kernels.errors import TpuKernelsError, warn_at_caller
 from tpu_kernels.verification.compare import difference
 from tpu_kernels.verification.tolerance import Reference, rms, tol
 
@@ -229,9 +227,6 @@ def _reference_kwargs(op: Op, ref: Reference, values: list[Any]) -> dict[str, An
     return kwargs
 
 
-_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # warnings point at the first frame outside it
-
-
 def _unchecked(op: Op, why: str, fix: str = "") -> None:
     """A call checked mode cannot check: in strict mode an error, else a warning, once per
     op and reason, that such calls run unchecked."""
@@ -239,11 +234,7 @@ def _unchecked(op: Op, why: str, fix: str = "") -> None:
         raise UncheckedCallError(f"checked mode (strict): {op.name}: {why}.{fix}")
     if (op.name, why) not in _WARNED:
         _WARNED.add((op.name, why))
-        warnings.warn(
-            f"checked mode: {op.name}: {why}; such calls run unchecked.{fix}",
-            UncheckedWarning,
-            skip_file_prefixes=(_PACKAGE,),
-        )
+        warn_at_caller(f"checked mode: {op.name}: {why}; such calls run unchecked.{fix}", UncheckedWarning)
 
 
 _DECLARE = (

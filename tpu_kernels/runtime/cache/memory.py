@@ -6,7 +6,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -32,7 +32,7 @@ class _Pending:
         self.error: BaseException | None = None
 
 
-class CompileCache[V]:
+class CompileCache(Generic[V]):
     """An LRU map from a hashable key to a value that is costly to build.
 
     `get_or_build` builds each missing key once, even when several threads ask
