@@ -42,6 +42,9 @@ class Private(NamedTuple):
     path: str  # "module:attr.attr" (no attribute part: the module itself)
     purpose: str
     fallback: Any = _NO_FALLBACK
+    # where older supported releases keep the same name, tried in order after `path` (the
+    # newest pinned release's place): the TPU v5e machine's JAX 0.10.2 and requirements/lock-py311.txt
+    older: tuple[str, ...] = ()
 
 
 _ENTRIES: dict[str, Private] = {
@@ -164,13 +167,19 @@ _ENTRIES: dict[str, Private] = {
     # which `wrap_mosaic_dot_lowering` wraps so that a dot with no float32 operand never asks
     # Mosaic for a float32 contract precision (it refuses one: "Bad lhs type"). Without it, a
     # bf16 kernel traced at "high" or "highest" fails to compile on a TPU, as JAX ships it.
+    # ---- lowering/export.py's `mosaic_modules`: reading a Mosaic module's bytecode. JAX 0.10's
+    # bytecode holds Mosaic's memory-space attributes, which parse only with its TPU dialect
+    # registered. Without it, the dialect stays unregistered (enough for JAX 0.12's bytecode).
+    "mosaic_tpu_dialect": Private("jax._src.lib:tpu", "registering Mosaic's TPU dialect in an MLIR context", None),
     "mosaic_lowering_rules": Private(
         "jax._src.pallas.mosaic.lowering:lowering_rules", "Mosaic's lowering rule per primitive", None
     ),
     # ---- TPU generations: check/chips.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
-        "jax._src.tpu_info:chip_version_from_device_kind", "a TPU generation from a device kind"
+        "jax._src.tpu_info:chip_version_from_device_kind",
+        "a TPU generation from a device kind",
+        older=("jax._src.pallas.mosaic.tpu_info:chip_version_from_device_kind",),  # JAX 0.10.2
     ),
     # ---- symbolic.py: the size equalities a trace needs, as torch guards (no stand-in: a
     # fake cannot assume an equality torch does not check).
@@ -394,7 +403,7 @@ def _wrap_context(name: str, around: Any) -> bool:
 
     wrapper._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    module, _, attr = _ENTRIES[name].path.partition(":")
+    module, _, attr = _locate(_ENTRIES[name])[1].partition(":")
     setattr(importlib.import_module(module), attr, wrapper)
     _resolved[name] = wrapper
     return True
@@ -443,6 +452,20 @@ def _resolve(path: str) -> Any:
     return value
 
 
+def _locate(entry: Private) -> tuple[Any, str]:
+    """(the value, the path it resolved at): `entry.path`, else each of `entry.older`; the
+    error of `entry.path` when none resolves."""
+    try:
+        return _resolve(entry.path), entry.path
+    except (ImportError, AttributeError) as first:
+        for path in entry.older:
+            try:
+                return _resolve(path), path
+            except (ImportError, AttributeError):
+                continue
+        raise first
+
+
 def get(name: str) -> Any:
     """The private API `name` (see `_ENTRIES`), its fallback when this release lacks it, or
     CompatError naming it when nothing can stand in."""
@@ -452,7 +475,7 @@ def get(name: str) -> Any:
         pass
     entry = _ENTRIES[name]
     try:
-        value = _resolve(entry.path)
+        value = _locate(entry)[0]
     except (ImportError, AttributeError) as e:
         if entry.fallback is _NO_FALLBACK:
             package = entry.path.split(".", 1)[0]
@@ -471,7 +494,7 @@ def live() -> dict[str, bool]:
     out = {}
     for name, entry in _ENTRIES.items():
         try:
-            _resolve(entry.path)
+            _locate(entry)
             out[name] = True
         except (ImportError, AttributeError):
             out[name] = False

@@ -90,13 +90,16 @@ def mosaic_modules(mlir_text: str) -> list[str]:
     each Pallas kernel is serialized (bytecode, base64) into its `tpu_custom_call`'s config, so
     the outer module's text shows none of what Mosaic is asked to compile (a dot's
     `contract_precision`, say). Read with an MLIR context that accepts Mosaic's dialects
-    unregistered."""
+    unregistered (JAX 0.10's needs Mosaic's TPU dialect registered too)."""
     import base64
     import json
     import re
 
     from jax.interpreters import mlir
 
+    from tpu_kernels import _compat
+
+    dialect = _compat.get("mosaic_tpu_dialect")
     out = []
     for config in re.findall(r'backend_config = "(\{\\22custom_call_config.*?)"', mlir_text):
         # MLIR's string escapes: a byte as a backslash and two hex digits (\22 for a quote)
@@ -104,5 +107,7 @@ def mosaic_modules(mlir_text: str) -> list[str]:
         body = json.loads(text)["custom_call_config"]["body"]
         with mlir.make_ir_context() as ctx:
             ctx.allow_unregistered_dialects = True
+            if dialect is not None:
+                dialect.register_dialect(ctx)
             out.append(str(mlir.ir.Module.parse(base64.b64decode(body))))
     return out
