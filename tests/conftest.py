@@ -6,8 +6,12 @@ import shutil
 import tempfile
 
 # libtpu (a dependency of torch-tpu) makes JAX probe for a TPU at start-up: seconds
-# of failed initialisation on a CPU machine. The tests run JAX on the CPU.
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# of failed initialisation on a CPU machine. The tests run JAX on the CPU, except on a
+# machine with a TPU device, where the TPU suite (tests/tpu) needs JAX and torch_tpu on it.
+import glob  # noqa: E402
+
+if not any(glob.glob(p) for p in ("/dev/accel*", "/dev/vfio/[0-9]*")):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Helion must never autotune implicitly in a test: a kernel without a config that
 # would autotune raises instead (tests that autotune on purpose lift this).
 os.environ.setdefault("HELION_DISALLOW_AUTOTUNING", "1")

@@ -192,3 +192,28 @@ def test_every_shipped_op_and_its_backward_run_through_the_real_torch_tpu_jax_op
     results = result if isinstance(result, (tuple, list)) else (result,)
     grads_of = [values[p.name] for p in fam.op.signature.tensor_params]
     assert [tuple(r.shape) for r in results[: len(grads_of)]] == [tuple(g.shape) for g in grads_of]
+
+
+def test_a_kernels_input_error_on_the_tpu_path_keeps_its_kind_and_names_the_op():
+    """torch_tpu traces the kernel when it first sees a shape (here in its fake, on the chip at the
+    call): the kernel's own check raised a bare ValueError there, not the InvalidArgumentError
+    the CPU path raises for the same call (found by the TPU suite's first chip run)."""
+    pytest.importorskip("torch_tpu")
+    from tpu_kernels.errors import InvalidArgumentError
+
+    kernel = rmsnorm._kernels["PrivateUse1"]
+    with FakeTensorMode():
+        x, w = torch.empty(8, 128), torch.empty(64)
+        with pytest.raises(InvalidArgumentError, match=r"tpu_kernels::rmsnorm: .*weight must have shape"):
+            kernel(x, w)
+
+
+def test_a_tensor_off_the_tpu_is_refused_naming_the_op_and_argument():
+    """The TPU kernel gets every call with a TPU tensor among its arguments; another device's
+    tensor beside it reached torch_tpu's launch, whose error named neither the op nor the argument."""
+    from tpu_kernels.errors import InvalidArgumentError
+    from tpu_kernels.kernels import scale_add
+
+    kernel = scale_add._kernels["PrivateUse1"]
+    with pytest.raises(InvalidArgumentError, match=r"tpu_kernels::scale_add: argument 'x' is on cpu.*\.to\('tpu'\)"):
+        kernel(torch.randn(8, 128), torch.randn(8, 128), alpha=2.0)

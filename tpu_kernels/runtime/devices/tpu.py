@@ -39,7 +39,7 @@ import torch
 
 from tpu_kernels import _compat, startup
 from tpu_kernels.definition.signature import Signature
-from tpu_kernels.errors import BackendUnavailableError
+from tpu_kernels.errors import BackendUnavailableError, InvalidArgumentError, wrapping
 from tpu_kernels.runtime import devices, precision
 
 # torch_tpu renames PrivateUse1 to "tpu" when it is imported; registering on the
@@ -233,7 +233,19 @@ class TpuKernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         p = precision.current()
         inner = self._inner.get(p) or self.inner_op(p)
-        results = inner(*args, **kwargs)
+        for t in (*args, *kwargs.values()):  # torch_tpu's launch refuses another device's tensor
+            if type(t) is torch.Tensor and t.device.type != "tpu":  # without naming the op
+                self._refuse_device(args, kwargs)
+        try:
+            results = inner(*args, **kwargs)
+        except Exception as e:
+            # what torch_tpu's trace of the kernel (its input checks) or its launch raised (a
+            # compile error, memory exhausted), said with the op's name and the call's tensors,
+            # of the kind the CPU path raises for the same cause (errors.wrapping)
+            raise wrapping(e)(
+                f"{self.qualname}: the TPU kernel failed for {self._describe(args, kwargs)}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
         if not isinstance(results, (tuple, list)):
             results = (results,)
         if self.mutated:
@@ -241,6 +253,36 @@ class TpuKernel:
             for j, i in enumerate(self.mutated):
                 values[i].copy_(results[self.n_outputs + j])
         return self.sig.pack(results, self.returns_list)
+
+
+    def _tensors(self, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+        values = self.sig.values(args, kwargs)
+        out = []
+        for param, v in zip(self.sig.params, values):
+            for t in v if isinstance(v, (list, tuple)) else (v,):
+                if isinstance(t, torch.Tensor):
+                    out.append((param.name, t))
+        return out
+
+    def _describe(self, args: tuple, kwargs: dict) -> str:
+        try:
+            tensors = self._tensors(args, kwargs)
+        except Exception:  # the call itself did not bind: torch_tpu's error says why
+            return "this call"
+        return ", ".join(f"{n} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for n, t in tensors)
+
+    def _refuse_device(self, args: tuple, kwargs: dict) -> None:
+        tensors = self._tensors(args, kwargs)
+        others = [(n, t) for n, t in tensors if t.device.type != "tpu"]
+        if not others:
+            return
+        on_tpu = [n for n, t in tensors if t.device.type == "tpu"]
+        name, t = others[0]
+        raise InvalidArgumentError(
+            f"{self.qualname}: argument '{name}' is on {t.device}, while "
+            f"{', '.join(repr(n) for n in on_tpu) or 'the others'} {'is' if len(on_tpu) == 1 else 'are'} on tpu; "
+            f"a call's tensors must share one device: move it first ({name}.to('tpu'))."
+        )
 
 
 def peaks(device_kind: str) -> devices.Peaks | None:
