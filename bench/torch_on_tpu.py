@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax  # jax_op reads the bare functions' annotations (jax.Array) from this module's globals
 import torch
 import torch.nn.functional as F
 
@@ -55,7 +56,6 @@ def per_call_us(fn: Callable[[], Any], *, n: int, rounds: int) -> float:
 def _bare_ops() -> dict[str, Any]:
     """Bare jax_ops of the shipped kernels' JAX halves and of plain jnp, as a torch_tpu user
     would write them."""
-    import jax
     import jax.numpy as jnp
 
     from tpu_kernels.kernels import rmsnorm, scale_add, softmax

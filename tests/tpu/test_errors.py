@@ -62,6 +62,8 @@ def test_a_call_too_large_for_the_chip_is_a_clear_error_and_the_next_call_runs(t
         matmul(a, b)[:1, :1].cpu()
     figures["deferred_error"] = str(info.value)[:400]
     assert re.search(r"out of memory|RESOURCE_EXHAUSTED", str(info.value), re.I), str(info.value)
+    # the deferred failure leaves a and b "in a failed state" in torch_tpu: fresh inputs
+    a, b = torch.randn(65536, 64, device=tpu), torch.randn(64, 65536, device=tpu)
     mode = torch.tpu.EagerMode  # type: ignore[attr-defined]
     torch.tpu.set_eager_mode(mode.DEFER_NEVER)  # type: ignore[attr-defined]
     try:
