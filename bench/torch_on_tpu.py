@@ -172,7 +172,14 @@ def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
     from tpu_kernels.kernels import matmul, rmsnorm
 
     dev, dt = torch.device("tpu"), torch.bfloat16
-    d, hd, heads, kv, ffn, t = dims["d"], dims["head_dim"], dims["heads"], dims["kv_heads"], dims["ffn"], dims["tokens"]
+    d, hd, heads, kv, ffn, t = (
+        dims["d"],
+        dims["head_dim"],
+        dims["heads"],
+        dims["kv_heads"],
+        dims["ffn"],
+        dims["tokens"],
+    )
 
     def p(*shape, scale=1.0):
         return (torch.randn(*shape, device=dev, dtype=torch.float32) * scale).to(dt).requires_grad_(True)

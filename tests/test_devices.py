@@ -215,5 +215,7 @@ def test_a_tensor_off_the_tpu_is_refused_naming_the_op_and_argument():
     from tpu_kernels.kernels import scale_add
 
     kernel = scale_add._kernels["PrivateUse1"]
-    with pytest.raises(InvalidArgumentError, match=r"tpu_kernels::scale_add: argument 'x' is on cpu.*\.to\('tpu'\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"tpu_kernels::scale_add: argument 'x' is on cpu.*\.to\('tpu'\)"
+    ):
         kernel(torch.randn(8, 128), torch.randn(8, 128), alpha=2.0)

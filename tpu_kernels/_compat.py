@@ -170,7 +170,9 @@ _ENTRIES: dict[str, Private] = {
     # ---- lowering/export.py's `mosaic_modules`: reading a Mosaic module's bytecode. JAX 0.10's
     # bytecode holds Mosaic's memory-space attributes, which parse only with its TPU dialect
     # registered. Without it, the dialect stays unregistered (enough for JAX 0.12's bytecode).
-    "mosaic_tpu_dialect": Private("jax._src.lib:tpu", "registering Mosaic's TPU dialect in an MLIR context", None),
+    "mosaic_tpu_dialect": Private(
+        "jax._src.lib:tpu", "registering Mosaic's TPU dialect in an MLIR context", None
+    ),
     "mosaic_lowering_rules": Private(
         "jax._src.pallas.mosaic.lowering:lowering_rules", "Mosaic's lowering rule per primitive", None
     ),
@@ -379,7 +381,9 @@ def wrap_mosaic_dot_lowering(adjust: Any) -> bool:
         if getattr(original, "_tpu_kernels_wrapped", False):
             continue
 
-        def rule(ctx: Any, *args: Any, precision: Any = None, _original: Any = original, **params: Any) -> Any:
+        def rule(
+            ctx: Any, *args: Any, precision: Any = None, _original: Any = original, **params: Any
+        ) -> Any:
             return _original(ctx, *args, precision=adjust(ctx.avals_in, precision), **params)
 
         rule._tpu_kernels_wrapped = True  # type: ignore[attr-defined]

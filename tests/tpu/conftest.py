@@ -117,7 +117,10 @@ def _commit() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "tpu_kernels", "tests"))}
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--", "tpu_kernels", "tests")),
+    }
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -17,7 +17,11 @@ def _cases(tpu):
     x = torch.randn(8, 128, device=tpu)
     return {
         "int": (lambda: softmax(x.int()), InvalidArgumentTypeError, "softmax: argument 'x' has dtype int32"),
-        "shape": (lambda: rmsnorm(x, torch.randn(64, device=tpu)), InvalidArgumentError, "rmsnorm: weight must have shape"),
+        "shape": (
+            lambda: rmsnorm(x, torch.randn(64, device=tpu)),
+            InvalidArgumentError,
+            "rmsnorm: weight must have shape",
+        ),
         "dims": (
             lambda: matmul(torch.randn(8, 128, device=tpu), torch.randn(64, 128, device=tpu)),
             InvalidArgumentError,

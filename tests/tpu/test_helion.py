@@ -12,7 +12,12 @@ from tpu_kernels.testing import assert_close
 pytest.importorskip("helion")
 
 TWINS = sorted(n for n, f in FAMILIES.items() if f.helion)
-SHAPES = {"matmul": (256, 512, 256), "rmsnorm": (256, 512), "scale_add": ((256, 512), (256, 512)), "softmax": (256, 512)}
+SHAPES = {
+    "matmul": (256, 512, 256),
+    "rmsnorm": (256, 512),
+    "scale_add": ((256, 512), (256, 512)),
+    "softmax": (256, 512),
+}
 
 
 @pytest.mark.parametrize("family", TWINS)
@@ -31,7 +36,9 @@ def test_helion_twin_forward_and_backward(family, dtype, tpu, figures):
         out = op(*leaves, **fam.kwargs)
         wide = [t.double().requires_grad_(True) for t in host]
         expected = suite.reference(*wide)
-        assert_close(out.cpu(), expected.detach(), dtype, scale=suite.out_scale(shape, dtype), what=f"{op.name}")
+        assert_close(
+            out.cpu(), expected.detach(), dtype, scale=suite.out_scale(shape, dtype), what=f"{op.name}"
+        )
         if op.backward_op is None and not getattr(op, "_backward", None):
             return
         g = torch.randn(expected.shape, dtype=torch.float64)

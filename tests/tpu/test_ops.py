@@ -12,7 +12,12 @@ from tpu_kernels.testing import assert_close, compile_counted
 
 SUITES = {
     c.family: c()
-    for c in (test_matmul.TestMatmul, test_rmsnorm.TestRmsnorm, test_scale_add.TestScaleAdd, test_softmax.TestSoftmax)
+    for c in (
+        test_matmul.TestMatmul,
+        test_rmsnorm.TestRmsnorm,
+        test_scale_add.TestScaleAdd,
+        test_softmax.TestSoftmax,
+    )
 }
 DTYPES = [torch.bfloat16, torch.float32]
 
@@ -47,14 +52,19 @@ def test_forward_and_backward_match_float64_on_the_host(family, dtype, tpu, figu
         assert out.device == leaves[0].device and out.dtype == dtype
         wide = [t.double().requires_grad_(True) for t in host]
         expected = suite.reference(*wide)
-        assert_close(out.cpu(), expected.detach(), dtype, scale=suite.out_scale(shape, dtype), what=f"{family} {name}")
+        assert_close(
+            out.cpu(), expected.detach(), dtype, scale=suite.out_scale(shape, dtype), what=f"{family} {name}"
+        )
         g = torch.randn(expected.shape, dtype=torch.float64)
         got = torch.autograd.grad((out * g.to(dtype).to(tpu)).sum(), leaves)
         want = torch.autograd.grad((expected * g.to(dtype).double()).sum(), wide)
         for i, (a, b, s) in enumerate(zip(got, want, suite.grad_scales(shape, dtype))):
             assert a.device == leaves[i].device and a.dtype == dtype and a.shape == leaves[i].shape
             assert_close(a.cpu(), b, dtype, scale=s, what=f"{family} {name} grad {i}")
-        figures[name] = {"forward": _normwise(out, expected), "backward": max(_normwise(a, b) for a, b in zip(got, want))}
+        figures[name] = {
+            "forward": _normwise(out, expected),
+            "backward": max(_normwise(a, b) for a, b in zip(got, want)),
+        }
 
 
 # normwise error of a float32 product against float64, per torch setting, on the chip: one bf16
@@ -80,7 +90,11 @@ def test_matmul_at_every_float32_precision_setting(setting, dtype, tpu, figures)
     ra, rb = a.to(dtype).double(), b.to(dtype).double()
     want = ra @ rb
     gd = g.to(dtype).double()
-    errs = {"forward": _normwise(out, want), "grad_a": _normwise(ga, gd @ rb.T), "grad_b": _normwise(gb, ra.T @ gd)}
+    errs = {
+        "forward": _normwise(out, want),
+        "grad_a": _normwise(ga, gd @ rb.T),
+        "grad_b": _normwise(gb, ra.T @ gd),
+    }
     figures.update(errs)
     bound = F32_BOUND[setting] if dtype == torch.float32 else 1e-2
     assert max(errs.values()) < bound, (setting, dtype, errs)

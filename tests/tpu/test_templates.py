@@ -17,8 +17,14 @@ CASES = {
     "elementwise": (lambda s: list(s), {"alpha": 0.5}, lambda s: 2.0),
     "row_reduction": (lambda s: [s, (s[-1],)], {}, lambda s: 3.0),
     "matmul": (lambda s: [(s[0], s[1]), (s[1], s[2])], {}, lambda s: dot_scale(s[1], torch.float32)),
-    "flash_attention": (lambda s: [(s[0], s[1], s[2], s[4]), (s[0], s[1], s[3], s[4]), (s[0], s[1], s[3], s[4])], {"causal": True}, lambda s: 1.0),
+    "flash_attention": (
+        lambda s: [(s[0], s[1], s[2], s[4]), (s[0], s[1], s[3], s[4]), (s[0], s[1], s[3], s[4])],
+        {"causal": True},
+        lambda s: 1.0,
+    ),
 }
+
+
 def grad_scale(template, shape):
     """Each gradient's scale: the project's rule for a K-term sum (`dot_scale`), K the length of
     the sums behind it (attention's gradients sum over the keys, matmul's over M or N; the
@@ -69,7 +75,9 @@ def test_template_op_forward_and_backward_on_tpu(template, backend, rendered, tp
         errs = []
         for i, (a, b) in enumerate(zip(got, want)):
             errs.append(float((a.cpu().double() - b).norm() / b.norm()))
-            assert_close(a.cpu(), b, torch.float32, scale=grad_scale(template, shape), what=f"{name} grad {i}")
+            assert_close(
+                a.cpu(), b, torch.float32, scale=grad_scale(template, shape), what=f"{name} grad {i}"
+            )
         figures.update(shape=str(shape), grad_normwise=max(errs))
     finally:
         torch.set_float32_matmul_precision(before)

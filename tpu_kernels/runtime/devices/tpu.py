@@ -254,7 +254,6 @@ class TpuKernel:
                 values[i].copy_(results[self.n_outputs + j])
         return self.sig.pack(results, self.returns_list)
 
-
     def _tensors(self, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
         values = self.sig.values(args, kwargs)
         out = []
