@@ -218,11 +218,18 @@ def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
             def fwd_bwd(f=f):
                 f(*args).backward(g)
 
-            out[f"{mode}_{which}_forward_us"] = round(per_call_us(fwd, n=5, rounds=rounds), 1)
-            out[f"{mode}_{which}_forward_backward_us"] = round(per_call_us(fwd_bwd, n=3, rounds=rounds), 1)
+            try:
+                out[f"{mode}_{which}_forward_us"] = round(per_call_us(fwd, n=5, rounds=rounds), 1)
+                out[f"{mode}_{which}_forward_backward_us"] = round(
+                    per_call_us(fwd_bwd, n=3, rounds=rounds), 1
+                )
+            except Exception as e:  # a compile failure is a finding: recorded, the other figures kept
+                out[f"{mode}_{which}_error"] = f"{type(e).__name__}: {e}"[:1500]
             for a in args:
                 a.grad = None
         for kind in ("forward", "forward_backward"):
+            if f"{mode}_torch_tpu_{kind}_us" not in out or f"{mode}_tpu_kernels_{kind}_us" not in out:
+                continue
             out[f"{mode}_{kind}_speedup"] = round(
                 out[f"{mode}_torch_tpu_{kind}_us"] / out[f"{mode}_tpu_kernels_{kind}_us"], 3
             )
@@ -246,7 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.tpu.get_device_name(),  # type: ignore[attr-defined]
         "versions": {"torch": torch.__version__},
     }
+
+    def save() -> None:  # after each section: a later section's failure keeps what came before
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+
     record["per_call"] = measure_per_call(n=50 if args.quick else 200, rounds=5)
+    save()
     print(json.dumps(record["per_call"], indent=1), flush=True)
     if args.profile_out:
         with open(args.profile_out, "w") as f:
@@ -257,11 +271,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.quick
             else dict(tokens=4096, d=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
         )
-        record["layer"] = measure_layer(dims, rounds=3)
+        try:
+            record["layer"] = measure_layer(dims, rounds=3)
+        except Exception as e:  # recorded, and the exit status says so
+            record["layer"] = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+            save()
+            raise
         print(json.dumps(record["layer"], indent=1), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    save()
     return 0
 
 
