@@ -14,7 +14,9 @@ Run on a TPU machine with torch_tpu (docs/devices.md, "The TPU suite"). Measures
   torch_tpu's own ops (`F.rms_norm`, `@`, SDPA);
 - a cProfile of the per-call path (the top functions by own time), to see where a call goes.
 
-Times: n calls, then one `torch.accelerator.synchronize()`, the minimum over rounds. No
+Times: n calls, then one `torch.accelerator.synchronize()`, the minimum over rounds; the
+layer's calls each return a sum of their results, read on the host before the wait (torch_tpu
+defers launches until a value is read: `per_call_us`). No
 assertion reads a time; the record is what tests/test_tpu_record.py checks for consistency.
 """
 
@@ -38,19 +40,35 @@ def sync() -> None:
     torch.accelerator.synchronize()
 
 
-def per_call_us(fn: Callable[[], Any], *, n: int, rounds: int) -> float:
-    """Microseconds per call: n calls then one wait, the best of `rounds` (after a warm-up)."""
+def per_call_us(
+    fn: Callable[[], Any], *, n: int, rounds: int, settle: Callable[[list], Any] | None = None
+) -> float:
+    """Microseconds per call: n calls then one wait, the best of `rounds` (after a warm-up).
+
+    `settle(results)`: reads, on the host, a value that depends on every call's result. torch_tpu
+    defers eager launches (`torch.tpu.EagerMode.DEFER_AND_FUSE`) until a value is read, so a
+    result nobody reads need not run by the time the device is synchronized: the chip's first
+    layer record had forward + backward faster than forward alone. The tiny per-call ops need
+    none: what they time is the call's host path."""
     for _ in range(3):
-        fn()
+        r = fn()
+        if settle is not None:
+            settle([r])
     sync()
     best = float("inf")
     for _ in range(rounds):
         t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
+        results = [fn() for _ in range(n)]
+        if settle is not None:
+            settle(results)
         sync()
         best = min(best, (time.perf_counter() - t0) / n)
     return best * 1e6
+
+
+def read_all(results: list) -> None:
+    """`settle` for calls that each return a scalar tensor: every one read on the host."""
+    torch.stack([r.float() for r in results]).cpu()
 
 
 def _bare_ops() -> dict[str, Any]:
@@ -151,7 +169,35 @@ def profile_call(n: int) -> str:
     return s.getvalue()
 
 
-def _layer(rms: Callable, mm: Callable, dims: dict[str, int]) -> Callable:
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch_tpu's causal attention, k and v with fewer heads than q (GQA)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def flash_template_attention() -> Callable:
+    """The flash-attention template rendered with `tpu-kernels new` (as a user would), as the
+    layer's attention: causal, k and v repeated to q's heads (the template has no GQA)."""
+    import importlib
+    import sys
+    import tempfile
+
+    from tpu_kernels import scaffold
+
+    root = tempfile.mkdtemp(prefix="bench_flash_")
+    scaffold.new("bench_flash", "flash_attention", backend="pallas", dest=root, namespace="bench_tpu")
+    sys.path.insert(0, root)
+    op = importlib.import_module("bench_flash").bench_flash
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        group = q.shape[1] // k.shape[1]
+        if group > 1:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return op(q, k, v, causal=True)
+
+    return attention
+
+
+def _layer(rms: Callable, mm: Callable, dims: dict[str, int], attention: Callable = sdpa) -> Callable:
     heads, kv, hd = dims["heads"], dims["kv_heads"], dims["head_dim"]
 
     def run(x, w1, w2, wq, wk, wv, wo, wg, wu, wd):
@@ -160,7 +206,7 @@ def _layer(rms: Callable, mm: Callable, dims: dict[str, int]) -> Callable:
         q = mm(h, wq).view(t, heads, hd).transpose(0, 1)[None]
         k = mm(h, wk).view(t, kv, hd).transpose(0, 1)[None]
         v = mm(h, wv).view(t, kv, hd).transpose(0, 1)[None]
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
+        o = attention(q, k, v)
         x = x + mm(o[0].transpose(0, 1).reshape(t, heads * hd), wo)
         h = rms(x, w2)
         return x + mm(F.silu(mm(h, wg)) * mm(h, wu), wd)
@@ -201,38 +247,54 @@ def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
     ]
     ours = _layer(lambda x, w: rmsnorm(x, w), lambda a, b: matmul(a, b), dims)
     native = _layer(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), lambda a, b: a @ b, dims)
+    variants = {"tpu_kernels": ours, "torch_tpu": native}
     g = torch.randn(t, d, device=dev, dtype=dt)
     out: dict[str, Any] = {"dims": dims, "dtype": "bfloat16", "rounds": rounds}
+    try:  # attention the other way: the flash template's op
+        flash = _layer(
+            lambda x, w: rmsnorm(x, w), lambda a, b: matmul(a, b), dims, flash_template_attention()
+        )
+        variants["tpu_kernels_flash"] = flash
+    except Exception as e:
+        out["tpu_kernels_flash_error"] = f"{type(e).__name__}: {e}"[:1500]
     with torch.no_grad():
         ref = native(*args).float()
-        err = ((ours(*args).float() - ref).norm() / ref.norm()).item()
-    out["forward_difference_vs_native"] = err
+        for which, fn in variants.items():
+            if which != "torch_tpu":
+                diff = ((fn(*args).float() - ref).norm() / ref.norm()).item()
+                out[f"forward_difference_vs_native{which.removeprefix('tpu_kernels')}"] = diff
     for mode in ("eager", "compiled"):
-        for which, fn in (("tpu_kernels", ours), ("torch_tpu", native)):
+        for which, fn in variants.items():
             f = torch.compile(fn, backend="tpu") if mode == "compiled" else fn
 
+            # each call's output (forward) or every gradient (forward + backward: they
+            # accumulate over the calls) summed and read: the same reduction on both sides
             def fwd(f=f):
                 with torch.no_grad():
-                    f(*args)
+                    return f(*args).float().sum()
 
             def fwd_bwd(f=f):
                 f(*args).backward(g)
+                return torch.stack([a.grad.float().sum() for a in args]).sum()
 
             try:
-                out[f"{mode}_{which}_forward_us"] = round(per_call_us(fwd, n=5, rounds=rounds), 1)
+                out[f"{mode}_{which}_forward_us"] = round(
+                    per_call_us(fwd, n=5, rounds=rounds, settle=read_all), 1
+                )
                 out[f"{mode}_{which}_forward_backward_us"] = round(
-                    per_call_us(fwd_bwd, n=3, rounds=rounds), 1
+                    per_call_us(fwd_bwd, n=3, rounds=rounds, settle=read_all), 1
                 )
             except Exception as e:  # a compile failure is a finding: recorded, the other figures kept
                 out[f"{mode}_{which}_error"] = f"{type(e).__name__}: {e}"[:1500]
             for a in args:
                 a.grad = None
         for kind in ("forward", "forward_backward"):
-            if f"{mode}_torch_tpu_{kind}_us" not in out or f"{mode}_tpu_kernels_{kind}_us" not in out:
-                continue
-            out[f"{mode}_{kind}_speedup"] = round(
-                out[f"{mode}_torch_tpu_{kind}_us"] / out[f"{mode}_tpu_kernels_{kind}_us"], 3
-            )
+            for which in variants:
+                ours_key, native_key = f"{mode}_{which}_{kind}_us", f"{mode}_torch_tpu_{kind}_us"
+                if which == "torch_tpu" or ours_key not in out or native_key not in out:
+                    continue
+                suffix = which.removeprefix("tpu_kernels")
+                out[f"{mode}_{kind}_speedup{suffix}"] = round(out[native_key] / out[ours_key], 3)
     return out
 
 

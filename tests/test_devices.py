@@ -219,3 +219,21 @@ def test_a_tensor_off_the_tpu_is_refused_naming_the_op_and_argument():
         InvalidArgumentError, match=r"tpu_kernels::scale_add: argument 'x' is on cpu.*\.to\('tpu'\)"
     ):
         kernel(torch.randn(8, 128), torch.randn(8, 128), alpha=2.0)
+
+
+def test_the_tpu_kernel_finds_torch_tpus_jax_callable_to_launch_directly():
+    """A plain TPU call launches through the `JaxCallable` that torch_tpu's op wraps, skipping
+    that op's second dispatch (runtime/devices/tpu.py, `jax_callable`). Where a torch or
+    torch_tpu version keeps it elsewhere the kernel still runs, through the op, one dispatch
+    slower: this test says when that happened with the versions installed."""
+    pytest.importorskip("torch_tpu")
+    from tpu_kernels.kernels import scale_add
+    from tpu_kernels.runtime.devices.tpu import jax_callable
+
+    kernel = scale_add._kernels["PrivateUse1"]
+    op = kernel.inner_op("default")
+    found = jax_callable(op)
+    assert found is not op, "torch_tpu's jax_op op no longer keeps its JaxCallable as _init_fn"
+    assert type(found).__name__ == "JaxCallable" and kernel._callable["default"] is found
+    other = object()
+    assert jax_callable(other) is other  # anything else: the op itself

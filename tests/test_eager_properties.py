@@ -197,12 +197,26 @@ def test_op_call_and_torch_ops_agree() -> None:
     assert seen["shortcut"] >= 10 and seen["declined"] >= 10 and seen["raised"] >= 10, seen
 
 
+def _declined_or_same(shortcut: tuple[str, Any], dispatcher: Any, seen: dict[str, int]) -> None:
+    """A shortcut's outcome is DECLINED, or the registered operator's (`dispatcher()`) result or
+    exception type; `seen` counts which."""
+    from tpu_kernels.dispatch.eager import DECLINED
+
+    if shortcut[0] == "returned" and shortcut[1] is DECLINED:
+        seen["declined"] += 1
+        return
+    seen["shortcut"] += 1
+    expected = _outcome(dispatcher)
+    if shortcut[0] == "raised" or expected[0] == "raised":
+        assert (shortcut[0], type(shortcut[1])) == (expected[0], type(expected[1])), (shortcut, expected)
+    else:
+        assert _same(shortcut[1], expected[1]), (shortcut[1], expected[1])
+
+
 def test_try_all_and_torch_ops_agree() -> None:
     """KernelOp.try_all (what tokamax's call_op hands every parameter's value) against the
     registered operator called with the same values, positional parameters by position and
     keyword-only ones by name: the same result or exception type, or DECLINED."""
-    from tpu_kernels.dispatch.eager import DECLINED
-
     seen = {"shortcut": 0, "declined": 0}
 
     @PROPERTY_SETTINGS
@@ -215,18 +229,30 @@ def test_try_all_and_torch_ops_agree() -> None:
         kwargs = {p.name: v for p, v in zip(params, values) if p.keyword_only}
         registered = getattr(getattr(torch.ops, op.ns), op.short_name)
         shortcut = _outcome(lambda: op.try_all(tuple(values)))
-        if shortcut[0] == "returned" and shortcut[1] is DECLINED:
-            seen["declined"] += 1
-            return
-        seen["shortcut"] += 1
-        dispatcher = _outcome(lambda: _visible(op, registered(*args, **kwargs)))
-        if shortcut[0] == "raised" or dispatcher[0] == "raised":
-            assert (shortcut[0], type(shortcut[1])) == (dispatcher[0], type(dispatcher[1])), (
-                shortcut,
-                dispatcher,
-            )
-        else:
-            assert _same(shortcut[1], dispatcher[1]), (shortcut[1], dispatcher[1])
+        _declined_or_same(shortcut, lambda: _visible(op, registered(*args, **kwargs)), seen)
+
+    agree()
+    assert seen["shortcut"] >= 10 and seen["declined"] >= 10, seen
+
+
+def test_the_device_shortcut_and_torch_ops_agree() -> None:
+    """`EagerDeviceCall` (the TPU's shortcut: plain calls skip the dispatcher) serves any
+    device type; here it serves the CPU, over each op's CPU kernel, so it meets every draw of
+    the first property here: its answer is DECLINED, or the registered operator's result or
+    exception type. On the chip the TPU suite holds it to the dispatcher on TPU tensors."""
+    from tpu_kernels.dispatch.eager_device import EagerDeviceCall
+
+    shortcuts = {name: EagerDeviceCall.for_op(op, "CPU", "cpu") for name, (op, *_) in OPS.items()}
+    seen = {"shortcut": 0, "declined": 0}
+
+    @PROPERTY_SETTINGS
+    @given(calls())
+    def agree(call: tuple[str, tuple, dict]) -> None:
+        name, args, kwargs = call
+        op = OPS[name][0]
+        shortcut = _outcome(lambda: shortcuts[name].try_call(args, kwargs))
+        registered = getattr(getattr(torch.ops, op.ns), op.short_name)
+        _declined_or_same(shortcut, lambda: registered(*args, **kwargs), seen)
 
     agree()
     assert seen["shortcut"] >= 10 and seen["declined"] >= 10, seen

@@ -18,6 +18,7 @@ path cannot afford; the registrations are the same ones custom_op makes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from tpu_kernels.dispatch import autocast as autocast_policies
 from tpu_kernels.dispatch import autograd, eager, fake
 from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.dispatch import vmap as vmap_rules
+from tpu_kernels.dispatch.eager_device import EagerDeviceCall
 from tpu_kernels.dispatch.fake import has_symbolic
 from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, UnsupportedError
 from tpu_kernels.runtime import precision as precision_settings
@@ -47,6 +49,14 @@ from tpu_kernels.verification import checked_mode
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
 _is_compiling = torch.compiler.is_compiling
+
+
+@functools.cache
+def _tpu_host() -> bool:
+    """Whether this machine shows a TPU device: only there does an op build its TPU shortcut."""
+    from tpu_kernels import startup
+
+    return startup.has_tpu_device()
 
 
 def registered_ops() -> dict[str, KernelOp]:
@@ -153,10 +163,17 @@ class KernelOp:
             autograd.register(self, self.lib, self._kernels.get("CPU"))
         vmap_rules.register(self)
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
+        # on a TPU host, plain TPU calls skip the dispatcher as CPU calls do (eager_device.py)
+        self._eager_tpu = EagerDeviceCall.for_op(self, "PrivateUse1", "tpu") if _tpu_host() else None
         # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tuning)
         self.tuned = (
             tuning.Tuned(
-                spec.tunables, sig, _home(spec.source.signature_fn), self._validate_config, self, spec.autocast
+                spec.tunables,
+                sig,
+                _home(spec.source.signature_fn),
+                self._validate_config,
+                self,
+                spec.autocast,
             )
             if spec.tunables is not None
             else None
@@ -214,6 +231,11 @@ class KernelOp:
     def cpu_kernel(self) -> Any:
         """The kernel registered for the CPU dispatch key (what the eager shortcut calls), or None."""
         return self._kernels.get("CPU")
+
+    def device_kernel(self, dispatch_key: str) -> Any:
+        """The kernel registered for a dispatch key ("CPU", "CUDA", "PrivateUse1" for the TPU),
+        bucket padding included, or None."""
+        return self._kernels.get(dispatch_key)
 
     @property
     def derived_fake(self) -> fake.DerivedFake:
@@ -331,11 +353,15 @@ class KernelOp:
             capture.record(self, args, kwargs)
         if self.tuned is not None:  # tunables the call leaves out, as ordinary statics
             kwargs = self.tuned.fill(args, kwargs)
-        shortcut = self._eager_cpu
-        checked = checked_mode.ARMED and checked_mode.active()  # checked mode: the dispatcher, then the reference
+        checked = (
+            checked_mode.ARMED and checked_mode.active()
+        )  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
-        if shortcut is not None and not checked and not _is_compiling():
-            out = shortcut.try_call(args, kwargs)
+        if not checked and not _is_compiling():
+            if self._eager_cpu is not None:
+                out = self._eager_cpu.try_call(args, kwargs)
+            if out is eager.DECLINED and self._eager_tpu is not None:
+                out = self._eager_tpu.try_call(args, kwargs)
         if out is eager.DECLINED:
             self.signature.check_call(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)
@@ -359,7 +385,12 @@ class KernelOp:
         it: a public function's locals() already hold every argument. `checked` and
         `recall_only`: a public function's argument check, as `EagerCpuCall.try_all` takes it."""
         shortcut = self._eager_cpu
-        if shortcut is None or (checked_mode.ARMED and checked_mode.active()) or _is_compiling() or capture.ACTIVE:
+        if (
+            shortcut is None
+            or (checked_mode.ARMED and checked_mode.active())
+            or _is_compiling()
+            or capture.ACTIVE
+        ):
             return eager.DECLINED
         out = shortcut.try_all(values, checked, recall_only)
         return out if out is eager.DECLINED else self._visible(out)
@@ -509,7 +540,9 @@ class KernelOp:
         bucket's), the declared defaults and why, or the caller (docs/autotuning.md). The same
         lookup as the call's; nothing runs but what the lookup itself runs."""
         if self.tuned is None:
-            raise ValueError(f"{self.name}: tuned_config() is for ops declared with tune=; this op has no tunables.")
+            raise ValueError(
+                f"{self.name}: tuned_config() is for ops declared with tune=; this op has no tunables."
+            )
         return self.tuned.explain(args, kwargs)
 
     def program_digest(self, *args: Any, **kwargs: Any) -> str | None:

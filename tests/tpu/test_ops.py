@@ -101,6 +101,39 @@ def test_matmul_at_every_float32_precision_setting(setting, dtype, tpu, figures)
 
 
 @pytest.mark.parametrize("family", sorted(SUITES))
+def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
+    """The TPU eager shortcut (dispatch/eager_device.py): a plain call launches torch_tpu's
+    JaxCallable itself, and gives what the registered operator gives (the same compiled kernel:
+    equal bits), at every shape and dtype, padded or not; a call needing a gradient, or under a
+    dispatch mode, goes through the dispatcher."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tpu_kernels.dispatch.eager import DECLINED
+
+    suite, fam = SUITES[family], FAMILIES[family]
+    shortcut = fam.op._eager_tpu
+    assert shortcut is not None, f"{fam.op.name} has no TPU shortcut on a TPU host"
+    assert type(fam.op.device_kernel("PrivateUse1")._callable["default"]).__name__ == "JaxCallable"
+    for name, shape in fam.shapes.TEST.items():
+        for dtype in DTYPES:
+            tensors = _on(tpu, suite.inputs(shape, dtype))
+            took = shortcut.try_call(tuple(tensors), dict(fam.kwargs))
+            assert took is not DECLINED, (name, dtype)
+            took = took if isinstance(took, (tuple, list)) else (took,)
+            registered = fam.op.overload(*tensors, **fam.kwargs)
+            registered = registered if isinstance(registered, (tuple, list)) else (registered,)
+            for a, b in zip(took, registered, strict=True):
+                assert a.device == b.device and a.shape == b.shape and a.dtype == b.dtype
+                assert torch.equal(a.cpu(), b.cpu()), (name, dtype)
+    leaves = [t.requires_grad_(True) for t in tensors]
+    assert shortcut.try_call(tuple(leaves), dict(fam.kwargs)) is DECLINED
+    with torch.no_grad():
+        assert shortcut.try_call(tuple(leaves), dict(fam.kwargs)) is not DECLINED
+    with TorchDispatchMode():
+        assert shortcut.try_call(tuple(t.detach() for t in leaves), dict(fam.kwargs)) is DECLINED
+
+
+@pytest.mark.parametrize("family", sorted(SUITES))
 def test_opcheck_on_tpu_tensors(family, tpu, figures):
     """torch.library.opcheck on TPU tensors. Its test_autograd_registration raises
     "NYI devices other than CPU/CUDA/XPU" for a tpu tensor (torch 2.13), so it runs the other

@@ -156,6 +156,96 @@ def recall_checks(
     return arrays
 
 
+def dense_plain(t: torch.Tensor, grad: bool) -> bool:
+    """Whether the dispatcher would hand `t` (of a type in `_TENSOR_TYPES`) to its device's
+    kernel as it is: strided, not nested or quantized, no conjugate or negative bit, and not
+    needing a gradient (`grad`: grad mode is on)."""
+    return not (
+        t.layout is not _STRIDED  # sparse, mkldnn, jagged: other dispatch keys
+        or t.is_nested  # strided nested: Signature.check_call names the argument
+        or t.is_quantized
+        or (grad and t.requires_grad)
+        or t.is_conj()
+        or t.is_neg()
+    )
+
+
+def static_keys(statics: list[_Static], args: tuple, key: list) -> bool:
+    """Appends each static's key part (`static_key`'s) to `key`; False when a static is one the
+    shortcut does not take (a type the schema does not take without converting, None for a
+    required one, an int outside int64): the dispatcher decides, and raises its error."""
+    for i, types, optional, is_list, is_int in statics:
+        v = args[i]
+        if v is None:
+            if not optional:
+                return False
+            key.append(None)
+        elif is_list:
+            if type(v) not in (list, tuple) or any(type(e) not in types for e in v):
+                return False
+            if is_int and any(not INT64_MIN <= e <= INT64_MAX for e in v):
+                return False
+            key.append(static_key(v))
+        elif type(v) not in types or (is_int and not INT64_MIN <= v <= INT64_MAX):
+            return False
+        elif v == 0.0 and type(v) is float and _copysign(1.0, v) < 0:
+            key.append(NEGATIVE_ZERO)  # static_key's, inline: the hot path
+        else:
+            key.append(v)
+    return True
+
+
+def describe_params(params: list[Any]) -> tuple[list[_Static], list[_Tensor]]:
+    """An op's parameters as the shortcuts check them: its statics and its tensors."""
+    statics: list[_Static] = []
+    tensors: list[_Tensor] = []
+    for i, p in enumerate(params):
+        if p.is_tensor:
+            tensors.append(_Tensor(i, p.kind is Kind.OPTIONAL_TENSOR))
+            continue
+        base, optional = p.schema_type.removesuffix("?"), p.schema_type.endswith("?")
+        is_list = base in _LIST_TYPES
+        types = _LIST_TYPES[base] if is_list else _STATIC_TYPES[base]
+        statics.append(_Static(i, types, optional, is_list, base in ("int", "int[]")))
+    return statics, tensors
+
+
+def shortcut_params(op: Op) -> bool:
+    """Whether an op's parameters are all ones a shortcut takes: no mutated argument, no
+    list of tensors, statics of the types `_STATIC_TYPES` and `_LIST_TYPES` name."""
+    if op.mutates_args:
+        return False
+    for p in op.signature.params:
+        if p.kind is Kind.TENSOR_LIST:
+            return False  # list[Tensor] parameters: the dispatcher's path
+        if p.kind is Kind.STATIC:
+            base = p.schema_type.removesuffix("?")
+            if base not in _STATIC_TYPES and base not in _LIST_TYPES:
+                return False
+    return True
+
+
+def call_spec(params: list[Any]) -> tuple:
+    """What `complete_args` reads of an op's parameters: (index by name, how many may be passed
+    positionally, how many must be, the defaults, the required ones' indices, the float
+    statics' indices, the names)."""
+    required = tuple(i for i, p in enumerate(params) if p.default is inspect.Parameter.empty)
+    floats = tuple(
+        i
+        for i, p in enumerate(params)
+        if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
+    )
+    return (
+        {p.name: i for i, p in enumerate(params)},
+        sum(not p.keyword_only for p in params),
+        max(required, default=-1) + 1,
+        tuple(p.default for p in params),
+        required,
+        floats,
+        tuple(p.name for p in params),
+    )
+
+
 def complete_args(args: tuple, kwargs: dict | None, spec: tuple) -> tuple | None:
     """`EagerCpuCall.complete`: `spec` is the op's `EagerCpuCall._spec`."""
     names, n_positional, n_required, defaults, required, floats, param_names = spec
@@ -210,16 +300,7 @@ class EagerCpuCall:
         self.n_required = max(required, default=-1) + 1
         self.required = frozenset(required)
         self.defaults = tuple(p.default for p in params)
-        self.statics: list[_Static] = []
-        self.tensors: list[_Tensor] = []
-        for i, p in enumerate(params):
-            if p.is_tensor:
-                self.tensors.append(_Tensor(i, p.kind is Kind.OPTIONAL_TENSOR))
-                continue
-            base, optional = p.schema_type.removesuffix("?"), p.schema_type.endswith("?")
-            is_list = base in _LIST_TYPES
-            types = _LIST_TYPES[base] if is_list else _STATIC_TYPES[base]
-            self.statics.append(_Static(i, types, optional, is_list, base in ("int", "int[]")))
+        self.statics, self.tensors = describe_params(params)
         # float params take an int as torch's schema does, converted to float as the
         # dispatcher converts it (an int static would trace differently: x * 2 keeps
         # an int dtype where x * 2.0 does not, and 2 == 2.0 share a cache key).
@@ -229,16 +310,7 @@ class EagerCpuCall:
             if p.kind is Kind.STATIC and p.schema_type.removesuffix("?") == "float"
         )
         self.rewrite = bool(self.floats) or self.n_positional != self.n  # `complete` has work
-        # what `complete_args` reads
-        self._spec = (
-            self.names,
-            self.n_positional,
-            self.n_required,
-            self.defaults,
-            tuple(sorted(self.required)),
-            self.floats,
-            self.param_names,
-        )
+        self._spec = call_spec(params)  # what `complete_args` reads
         executor = getattr(kernel, "kernel", kernel)  # a PaddedKernel's own (buckets.py)
         self.executor = executor if isinstance(executor, JaxExecutor) else None
         self.padded = kernel if self.executor is not None and executor is not kernel else None
@@ -268,15 +340,8 @@ class EagerCpuCall:
     @classmethod
     def for_op(cls, op: Op) -> EagerCpuCall | None:
         kernel = op.cpu_kernel
-        if kernel is None or op.mutates_args:
+        if kernel is None or not shortcut_params(op):
             return None
-        for p in op.signature.params:
-            if p.kind is Kind.TENSOR_LIST:
-                return None  # list[Tensor] parameters: the dispatcher's path
-            if p.kind is Kind.STATIC:
-                base = p.schema_type.removesuffix("?")
-                if base not in _STATIC_TYPES and base not in _LIST_TYPES:
-                    return None
         return cls(kernel, op.signature.params)
 
     def complete(self, args: tuple, kwargs: dict | None = None) -> tuple | None:
@@ -314,24 +379,8 @@ class EagerCpuCall:
         if len(args) != self.n or _modes_active():
             return None  # `complete` first
         key: list = [self._mode() if self.executor is not None else None, _precision()]
-        for i, types, optional, is_list, is_int in self.statics:
-            v = args[i]
-            if v is None:
-                if not optional:
-                    return None
-                key.append(None)
-            elif is_list:
-                if type(v) not in (list, tuple) or any(type(e) not in types for e in v):
-                    return None
-                if is_int and any(not INT64_MIN <= e <= INT64_MAX for e in v):
-                    return None
-                key.append(static_key(v))
-            elif type(v) not in types or (is_int and not INT64_MIN <= v <= INT64_MAX):
-                return None
-            elif v == 0.0 and type(v) is float and _copysign(1.0, v) < 0:
-                key.append(NEGATIVE_ZERO)  # static_key's, inline: the hot path
-            else:
-                key.append(v)
+        if not static_keys(self.statics, args, key):
+            return None
         grad = _grad_enabled()
         simple = self.simple
         views = self._views
@@ -358,15 +407,7 @@ class EagerCpuCall:
                 shape, dtype = seen.shape, seen.dtype
                 arrays.append(seen.array)
                 records.append(seen)
-            elif (
-                not t.is_cpu
-                or t.layout is not _STRIDED  # sparse, mkldnn, jagged: other dispatch keys
-                or t.is_nested  # strided nested: Signature.check_call names the argument
-                or t.is_quantized
-                or (grad and t.requires_grad)
-                or t.is_conj()
-                or t.is_neg()
-            ):
+            elif not t.is_cpu or not dense_plain(t, grad):
                 return None
             else:
                 shape, dtype = t.shape, t.dtype

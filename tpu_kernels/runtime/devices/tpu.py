@@ -148,6 +148,18 @@ def inner_function(sig: Signature, fn: Callable, n_results: int | None) -> Calla
     return call
 
 
+def jax_callable(op: Any) -> Any:
+    """The torch_tpu `JaxCallable` a `jax_op` op wraps (the function its custom op runs on the
+    device: torch's `CustomOpDef` keeps it as `_init_fn`), or the op itself where a torch or
+    torch_tpu version keeps it elsewhere: calling the op is the same launch, one dispatch
+    slower."""
+    fn = getattr(op, "_init_fn", None)
+    return fn if callable(fn) and hasattr(fn, "exported") else op
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _annotation(schema_type: str, array: Any) -> Any:
     optional = schema_type.endswith("?")
     base = schema_type.removesuffix("?")
@@ -187,6 +199,9 @@ class TpuKernel:
         self.mutated = mutated
         self.returns_list = returns_list
         self._inner: dict[str, Any] = {}  # JAX matmul precision -> torch_tpu op
+        self._callable: dict[str, Any] = {}  # ... -> the op's JaxCallable (or the op)
+        self._n_positional = sum(not p.keyword_only for p in sig.params)
+        self._keywords = tuple(p.name for p in sig.params[self._n_positional :])
         self._mesh_ops: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
@@ -199,9 +214,9 @@ class TpuKernel:
         with self._lock:
             op = self._inner.get(p)
             if op is None:
-                op = self._inner[p] = torch_tpu_pallas().jax_op(
-                    f"{self.qualname}__torch_tpu_{p}", self._body(p)
-                )
+                op = torch_tpu_pallas().jax_op(f"{self.qualname}__torch_tpu_{p}", self._body(p))
+                self._callable[p] = jax_callable(op)
+                self._inner[p] = op
             return op
 
     def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
@@ -231,13 +246,34 @@ class TpuKernel:
         return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        plain = True
+        for t in (*args, *kwargs.values()):
+            if type(t) in _PLAIN:
+                if t.device.type != "tpu":  # torch_tpu's launch refuses it without naming the op
+                    self._refuse_device(args, kwargs)
+            elif isinstance(t, (torch.Tensor, list, tuple)):
+                plain = False  # a tensor subclass, or a list: torch_tpu's op takes it
+        return self._run(args, kwargs, plain)
+
+    def launch(self, values: tuple) -> Any:
+        """The eager shortcut's call (dispatch/eager_device.py): one value per parameter, in
+        order, every tensor a plain tensor on the TPU (the shortcut has checked)."""
+        n = self._n_positional
+        return self._run(values[:n], dict(zip(self._keywords, values[n:])), True)
+
+    def _run(self, args: tuple, kwargs: dict, plain: bool) -> Any:
+        """Launches the kernel at the current matmul precision. `plain`: every tensor argument
+        is a plain torch.Tensor (or Parameter), so torch_tpu's `JaxCallable` is called
+        directly; its op (a custom op around the same callable) would dispatch a second time
+        and check its outputs for aliasing, which a JAX result never does. Otherwise (tensor
+        subclasses, such as torch_tpu's own wrapper tensors) the call goes through its op."""
         p = precision.current()
-        inner = self._inner.get(p) or self.inner_op(p)
-        for t in (*args, *kwargs.values()):  # torch_tpu's launch refuses another device's tensor
-            if type(t) is torch.Tensor and t.device.type != "tpu":  # without naming the op
-                self._refuse_device(args, kwargs)
+        target = (self._callable if plain else self._inner).get(p)
+        if target is None:
+            self.inner_op(p)
+            target = (self._callable if plain else self._inner)[p]
         try:
-            results = inner(*args, **kwargs)
+            results = target(*args, **kwargs)
         except Exception as e:
             # what torch_tpu's trace of the kernel (its input checks) or its launch raised (a
             # compile error, memory exhausted), said with the op's name and the call's tensors,
