@@ -124,9 +124,7 @@ def _make_twin(kop: Op) -> Op:
     flag = Param(flag_name, Kind.STATIC, "bool[]", inspect.Parameter.empty, keyword_only=False)
     sig = Signature(qualname, (flag,) + fwd.params, fwd.n_outputs, fwd.returns_tuple)
     n_res = kop.signature.n_outputs - kop.n_visible
-    twin = type(
-        kop
-    )(  # an op of the op's own class: this module never names op.py's
+    twin = type(kop)(  # an op of the op's own class: this module never names op.py's
         qualname,
         batched_kernel(fwd, kop.fn, flag_name),
         signature=sig,
