@@ -10,8 +10,11 @@ Run on a TPU machine with torch_tpu (docs/devices.md, "The TPU suite"). Measures
   the same math; also with an input that requires grad;
 - a Llama-style decoder layer in torch (bf16, model widths), forward and forward + backward,
   eager and under `torch.compile(backend="tpu")`: rmsnorm and the seven matmuls as tpu_kernels
-  ops, attention torch_tpu's `F.scaled_dot_product_attention`, against the same layer from
-  torch_tpu's own ops (`F.rms_norm`, `@`, SDPA);
+  ops, against the same layer from torch_tpu's own ops (`F.rms_norm`, `@`), with the same
+  attention on both sides, measured two ways: torch_tpu's `F.scaled_dot_product_attention`, and
+  the flash template's op (`tpu-kernels new`; k and v repeated to q's heads);
+- the same layer from the kernels of the chip runner's JAX layer (flash template attention), at
+  that layer's dims, against its committed JAX times;
 - a cProfile of the per-call path (the top functions by own time), to see where a call goes.
 
 Times: n calls, then one `torch.accelerator.synchronize()`, the minimum over rounds; the
@@ -29,6 +32,7 @@ import json
 import pstats
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax  # jax_op reads the bare functions' annotations (jax.Array) from this module's globals
@@ -214,7 +218,9 @@ def _layer(rms: Callable, mm: Callable, dims: dict[str, int], attention: Callabl
     return run
 
 
-def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
+def measure_layer(dims: dict[str, int], rounds: int, only: set[str] | None = None) -> dict[str, Any]:
+    """The layer's variants (`only`: those named) in eager and compiled, forward and forward +
+    backward, and each tpu_kernels variant's speed over torch_tpu's with the same attention."""
     from tpu_kernels.kernels import matmul, rmsnorm
 
     dev, dt = torch.device("tpu"), torch.bfloat16
@@ -250,19 +256,24 @@ def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
     variants = {"tpu_kernels": ours, "torch_tpu": native}
     g = torch.randn(t, d, device=dev, dtype=dt)
     out: dict[str, Any] = {"dims": dims, "dtype": "bfloat16", "rounds": rounds}
-    try:  # attention the other way: the flash template's op
-        flash = _layer(
-            lambda x, w: rmsnorm(x, w), lambda a, b: matmul(a, b), dims, flash_template_attention()
+    try:  # attention the other way, the flash template's op, on both sides
+        flash = flash_template_attention()
+        variants["tpu_kernels_flash"] = _layer(
+            lambda x, w: rmsnorm(x, w), lambda a, b: matmul(a, b), dims, flash
         )
-        variants["tpu_kernels_flash"] = flash
+        variants["torch_tpu_flash"] = _layer(
+            lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), lambda a, b: a @ b, dims, flash
+        )
     except Exception as e:
-        out["tpu_kernels_flash_error"] = f"{type(e).__name__}: {e}"[:1500]
+        out["flash_error"] = f"{type(e).__name__}: {e}"[:1500]
+    if only is not None:
+        variants = {k: v for k, v in variants.items() if k in only}
     with torch.no_grad():
         ref = native(*args).float()
         for which, fn in variants.items():
             if which != "torch_tpu":
                 diff = ((fn(*args).float() - ref).norm() / ref.norm()).item()
-                out[f"forward_difference_vs_native{which.removeprefix('tpu_kernels')}"] = diff
+                out[f"forward_difference_{which}_vs_torch_tpu"] = diff
     for mode in ("eager", "compiled"):
         for which, fn in variants.items():
             f = torch.compile(fn, backend="tpu") if mode == "compiled" else fn
@@ -289,12 +300,35 @@ def measure_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
             for a in args:
                 a.grad = None
         for kind in ("forward", "forward_backward"):
-            for which in variants:
-                ours_key, native_key = f"{mode}_{which}_{kind}_us", f"{mode}_torch_tpu_{kind}_us"
-                if which == "torch_tpu" or ours_key not in out or native_key not in out:
-                    continue
-                suffix = which.removeprefix("tpu_kernels")
-                out[f"{mode}_{kind}_speedup{suffix}"] = round(out[native_key] / out[ours_key], 3)
+            for suffix in ("", "_flash"):  # the same attention on both sides
+                ours_key = f"{mode}_tpu_kernels{suffix}_{kind}_us"
+                native_key = f"{mode}_torch_tpu{suffix}_{kind}_us"
+                if ours_key in out and native_key in out:
+                    out[f"{mode}_{kind}_speedup{suffix}"] = round(out[native_key] / out[ours_key], 3)
+    return out
+
+
+JAX_RECORD = Path(__file__).resolve().parent / "reports" / "chip_v5e.json"
+
+
+def measure_vs_jax(rounds: int) -> dict[str, Any]:
+    """The torch layer from the same kernels as the chip runner's JAX layer (matmul, rmsnorm and
+    the flash template; tpu_kernels/chip/layer.py), at its dims, against that layer's committed
+    times (bench/reports/chip_v5e.json, "layer"): what going through torch costs a model."""
+    rows = {r["backward"]: r for r in json.loads(JAX_RECORD.read_text())["layer"]["rows"]}
+    dims = {**rows[False]["dims"], "kv_heads": rows[False]["dims"]["heads"]}  # its attention is MHA
+    out = measure_layer(dims, rounds, only={"tpu_kernels_flash"})
+    out["jax_layer"] = {
+        "record": "bench/reports/chip_v5e.json",
+        "commit": rows[False]["commit"],
+        "forward_us": rows[False]["ours_ms"] * 1e3,
+        "forward_backward_us": rows[True]["ours_ms"] * 1e3,
+    }
+    for mode in ("eager", "compiled"):
+        for kind in ("forward", "forward_backward"):
+            torch_us = out.get(f"{mode}_tpu_kernels_flash_{kind}_us")
+            if torch_us is not None:  # above 1: torch faster than the JAX layer
+                out[f"{mode}_{kind}_speed_vs_jax"] = round(out["jax_layer"][f"{kind}_us"] / torch_us, 3)
     return out
 
 
@@ -340,6 +374,15 @@ def main(argv: list[str] | None = None) -> int:
             save()
             raise
         print(json.dumps(record["layer"], indent=1), flush=True)
+        save()
+        if not args.quick:
+            try:
+                record["layer_vs_jax"] = measure_vs_jax(rounds=3)
+            except Exception as e:
+                record["layer_vs_jax"] = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+                save()
+                raise
+            print(json.dumps(record["layer_vs_jax"], indent=1), flush=True)
     save()
     return 0
 

@@ -49,6 +49,7 @@ from tpu_kernels.verification import checked_mode
 _REGISTRY: dict[str, KernelOp] = {}
 _REGISTRY_LOCK = threading.Lock()
 _is_compiling = torch.compiler.is_compiling
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 @functools.cache
@@ -358,10 +359,14 @@ class KernelOp:
         )  # checked mode: the dispatcher, then the reference
         out = eager.DECLINED
         if not checked and not _is_compiling():
-            if self._eager_cpu is not None:
-                out = self._eager_cpu.try_call(args, kwargs)
-            if out is eager.DECLINED and self._eager_tpu is not None:
-                out = self._eager_tpu.try_call(args, kwargs)
+            tpu = self._eager_tpu
+            if tpu is not None and args and type(args[0]) in _PLAIN and args[0].device.type == "tpu":
+                out = tpu.try_call(args, kwargs)  # the CPU shortcut would decline it
+            else:
+                if self._eager_cpu is not None:
+                    out = self._eager_cpu.try_call(args, kwargs)
+                if out is eager.DECLINED and tpu is not None:
+                    out = tpu.try_call(args, kwargs)
         if out is eager.DECLINED:
             self.signature.check_call(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)

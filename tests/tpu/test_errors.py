@@ -56,10 +56,11 @@ def test_mixed_devices_are_refused_naming_both(order, tpu):
 
 def test_a_call_too_large_for_the_chip_is_a_clear_error_and_the_next_call_runs(tpu, figures):
     """An output of 2^32 float32 (16 GiB) from inputs of a few MiB: more than the chip's
-    15.7 GiB. With launches not deferred (DEFER_NEVER) the error comes from the call, with the
-    op's name. torch_tpu's default eager mode defers launches, so there the error comes when the
-    result is read, and names the memory, not the op. Either way the process goes on, and its
-    next call is right.
+    15.7 GiB. With launches blocking (DEFER_NEVER_AND_LAUNCH_BLOCKING) the error comes from the
+    call, with the op's name. torch_tpu's default eager mode defers launches, and even DEFER_NEVER
+    launches asynchronously (the chip's second run: its error came from reading the result), so
+    there the error comes when the result is read, and names the memory, not the op. Either way
+    the process goes on, and its next call is right.
 
     Inputs are made on the host and copied: a deferred failure leaves what was fused into the
     failed program "in a failed state" in torch_tpu, the device's random generator included
@@ -72,7 +73,7 @@ def test_a_call_too_large_for_the_chip_is_a_clear_error_and_the_next_call_runs(t
 
     mode = torch.tpu.EagerMode  # type: ignore[attr-defined]
     a, b = inputs()
-    torch.tpu.set_eager_mode(mode.DEFER_NEVER)  # type: ignore[attr-defined]
+    torch.tpu.set_eager_mode(mode.DEFER_NEVER_AND_LAUNCH_BLOCKING)  # type: ignore[attr-defined]
     try:
         with pytest.raises(Exception) as info:
             matmul(a, b)[:1, :1].cpu()
