@@ -18,7 +18,7 @@ from tpu_kernels.spec import OpSpec
 # register later (def_backward, def_vmap, register_fake) or make on first use (vmap twin).
 REGISTRATION = {
     "spec", "lib", "schema", "_kernels", "overload", "_derived_fake", "_user_fake", "_backward",
-    "backward_op", "_vmap_rule", "_vmap_twin", "_eager_cpu", "tuned", "_n_visible", "_all_visible",
+    "backward_op", "_vmap_rule", "_vmap_twin", "_eager_cpu", "_eager_tpu", "tuned", "_n_visible", "_all_visible",
     "__doc__", "__wrapped__",
 }  # fmt: skip
 

@@ -206,6 +206,20 @@ _ENTRIES: dict[str, Private] = {
         "helion._compiler._dynamo.variables:infer_output_spec",
         "Helion's output shapes for symbolic sizes (the fake of a Helion op under torch.compile)",
     ),
+    # ---- sources/helion_pallas.py: Helion's Pallas code generator, whose dot precision and
+    # no-tiling matmul substitution `wrap_helion_pallas_backend` wraps. Without them, Helion's
+    # float32 dots run at one bf16 pass whatever torch's setting, and a matmul whose blocks
+    # exceed its dimensions may come back padded on a TPU (what Helion 1.5.1 ships; a warning).
+    "helion_pallas_backend": Private(
+        "helion._compiler.pallas.backend:PallasBackend",
+        "Helion's Pallas code generation (its dot precision, its no-tiling matmul substitution)",
+        None,
+    ),
+    "helion_compile_environment": Private(
+        "helion._compiler.compile_environment:CompileEnvironment",
+        "the settings of the Helion kernel being generated",
+        None,
+    ),
     # ---- tokamax/wrap.py
     "tokamax_disable_jaxtyping": Private(
         "tokamax._src.jaxtyping:disable_jaxtyping", "Tokamax's shape checks off for symbolic sizes"
@@ -323,6 +337,14 @@ def assume_constant_result(fn: Any) -> Any:
     return fn
 
 
+def custom_op_function(op: Any) -> Any:
+    """The function a `torch.library.custom_op` op was made from (`CustomOpDef`'s private
+    `_init_fn`): for a torch_tpu `jax_op` op, its `JaxCallable`, which the TPU kernel launches
+    directly (runtime/devices/tpu.py, `jax_callable`). None where a torch version keeps it
+    elsewhere: the caller then calls the op, the same launch one dispatch slower."""
+    return getattr(op, "_init_fn", None)
+
+
 def destroy_library(lib: Any) -> None:
     """Release what a `torch.library.Library` fragment registered, now (its private
     `_destroy`): op.py calls it after a failed `define`, so that a corrected definition of
@@ -390,6 +412,50 @@ def wrap_mosaic_dot_lowering(adjust: Any) -> bool:
         rule.__wrapped__ = original  # type: ignore[attr-defined]
         table[lax.dot_general_p] = rule
     return wrapped_any
+
+
+def wrap_helion_pallas_backend(dot_precision: Any, keep_matmul_dot_general: Any) -> bool:
+    """Make Helion's Pallas backend write `dot_precision(setting, shipped)` as the `precision=` of
+    every dot it generates (`setting`: the kernel's `dot_precision` setting; `shipped`: what
+    Helion writes for it), and lower a matmul whose blocks cover every dimension as
+    `jax.jit(lax.dot_general)` (Helion's substitution for `pl.pallas_call`) only where Helion
+    would and `keep_matmul_dot_general(tensor_shapes, block_sizes, setting)` says so (the shapes
+    of the kernel's tensor arguments, the config's block sizes). Both wrap methods of Helion's
+    `PallasBackend` class, for every Helion kernel generated afterwards in the process (once: a
+    second call changes nothing). False where this Helion keeps them elsewhere."""
+    backend, env = get("helion_pallas_backend"), get("helion_compile_environment")
+    mapping = getattr(backend, "map_dot_precision", None)
+    detect = getattr(backend, "_detect_matmul_dot_general_lowering", None)
+    if mapping is None or detect is None or env is None:
+        return False
+    if getattr(mapping, "_tpu_kernels_wrapped", False):
+        return True
+
+    def map_dot_precision(precision: Any, _shipped: Any = mapping) -> str:
+        return dot_precision(precision, _shipped(precision))
+
+    def detect_matmul_dot_general(self: Any, *args: Any, _shipped: Any = detect, **kwargs: Any) -> Any:
+        spec = _shipped(self, *args, **kwargs)
+        if spec is None:
+            return None
+        try:
+            setting = env.current().settings.dot_precision
+            shapes = [
+                tuple(int(d) for d in a.fake_value.shape)
+                for a in kwargs["sorted_args"]
+                if hasattr(a, "fake_value")
+            ]
+            blocks = [int(b) for b in kwargs["config"].block_sizes]
+        except Exception:  # noqa: BLE001 - moved or symbolic: Pallas's own lowering, always right
+            return None
+        return spec if keep_matmul_dot_general(shapes, blocks, setting) else None
+
+    for wrapper, original in ((map_dot_precision, mapping), (detect_matmul_dot_general, detect)):
+        wrapper._tpu_kernels_wrapped = True  # type: ignore[attr-defined]
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    backend._detect_matmul_dot_general_lowering = detect_matmul_dot_general
+    backend.map_dot_precision = staticmethod(map_dot_precision)
+    return True
 
 
 def _wrap_context(name: str, around: Any) -> bool:
@@ -534,5 +600,6 @@ __all__ = [
     "symbolic_terms",
     "term_factors",
     "torch_tpu_precision",
+    "wrap_helion_pallas_backend",
     "wrap_pallas_kernel_tracing",
 ]

@@ -594,7 +594,7 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-shortcut-takes-tensors-needing-grad",
         EAGER,
-        "                or (grad and t.requires_grad)\n",
+        "        or (grad and t.requires_grad)\n",
         "",
         "the shortcut runs a call whose inputs need gradients: the result has no grad_fn",
         T_EAGER,
@@ -711,8 +711,8 @@ TOOLKIT: tuple[Mutation, ...] = (
     _toolkit(
         "eager-key-negative-zero-is-zero",
         EAGER,
-        "                key.append(NEGATIVE_ZERO)  # static_key's, inline: the hot path",
-        "                key.append(v)",
+        "            key.append(NEGATIVE_ZERO)  # static_key's, inline: the hot path",
+        "            key.append(v)",
         "alpha=-0.0 after alpha=0.0 runs the 0.0 executable on the shortcut: x / -0.0 gives +inf",
         T_EAGER,
     ),

@@ -177,6 +177,14 @@ def mosaic_dot_precision(avals_in: Any, precision: Any) -> Any:
     return None
 
 
+def install() -> bool:
+    """Install now what `traced_at` installs on first use (the Pallas kernel-tracing hook and the
+    wrapper of Mosaic's dot lowering, `mosaic_dot_precision`): for code that lowers Pallas kernels
+    whose dots carry an explicit precision, outside `traced_at` (Helion's, sources/helion_pallas.py).
+    Whether the kernel-tracing hook is in place, as `_hook`."""
+    return _hook()
+
+
 def _hook() -> bool:
     """Whether Pallas's kernel tracing is wrapped (installed on first use), and with it Mosaic's
     lowering of dots (`mosaic_dot_precision`)."""
@@ -207,4 +215,4 @@ def _hook() -> bool:
     return _hooked
 
 
-__all__ = ["dot", "kernel_precision", "mosaic_dot_precision", "requested", "traced_at"]
+__all__ = ["dot", "install", "kernel_precision", "mosaic_dot_precision", "requested", "traced_at"]

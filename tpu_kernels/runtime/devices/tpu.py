@@ -150,10 +150,10 @@ def inner_function(sig: Signature, fn: Callable, n_results: int | None) -> Calla
 
 def jax_callable(op: Any) -> Any:
     """The torch_tpu `JaxCallable` a `jax_op` op wraps (the function its custom op runs on the
-    device: torch's `CustomOpDef` keeps it as `_init_fn`), or the op itself where a torch or
+    device: `_compat.custom_op_function`), or the op itself where a torch or
     torch_tpu version keeps it elsewhere: calling the op is the same launch, one dispatch
     slower."""
-    fn = getattr(op, "_init_fn", None)
+    fn = _compat.custom_op_function(op)
     return fn if callable(fn) and hasattr(fn, "exported") else op
 
 

@@ -9,6 +9,13 @@
 
 The devices other than the CPU take their backend from `HELION_BACKENDS`.
 
+Precision: on the Pallas backend (the CPU's "pallas" mode, the TPU, the TPU lowering check)
+each Helion kernel is kept once per float32 dot precision, DEFAULT or HIGHEST
+(`helion_pallas.PerPrecision`), and each call runs the one torch's setting asks for: "highest"
+and "high" at HIGHEST, "medium" at DEFAULT (one bf16 pass). Helion 1.5 writes DEFAULT on
+every dot whatever is asked; `helion_pallas` says how that is changed, and why a variant per
+precision rather than one traced under `jax.default_matmul_precision`.
+
 Why "pallas" is the CPU default: it runs the Pallas code Helion generates for
 the TPU (through the interpreter), so a test on the CPU exercises the TPU
 code generation, and once jitted it is fast (about 0.5 ms per call for a
@@ -49,6 +56,7 @@ from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.runtime.devices import cpu as cpu_device
 from tpu_kernels.runtime.devices import tpu as tpu_device
 from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
+from tpu_kernels.runtime.sources.helion_pallas import PerPrecision
 
 CPU_MODES = ("pallas", "eager")
 
@@ -62,9 +70,7 @@ recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.runt
 
 
 def make_source(op_name: str, fn: Any, options: Any) -> HelionSource:
-    return HelionSource(
-        op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only)
-    )
+    return HelionSource(op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only))
 
 
 def _check_mode(mode: str) -> str:
@@ -296,23 +302,34 @@ class HelionSource:
                     settings=kernel.settings,
                     key=_compat.helion_key_fn(kernel),
                 )
-        self.interpret = variant(
-            kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF, **overrides
-        )
+        # The Pallas backend's variants: one per float32 dot precision (helion_pallas.PerPrecision).
+        # Interpret mode runs on the CPU, and the same code through Helion's own launcher on CPU
+        # tensors is what a TPU launches, less torch_tpu (tests/kernels/test_helion.py).
+        self.interpret_variants = self._pallas_variants(kernel, interpret=True, **overrides)
+        self.interpret = self.interpret_variants.at("default")  # shapes and tiles: any precision's
         self.eager = variant(kernel, ref_mode=RefMode.EAGER, pallas_interpret=False, **overrides)
-        # device name -> the kernel on Helion's backend for it (HELION_BACKENDS)
-        self.device_variants = {
-            name: variant(kernel, backend=backend, pallas_interpret=False, ref_mode=RefMode.OFF, **overrides)
+        # device name -> the kernel on Helion's backend for it (HELION_BACKENDS); per precision
+        # on the Pallas backend
+        self.device_variants: dict[str, Any] = {
+            name: self._pallas_variants(kernel, interpret=False, **overrides)
+            if backend == "pallas"
+            else variant(kernel, backend=backend, pallas_interpret=False, ref_mode=RefMode.OFF, **overrides)
             for name, backend in HELION_BACKENDS.items()
         }
         # The TPU lowering check (`tpu-kernels check`) lowers Helion's Pallas code for a TPU
-        # whichever devices the table lists: the TPU's variant, or the same settings.
-        self.tpu_variant = self.device_variants.get("tpu") or variant(
-            kernel, backend="pallas", pallas_interpret=False, ref_mode=RefMode.OFF, **overrides
+        # whichever devices the table lists: the TPU's variants, or the same settings.
+        tpu = self.device_variants.get("tpu")
+        self.tpu_variant = (
+            tpu
+            if isinstance(tpu, PerPrecision)
+            else self._pallas_variants(kernel, interpret=False, **overrides)
         )
-        self._tuned: dict[tuple, Any] = {}  # shape key -> the interpret variant with its tuned config
+        # shape key -> the interpret variants with the config tuned for that shape
+        self._tuned: dict[tuple, PerPrecision] = {}
         self._tiles_ok: set[tuple] = set()  # shape keys whose tiling check_tiles passed
-        self.jax_body = self._body(lambda args: self._tuned.get(_shape_key(args), self.interpret))
+        self.jax_body = self._body(
+            lambda args: self._tuned.get(_shape_key(args), self.interpret_variants).traced()
+        )
         self.lowering_body = self._lowering_body()
         self._pallas: JaxExecutor | None = None
         # Parameters that must be floating point (the shipped kernels compute in float32 and
@@ -321,6 +338,22 @@ class HelionSource:
         if unknown:
             raise OpDefinitionError(f"{name}: float_only names {unknown}, which are not parameters.")
         self.float_only = float_only
+
+    @staticmethod
+    def _pallas_variants(kernel: Any, *, interpret: bool, **settings: Any) -> PerPrecision:
+        """`kernel` on Helion's Pallas backend, once per float32 dot precision."""
+        from helion.runtime.settings import RefMode
+
+        return PerPrecision(
+            lambda p: variant(
+                kernel,
+                backend="pallas",
+                pallas_interpret=interpret,
+                ref_mode=RefMode.OFF,
+                dot_precision=p,
+                **settings,
+            )
+        )
 
     def check_float(self, values: list[Any]) -> None:
         """Raise the shipped ops' integer-input error for a `float_only` parameter."""
@@ -345,7 +378,7 @@ class HelionSource:
         key = _shape_key(values)
         if key in self._tiles_ok:
             return
-        kernel = self._tuned.get(key, self.interpret)
+        kernel = self._tuned.get(key, self.interpret_variants).at("default")  # the same tiles at each
         for size, block in _compat.helion_tiles(kernel, tuple(values)):
             if size > block and size % block:
                 shapes = ", ".join(
@@ -389,8 +422,9 @@ class HelionSource:
         return body
 
     def _lowering_body(self) -> Callable:
-        """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh)."""
-        return self._body(lambda args: self.tpu_variant)
+        """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh), at the
+        precision it is traced at."""
+        return self._body(lambda args: self.tpu_variant.traced())
 
     def kernels(self, spec: Any) -> dict[str, Callable]:
         if spec.mutates_args:
@@ -404,7 +438,10 @@ class HelionSource:
             noncontiguous=spec.noncontiguous,
         )
         cpu = CpuKernel(
-            self, self._pallas, TorchKernel(spec.name, spec.signature, self.eager, "cpu", self), spec.reference
+            self,
+            self._pallas,
+            TorchKernel(spec.name, spec.signature, self.eager, "cpu", self),
+            spec.reference,
         )
         out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
         for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
@@ -446,18 +483,27 @@ class HelionSource:
         key = _shape_key(values)
         if key in self._tuned:
             return
-        tuner = self.interpret
+        tuner = self.interpret_variants.current()
         if asked and not self.autotune_enabled:
-            tuner = variant(self.kernel, backend="pallas", pallas_interpret=True, ref_mode=RefMode.OFF)
+            tuner = variant(
+                self.kernel,
+                backend="pallas",
+                pallas_interpret=True,
+                ref_mode=RefMode.OFF,
+                dot_precision=tuner.settings.dot_precision,
+            )
         # A first call on real tensors goes through Helion's own autotuning entry point,
         # which reads and writes its on-disk cache (an explicit Kernel.autotune does not).
         tuner(*values)
         config = _compat.helion_bound_config(tuner.bind(tuple(values)))
-        self._tuned[key] = helion.Kernel(
-            self.kernel.fn,
-            configs=[config],
-            settings=_compat.helion_settings_copy(self.interpret.settings),
-            key=_compat.helion_key_fn(self.kernel),
+        settings = self.interpret.settings
+        self._tuned[key] = PerPrecision(
+            lambda p: helion.Kernel(
+                self.kernel.fn,
+                configs=[config],
+                settings=_compat.helion_settings_copy(settings, dot_precision=p),
+                key=_compat.helion_key_fn(self.kernel),
+            )
         )
 
     def autotune(self, args: tuple, kwargs: dict, device: str = "cpu") -> Any:
@@ -466,11 +512,13 @@ class HelionSource:
             values = self.interpret.normalize_args(*args, **kwargs)
             self.ensure_tuned(list(values), asked=True)
             self.cache_clear()  # executables built before with the default config: rebuilt with it
-            return self._tuned[_shape_key(list(values))].configs[0]
+            return self._tuned[_shape_key(list(values))].at("default").configs[0]
         k = self.device_variants.get(device)
         if k is None:
             known = ", ".join(["cpu", *self.device_variants])
             raise ValueError(f"{self.name}: autotune(device={device!r}): Helion kernels run on {known}.")
+        if isinstance(k, PerPrecision):  # the variant a call at torch's precision now runs
+            k = k.current()
         return k.autotune(k.normalize_args(*args, **kwargs), force=False)
 
     def cached_devices(self) -> tuple[str, ...]:
