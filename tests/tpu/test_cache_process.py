@@ -39,6 +39,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+PROBE_ENV = "TPU_KERNELS_TPU_PROBE"  # tests/tpu/conftest.py
 TIER3_ENV = "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"
 LIBTPU_LOCKFILE = Path("/tmp/libtpu_lockfile")
 TPU_DEVICE_FILES = ("/dev/accel*", "/dev/vfio/*")
@@ -135,7 +136,10 @@ def child_env(**extra: str) -> dict[str, str]:
     """The suite's environment for a child on the chip: JAX on the TPU (and the CPU), tpu_kernels
     from this checkout, plus `extra`."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "JAX_PLATFORMS": "tpu,cpu", "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
+    env = {**os.environ, "JAX_PLATFORMS": "tpu,cpu", "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)  # the parent's (scripts/tpu-suite): torch_tpu loads here
+    env.pop(PROBE_ENV, None)
+    return env
 
 
 def run_on_chip(args: list[str], env: dict[str, str], cwd: Path, timeout_s: float = CHILD_TIMEOUT_S) -> Child:

@@ -19,13 +19,11 @@ A failing step says which: the group, the mesh, placing a tensor, the op, its ba
 from __future__ import annotations
 
 import contextlib
-import os
+import tempfile
 from datetime import timedelta
 
 import pytest
 import torch
-
-from tests.helpers import free_port
 
 BACKEND = "tpu_dist"  # torch_tpu's c10d backend for TPU tensors (the module docstring)
 GROUP_TIMEOUT = timedelta(seconds=60)
@@ -66,34 +64,24 @@ def placement(code: str):
 
 @contextlib.contextmanager
 def one_rank_group(backend: str, device_type: str):
-    """A default process group of one rank over `backend` (MASTER_ADDR/MASTER_PORT on a free
-    port, a timeout), and the one-device mesh on it; destroyed (and the variables restored)
-    at the end."""
+    """A default process group of one rank over `backend` (a file store: the TPU machine's
+    sandbox has no inet sockets, "Address family not supported by protocol"; a timeout), and
+    the one-device mesh on it; destroyed at the end."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
     if dist.is_initialized():
         pytest.fail(f"a default process group ({dist.get_backend()}) is already initialised in this process")
-    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    try:
-        with step(
-            f"init_process_group(backend={backend!r}, rank=0, world_size=1) "
-            f"(env:// at 127.0.0.1:{os.environ['MASTER_PORT']})"
-        ):
-            dist.init_process_group(backend, rank=0, world_size=1, timeout=GROUP_TIMEOUT)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = f"file://{tmp}/store"
+        with step(f"init_process_group(backend={backend!r}, rank=0, world_size=1, init_method={store!r})"):
+            dist.init_process_group(backend, init_method=store, rank=0, world_size=1, timeout=GROUP_TIMEOUT)
         try:
             with step(f"init_device_mesh({device_type!r}, (1,)) on the {backend!r} group"):
                 mesh = init_device_mesh(device_type, (1,))
             yield mesh
         finally:
             dist.destroy_process_group()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run_case(case: str, mesh, device: torch.device) -> dict[str, float]:

@@ -56,11 +56,12 @@ def test_mixed_devices_are_refused_naming_both(order, tpu):
 
 def test_a_call_too_large_for_the_chip_is_a_clear_error_and_the_next_call_runs(tpu, figures):
     """An output of 2^32 float32 (16 GiB) from inputs of a few MiB: more than the chip's
-    15.7 GiB. With launches blocking (DEFER_NEVER_AND_LAUNCH_BLOCKING) the error comes from the
-    call, with the op's name. torch_tpu's default eager mode defers launches, and even DEFER_NEVER
-    launches asynchronously (the chip's second run: its error came from reading the result), so
-    there the error comes when the result is read, and names the memory, not the op. Either way
-    the process goes on, and its next call is right.
+    15.7 GiB. torch_tpu reports it when the result is read, under every eager mode: its default
+    (DEFER_AND_FUSE) defers launches, and the chip's runs showed DEFER_NEVER and even
+    DEFER_NEVER_AND_LAUNCH_BLOCKING compiling the program at the read too ("the TPU ran out of
+    memory while awaiting the materialization of value ..."). So the error names the memory and
+    the sizes, not the op, under both modes tried here; the process goes on, and its next call
+    is right.
 
     Inputs are made on the host and copied: a deferred failure leaves what was fused into the
     failed program "in a failed state" in torch_tpu, the device's random generator included
@@ -79,9 +80,8 @@ def test_a_call_too_large_for_the_chip_is_a_clear_error_and_the_next_call_runs(t
             matmul(a, b)[:1, :1].cpu()
     finally:
         torch.tpu.set_eager_mode(mode.DEFER_AND_FUSE)  # type: ignore[attr-defined]
-    figures["immediate_error"] = str(info.value)[:400]
+    figures["blocking_launch_error"] = str(info.value)[:400]
     assert re.search(r"out of memory|RESOURCE_EXHAUSTED", str(info.value), re.I), str(info.value)
-    assert "tpu_kernels::matmul" in str(info.value), str(info.value)
     a, b = inputs()
     with pytest.raises(Exception) as info:
         matmul(a, b)[:1, :1].cpu()

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tpu_kernels.bench import console as bench_console
-    from tpu_kernels.bench import discover, plan, plots, runner, timing
+    from tpu_kernels.bench import discover, plan, runner, timing
     from tpu_kernels.bench.device import resolve
 
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     report.write_csv(out / "report.csv")
     written = ["report.json", "report.csv"]
     if not args.no_plots:
+        from tpu_kernels.bench import plots  # matplotlib: only where plots are asked for
+
         written += [p.name for p in plots.write(report, out)]
     console.print(f"report written to [bold]{out}[/]: {', '.join(written)}")
 
