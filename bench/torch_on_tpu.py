@@ -323,6 +323,93 @@ def measure_layer(
     return out
 
 
+def _ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def headline(record: dict[str, Any], suite: dict[str, Any]) -> str:
+    """README's table of torch-on-TPU figures: the TPU suite's outcome (`suite`: its record,
+    bench/reports/tpu_suite_v5e.json), one call's cost against a bare jax_op, and the decoder
+    layer against torch_tpu's own ops and the chip runner's JAX layer (`record`: this script's)."""
+    c = suite["counts"]
+    ops = record["per_call"]["ops"]
+    shape = "x".join(map(str, record["per_call"]["shape"]))
+    met = [name for name, o in ops.items() if o["tpu_kernels"] <= o["bound_us"]]
+    calls = ", ".join(
+        f"{name} {o['tpu_kernels']:.0f} us (jax_op {o['jax_op_pallas']:.0f}, torch_tpu {o['torch_tpu']:.0f})"
+        for name, o in ops.items()
+    )
+    layer, vs_jax = record.get("layer", {}), record.get("layer_vs_jax", {})
+    d = layer.get("dims", {})
+    dims = (
+        f"{d.get('tokens')} tokens, {d.get('d')} -> {d.get('ffn')}, GQA {d.get('heads')}:{d.get('kv_heads')}"
+    )
+
+    def pair(prefix: str, suffix: str = "") -> str:
+        fwd = layer.get(f"{prefix}_forward_speedup{suffix}")
+        both = layer.get(f"{prefix}_forward_backward_speedup{suffix}")
+        text = f"forward {_ratio(fwd)}"
+        if both is not None:
+            text += f", forward + backward {_ratio(both)}"
+        elif f"{prefix}_torch_tpu_forward_backward_error" in layer:
+            text += "; forward + backward: torch_tpu's SDPA backward fails to compile"
+        return text
+
+    jd = vs_jax.get("dims", {})
+    lines = [
+        "| tpu_kernels ops through torch on a TPU v5e (torch_tpu) | figure |",
+        "|---|---|",
+        f"| TPU suite (`scripts/tpu-suite`): tests passing on the chip | {c['passed']} of "
+        f"{c['passed'] + c['failed'] + c['skipped']} ({c['skipped']} skipped) |",
+        f"| one call on {shape} float32 tensors, within 1.1x a bare `jax_op` + 10 us | {len(met)} of {len(ops)} ops: "
+        f"{calls} |",
+        f"| decoder layer (bf16, {dims}) over torch_tpu's own ops, attention SDPA on both sides | "
+        f"eager {pair('eager')}; compiled {pair('compiled')} |",
+        f"| the same, attention the flash template's op on both sides | eager {pair('eager', '_flash')}; "
+        f"compiled {pair('compiled', '_flash')} |",
+        f"| the torch layer over the chip runner's JAX layer, same kernels ({jd.get('tokens')} tokens, MHA) | "
+        f"eager forward {_ratio(vs_jax.get('eager_forward_speed_vs_jax'))}, forward + backward "
+        f"{_ratio(vs_jax.get('eager_forward_backward_speed_vs_jax'))}; compiled forward "
+        f"{_ratio(vs_jax.get('compiled_forward_speed_vs_jax'))}, forward + backward "
+        f"{_ratio(vs_jax.get('compiled_forward_backward_speed_vs_jax'))} |",
+    ]
+    v = suite["versions"]
+    lines += [
+        "",
+        f"_Measured by `scripts/tpu-suite` on one {suite['device']} (torch {v.get('torch')}, torch_tpu "
+        f"{v.get('torch_tpu')}, JAX {v.get('jax')}, Python {v.get('python')}), tpu_kernels "
+        f'{suite["commit"][:10]}. Regenerate: docs/devices.md, "The TPU suite"._',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "torch-tpu", "jax", "libtpu"):
+        try:
+            out[name.replace("-", "_")] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def _commit() -> str:
+    """The checkout's commit: TPU_KERNELS_COMMIT on a device machine, whose copy of the tree
+    has no history of its own (scripts/tpu-suite's caller sets it), else git's."""
+    import os
+    import subprocess
+
+    if os.environ.get("TPU_KERNELS_COMMIT"):
+        return os.environ["TPU_KERNELS_COMMIT"]
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+
+
 JAX_RECORD = Path(__file__).resolve().parent / "reports" / "chip_v5e.json"
 
 
@@ -362,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         "kind": "torch_tpu_bench",
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "device": torch.tpu.get_device_name(),  # type: ignore[attr-defined]
-        "versions": {"torch": torch.__version__},
+        "commit": _commit(),
+        "versions": _versions(),
     }
 
     def save() -> None:  # after each section: a later section's failure keeps what came before

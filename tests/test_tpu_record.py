@@ -21,6 +21,7 @@ FAILURE_TESTS = {
     "bf16 matmul under a float32 precision setting": "test_matmul_at_every_float32_precision_setting",
     "torch.compile fullgraph on torch 2.13": "test_compile_tpu_backend_fullgraph_three_shapes",
     "explain over matmul": "test_explain_reports_no_graph_break_over_matmul",
+    "a call's cost: plain TPU calls skip the dispatcher": "test_plain_calls_skip_the_dispatcher_and_give_its_result",
 }
 
 
@@ -92,3 +93,41 @@ def test_per_call_record_bounds_are_issue_57s_rule():
             "tpu_kernels",
             "tpu_kernels_requires_grad",
         } <= set(times)
+
+
+def test_the_per_call_record_is_the_suites_run():
+    """Both records come from one `scripts/tpu-suite` run: the same commit, on a TPU."""
+    per, suite = json.loads(PER_CALL.read_text()), json.loads(SUITE.read_text())
+    assert per["commit"] == suite["commit"] and "TPU" in per["device"]
+
+
+def test_layer_speedups_are_the_ratios_of_their_times():
+    """Each speedup is torch_tpu's time over tpu_kernels' with the same attention, and the torch
+    layer's speed over the JAX layer is that record's time over this one's, from the JAX record
+    the torch record names (a ratio inverted or taken against another row would read 2x for 0.5x)."""
+    per = json.loads(PER_CALL.read_text())
+    layer = per["layer"]
+    seen = 0
+    for mode in ("eager", "compiled"):
+        for kind in ("forward", "forward_backward"):
+            for suffix in ("", "_flash"):
+                speedup = layer.get(f"{mode}_{kind}_speedup{suffix}")
+                if speedup is None:
+                    continue
+                seen += 1
+                ours = layer[f"{mode}_tpu_kernels{suffix}_{kind}_us"]
+                native = layer[f"{mode}_torch_tpu{suffix}_{kind}_us"]
+                assert speedup == pytest.approx(native / ours, abs=1e-3), (mode, kind, suffix)
+    assert seen >= 4, layer
+    vs = per["layer_vs_jax"]
+    jax_rows = {
+        r["backward"]: r for r in json.loads((ROOT / vs["jax_layer"]["record"]).read_text())["layer"]["rows"]
+    }
+    assert vs["jax_layer"]["forward_us"] == pytest.approx(jax_rows[False]["ours_ms"] * 1e3)
+    assert vs["jax_layer"]["forward_backward_us"] == pytest.approx(jax_rows[True]["ours_ms"] * 1e3)
+    assert vs["dims"]["tokens"] == jax_rows[False]["dims"]["tokens"]
+    for mode in ("eager", "compiled"):
+        for kind in ("forward", "forward_backward"):
+            torch_us = vs[f"{mode}_tpu_kernels_flash_{kind}_us"]
+            expected = vs["jax_layer"][f"{kind}_us"] / torch_us
+            assert vs[f"{mode}_{kind}_speed_vs_jax"] == pytest.approx(expected, abs=1e-3), (mode, kind)

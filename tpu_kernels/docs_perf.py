@@ -404,6 +404,11 @@ def chip_headline() -> str:
     return report.headline(record) + "\n\n" + report.provenance(record) + "\n"
 
 
+def torch_tpu_headline() -> str:
+    """The torch-on-TPU figures: the TPU suite's record and bench/torch_on_tpu.py's."""
+    return script("torch_on_tpu").headline(_read("torch_tpu_v5e"), _read("tpu_suite_v5e"))
+
+
 def varlen_table() -> str:
     record = _read("varlen")
     f = record["figures"]
@@ -457,6 +462,7 @@ GENERATORS = {
     "perf-varlen": varlen_table,
     "perf-chip": chip_tables,
     "perf-chip-headline": chip_headline,
+    "perf-torch-tpu-headline": torch_tpu_headline,
     "perf-generate": generate_table,
     "perf-breakdown": breakdown_tables,
     "perf-ops": ops_table,
