@@ -329,6 +329,23 @@ def test_a_kept_tensor_in_plain_mode_is_recalled():
         assert got == [rx.array, None, ry.array]
 
 
+def test_a_call_with_another_tensor_declines_before_any_other_check(monkeypatch):
+    # the tensors' identity first (dispatch/eager.py): a call with fresh tensors pays neither the
+    # statics' comparison nor the mode probes (1.3 us of such a call when they came first)
+    x = torch.randn(3, 4)
+    record = _record(x)
+
+    def probed():
+        raise AssertionError("probed the modes")
+
+    monkeypatch.setattr(eager, "_modes_active", probed)
+    monkeypatch.setattr(eager, "_grad_enabled", probed)
+    refs, static_idx, statics, tensor_idx = (weakref.ref(record),), (1,), (2.0,), (0,)
+    assert eager.recall_checks(refs, static_idx, statics, (x.view(3, 4), "not a float"), tensor_idx) is None
+    with pytest.raises(AssertionError, match="probed the modes"):  # the same tensor: on to the probes
+        eager.recall_checks(refs, static_idx, statics, (x, 2.0), tensor_idx)
+
+
 # ---- complete: a call's arguments, one per parameter --------------------------------------
 def test_complete_makes_given_ints_floats_and_leaves_the_callers_tuple():
     from tpu_kernels import tpu_kernel

@@ -462,3 +462,127 @@ def test_a_tuned_config_that_fits_one_precision_falls_back_at_another():
     finally:
         torch.set_float32_matmul_precision(before)
         lookup.pop_overlay(token)
+
+
+# ---- a chip without entries: the defaults at once, once a full lookup has said so ---------------
+
+
+def _noted_elsewhere(op, monkeypatch):
+    """`op` tuned for v6e only, its first CPU call made (the note said): -> the list that each
+    full lookup (`Tuned._resolve`) appends to from now on."""
+    _put(op, _e(((512, 128),), 256, chip="v6e"))
+    full = []
+    resolve = op.tuned._resolve
+
+    def counted(*args, **kwargs):
+        full.append(args)
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(op.tuned, "_resolve", counted)
+    with pytest.warns(
+        TuningNote, match=r"no tuned config for chip 'cpu' \(the op's tables have entries for v6e\)"
+    ):
+        assert _used(op, rand(300, 128)) is None
+    assert len(full) == 1
+    return full
+
+
+def test_a_chip_without_entries_runs_the_defaults_without_a_full_lookup_once_its_note_is_said(monkeypatch):
+    op = make_op(uname())
+    full = _noted_elsewhere(op, monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the note is said once
+        assert _used(op, rand(1000, 128)) is None  # another bucket
+        assert _used(op, rand(300, 128, dtype=torch.bfloat16)) is None  # other dtypes
+        assert "block_rows" not in op.tuned.fill((), {"x": rand(300, 128)})  # the tensor by keyword
+        x = rand(600, 128)
+        torch.testing.assert_close(op(x), 2 * x)
+    assert len(full) == 1  # none of these looked the key up
+    assert op.tuned_config(x).how == "defaults"  # explain: the full lookup, as before
+    tuning.reload()  # forgets the notes said: the next call says it again, once
+    with pytest.warns(TuningNote, match=r"no tuned config for chip 'cpu'"):
+        assert _used(op, rand(2000, 128)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _used(op, rand(3000, 128)) is None
+    assert len(full) == 3  # tuned_config's, then the first call after reload
+
+
+def _cpu_entry(block_rows=256):
+    e = _e(((512, 128),), block_rows)
+    return {e.key: e}
+
+
+@pytest.mark.parametrize("how", ["added", "reload", "overlay", "autotune"])
+def test_what_gives_a_chip_without_entries_a_config_reaches_the_next_call(how, monkeypatch):
+    op = make_op(uname())
+    full = _noted_elsewhere(op, monkeypatch)
+    x = rand(300, 128)
+    assert _used(op, rand(1000, 128)) is None and len(full) == 1  # the shortcut: taken
+    if how == "added":  # this process tuned it
+        lookup.added(op.name, list(_cpu_entry().values()))
+    elif how == "reload":  # another process wrote the table
+        _put(op, _e(((512, 128),), 256, chip="v6e"), _e(((512, 128),), 256))
+    elif how == "overlay":  # `with result:`, entered after
+        token = lookup.push_overlay({op.name: _cpu_entry()})
+        try:
+            assert _used(op, x) == 256
+        finally:
+            lookup.pop_overlay(token)
+        assert _used(op, x) is None
+        return
+    else:  # online tuning switched on after (no reload): a call of a key not seen yet tunes it
+        tuned_for = []
+
+        def tuner(target, args, kwargs):
+            bucket = target.tuned.key_of(args, kwargs)[2]
+            tuned_for.append(bucket)
+            lookup.added(target.name, [_e(bucket, 8)])
+            return True
+
+        monkeypatch.setattr(lookup, "ONLINE_TUNER", [tuner])
+        monkeypatch.setenv(lookup.AUTOTUNE_ENV, "1")
+        assert _used(op, rand(2000, 128)) == 8
+        assert tuned_for == [((2048, 128),)]
+        return
+    assert _used(op, x) == 256
+
+
+def test_printing_switched_on_after_prints_the_next_distinct_lookup(monkeypatch, capsys):
+    op = make_op(uname())
+    _noted_elsewhere(op, monkeypatch)
+    assert _used(op, rand(1000, 128)) is None
+    capsys.readouterr()
+    monkeypatch.setenv(tuning.PRINT_ENV, "1")  # no reload
+    assert _used(op, rand(3000, 128)) is None
+    err = capsys.readouterr().err
+    assert f"{op.name} chip=cpu dtypes=['float32'] bucket=[(4096, 128)]" in err, err
+    assert "no entry for chip 'cpu'" in err
+
+
+def test_a_chips_record_of_an_older_generation_is_not_trusted(monkeypatch):
+    # a thread that read the tables before they changed may store its record after another
+    # thread refreshed: the record carries the generation it was read at
+    op = make_op(uname())
+    _noted_elsewhere(op, monkeypatch)
+    lookup.added(op.name, list(_cpu_entry().values()))
+    x = rand(300, 128)
+    assert _used(op, x) == 256  # refreshed
+    generation, _ = op.tuned._chips
+    op.tuned._chips = (generation - 1, frozenset({"v6e"}))  # a late write of the old record
+    op.tuned._memo = {}
+    assert _used(op, x) == 256
+
+
+def test_a_compiled_graph_after_the_shortcut_holds_the_defaults_then_a_new_entry(monkeypatch):
+    op = make_op(uname())
+    _noted_elsewhere(op, monkeypatch)
+    fn, _, ran = _graph_statics(lambda x: op(x) + 1)
+    x = rand(300, 128)
+    torch.testing.assert_close(fn(x), 2 * x + 1)
+    assert ran[-1] == [None]
+    lookup.added(op.name, list(_cpu_entry().values()))
+    torch._dynamo.reset()  # the graph holds its constants: a new entry reaches a new trace
+    fn, _, ran = _graph_statics(lambda x: op(x) + 1)
+    torch.testing.assert_close(fn(x), 2 * x + 1)
+    assert ran[-1] == [256]

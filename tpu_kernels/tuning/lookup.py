@@ -59,7 +59,14 @@ from tpu_kernels.tuning import capture
 from tpu_kernels.tuning import table as tables
 from tpu_kernels.tuning.chip import chip_of
 from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
-from tpu_kernels.tuning.provenance import Looked, TunedConfig, digest_values, forget_printed, print_lookup
+from tpu_kernels.tuning.provenance import (
+    PRINT_ENV,
+    Looked,
+    TunedConfig,
+    digest_values,
+    forget_printed,
+    print_lookup,
+)
 
 TUNING_DIR_ENV = "TPU_KERNELS_TUNING_DIR"
 AUTOTUNE_ENV = "TPU_KERNELS_AUTOTUNE"
@@ -91,6 +98,7 @@ _LOCK = threading.Lock()
 _LOADED: dict[str, dict[tables.Key, tables.Entry]] = {}  # op -> its entries, all files merged
 _GENERATION = [0]  # bumped whenever what a lookup may find changes: memos compare it
 _NOTED: set[tuple] = set()
+_CHIP_NOTE = "chip"  # the reason of the note "no tuned config for chip ...": `Tuned._untuned_chip` reads it
 
 
 class _Overlay:
@@ -324,6 +332,10 @@ class Tuned:
         self._digests: dict[str, str | None] = {}  # traced arguments -> program digest
         self._memo_generation = -1  # the _GENERATION the memo and _live were computed at
         self._live = False  # some table or the online tuner may give this op a config
+        # (the _GENERATION it was read at, the chips the op's tables have entries for): one
+        # tuple, replaced whole, so a thread reads a set together with its generation
+        self._chips: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._first_slot = self.tensor_slots[0] if self.tensor_slots else None
         _TUNED[self.op_name] = self
 
     def paths(self) -> list[Path]:
@@ -337,11 +349,42 @@ class Tuned:
             self._refresh()
         if not self._live and not _OVERLAYS.get():
             return kwargs  # no table holds an entry for this op, none is overlaid: the defaults
+        if self._untuned_chip(args, kwargs):
+            return kwargs
         given, tensors, first = self._call_parts(args, kwargs)
         if first is None:
             return kwargs
         chosen = self._looked(args, kwargs, given, tensors, first).fill
         return {**kwargs, **chosen} if chosen else kwargs
+
+    def _untuned_chip(self, args: tuple, kwargs: dict) -> bool:
+        """Whether the call certainly runs the declared defaults because its chip has no entry:
+        what `_resolve` would conclude ("other-chip", its note already given), without building
+        the memo key (its shapes, dtypes, autocast and precision): matmul's table holds only v5e
+        entries, and its `fill` on CPU took 3.6-4.1 us, now 2.0 (1.4 of which are the two
+        `os.environ.get`s of unset variables). Only while nothing else could give the
+        call a config or a line: no overlay (whose entries may name this chip), online tuning
+        off (it would tune this key), no lookup printing (it prints each distinct lookup); and
+        only once a full lookup has given the note, so that it is still said once per op and
+        chip (and again after `reload`, which clears the notes given). A call whose first
+        tensor parameter holds no tensor takes the full path."""
+        slot = self._first_slot
+        if slot is None:
+            return False
+        i, name, kw = slot
+        t = kwargs.get(name) if kw or i >= len(args) else args[i]
+        if not isinstance(t, torch.Tensor):
+            return False  # None or a list: `_call_parts` finds the first tensor
+        generation, chips = self._chips
+        chip = "cpu" if type(t) is torch.Tensor and t.is_cpu else chip_of(t.device)  # 0.04 us, not 0.3
+        return (
+            generation == _GENERATION[0]
+            and chip not in chips
+            and not _OVERLAYS.get()
+            and (self.op_name, chip, _CHIP_NOTE) in _NOTED
+            and os.environ.get(AUTOTUNE_ENV) != "1"
+            and os.environ.get(PRINT_ENV) != "1"
+        )
 
     def _looked(self, args: tuple, kwargs: dict, given: tuple, tensors: tuple, first: torch.Tensor) -> Looked:
         # the float32 matmul precision too: a kernel's trace reads it (matmul's VMEM need, hence
@@ -399,11 +442,14 @@ class Tuned:
 
     def _refresh(self) -> None:
         """After any change to what lookups may find (tables read or written, reload): forget
-        the memo and find out again whether this op has entries at all (reading its tables)."""
+        the memo and find out again whether this op has entries at all, and for which chips
+        (reading its tables)."""
         generation = _GENERATION[0]
         self._memo = {}
         self._digests = {}
-        self._live = bool(_loaded(self.op_name, self.paths())) or os.environ.get(AUTOTUNE_ENV) == "1"
+        loaded = _loaded(self.op_name, self.paths())
+        self._chips = (generation, frozenset(e.chip for e in loaded.values()))
+        self._live = bool(loaded) or os.environ.get(AUTOTUNE_ENV) == "1"
         self._memo_generation = generation
 
     def _call_parts(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, Any]:
@@ -464,7 +510,7 @@ class Tuned:
                 note(
                     op,
                     chip,
-                    "chip",
+                    _CHIP_NOTE,
                     f"no tuned config for chip {chip!r} (the op's tables have entries for "
                     f"{', '.join(sorted({e.chip for e in entries.values()}))}); running the declared defaults "
                     f"({self.tunables.describe(self.tunables.default)}). Tune it here with tpu_kernels.autotune.",
