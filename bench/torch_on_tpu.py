@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import json
 import pstats
@@ -178,9 +179,11 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
+@functools.cache
 def flash_template_attention() -> Callable:
     """The flash-attention template rendered with `tpu-kernels new` (as a user would), as the
-    layer's attention: causal, k and v repeated to q's heads (the template has no GQA)."""
+    layer's attention: causal, k and v repeated to q's heads (the template has no GQA). Rendered
+    once per process (a second rendering of the same name is refused)."""
     import importlib
     import sys
     import tempfile

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 RECORD_ENV = "TPU_KERNELS_TPU_RECORD"
-MERGE_ENV = "TPU_KERNELS_TPU_RECORD_MERGE"  # another run's record, whose tests this one's takes in
+MERGE_ENV = "TPU_KERNELS_TPU_RECORD_MERGE"  # other runs' records (os.pathsep between), whose tests this one's takes in
 PROBE_ENV = "TPU_KERNELS_TPU_PROBE"
 ROOT = Path(__file__).resolve().parents[2]
 _FIGURES: dict[str, dict[str, Any]] = {}
@@ -140,8 +140,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _HAS_TPU and hasattr(torch, "tpu"):
         device = torch.tpu.get_device_name()  # type: ignore[attr-defined]
     tests = {k: {**v, "figures": _FIGURES.get(k, {})} for k, v in _OUTCOMES.items()}
-    merge = os.environ.get(MERGE_ENV)
-    if merge:  # scripts/tpu-suite's first run (the tests whose children hold the chip)
+    for merge in filter(None, os.environ.get(MERGE_ENV, "").split(os.pathsep)):
+        # scripts/tpu-suite's other runs: the tests whose children hold the chip, those that may abort
         other = json.loads(Path(merge).read_text())
         tests.update({k: v for k, v in other["tests"].items() if k not in tests})
         device = device or other.get("device", "")

@@ -7,8 +7,9 @@ it (`torch_tpu/_loader.py`, `torch_tpu/_internal/distributed/torchcomm_tpu.py`:
 `Backend.default_device_backend_map["tpu"] = "tpu_dist"`); the group here is that backend with
 one rank. On one device every shard is the whole tensor, so each case runs the same kernel on
 the same values as the plain call: the results agree to the last bit, up to `ATOL`. Placing a
-tensor (`distribute_tensor`) runs a real broadcast or scatter on the group; after that,
-DTensor skips collectives on a mesh dim of size 1.
+tensor takes no collective here (`local_dtensor`: on the chip, `distribute_tensor`'s broadcast
+over the one-rank group aborted the process), and DTensor skips collectives on a mesh dim of
+size 1. scripts/tpu-suite runs this file in its own process, so that an abort there ends only it.
 
 The cases mirror the CPU suite's 2-process ones (tests/test_sharding.py, `_worker_cases`):
 Replicate and Shard(0) for each op, rmsnorm's and matmul's replicated operand whose gradient
@@ -84,10 +85,20 @@ def one_rank_group(backend: str, device_type: str):
             dist.destroy_process_group()
 
 
+def local_dtensor(t: torch.Tensor, mesh, placement):
+    """`t` as a DTensor on the one-device mesh, without a collective: on one device a shard is
+    the whole tensor (`DTensor.from_local`, no run check). `distribute_tensor` broadcasts or
+    scatters first, and on the chip that collective over torch_tpu's one-rank `tpu_dist` group
+    aborted the process (the third chip run: "Fatal Python error: Aborted")."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(t, mesh, [placement], run_check=False)
+
+
 def run_case(case: str, mesh, device: torch.device) -> dict[str, float]:
     """One case on `mesh` (over `device`): the op on DTensors against the op on the plain
     tensors, forward and every input's gradient; returns the largest differences."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
+    from torch.distributed.tensor import DTensor, Partial, Replicate
 
     from tpu_kernels.kernels import FAMILIES
 
@@ -103,8 +114,8 @@ def run_case(case: str, mesh, device: torch.device) -> dict[str, float]:
 
     dt = []
     for i, (t, code) in enumerate(zip(host, ins)):
-        with step(f"{case}: distribute_tensor(input {i}, [{placement(code)}])"):
-            dt.append(distribute_tensor(t.to(device), mesh, [placement(code)]).requires_grad_(True))
+        with step(f"{case}: DTensor.from_local(input {i}, [{placement(code)}])"):
+            dt.append(local_dtensor(t.to(device), mesh, placement(code)).requires_grad_(True))
     with step(f"{case}: {family} on DTensors {[str(placement(c)) for c in ins]}"):
         got = fam.op(*dt, **fam.kwargs)
     assert isinstance(got, DTensor), f"{case}: expected a DTensor result, got {type(got).__name__}"
@@ -112,7 +123,7 @@ def run_case(case: str, mesh, device: torch.device) -> dict[str, float]:
     with step(f"{case}: the backward on DTensors"):
         p = got.placements[0]
         grad_placements = [Replicate() if isinstance(p, Partial) else p]
-        torch.autograd.backward(got, distribute_tensor(grad_out.to(device), mesh, grad_placements))
+        torch.autograd.backward(got, local_dtensor(grad_out.to(device), mesh, grad_placements[0]))
     with step(f"{case}: full_tensor() of the result and gradients"):
         full = got.full_tensor().detach()
         full_grads = [d.grad.full_tensor() for d in dt]
