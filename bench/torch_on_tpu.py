@@ -339,49 +339,50 @@ def headline(record: dict[str, Any], suite: dict[str, Any]) -> str:
     shape = "x".join(map(str, record["per_call"]["shape"]))
     met = [name for name, o in ops.items() if o["tpu_kernels"] <= o["bound_us"]]
     calls = ", ".join(
-        f"{name} {o['tpu_kernels']:.0f} us (jax_op {o['jax_op_pallas']:.0f}, torch_tpu {o['torch_tpu']:.0f})"
+        f"{name} {o['tpu_kernels']:.0f} ({o['jax_op_pallas']:.0f}, {o['torch_tpu']:.0f})"
         for name, o in ops.items()
     )
     layer, vs_jax = record.get("layer", {}), record.get("layer_vs_jax", {})
     d = layer.get("dims", {})
-    dims = (
-        f"{d.get('tokens')} tokens, {d.get('d')} -> {d.get('ffn')}, GQA {d.get('heads')}:{d.get('kv_heads')}"
-    )
 
-    def pair(prefix: str, suffix: str = "") -> str:
-        fwd = layer.get(f"{prefix}_forward_speedup{suffix}")
-        both = layer.get(f"{prefix}_forward_backward_speedup{suffix}")
-        text = f"forward {_ratio(fwd)}"
-        if both is not None:
-            text += f", forward + backward {_ratio(both)}"
-        elif f"{prefix}_torch_tpu_forward_backward_error" in layer:
+    def pair(suffix: str = "") -> str:
+        text = ", ".join(
+            f"{m} {_ratio(layer.get(f'{m}_forward_speedup{suffix}'))}" for m in ("eager", "compiled")
+        )
+        both = [layer.get(f"{m}_forward_backward_speedup{suffix}") for m in ("eager", "compiled")]
+        if any(v is not None for v in both):
+            text += f"; forward + backward eager {_ratio(both[0])}, compiled {_ratio(both[1])}"
+        elif any(f"{m}_torch_tpu_forward_backward_error" in layer for m in ("eager", "compiled")):
             text += "; forward + backward: torch_tpu's SDPA backward fails to compile"
         return text
 
-    jd = vs_jax.get("dims", {})
+    def vs(kind: str) -> str:
+        return ", ".join(
+            f"{m} {_ratio(vs_jax.get(f'{m}_{kind}_speed_vs_jax'))}" for m in ("eager", "compiled")
+        )
+
+    lost = ""
+    if suite.get("lost"):  # scripts/tpu_suite_lost.py: a process's record rebuilt from its log
+        lost = f"; {suite['lost']['tests']} from the run's log, figures lost"
+    total = c["passed"] + c["failed"] + c["skipped"]
     lines = [
-        "| tpu_kernels ops through torch on a TPU v5e (torch_tpu) | figure |",
+        "| through torch on a TPU v5e (torch_tpu) | figure |",
         "|---|---|",
-        f"| TPU suite (`scripts/tpu-suite`): tests passing on the chip | {c['passed']} of "
-        f"{c['passed'] + c['failed'] + c['skipped']} ({c['skipped']} skipped) |",
-        f"| one call on {shape} float32 tensors, within 1.1x a bare `jax_op` + 10 us | {len(met)} of {len(ops)} ops: "
-        f"{calls} |",
-        f"| decoder layer (bf16, {dims}) over torch_tpu's own ops, attention SDPA on both sides | "
-        f"eager {pair('eager')}; compiled {pair('compiled')} |",
-        f"| the same, attention the flash template's op on both sides | eager {pair('eager', '_flash')}; "
-        f"compiled {pair('compiled', '_flash')} |",
-        f"| the torch layer over the chip runner's JAX layer, same kernels ({jd.get('tokens')} tokens, MHA) | "
-        f"eager forward {_ratio(vs_jax.get('eager_forward_speed_vs_jax'))}, forward + backward "
-        f"{_ratio(vs_jax.get('eager_forward_backward_speed_vs_jax'))}; compiled forward "
-        f"{_ratio(vs_jax.get('compiled_forward_speed_vs_jax'))}, forward + backward "
-        f"{_ratio(vs_jax.get('compiled_forward_backward_speed_vs_jax'))} |",
+        f"| TPU suite: tests passing | {c['passed']} of {total} ({c['skipped']} skipped{lost}) |",
+        f"| one {shape} float32 call within 1.1x a bare `jax_op` + 10 us: us (jax_op, torch_tpu) | "
+        f"{len(met)} of {len(ops)}: {calls} |",
+        f"| decoder layer (bf16, {d.get('tokens')} tokens, {d.get('d')} -> {d.get('ffn')}, GQA "
+        f"{d.get('heads')}:{d.get('kv_heads')}) over torch_tpu's ops, SDPA | forward {pair()} |",
+        f"| the same, the flash template's attention on both | forward {pair('_flash')} |",
+        f"| that layer over the chip runner's JAX one ({vs_jax.get('dims', {}).get('tokens')} tokens, MHA) | "
+        f"forward {vs('forward')}; forward + backward {vs('forward_backward')} |",
     ]
     v = suite["versions"]
     lines += [
         "",
-        f"_Measured by `scripts/tpu-suite` on one {suite['device']} (torch {v.get('torch')}, torch_tpu "
-        f"{v.get('torch_tpu')}, JAX {v.get('jax')}, Python {v.get('python')}), tpu_kernels "
-        f'{suite["commit"][:10]}. Regenerate: docs/devices.md, "The TPU suite"._',
+        f"_By `scripts/tpu-suite` on a {suite['device']} (torch {v.get('torch')}, torch_tpu "
+        f"{v.get('torch_tpu')}, JAX {v.get('jax')}), tpu_kernels {suite['commit'][:10]}; "
+        "[devices](docs/devices.md#tpu-the-tpu-suite-through-torch-on-a-chip-scriptstpu-suite)._",
     ]
     return "\n".join(lines) + "\n"
 
