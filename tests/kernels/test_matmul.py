@@ -3,15 +3,20 @@
 import jax
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import rand
 from tests.kernels.base import KernelFamilyTests
 from tests.kernels.checks import grid_semantics, lowers_for_tpu
 from tpu_kernels import testing
+from tpu_kernels.check.vmem import memref_shape, traced_pallas_calls
 from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import pallas
+from tpu_kernels.lowering.chips import TARGET_CHIPS
 from tpu_kernels.testing import dot_scale
+from tpu_kernels.tuner.predict import ChipFigures
 
 
 class TestMatmul(KernelFamilyTests):
@@ -120,3 +125,43 @@ def test_low_precision_is_float32_inside_with_one_rounding(dtype):
 def test_grid_semantics_parallel_i_j_and_sequential_k():
     a = jax.ShapeDtypeStruct((512, 512), "bfloat16")
     assert grid_semantics(pallas.matmul, a, a) == [("parallel", "parallel", "arbitrary")]
+
+
+# ---- default blocks fill the MXU (issue 59) ---------------------------------------------
+
+# The widest MXU among the generations the defaults are sized for (128 lanes on v4-v5p, 256 on
+# v6e and 7x): a default block narrower than it leaves part of the array idle on those chips.
+MXU_WIDTH = max(ChipFigures.of(name).mxu_width for name in TARGET_CHIPS)
+
+
+def _default_blocks(m: int, k: int, n: int, dtype: str) -> tuple[int, int, int]:
+    """(block_m, block_n, block_k) of the call `matmul` traces at these sizes, unset blocks."""
+    a, b = jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype)
+    (eqn,) = traced_pallas_calls(pallas.matmul, a, b)
+    (bm, bk), (_, bn) = (memref_shape(b) for b in eqn.params["grid_mapping"].block_mappings[:2])
+    return bm, bn, bk
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dims=st.lists(
+        st.one_of(st.integers(1, 20000), st.sampled_from([1100, 2100, 3000, 4097, 8192 + 300])),
+        min_size=3,
+        max_size=3,
+    ),
+    dtype=st.sampled_from(["bfloat16", "float32"]),
+    precision=st.sampled_from(["default", "highest"]),
+)
+@example(dims=[1100, 1024, 1024], dtype="bfloat16", precision="default")  # the issue's: 5 row blocks of 256
+def test_default_blocks_never_go_below_the_mxu_unless_the_dimension_does(dims, dtype, precision):
+    """However a dimension divides (1100 rows in 2 blocks of 1024 would be 948 rows of padding,
+    so the block halves), a default block stays at least the MXU's width, or is the whole
+    dimension where that is narrower: halving further only grows the grid (1100 rows: 9 steps
+    of 128, not 5 of 256) and leaves the MXU under-filled."""
+    m, k, n = dims
+    with jax.default_matmul_precision(precision):
+        bm, bn, bk = _default_blocks(m, k, n, dtype)
+    for dim, block in ((m, bm), (n, bn), (k, bk)):
+        assert block >= min(dim, MXU_WIDTH), (dims, (bm, bn, bk))
+    if (m, k, n) == (1100, 1024, 1024) and dtype == "bfloat16":
+        assert (bm, bn, bk) == (256, 1024, 1024)
