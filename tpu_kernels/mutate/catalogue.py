@@ -6,8 +6,11 @@ the chips the check targets, v5e's 16 MiB). Kinds follow issue #16's list: arith
 accumulation in the input's low precision, softmax without max-subtraction, a residual in
 the input's dtype, an oversized default block, a parallel accumulation axis, the shared
 row-block helper's rounding, a dropped eps, a dot without preferred_element_type, off-by-one
-index maps and grids, wrong scales and signs, dropped semantics; and (issue #23) a result that
-takes one input's dtype where torch promotes.
+index maps and grids, wrong scales and signs, dropped semantics; (issue #23) a result that
+takes one input's dtype where torch promotes; and (issue 59) the VMEM models' and block
+searches' edges: a chunk search that misses 128-lane chunks, a backward's float32 temporaries
+under-counted, a (rows, 1) column counted without its lane padding, a default matmul block
+halved below the MXU.
 
 `TOOLKIT` holds mutants of the machinery around the kernels (the on-disk cache's key and
 reads, the eager shortcut, derived fakes, buckets, the benchmark's correctness verdict, the
@@ -48,6 +51,8 @@ T_SOFTMAX, T_RMSNORM, T_ELEMENTWISE, T_MATMUL = (
     ("tests/kernels/test_scale_add.py",),
     ("tests/kernels/test_matmul.py",),
 )
+# issue 59: every 128-lane width's chunk; the row kernels' VMEM models against the check's and the chip's
+T_CHUNKS, T_VMEM_MODELS = ("tests/kernels/test_softmax_chunks.py",), ("tests/kernels/test_vmem_models.py",)
 
 
 # opcheck and torch.compile parity (the slowest tests, about a third of each file's time here)
@@ -131,6 +136,16 @@ SHIPPED: tuple[Mutation, ...] = (
         "every chunk of a wide row read from and written to the row's first columns (an offset dropped)",
         ("tests/kernels/test_vmem_defaults.py",),
         test_filter="chunk or wide",
+        check=_check("softmax"),
+    ),
+    Mutation(
+        "softmax-chunk-search-stops-at-two-lanes",
+        SOFTMAX,
+        "for lanes in range(CHUNK // 128, 0, -1)",
+        "for lanes in range(CHUNK // 128, 1, -1)",
+        "the chunk search stops at 2 lane groups: a row of 128 x p lanes, p a prime above 64, has no "
+        "chunk, and softmax at [8, 8576] raises StopIteration while tracing",
+        T_CHUNKS,
         check=_check("softmax"),
     ),
     _softmax(
@@ -247,6 +262,17 @@ SHIPPED: tuple[Mutation, ...] = (
         "out_specs=(row_spec, pl.BlockSpec((br, 1), lambda i: (i + 1, 0))),",
         "inv_rms written one row block late: block 0 never written, the last past the end",
     ),
+    Mutation(
+        "rmsnorm-backward-temporaries-undercounted",
+        RMSNORM,
+        "BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1, weight=True)",
+        "BACKWARD = RowFootprint(blocks=3, temporaries=3, columns=1, weight=True)",
+        "the backward's VMEM need counts 3 float32 temporaries of the 5 its body keeps live: bf16 "
+        "[8192, 4096] asks for a 20 MiB scoped limit where 5 ask for 25, and the v5e allocated more "
+        "than it counts for 15 of the body's refusals",
+        T_VMEM_MODELS,
+        check=_check("rmsnorm"),
+    ),
     # ---- scale_add ----
     _elementwise(
         "scale_add-low-precision",
@@ -322,6 +348,17 @@ SHIPPED: tuple[Mutation, ...] = (
         "    if export.is_symbolic_dim(dim):",
         "misaligned block sizes reach Mosaic instead of a clear error",
     ),
+    Mutation(
+        "matmul-default-block-below-the-mxu",
+        MATMUL,
+        "while block > 256 and dim > block",
+        "while block > 128 and dim > block",
+        "a default block halved below 256 to pad less: 1100 rows take 9 blocks of 128, not 5 of 256, "
+        "and the MXU (256 wide from v6e on) runs under-filled",
+        T_MATMUL,
+        test_filter="mxu",
+        check=_check("matmul"),
+    ),
     # ---- the shared row-block helper ----
     _blocks(
         "row_block-no-rounding",
@@ -340,6 +377,16 @@ SHIPPED: tuple[Mutation, ...] = (
         "        if not jnp.issubdtype(a.dtype, jnp.floating):",
         "        if False:",
         "integer inputs silently rounded through float32 instead of refused",
+    ),
+    Mutation(
+        "row-footprint-column-unpadded",
+        BLOCKS,
+        "residual = 2 * self.columns * _vmem.padded_rows(block_rows, 4) * 128 * 4",
+        "residual = 2 * self.columns * _vmem.padded_rows(block_rows, 4) * 4",
+        "a (rows, 1) float32 column counted without its 128-lane padding: rmsnorm's (128, 1) inv_rms "
+        "is 1 KiB to the kernel's model, 128 KiB to the check and to Mosaic",
+        T_VMEM_MODELS,
+        check=_check("rmsnorm"),
     ),
 )
 
