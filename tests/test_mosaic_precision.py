@@ -359,3 +359,45 @@ def test_the_shipped_matmul_in_bf16_lowers_without_a_float32_contraction(name):
             return pallas_matmul(a, b)
 
     assert _mosaic_matmul_precisions(f, jnp.bfloat16) == {"DEFAULT"}
+
+
+@pytest.mark.parametrize("name", ["high", "tensorfloat32", "highest"])
+def test_dot_of_bf16_operands_is_one_pass_at_any_name(name):
+    # a bf16 product is exact in one MXU pass: `dot` splits float32 operands only (a bf16
+    # operand's low half is zero, so three passes would triple the work for the same result)
+    bf16 = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = mosaic_precision.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+    def f(x, y):
+        with traced_at(name):
+            return pl.pallas_call(kernel, out_shape=S)(x, y)
+
+    [body] = [eqn.params["jaxpr"] for eqn in pallas_calls(jax.make_jaxpr(f)(bf16, bf16))]
+    [one] = list(_dots(body))
+    assert str(one.invars[0].aval.dtype) == "bfloat16"
+
+
+@pytest.mark.parametrize("name", ["highest", "default"])
+def test_a_dot_with_one_float32_operand_keeps_its_float32_contraction(name):
+    """Mosaic is asked for one pass only where no operand is float32: a float32 x bf16 product
+    at "highest" keeps contract_precision<fp32> (one pass would round the float32 operand to
+    bf16); at "default" it is one pass, as asked."""
+
+    def kernel(x_ref, y_ref, o_ref):
+        dims = (((1,), (0,)), ((), ()))
+        o_ref[...] = jax.lax.dot_general(x_ref[...], y_ref[...], dims, preferred_element_type=jnp.float32)
+
+    def f(x, y):
+        with traced_at(name):
+            return pl.pallas_call(kernel, out_shape=S)(x, y)
+
+    from tpu_kernels.lowering.export import mosaic_modules
+
+    bf16 = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    text = jax.export.export(jax.jit(f), platforms=["tpu"])(S, bf16).mlir_module()
+    lines = [line for m in mosaic_modules(text) for line in m.splitlines() if "tpu.matmul" in line]
+    assert lines and all("vector<256x256xbf16>" in line for line in lines)  # the mixed product itself
+    got = {(re.search(r"contract_precision<(\w+)>", line) or [None, "DEFAULT"])[1] for line in lines}
+    assert got == ({"fp32"} if name == "highest" else {"DEFAULT"})

@@ -64,7 +64,15 @@ def test_toolkit_catalogue_applies_names_existing_tests_and_holds_issue_39s_surv
     assert len(set(ids)) == len(ids) and not set(ids) & {m.id for m in SHIPPED}
     assert ISSUE_39_SURVIVORS <= set(ids) and len(ids) >= len(ISSUE_39_SURVIVORS) + 12
     modules = {m.file for m in TOOLKIT}
-    for module in ("cache/", "eager.py", "fake.py", "buckets.py", "bench/correctness.py", "compare.py", "integrations/"):
+    for module in (
+        "cache/",
+        "eager.py",
+        "fake.py",
+        "buckets.py",
+        "bench/correctness.py",
+        "compare.py",
+        "integrations/",
+    ):
         assert any(module in f for f in modules), module
     for m in TOOLKIT:
         text = (ROOT / m.file).read_text()
@@ -116,6 +124,26 @@ def test_catalogue_holds_issue_59s_survivors_with_tests_that_exist():
     assert ISSUE_59_SURVIVORS <= set(shipped)
     for id in ISSUE_59_SURVIVORS:
         assert all((ROOT / t.split("::")[0]).is_file() for t in shipped[id].tests), id
+
+
+ISSUE_59 = {  # the chip runner's two figure bugs, at each place they are computed
+    "chip-normwise-over-output-norm",
+    "chip-speed-inverted",
+    "chip-speed-in-program-inverted",
+    "chip-layer-speed-inverted",
+    "chip-report-speed-up-inverted",
+}
+
+
+def test_toolkit_catalogue_holds_issue_59s_figures_and_its_fresh_edits():
+    """Issue 59's bug classes, and its fresh edits of the chip corpus, its fit, the three-pass
+    dot's hook into Pallas tracing and the layer's gradient comparison."""
+    toolkit = {m.id: m for m in TOOLKIT}
+    assert ISSUE_59 <= set(toolkit)
+    files = {m.file for m in TOOLKIT}
+    for f in ("chip/corpus.py", "bench/chip_tuning.py", "mosaic_precision.py", "_compat.py", "chip/layer.py"):
+        assert sum(f in m.file for m in TOOLKIT if m.id not in ISSUE_59) >= 1, f
+    assert "tpu_kernels/chip/measure.py" in files
 
 
 def test_templates_catalogue_covers_every_variant_and_applies_to_the_rendered_kernels():

@@ -77,6 +77,45 @@ def test_compile_verdict_reports_a_failure_with_its_message(calls):
     assert "multiple of 128" in verdict["error"]
 
 
+def test_compile_verdict_compiles_and_does_not_stop_at_lowering():
+    """A VMEM out-of-memory is Mosaic's verdict at compile time, after the call lowered: a call
+    that lowers and then fails to compile (here, on the CPU, a custom call no handler serves) is
+    refused, with the compiler's message."""
+
+    def fn(x):
+        return jax.ffi.ffi_call("tpu_kernels_no_such_target", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    call = corpus.Call(
+        "unserved/f32[8,128]/", "synthetic.unserved", fn, (jax.ShapeDtypeStruct((8, 128), "float32"),)
+    )
+    jax.jit(call.fn).lower(*call.args)  # lowers
+    verdict = corpus.compile_verdict(call)
+    assert verdict["compiles"] is False and "tpu_kernels_no_such_target" in verdict["error"]
+
+
+def test_calls_a_kernels_wrapper_refuses_are_left_out(monkeypatch):
+    """A call whose wrapper raises while tracing (its own VMEM cap on the block) is not the chip's
+    to judge: the corpus leaves it out, and keeps the calls marked to be refused while tracing."""
+    monkeypatch.setattr(corpus, "_traces", lambda c: True)  # no call traced here: seconds saved
+    every = corpus._all_calls.__wrapped__()
+    refused = next(c.id for c in every if c.traces and c.kernel == "rmsnorm.rmsnorm_backward")
+    monkeypatch.setattr(corpus, "_traces", lambda c: c.id != refused)
+    kept = {c.id: c for c in corpus._all_calls.__wrapped__()}
+    assert refused not in kept and len(kept) == len(every) - 1
+    assert any(not c.traces for c in kept.values())
+
+
+def test_the_chips_record_measured_calls_of_this_corpus(calls):
+    """Every call of the committed chip record is a call the corpus makes now, by id (the kernel,
+    the shape and every static): a corpus that sizes its blocks, or sets its statics, otherwise
+    than when the chip measured it is held to verdicts on other calls."""
+    record = chip_record.load(chip_record.record_path("v5e"))
+    ids = {c.id for c in calls}
+    missing = [e["id"] for e in record["calls"] if e["id"] not in ids]
+    assert not missing, f"{len(missing)} of the record's calls are not in the corpus, e.g. {missing[:3]}"
+    assert len(record["calls"]) >= 300
+
+
 def test_error_text_keeps_the_compilers_cause_past_the_limit():
     e = RuntimeError("x" * 2000 + " RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: 17.0M of 16.0M")
     text = corpus.error_text(e)
@@ -121,7 +160,9 @@ def _tuning_sweep_facts() -> dict:
     for row in record["tune"]["rows"]:
         if row["kernel"] in names and row["id"].endswith("/bf16[8192,4096]"):
             call = f"{names[row['kernel']]}/bf16[8192,4096]/block_rows={row['statics']['block_rows']}"
-            found.append({"id": call, "compiles": row["pallas"]["compiles"], "error": row["pallas"].get("error")})
+            found.append(
+                {"id": call, "compiles": row["pallas"]["compiles"], "error": row["pallas"].get("error")}
+            )
     return {"chip": "v5e", "calls": found}
 
 
@@ -165,6 +206,8 @@ def test_the_runners_own_corpus_record_loads_as_a_chip_record(tmp_path):
 
     rows = [{"id": "copy/bf16[2048,4096]/block_rows=1024", "compiles": False, "error": "E1001"}]
     path = tmp_path / "chip_corpus_v5e.json"
-    path.write_text(json.dumps({"meta": {"device_kind": "TPU v5 lite", "jax": "0.10.2"}, "corpus": {"rows": rows}}))
+    path.write_text(
+        json.dumps({"meta": {"device_kind": "TPU v5 lite", "jax": "0.10.2"}, "corpus": {"rows": rows}})
+    )
     record = chip_record.load(path)
     assert record["chip"] == "v5e" and record["calls"] == rows

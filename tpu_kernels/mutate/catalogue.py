@@ -16,7 +16,9 @@ halved below the MXU.
 reads, the eager shortcut, derived fakes, buckets, the benchmark's correctness verdict, the
 torchtitan and Hugging Face integrations, the tuner and its tables, the chip names, the VMEM
 check's buffers and limits): issue #39's ten survivors and the fresh edits of the run that
-followed it, and issue #46's survivors and faults. They name tests only: `tpu-kernels check` judges kernels, not these.
+followed it, issue #46's survivors and faults, and issue 59's (the chip runner's error and speed
+figures, its corpus and fit, the three-pass dot's tracing hook, the layer's gradient comparison).
+They name tests only: `tpu-kernels check` judges kernels, not these.
 """
 
 from __future__ import annotations
@@ -413,7 +415,10 @@ TITAN_FAST = "not five_steps"  # the training runs (one process, compile, 2 proc
 T_HF = ("tests/integrations/test_transformers.py",)
 HF_FAST = "not inductor"
 MEMORY = "tpu_kernels/runtime/cache/memory.py"
-T_LOCK = ("tests/cache/test_lock.py", "tests/test_op.py::test_cache_builds_each_key_once_under_concurrent_calls")
+T_LOCK = (
+    "tests/cache/test_lock.py",
+    "tests/test_op.py::test_cache_builds_each_key_once_under_concurrent_calls",
+)
 T_PARALLEL = ("tests/tuning/test_parallel.py",)
 PROGRAM, BUILD, STORE = (
     "tpu_kernels/runtime/cache/program.py",
@@ -447,6 +452,21 @@ T_VMEM = (
 
 
 T_VMEM_MODEL = ("tests/check/test_vmem_model.py", "tests/check/test_chip_corpus.py")
+
+
+# issue 59: the chip runner (tpu_kernels/chip), its corpus, its fit, the three-pass dot's hook
+CHIP_MEASURE, CHIP_RUN, CHIP_LAYER, CHIP_REPORT, CORPUS = (
+    "tpu_kernels/chip/measure.py",
+    "tpu_kernels/chip/run.py",
+    "tpu_kernels/chip/layer.py",
+    "tpu_kernels/chip/report.py",
+    "tpu_kernels/chip/corpus.py",
+)
+CHIP_TUNING, MOSAIC = "bench/chip_tuning.py", "tpu_kernels/runtime/mosaic_precision.py"
+T_CHIP_FIGURES = ("tests/test_chip_figures.py", "tests/test_chip.py")
+T_CORPUS = ("tests/check/test_chip_corpus.py",)
+T_CHIP_FIT = ("tests/tuning/test_chip_fit.py",)
+T_MOSAIC = ("tests/test_mosaic_precision.py",)
 
 
 def _toolkit(
@@ -1210,7 +1230,7 @@ TOOLKIT: tuple[Mutation, ...] = (
         "tpu_kernels/runtime/mosaic_precision.py",
         "return (f(xl, yh) + f(xh, yl) + f(xh, yh)).astype(out)",
         "return (f(xh, yl) + f(xh, yh)).astype(out)",
-        'x_lo y_hi dropped: "high" is then about one pass\'s error (2^-9), not bf16_3x\'s',
+        "x_lo y_hi dropped: \"high\" is then about one pass's error (2^-9), not bf16_3x's",
         ("tests/test_mosaic_precision.py",),
     ),
     _toolkit(
@@ -1244,5 +1264,202 @@ TOOLKIT: tuple[Mutation, ...] = (
         "        if False:",
         "the tuner's build ahead runs each candidate too, in the pool, concurrently with the others",
         T_PARALLEL,
+    ),
+    # ---- issue 59: the chip runner's figures (bench/reports/chip_v5e.json, README, performance.md) ----
+    _toolkit(
+        "chip-normwise-over-output-norm",
+        CHIP_MEASURE,
+        "    den = float(np.linalg.norm(ref))",
+        "    den = float(np.linalg.norm(y))",
+        "the error divided by the output's norm, not the float64 reference's: a half-scale output "
+        "reads 1.0 instead of 0.5, an all-zero one the reference's norm instead of 1.0",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "chip-speed-inverted",
+        CHIP_RUN,
+        'row[f"speed_vs_{name}"] = tb / t',
+        'row[f"speed_vs_{name}"] = t / tb',
+        "speed_vs_* as kernel time over baseline time: a kernel twice as fast is recorded at 0.5x",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "chip-speed-in-program-inverted",
+        CHIP_RUN,
+        'row[f"speed_in_program_vs_{name}"] = tbi / ti',
+        'row[f"speed_in_program_vs_{name}"] = ti / tbi',
+        "a dispatch-bound point's in-program speed inverted: twice as fast reads 0.5x",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "chip-layer-speed-inverted",
+        CHIP_LAYER,
+        'row["speed_vs_xla"] = round(row["xla_ms"] / row["ours_ms"], 3)',
+        'row["speed_vs_xla"] = round(row["ours_ms"] / row["xla_ms"], 3)',
+        "the decoder layer's speed as our time over XLA's: a layer twice as fast is recorded at 0.5x",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "chip-report-speed-up-inverted",
+        CHIP_REPORT,
+        "_x(tb / ta) if tb and ta",
+        "_x(ta / tb) if tb and ta",
+        "performance.md's before-and-after speed-up as new time over old: defaults twice as fast read 0.50x",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "chip-in-program-time-not-per-call",
+        CHIP_RUN,
+        "measure.timed(compiled, args, rounds=rounds, round_s=0.05) / n",
+        "measure.timed(compiled, args, rounds=rounds, round_s=0.05)",
+        "time_in_program_s is the time of all 32 calls in the program, not of one (speeds unchanged)",
+        T_CHIP_FIGURES,
+    ),
+    # ---- issue 59's fresh edits: the corpus, its fit, the three-pass dot's hook, the layer's gradients ----
+    _toolkit(
+        "corpus-row-block-single-buffered",
+        CORPUS,
+        "rows = int(target_mib * _MIB) // (2 * arrays * width * itemsize)",
+        "rows = int(target_mib * _MIB) // (arrays * width * itemsize)",
+        "row blocks sized single-buffered: every block twice the MiB its note says, and the ids the "
+        "chip's record measured are no longer the corpus's",
+        T_CORPUS,
+    ),
+    _toolkit(
+        "corpus-keeps-calls-the-wrapper-refuses",
+        CORPUS,
+        "        if c.traces and not _traces(c):",
+        "        if False:",
+        "calls whose wrapper refuses the block (its own VMEM cap) kept: the chip is asked to compile "
+        "calls that raise in Python",
+        T_CORPUS,
+    ),
+    _toolkit(
+        "corpus-verdict-without-compiling",
+        CORPUS,
+        "        jax.jit(call.fn).lower(*call.args).compile()",
+        "        jax.jit(call.fn).lower(*call.args)",
+        "a call's verdict taken at lowering: Mosaic's VMEM out-of-memory comes at compile, so every call 'compiles'",
+        T_CORPUS,
+    ),
+    _toolkit(
+        "corpus-attention-never-causal",
+        CORPUS,
+        "causal=shape[2] == 4096",
+        "causal=False",
+        "the causal attention calls of the corpus made non-causal: the record's causal ids are no longer measured",
+        T_CORPUS,
+    ),
+    _toolkit(
+        "fit-error-linear-not-log",
+        CHIP_TUNING,
+        "math.log(seconds(p, k) / m) ** 2",
+        "(seconds(p, k) - m) ** 2",
+        "the fit's least squares in seconds, not log seconds: the long calls decide every constant",
+        T_CHIP_FIT,
+    ),
+    _toolkit(
+        "fit-float32-fraction-inverted",
+        CHIP_TUNING,
+        'ratio = a["pallas"]["time_s"] / b["pallas"]["time_s"]',
+        'ratio = b["pallas"]["time_s"] / a["pallas"]["time_s"]',
+        "float32's share of the bf16 MXU rate as f32 time over bf16 time: 5.7, not 0.174",
+        T_CHIP_FIT,
+    ),
+    _toolkit(
+        "fit-choice-over-best-inverted",
+        CHIP_TUNING,
+        'chosen["measured_s"] / best if',
+        'best / chosen["measured_s"] if',
+        "the predicted choice's time as best over choice: every choice is within 1.05x of the best",
+        T_CHIP_FIT,
+    ),
+    _toolkit(
+        "fit-ties-to-the-default-last",
+        CHIP_TUNING,
+        'return (not c["default"], ',
+        'return (c["default"], ',
+        "predicted ties broken with the default last, not first, unlike the tuner",
+        T_CHIP_FIT,
+    ),
+    _toolkit(
+        "fit-seconds-without-dispatch-floor",
+        CHIP_TUNING,
+        '    return max(k["DISPATCH_FLOOR_S"], kernel + parts["prologue_s"] * hbm)',
+        '    return kernel + parts["prologue_s"] * hbm',
+        "the fit's predicted time without the dispatch floor its constants were given",
+        T_CHIP_FIT,
+    ),
+    _toolkit(
+        "three-pass-dot-splits-bf16",
+        MOSAIC,
+        "if not (x.dtype == y.dtype == jnp.float32 and _is_high(requested())):",
+        "if not _is_high(requested()):",
+        "a bf16 product under 'high' split into three passes (two of them of zero halves): three times the MXU work",
+        T_MOSAIC,
+    ),
+    _toolkit(
+        "three-pass-dot-for-highest",
+        MOSAIC,
+        "        return jax.lax.Precision(name) == jax.lax.Precision.HIGH",
+        "        return jax.lax.Precision(name) != jax.lax.Precision.DEFAULT",
+        "'highest' computed as three bf16 passes: less accurate than asked",
+        T_MOSAIC,
+    ),
+    _toolkit(
+        "mosaic-dot-precision-needs-both-float32",
+        MOSAIC,
+        'any(getattr(a, "dtype", None) == jnp.float32 for a in avals_in)',
+        'all(getattr(a, "dtype", None) == jnp.float32 for a in avals_in)',
+        "a float32 x bf16 kernel dot lowered at one pass under 'highest': its float32 operand rounded to bf16",
+        T_MOSAIC,
+    ),
+    _toolkit(
+        "kernel-hook-fallback-keeps-high",
+        MOSAIC,
+        "        with jax.default_matmul_precision(kernel_precision(name)), _ACTIVE(True):",
+        "        with jax.default_matmul_precision(name), _ACTIVE(True):",
+        "without Pallas's tracing hooks, 'high' traced as is: every float32 kernel dot is HIGH, which Mosaic refuses",
+        T_MOSAIC,
+    ),
+    _toolkit(
+        "kernel-hook-skips-mesh-kernels",
+        "tpu_kernels/_compat.py",
+        '_PALLAS_KERNEL_TRACING = ("pallas_tracing_grid_env", "pallas_mpmd_tracing_context")',
+        '_PALLAS_KERNEL_TRACING = ("pallas_tracing_grid_env",)',
+        "pl.kernel bodies (a core mesh, traced through mpmd_map) never hooked: their 'high' dots stay HIGH",
+        T_MOSAIC,
+    ),
+    _toolkit(
+        "layer-grads-best-leaf",
+        CHIP_LAYER,
+        '        row["error_grads_ours_vs_xla"] = max(',
+        '        row["error_grads_ours_vs_xla"] = min(',
+        "the layer's gradient error is its best leaf's, not its worst: a wrong weight gradient reads 0",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "layer-grads-against-ours",
+        CHIP_LAYER,
+        "measure.normwise(a, b) for a, b in zip",
+        "measure.normwise(b, a) for a, b in zip",
+        "the gradients' error relative to our layer's, not the XLA layer's: half-size gradients read 1.0, not 0.5",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "layer-grads-of-x-only",
+        CHIP_LAYER,
+        "                return vjp(cot)",
+        "                return vjp(cot)[:1]",
+        "only the input's gradient computed and compared: every weight gradient goes unchecked",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
+        "layer-grads-ours-against-ours",
+        CHIP_LAYER,
+        "        ours, theirs = grads(ours), grads(theirs)",
+        "        ours, theirs = grads(ours), grads(ours)",
+        "our layer's gradients compared with themselves (and timed against themselves)",
+        T_CHIP_FIGURES,
     ),
 )
