@@ -27,7 +27,7 @@ from pathlib import Path
 MERGE_ENV = "TPU_KERNELS_TPU_RECORD_MERGE"
 PROGRESS = {".": "passed", "s": "skipped", "F": "failed"}
 # a progress line; the last may lack its percentage when the process died mid-line
-_PROGRESS_LINE = re.compile(r"^([.sF]+)[ \t]*(?:\[\s*\d+%\])?[ \t]*$", re.M)
+_PROGRESS_LINE = re.compile(r"^([.sFExX]+)[ \t]*(?:\[\s*\d+%\])?[ \t]*$", re.M)
 _SKIPPED_LINE = re.compile(r"^SKIPPED \[\d+\] ([^:]+):\d+: (.*)$", re.M)
 
 
@@ -52,9 +52,10 @@ def collected(pytest_args: list[str]) -> list[str]:
 def outcomes(log: str, ids: list[str]) -> list[str | None]:
     """Each collected test's outcome as the log's progress characters give it, None past their
     end. All None when the characters cannot be matched to the tests one for one (more of them
-    than tests, or an 'E', which pytest adds beside a test's own character)."""
+    than tests, or a character it has no outcome for: an 'E', which pytest adds beside a test's
+    own, or an xfail's 'x' or 'X')."""
     chars = "".join(_PROGRESS_LINE.findall(log))
-    if len(chars) > len(ids) or "E" in chars:
+    if len(chars) > len(ids) or set(chars) - set(PROGRESS):
         return [None] * len(ids)
     return [PROGRESS[c] for c in chars] + [None] * (len(ids) - len(chars))
 
@@ -67,7 +68,9 @@ def skip_reasons(log: str) -> dict[str, str]:
 def lost_record(status: str, log_path: str, ids: list[str], why: str = "") -> dict:
     log = Path(log_path).read_text(errors="replace") if Path(log_path).is_file() else ""
     tail = log[-1500:] or "(no log)"
-    error = f"the pytest process ended without writing its record (exit status {status}); its log ends:\n{tail}"
+    error = (
+        f"the pytest process ended without writing its record (exit status {status}); its log ends:\n{tail}"
+    )
     reasons = skip_reasons(log)
     tests = {}
     for nodeid, outcome in zip(ids, outcomes(log, ids)):

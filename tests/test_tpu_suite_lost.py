@@ -28,6 +28,8 @@ def test_progress_over_several_lines_and_a_last_line_cut_off_by_an_abort():
 def test_progress_that_cannot_be_matched_one_for_one_gives_no_outcome():
     assert lost.outcomes("......   [100%]\n", IDS) == [None] * 5  # more characters than tests
     assert lost.outcomes("..E..   [100%]\n", IDS) == [None] * 5  # a teardown error beside a test's own
+    # an 'E' on one line of several: the lines after it are not shifted onto the wrong tests
+    assert lost.outcomes("..   [ 40%]\n.E   [ 60%]\n..   [100%]\n", IDS) == [None] * 5
 
 
 def test_the_record_fails_what_the_log_did_not_reach_and_merges_the_runs_other_records(tmp_path):
@@ -39,10 +41,14 @@ def test_the_record_fails_what_the_log_did_not_reach_and_merges_the_runs_other_r
         "versions": {"python": "3.11.7"},
         "commit": "abc1234",
         "dirty": False,
-        "tests": {"tests/tpu/test_b.py::test_b": {"outcome": "passed", "duration_s": 1.0, "figures": {"x": 1}}},
+        "tests": {
+            "tests/tpu/test_b.py::test_b": {"outcome": "passed", "duration_s": 1.0, "figures": {"x": 1}}
+        },
     }
     (tmp_path / "other.json").write_text(json.dumps(other))
-    record = lost.merged(lost.lost_record("134", str(log), IDS, "aborted"), str(tmp_path / "other.json"), "then")
+    record = lost.merged(
+        lost.lost_record("134", str(log), IDS, "aborted"), str(tmp_path / "other.json"), "then"
+    )
     tests = record["tests"]
     assert [tests[i]["outcome"] for i in IDS] == ["passed", "skipped", "passed", "failed", "failed"]
     assert tests[IDS[1]]["reason"] == "needs tokamax"
