@@ -8,7 +8,9 @@ from a source checkout (docs/devices.md). Sections: `grid` (every kernel at mode
 its defaults, against XLA), `precision` (float32 matmul at each matmul-precision setting),
 `layer` (a decoder layer from the shipped kernels against one from XLA and JAX's flash
 attention), `tune` (tuning spaces), `corpus` (compile verdicts of the calibration corpus of
-`tpu-kernels check`). Each section's rows go into one JSON record, with the chip, the JAX and
+`tpu-kernels check`), `drawn` (points drawn at run time from public model configs, from
+`--seed`: chip/drawn.py), `drawn_layer` (the decoder layer at three drawn configs). Each
+section's rows go into one JSON record, with the chip, the JAX and
 libtpu versions and the commit; `--merge` adds sections to an existing record.
 """
 
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("grid", "precision", "layer", "tune", "corpus")
+SECTIONS = ("grid", "precision", "layer", "tune", "corpus", "drawn", "drawn_layer")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,6 +46,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tune", default="", help="the tuning groups to run, in this order: comma-separated "
                     "substrings of their labels (e.g. 'matmul/f32,softmax/'); all when empty")
     ap.add_argument("--label", default="", help="a name for this run in the record (e.g. before, after)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the draw of the drawn sections (a fresh one, recorded, when unset)")
     return ap.parse_args(argv)
 
 
@@ -100,9 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     record["meta"].update({"commit": args.commit, "dispatch_floor_s": floor_s, "peaks": peaks,
                            "quick": args.quick, "interpret": args.interpret})
     statics = json.loads(args.statics) if args.statics else {}
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
+    if any(s.startswith("drawn") for s in sections):
+        record["meta"]["seed"] = seed
+        print(f"== drawn sections: seed {seed}", flush=True)
     context = run_sections.Context(peaks=peaks, floor_s=floor_s, rounds=args.rounds, deadline=deadline,
                                    quick=args.quick, statics=statics, grid=tuple(args.grid.split(",")),
-                                   tune_only=tuple(t for t in args.tune.split(",") if t), only=args.only)
+                                   tune_only=tuple(t for t in args.tune.split(",") if t), only=args.only,
+                                   seed=seed)
     for name in sections:
         t0 = time.monotonic()
         print(f"== {name}", flush=True)

@@ -8,7 +8,8 @@ Pallas flash attention), a float64 host check of an output, and its flops and by
 Shapes (`grid()`): row widths of real models' hidden and FFN sizes (2048-16384: Llama 3 8B
 4096/14336, 13B-class 5120, 70B 8192) at 16 to 16k rows; vocabulary rows 32k-256k; matmuls
 2048^3-8192^3, projection and FFN shapes, decode shapes (M = 1-64); attention at sequence
-1k-8k with head_dim 64 and 128, causal or not; bfloat16 and float32. `quick=True` gives a few
+1k-8k with head_dim 64 and 128, causal or not; bfloat16 and float32; and matmuls at widths no
+default block divides (MATMUL_RAGGED_*). `quick=True` gives a few
 small points of each kind (the CPU test of the runner, in interpret mode).
 """
 
@@ -472,6 +473,11 @@ MATMUL_BF16 = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192
                (8192, 14336, 4096), (8192, 4096, 4096), (8192, 4096, 1024), (1, 4096, 14336),
                (16, 4096, 14336), (64, 4096, 4096), (64, 14336, 4096)]
 MATMUL_F32 = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 14336), (16, 4096, 14336)]
+# Widths no default block divides (issue 58: a 7B model's 3584 and 18944, a batch of 3000 rows, decode
+# at those widths), where the kernel once padded its operands with a copy.
+MATMUL_RAGGED_BF16 = [(4096, 3584, 18944), (4096, 18944, 3584), (4096, 3584, 3584), (3000, 4096, 4096),
+                      (8, 3584, 18944), (128, 4096, 14336)]
+MATMUL_RAGGED_F32 = [(4096, 3584, 4096)]
 ATTENTION = [(1, 8, s, 128) for s in (1024, 2048, 4096, 8192)] + [(1, 16, s, 64) for s in (2048, 8192)]
 TEMPLATE_ROWS = [(8192, 4096)]
 TEMPLATE_MM = [(4096, 4096, 4096)]
@@ -497,6 +503,9 @@ def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", 
         mm = load.family("matmul")
         points += _matmul_points(mm, mm_bf16, ("bf16",), statics.get("matmul", {}))
         points += _matmul_points(mm, mm_f32, ("f32",), statics.get("matmul", {}))
+        if not quick:
+            points += _matmul_points(mm, MATMUL_RAGGED_BF16, ("bf16",), statics.get("matmul", {}))
+            points += _matmul_points(mm, MATMUL_RAGGED_F32, ("f32",), statics.get("matmul", {}))
     if "attention" in sections:
         fa = load.template("flash_attention")
         points += attention_points(fa, attn, ("bf16",), (False, True), statics.get("flash_attention", {}))

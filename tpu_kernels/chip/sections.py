@@ -28,6 +28,7 @@ class Context:
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
     only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it (all if empty)
     save: Any = None  # save(rows): write the section's rows so far into the record (a long run keeps them)
+    seed: int = 0  # the draw of the `drawn` sections (chip/drawn.py)
 
 
 def grid(ctx: Context) -> list[dict[str, Any]]:
@@ -36,6 +37,47 @@ def grid(ctx: Context) -> list[dict[str, Any]]:
         pts = [p for p in pts if re.search(ctx.only, p.id)]
     return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline,
                           save=ctx.save)
+
+
+# ---------------------------------------------------------------- shapes drawn at run time
+def drawn(ctx: Context) -> list[dict[str, Any]]:
+    """Every point of `drawn.build(ctx.seed)` (chip/drawn.py), each row with its draw."""
+    from tpu_kernels.chip import drawn as drawing
+
+    pts = drawing.build(ctx.seed, ctx.statics, quick=ctx.quick)
+    if ctx.only:
+        pts = [p for p in pts if re.search(ctx.only, p.id)]
+    print(f"  seed {ctx.seed}: {len(pts)} points", flush=True)
+    rows: list[dict[str, Any]] = []
+    if not _run(ctx, pts, [ctx.seed + i for i in range(len(pts))], rows, rounds=ctx.rounds, extra=lambda p: p.drawn):
+        print(f"  stopped at the time budget: {len(pts) - len(rows)} points not run", flush=True)
+    return rows
+
+
+def drawn_layer(ctx: Context) -> list[dict[str, Any]]:
+    """The decoder layer (chip/layer.py) at `drawn.layers(ctx.seed)`: three drawn model configs."""
+    from tpu_kernels.chip import drawn as drawing
+    from tpu_kernels.chip import layer as decoder
+
+    dims_list = decoder.shapes(True) if ctx.quick else drawing.layers(ctx.seed)
+    rows = []
+    for dims in dims_list:
+        model = dims.pop("model", "tiny")
+        for backward in (False, True):
+            if time.monotonic() > ctx.deadline:
+                print("  stopped at the time budget", flush=True)
+                return rows
+            with contextlib.suppress(Exception):
+                jax.clear_caches()
+            row = decoder.measure_layer(dims, backward=backward, rounds=ctx.rounds, floor_s=ctx.floor_s,
+                                        statics=ctx.statics)
+            row.update(seed=ctx.seed, model=model)
+            rows.append(row)
+            print(f"  {model} {row['id']:<50} " + "  ".join(f"{k}={v}" for k, v in row.items() if k.endswith("_ms")
+                                                            or k.startswith("speed")), flush=True)
+            if ctx.save is not None:
+                ctx.save(rows)
+    return rows
 
 
 # ---------------------------------------------------------------- float32 matmul precision
@@ -104,20 +146,30 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
     if ctx.tune_only:
         groups = [(label, cands) for label, cands in groups if any(s in label for s in ctx.tune_only)]
         groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, cands in groups:
-        for i, (p, ready, ahead) in enumerate(run.prepared(cands, range(len(cands)))):
-            if time.monotonic() > ctx.deadline:
-                print(f"  stopped at the time budget in {label}", flush=True)
-                return rows
-            row = run.run_point(p, seed=i, rounds=max(3, ctx.rounds - 2), floor_s=ctx.floor_s, peaks=ctx.peaks,
-                                baselines=(i == 0), ready=ready, ahead=ahead)
-            row["group"] = label
-            rows.append(row)
-            print(run.summary(row), flush=True)
-            if ctx.save is not None:
-                ctx.save(rows)
+        if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), baselines_first_only=True,
+                    extra=lambda p, label=label: {"group": label}):
+            print(f"  stopped at the time budget in {label}", flush=True)
+            break
     return rows
+
+
+def _run(ctx: Context, pts: list, seeds, rows: list[dict[str, Any]], *, rounds: int,
+         baselines_first_only: bool = False, extra=lambda p: {}) -> bool:
+    """Each point's row, with `extra(point)` added, appended to `rows` (saved after each);
+    False when the time budget stopped it first."""
+    for i, (p, ready, ahead) in enumerate(run.prepared(pts, seeds)):
+        if time.monotonic() > ctx.deadline:
+            return False
+        row = run.run_point(p, seed=list(seeds)[i], rounds=rounds, floor_s=ctx.floor_s, peaks=ctx.peaks,
+                            baselines=not baselines_first_only or i == 0, ready=ready, ahead=ahead)
+        row.update(extra(p))
+        rows.append(row)
+        print(run.summary(row), flush=True)
+        if ctx.save is not None:
+            ctx.save(rows)
+    return True
 
 
 # ---------------------------------------------------------------- the calibration corpus
@@ -158,4 +210,4 @@ def layer(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["Context", "corpus", "grid", "layer", "precision", "tune"]
+__all__ = ["Context", "corpus", "drawn", "drawn_layer", "grid", "layer", "precision", "tune"]

@@ -47,6 +47,7 @@ SOFTMAX, RMSNORM, ELEMENTWISE, MATMUL, BLOCKS = (
     K + "matmul/pallas.py",
     K + "_blocks.py",
 )
+MATMUL_BLOCKS, T_MATMUL_BLOCKS = K + "matmul/blocks.py", ("tests/kernels/test_matmul_blocks.py",)
 T_SOFTMAX, T_RMSNORM, T_ELEMENTWISE, T_MATMUL = (
     ("tests/kernels/test_softmax.py",),
     ("tests/kernels/test_rmsnorm.py",),
@@ -316,8 +317,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-no-preferred-element-type",
-        "mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)",
-        "mosaic_precision.dot(a_ref[...], b_ref[...])",
+        "mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype)",
+        "mosaic_precision.dot(a, b)",
         "each k tile's partial product rounded to bf16/f16 before accumulation",
     ),
     _matmul(
@@ -340,8 +341,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-store-too-early",
-        "@pl.when(k == n_k - 1)",
-        "@pl.when(k == 0)",
+        "@pl.when(k == n_k - 1)\n        def _store():",
+        "@pl.when(k == 0)\n        def _store():",
         "the output written after the first k tile only",
     ),
     _matmul(
@@ -350,16 +351,44 @@ SHIPPED: tuple[Mutation, ...] = (
         "    if export.is_symbolic_dim(dim):",
         "misaligned block sizes reach Mosaic instead of a clear error",
     ),
+    _matmul(
+        "matmul-k-tail-unmasked",
+        "    if k_tail:\n",
+        "    if False:\n",
+        "a partial last K block used as it lies: the buffer's rows past K (whatever an earlier copy "
+        "left there, NaN in the interpreter) enter the dot product",
+    ),
+    _matmul(
+        "matmul-grid-floored",
+        "grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))",
+        "grid = (m // bm, n // bn, k // bk)",
+        "the grid rounded down: a partial edge block of M, N or K never runs",
+    ),
     Mutation(
         "matmul-default-block-below-the-mxu",
-        MATMUL,
-        "while block > 256 and dim > block",
-        "while block > 128 and dim > block",
-        "a default block halved below 256 to pad less: 1100 rows take 9 blocks of 128, not 5 of 256, "
-        "and the MXU (256 wide from v6e on) runs under-filled",
+        MATMUL_BLOCKS,
+        "MIN_BLOCK = 256",
+        "MIN_BLOCK = 128",
+        "default blocks down to 128 wide: the MXU (256 wide from v6e on) runs under-filled",
         T_MATMUL,
         test_filter="mxu",
         check=_check("matmul"),
+    ),
+    Mutation(
+        "matmul-blocks-step-cost-doubled",
+        MATMUL_BLOCKS,
+        "STEP_S = 0.235e-6",
+        "STEP_S = 0.47e-6",
+        "the cost model's per-step cost off its fit: the default blocks no longer follow the chip's sweeps",
+        T_MATMUL_BLOCKS,
+    ),
+    Mutation(
+        "matmul-blocks-tail-unpriced",
+        MATMUL_BLOCKS,
+        "gm, gn, gk = _cdiv(m, bm), _cdiv(n, bn), _cdiv(k, bk)",
+        "gm, gn, gk = m / bm, n / bn, k / bk",
+        "a partial edge block priced as a fraction of one: blocks that waste most of a tile look free",
+        T_MATMUL_BLOCKS,
     ),
     # ---- the shared row-block helper ----
     _blocks(

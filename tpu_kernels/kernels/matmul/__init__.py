@@ -1,4 +1,6 @@
-"""Tiled matmul: torch.ops.tpu_kernels.matmul(a, b, *, block_m=256, block_n=256, block_k=256).
+"""Tiled matmul: torch.ops.tpu_kernels.matmul(a, b, *, block_m=None, block_n=None, block_k=None).
+
+Blocks left unset take the cost model's choice at the call's shape (blocks.py).
 
 The backward is derived with jax.vjp from a JAX reference (the Pallas kernel
 itself is not differentiable by JAX) and registered as

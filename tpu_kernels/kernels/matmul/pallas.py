@@ -1,33 +1,30 @@
 """Tiled matmul as a Pallas TPU kernel: (M, K) @ (K, N) with a float32 accumulator.
 
-The grid is (M / bm, N / bn, K / bk). Each (i, j) output tile accumulates its
+The grid is (M / bm, N / bn, K / bk), each rounded up. Each (i, j) output tile accumulates its
 K tiles in float32: in a VMEM scratch buffer written out at the last k, or, for a
 float32 result, in the output block itself (resident across k: no scratch and no
 final copy). The k axis is "arbitrary" (sequential: it carries the accumulator);
 i and j are "parallel". Blocks are multiples of (8, 128) as Mosaic requires (a
-block of a whole dimension that fits in one is that dimension); the defaults fill
-the MXU on every TPU generation.
+block of a whole dimension that fits in one is that dimension).
 
 float32 products follow the matmul precision the kernel is traced at
 (runtime/precision.py): one bf16 pass at "default", three at "high"
 (`mosaic_precision.dot`: the split product XLA's dot computes at HIGH, which
 Mosaic refuses as a precision), Mosaic's HIGHEST at "highest".
 
-Every shape runs with every legal block: a dimension that is not a multiple of
-its block is padded with zeros up to one (zeros in K add nothing to a dot
-product; the padded rows of M and columns of N are sliced off the result), so
-a block size, tuned or given, never makes a call fail unless its VMEM need
-passes what a shipped kernel may ask for (`_vmem.CAP`: refused with the sizes
-that fit). The padding costs a copy of the operands only at shapes that need
-it; a default block halves (down to 256) where it would pad a dimension by more
-than a sixteenth.
+Every shape runs with every legal block, and no operand is copied to pad it: a block that does
+not divide M or N leaves a partial block at the edge (its rows and columns past the array are
+computed from whatever the edge's buffer holds and dropped on the write; each output element
+reads only its own row of a and column of b), and one that does not divide K leaves a partial
+last K block, which the kernel masks to zeros in both operands before its dot. A block size,
+tuned or given, never makes a call fail unless its VMEM need passes what a shipped kernel may
+ask for (`_vmem.CAP`: refused with the sizes that fit). Unset blocks take `blocks.choose`: the
+candidates the cost model prices least at the call's shape (blocks.py).
 
-VMEM per grid step (`vmem_need`): double-buffered inputs 2 * (bm*bk + bk*bn) *
-itemsize, double-buffered output 2 * bm*bn * itemsize, the float32 accumulator
-(bf16 results only), each pass's float32 result before it is added, and a
-multi-pass product's split blocks: 30 MiB for bf16 at the (1024, 2048, 512)
-default, so the kernel raises Mosaic's scoped limit (`_vmem.compiler_params`;
-v5e's default is 16 MiB).
+VMEM per grid step (`blocks.vmem_need`): double-buffered inputs and output, the float32
+accumulator (bf16 results only), each pass's float32 result before it is added, and a
+multi-pass product's split blocks; the kernel raises Mosaic's scoped limit where that passes
+the chip's default (`_vmem.compiler_params`; v5e's default is 16 MiB).
 """
 
 from __future__ import annotations
@@ -42,19 +39,16 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
+from tpu_kernels.kernels.matmul import blocks
 from tpu_kernels.runtime import mosaic_precision
 
 # The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles up
 # to the 1024-2048 blocks that matched XLA on a v5e (bench/reports/chip_v5e.json, "tune");
 # blocks larger than a dimension become the whole dimension (_block), and a config whose VMEM
-# need passes what a shipped kernel may ask for is refused (`vmem_need`, `_vmem.fits`).
+# need passes what a shipped kernel may ask for is refused (`blocks.vmem_need`, `_vmem.fits`).
 TUNE = {"block_m": [256, 512, 1024, 2048], "block_n": [256, 512, 1024, 2048], "block_k": [256, 512, 1024]}
 
-BLOCK_K = (1024, 512, 256)
-"""A default block_k: the largest of these whose VMEM need fits beside the call's block_m and
-block_n (fewer float32 accumulator updates per output). On a v5e (bench/reports/
-chip_v5e_matmul_probe.json) block_k 1024 took the projection 8192x4096x1024 from 384 to 377 us
-(XLA 364 us), and 512 is what fits beside (1024, 2048) bf16 blocks."""
+vmem_need = blocks.vmem_need  # the chip runner's sweeps read it beside TUNE
 
 
 def mxu_passes(dtype, precision: str | None = None) -> int:
@@ -72,32 +66,10 @@ def mxu_passes(dtype, precision: str | None = None) -> int:
     return 1 if p == jax.lax.Precision.DEFAULT else 3
 
 
-def default_blocks(itemsize: int, passes: int = 1) -> tuple[int, int, int]:
-    """(block_m, block_n, block_k) at a large shape when a call leaves them unset. On a v5e
-    (bench/reports/chip_v5e.json, "tune"; chip_v5e_matmul_probe.json):
-    - bf16: (1024, 2048, 512) ran at 0.97-1.0x of XLA's jnp.dot from 2048^3 to the FFN shape
-      8192x4096x14336, where the old 256-blocks ran at 0.28-0.39x;
-    - float32, one pass: (2048, 1024, 256), accumulating in the output block, 827 us at 4096^3
-      against 885 us at (1024, 1024, 512) with a scratch accumulator (XLA: 725 us);
-    - float32, three passes ("high", "highest"): (1024, 1024, 256), their split blocks and
-      per-pass results taking the room.
-    block_k is the largest of `BLOCK_K` that fits `_vmem.CAP` beside the other two (at a call's
-    shape: `matmul`)."""
-    bm, bn = (1024, 2048) if itemsize <= 2 else (2048, 1024) if passes == 1 else (1024, 1024)
-    return bm, bn, _fitting_k(bm, bn, None, itemsize, passes)
-
-
-def _fitting_k(bm: int, bn: int, k: int | None, itemsize: int, passes: int) -> int:
-    """The largest default block_k (capped at `k` where given) whose VMEM need fits; the
-    smallest when none does (the caller's check then says so)."""
-    for cand in BLOCK_K:
-        bk = cand if k is None else _block("block_k", k, _snug(k, cand), LANES)
-        if export.is_symbolic_dim(bk) or _vmem.fits(vmem_need(bm, bn, bk, itemsize, passes)):
-            return bk
-    return bk
-
-
-def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int):
+def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int):
+    """One (i, j, k) step. `k_tail`: the valid columns of a (rows of b) in the last K block when
+    bk does not divide K (0 when it does); past them the buffers hold whatever the edge's copy
+    left there, so both operands are masked to zeros (a select: a NaN left there stays out)."""
     acc_ref = scratch[0] if scratch else o_ref  # a float32 result accumulates in place
     k = pl.program_id(2)
 
@@ -105,7 +77,24 @@ def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int):
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    acc_ref[...] += mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc_ref.dtype)
+    def accumulate(a, b):
+        acc_ref[...] += mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype)
+
+    if k_tail:
+
+        @pl.when(k < n_k - 1)
+        def _whole():
+            accumulate(a_ref[...], b_ref[...])
+
+        @pl.when(k == n_k - 1)
+        def _tail():
+            a, b = a_ref[...], b_ref[...]
+            a = jnp.where(jax.lax.broadcasted_iota(jnp.int32, a.shape, 1) < k_tail, a, jnp.zeros_like(a))
+            b = jnp.where(jax.lax.broadcasted_iota(jnp.int32, b.shape, 0) < k_tail, b, jnp.zeros_like(b))
+            accumulate(a, b)
+
+    else:
+        accumulate(a_ref[...], b_ref[...])
 
     if scratch:
 
@@ -114,32 +103,17 @@ def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int):
             o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _block(name: str, dim: int, block: int, multiple: int) -> int:
+def _block(name: str, dim: int, block: int | None, default: int, multiple: int) -> int:
     """The block size along one dimension: the requested one, or the whole dim when it fits in
-    one block. The requested one must be legal whatever the shape: an autotuned block is
-    checked once and then used at every shape."""
+    one block; `default` when none is requested (legal by construction: `blocks.candidates`).
+    A requested one must be legal whatever the shape: an autotuned block is checked once and
+    then used at every shape."""
+    if block is None:
+        return default
     check_aligned(name, block, multiple)
     if export.is_symbolic_dim(dim):  # a symbolic size, while deriving shapes
         return block
     return dim if dim <= block else block
-
-
-def _snug(dim: int, block: int) -> int:
-    """A default block for `dim`: `block`, halved (not below 256) while it would pad `dim` by
-    more than a sixteenth (1100 rows take 2 blocks of 1024, 948 of them padding; of 256, 180)."""
-    if export.is_symbolic_dim(dim):
-        return block
-    while block > 256 and dim > block and _padded(dim, block) - dim > dim // 16:
-        block //= 2
-    return block
-
-
-def _padded(dim: int, block: int) -> int:
-    """`dim` rounded up to a multiple of `block` (concrete sizes; a symbolic one as it is:
-    deriving shapes needs the result's shape only, which padding does not change)."""
-    if export.is_symbolic_dim(dim):
-        return dim
-    return pl.cdiv(dim, block) * block
 
 
 def matmul(
@@ -152,7 +126,7 @@ def matmul(
 ) -> jax.Array:
     """a @ b for 2-D a [M, K] and b [K, N]; the result has a's dtype.
 
-    Blocks left unset (None) take `default_blocks` for the dtype; each is capped at its
+    Blocks left unset (None) take `blocks.choose` at the call's shape; each is capped at its
     dimension."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a [M, K] and b [K, N], got {a.shape} and {b.shape}.")
@@ -161,51 +135,31 @@ def matmul(
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
     (m, k), n = a.shape, b.shape[1]
     itemsize, npass = a.dtype.itemsize, mxu_passes(a.dtype)
-    dm, dn, _ = default_blocks(itemsize, npass)
-    bm = _block("block_m", m, _snug(m, dm) if block_m is None else block_m, SUBLANES)
-    bn = _block("block_n", n, _snug(n, dn) if block_n is None else block_n, LANES)
-    bk = _fitting_k(bm, bn, k, itemsize, npass) if block_k is None else _block("block_k", k, block_k, LANES)
-    need = vmem_need(bm, bn, bk, itemsize, npass)
+    dm, dn, dk = blocks.default(m, k, n, itemsize, npass)
+    bm = _block("block_m", m, block_m, dm, SUBLANES)
+    bn = _block("block_n", n, block_n, dn, LANES)
+    bk = _block("block_k", k, block_k, dk, LANES)
+    need = blocks.vmem_need(bm, bn, bk, itemsize, npass)
     if not export.is_symbolic_dim(need) and not _vmem.fits(need):
         raise ValueError(
             f"matmul: blocks ({bm}, {bn}, {bk}) (block_m, block_n, block_k) need about {need / _vmem.MIB:.0f} MiB "
             f"of VMEM in {a.dtype}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
-            "smaller blocks, or leave them unset for the dtype's defaults."
+            "smaller blocks, or leave them unset for the call's defaults."
         )
     if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
         return jnp.zeros((m, n), a.dtype)
-    mp, kp, np_ = _padded(m, bm), _padded(k, bk), _padded(n, bn)
-    if (mp, kp) != (m, k):
-        a = jnp.pad(a, ((0, mp - m), (0, kp - k)))
-    if (kp, np_) != (k, n):
-        b = jnp.pad(b, ((0, kp - k), (0, np_ - n)))
-    out = _tiled(a, b, bm, bn, bk, npass)
-    return out if (mp, np_) == (m, n) else out[:m, :n]
-
-
-def vmem_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
-    """VMEM of one grid step: double-buffered a, b and output blocks, the float32 accumulator
-    (a scratch buffer unless the result is float32), the float32 result of each of the product's
-    `passes` before it is added (temporaries of the body), and for a multi-pass product the
-    blocks split in two bf16 halves beside a float32 difference."""
-    rows, cols = _vmem.padded_rows, _vmem.padded_cols
-    ab = rows(bm, itemsize) * cols(bk) + rows(bk, itemsize) * cols(bn)
-    out = rows(bm, itemsize) * cols(bn)
-    acc = rows(bm, 4) * cols(bn) * 4
-    need = 2 * (ab + out) * itemsize + (0 if itemsize == 4 else acc) + passes * acc
-    if passes > 1:
-        need += ab * (2 * 2 + 4)
-    return need
+    return _tiled(a, b, bm, bn, bk, npass)
 
 
 def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int) -> jax.Array:
-    """a @ b for dimensions that are multiples of their blocks."""
+    """a @ b on the grid of (bm, bn, bk) blocks; edge blocks are partial (`_kernel`)."""
     (m, k), n = a.shape, b.shape[1]
     acc = jnp.promote_types(a.dtype, jnp.float32)
-    need = vmem_need(bm, bn, bk, a.dtype.itemsize, npass)
-    grid = (m // bm, n // bn, k // bk)
+    need = blocks.vmem_need(bm, bn, bk, a.dtype.itemsize, npass)
+    grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))
+    k_tail = 0 if export.is_symbolic_dim(k) else k % bk
     return pl.pallas_call(
-        functools.partial(_kernel, n_k=grid[2]),
+        functools.partial(_kernel, n_k=grid[2], k_tail=k_tail),
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,

@@ -1,0 +1,131 @@
+"""matmul's default blocks (kernels/matmul/blocks.py): the cost model against the v5e's measured
+sweeps, legal and fitting choices at any shape, and ragged shapes run without copying operands."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import rand
+from tpu_kernels import testing
+from tpu_kernels.check.vmem import memref_shape, traced_pallas_calls
+from tpu_kernels.kernels import _vmem, matmul
+from tpu_kernels.kernels.matmul import blocks, pallas
+from tpu_kernels.testing import dot_scale
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "bench" / "reports" / "chip_v5e_tune.json"
+
+
+def _measured() -> dict[tuple, dict[tuple, float]]:
+    """(dtype itemsize, m, k, n) -> {(bm, bn, bk): fastest measured seconds} from the v5e sweep's
+    matmul rows whose blocks divide their shape (blocks past a dimension collapse to it, as the
+    kernel collapses them; the kernel then padded the other configs with a copy, which it no
+    longer makes)."""
+    rows = json.loads(SWEEP.read_text())["tune"]["rows"]
+    out: dict[tuple, dict[tuple, float]] = defaultdict(dict)
+    for r in rows:
+        pallas_row = r.get("pallas")
+        if not r["group"].startswith("matmul/") or not isinstance(pallas_row, dict) or not pallas_row.get("time_s"):
+            continue
+        dt, dims = r["group"].split("/")[1].split("[")
+        m, k, n = map(int, dims.rstrip("]").split(","))
+        s = r["statics"]
+        key = (min(s["block_m"], m), min(s["block_n"], n), min(s["block_k"], k))
+        if m % key[0] or n % key[1] or k % key[2]:
+            continue
+        group = out[(2 if dt == "bf16" else 4, m, k, n)]
+        group[key] = min(group.get(key, math.inf), pallas_row["time_s"])
+    return out
+
+
+def test_the_cost_model_fits_the_v5e_sweeps():
+    """The model's four figures are the record's fit: over the measured matmul configs (6 shapes,
+    bf16 and float32 at one pass) its log error stays within 10% rms (8.5% at the fit), and at
+    each shape the config it prices least ran within 5% of the fastest one measured."""
+    groups = _measured()
+    assert len(groups) >= 6 and sum(map(len, groups.values())) >= 150
+    logs = []
+    for (itemsize, m, k, n), configs in groups.items():
+        predicted = {c: blocks.seconds(m, k, n, *c, itemsize) for c in configs}
+        logs += [math.log(predicted[c] / t) for c, t in configs.items()]
+        pick = min(predicted, key=predicted.get)
+        assert configs[pick] <= 1.05 * min(configs.values()), ((m, k, n), pick)
+    assert math.sqrt(np.mean(np.square(logs))) < 0.10
+
+
+def test_the_default_at_the_sweeps_shapes_is_a_config_it_measured_fast():
+    """Where the sweep measured the default's own config, it is within 5% of the fastest."""
+    for (itemsize, m, k, n), configs in _measured().items():
+        b = blocks.choose(m, k, n, itemsize)
+        if (b.m, b.n, b.k) in configs:
+            assert configs[b.m, b.n, b.k] <= 1.05 * min(configs.values()), (m, k, n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dims=st.lists(st.one_of(st.integers(1, 40000), st.sampled_from([3584, 18944, 11008, 13824, 2304, 152064])),
+                  min_size=3, max_size=3),
+    itemsize=st.sampled_from([2, 4]),
+    passes=st.sampled_from([1, 3]),
+)
+def test_defaults_are_legal_and_fit_at_any_shape(dims, itemsize, passes):
+    """Each default block is the whole dimension or a multiple of its tile (128 lanes; rows: 8,
+    or 128 from 128 rows up), at most its cap, at least 256 unless the dimension is narrower, and
+    the three fit what a shipped kernel may ask of VMEM."""
+    m, k, n = dims
+    bm, bn, bk = blocks.default(m, k, n, itemsize, passes)
+    for dim, block, tile, cap in ((m, bm, 8, blocks.BLOCK_CAP["m"]), (n, bn, 128, blocks.BLOCK_CAP["n"]),
+                                  (k, bk, 128, blocks.BLOCK_CAP["k"])):
+        assert block == dim or (block % tile == 0 and blocks.MIN_BLOCK <= block <= cap), (dims, (bm, bn, bk))
+    assert _vmem.fits(blocks.vmem_need(bm, bn, bk, itemsize, passes))
+
+
+@pytest.mark.parametrize("mkn", [(3000, 4096, 4096), (4096, 3584, 18944), (4096, 18944, 3584), (8, 3584, 18944),
+                                 (100, 5000, 300)], ids=lambda s: "x".join(map(str, s)))
+def test_ragged_shapes_pass_the_callers_arrays_to_the_kernel(mkn):
+    """No pad, slice or copy around the kernel: the traced call is the pallas_call alone, on
+    the caller's arrays, and its grid covers each dimension with partial edge blocks."""
+    m, k, n = mkn
+    a, b = jax.ShapeDtypeStruct((m, k), "bfloat16"), jax.ShapeDtypeStruct((k, n), "bfloat16")
+    jaxpr = jax.make_jaxpr(pallas.matmul)(a, b).jaxpr
+    assert [e.primitive.name for e in jaxpr.eqns] == ["pallas_call"]
+    assert list(jaxpr.eqns[0].invars) == list(jaxpr.invars)
+    (eqn,) = traced_pallas_calls(pallas.matmul, a, b)
+    (bm, bk), (_, bn) = (memref_shape(x) for x in eqn.params["grid_mapping"].block_mappings[:2])
+    assert eqn.params["grid_mapping"].grid == (-(-m // bm), -(-n // bn), -(-k // bk))
+
+
+def test_a_default_k_tail_is_masked_and_right():
+    """K = 5000 takes a K block that does not divide it (the last one partial, masked in the
+    kernel): the result matches float64, forward and backward."""
+    bm, bn, bk = blocks.default(24, 5000, 136, 4)
+    assert 5000 % bk, (bm, bn, bk)
+    a, b = rand(24, 5000, requires_grad=True), rand(5000, 136, requires_grad=True)
+    out = matmul(a, b)
+    testing.assert_close(out, a.double() @ b.double(), torch.float32, scale=dot_scale(5000, torch.float32))
+    g = rand(24, 136)
+    ga, gb = torch.autograd.grad(out, (a, b), g)
+    testing.assert_close(ga, g.double() @ b.double().T, torch.float32, scale=dot_scale(136, torch.float32))
+    testing.assert_close(gb, a.double().T @ g.double(), torch.float32, scale=dot_scale(24, torch.float32))
+
+
+@settings(max_examples=100, deadline=None)
+@given(dims=st.lists(st.integers(1, 20000), min_size=3, max_size=3),
+       blocks_=st.lists(st.sampled_from([256, 384, 512, 1024, 1920, 2048]), min_size=3, max_size=3))
+def test_a_partial_edge_block_is_priced_as_a_whole_one(dims, blocks_):
+    """The kernel computes a partial edge block whole (its dot is a full block's), so the model
+    prices a shape as the shape its blocks round it up to."""
+    (m, k, n), (bm, bn, bk) = dims, blocks_
+    up = [-(-d // b) * b for d, b in ((m, bm), (k, bk), (n, bn))]
+    here, rounded = blocks.seconds(m, k, n, bm, bn, bk, 2), blocks.seconds(*up, bm, bn, bk, 2)
+    assert here == pytest.approx(rounded, rel=1e-12)

@@ -1,0 +1,104 @@
+"""The chip runner's drawn points (tpu_kernels/chip/drawn.py): what a seed draws, and the cuts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpu_kernels.chip import drawn
+
+SEEDS = st.integers(0, 2**31 - 1)
+
+
+def test_the_table_holds_twelve_public_configs_or_more():
+    assert len(drawn.MODELS) >= 12 and len({m.name for m in drawn.MODELS}) == len(drawn.MODELS)
+    for m in drawn.MODELS:
+        assert min(m.hidden, m.ffn, m.heads, m.kv_heads, m.head_dim, m.vocab) > 0
+        assert m.heads % m.kv_heads == 0, m.name  # GQA groups divide the query heads
+    assert {m.head_dim for m in drawn.MODELS} >= {64, 128, 256}
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS)
+def test_a_seed_draws_eighty_points_or_more_the_same_every_time(seed):
+    pts = drawn.build(seed)
+    assert len(pts) >= 80
+    assert [p.id for p in pts] == [p.id for p in drawn.build(seed)]
+    assert len({p.id for p in pts}) == len(pts)
+    kernels = {p.kernel for p in pts}
+    assert kernels >= {"matmul", "rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward",
+                       "template.flash_attention", "template.flash_attention_fwd_bwd"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=SEEDS)
+def test_draws_stay_in_their_ranges_and_cuts_within_the_caps(seed):
+    for d in drawn.draws(seed):
+        lo, hi = (1, drawn.PREFILL[1]) if d.kind != "attention" else drawn.PREFILL
+        assert lo <= d.tokens <= hi, d
+        shape, cut = drawn.shape_of(d)
+        item = 2 if d.dtype == "bf16" else 4
+        if d.kind == "matmul":
+            t, k, n = shape
+            assert 1 <= t <= d.tokens and 2 * t * k * n <= drawn.MAX_FLOPS
+            assert max(t * k, k * n) * item <= drawn.MAX_OPERAND
+            assert ("tokens" in cut) == (t != d.tokens)
+        elif d.kind == "softmax":
+            assert shape[0] * shape[1] * item <= drawn.MAX_OPERAND // 4
+        elif d.kind == "attention":
+            _, heads, seq, _ = shape
+            assert heads <= drawn.ATTN_HEADS and seq <= drawn.ATTN_SEQ and seq % 128 == 0
+
+
+def test_across_seeds_every_role_dtype_and_phase_is_drawn():
+    """Decode (<= 256 tokens) and prefill matmuls, every role, both dtypes: over ten seeds."""
+    ds = [d for seed in range(10) for d in drawn.draws(seed)]
+    mm = [d for d in ds if d.kind == "matmul"]
+    assert {d.role for d in mm} == set(drawn.ROLES)
+    assert {d.dtype for d in ds} == {"bf16", "f32"}
+    assert any(d.tokens <= 256 for d in mm) and any(d.tokens >= 512 for d in mm)
+    assert {d.model for d in ds} == {m.name for m in drawn.MODELS}
+
+
+def test_an_lm_head_past_the_operand_cap_is_split_as_tensor_parallelism_splits_it():
+    d = drawn.Draw("matmul", "gemma-2-9b", "lm_head", 8192, "f32")  # 3584 x 256000 float32: 3.7 GB
+    (t, k, n), cut = drawn.shape_of(d)
+    assert cut["tp"] == 4 and n == 64000 and k == 3584
+    assert t == int(drawn.MAX_FLOPS // (2 * k * n)) and cut["tokens"] == t
+
+
+def test_three_layers_are_drawn_from_head_dim_128_configs():
+    for seed in range(5):
+        layers = drawn.layers(seed)
+        assert len(layers) == 3 and len({l_["model"] for l_ in layers}) == 3
+        for dims in layers:
+            assert dims["head_dim"] == 128 and 1024 <= dims["tokens"] <= 4096 and dims["tokens"] % 512 == 0
+
+
+def _row(kernel: str, speed: float | None, i: int) -> dict:
+    base = "jax_flash" if kernel.startswith("template.flash") else "xla"
+    row = {"id": f"p{i}", "kernel": kernel, "dtype": "bf16"}
+    if speed is not None:
+        row[f"speed_vs_{base}"] = speed
+    return row
+
+
+@settings(max_examples=50, deadline=None)
+@given(speeds=st.lists(st.floats(0.1, 5.0), min_size=1, max_size=40), failed=st.integers(0, 3))
+def test_the_summary_gives_min_p10_median_worst_and_failures(speeds, failed):
+    rows = [_row("matmul", s, i) for i, s in enumerate(speeds)] + [_row("matmul", None, 100 + i) for i in range(failed)]
+    s = drawn.summary(rows)["matmul/bf16"]
+    assert s["points"] == len(speeds) + failed and s["baseline"] == "xla"
+    assert s["min"] == min(speeds) and math.isclose(s["median"], float(np.median(speeds)))
+    assert math.isclose(s["p10"], float(np.percentile(speeds, 10)))
+    assert [w["id"] for w in s["worst"]] == [f"p{i}" for i in np.argsort(speeds, kind="stable")[:3]]
+    assert s["failed"] == [f"p{100 + i}" for i in range(failed)]
+
+
+@pytest.mark.parametrize("kernel", ["template.flash_attention", "template.flash_attention_fwd_bwd"])
+def test_attention_is_judged_against_jax_flash(kernel):
+    assert drawn.summary([_row(kernel, 1.1, 0)])[f"{kernel}/bf16"]["baseline"] == "jax_flash"

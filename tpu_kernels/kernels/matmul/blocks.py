@@ -1,0 +1,164 @@
+"""Matmul's blocks: what a grid step holds in VMEM, what a block choice costs, and the default.
+
+A call that leaves its blocks unset takes `choose(m, k, n, itemsize, passes)`: of the candidate
+blocks along each dimension (`candidates`), the triple the cost model (`seconds`) prices least
+among those whose VMEM need fits (`vmem_need`, `_vmem.fits`). The kernel never copies its
+operands to pad them: a block that does not divide M or N leaves a partial block at the edge,
+whose rows and columns outside the array are computed and dropped on the write; one that does
+not divide K leaves a partial last K block, which the kernel masks to zeros (pallas.py). So the
+price of a block that does not divide is the tail's wasted MXU work, which `seconds` counts,
+never a copy.
+
+Candidates along a dimension of `units` tiles (128 lanes for N and K; for M, 128 rows from 128
+rows up, else the dtype's sublane tile): for each target block (powers of two from 256 to the
+dimension's cap), the block that splits the dimension into that target's number of blocks as
+evenly as the tile allows (18944 columns at 2048: 10 blocks of 1920, 256 columns of tail, not
+10 of 2048 with 1536), the target itself, and the whole dimension where it is within the cap. A
+block narrower than 256 (the widest MXU, v6e's) is a candidate only where the whole dimension is.
+
+The cost model, per call (`seconds`), with the grid (gm, gn, gk) the blocks give:
+
+    steps * (max(mxu, hbm) + acc + STEP_S) + (first blocks + last output) / HBM + FIXED_S
+
+- mxu: a step's 2*bm*bn*bk*passes flops at MXU_RATE; rows under the MXU's width (128 on a v5e)
+  cost a full pass of it (a decode batch pays for the weight's load into the array);
+- hbm: a step's a and b blocks (both change every step: k is the innermost axis), and the
+  output block once per k sweep, at HBM_BYTES_S;
+- acc: the float32 accumulator's update, ACC_S per element of the output block (at least 8
+  rows), which the vector unit does after the dot, not beside it;
+- STEP_S: each step's fixed cost (DMA issue, synchronisation); FIXED_S: a call's.
+
+Its five figures are a least-squares fit in log time to the v5e's measured matmul sweeps
+(bench/reports/chip_v5e_tune.json: the configs whose blocks divide their shape, since the kernel
+then padded the others with a copy; tests/kernels/test_matmul_blocks.py checks the fit). The TPU v5e is the chip the defaults are sized for; other generations take
+the same choice (their MXU and HBM scale together to within the model's error).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from jax import export
+
+from tpu_kernels.kernels import _vmem
+
+# Fitted to bench/reports/chip_v5e_tune.json's matmul rows (see the module docstring).
+MXU_RATE = 0.944 * 197e12  # flops per second a step's dot reaches: the fitted share of a v5e's bf16 peak
+HBM_BYTES_S = 871e9  # bytes per second a grid step's blocks stream at
+ACC_S = 0.267e-12  # seconds per output element per step: the accumulator's read, add and write
+STEP_S = 0.235e-6  # seconds per grid step beyond its data, flops and accumulator
+FIXED_S = 19e-6  # seconds per call beyond its steps
+TIE = 0.03  # candidates priced within this fraction of the least tie: below the fit's resolution (`choose`)
+MXU_ROWS = 128  # a v5e's MXU width: fewer rows per step cost a full pass of the array
+
+BLOCK_CAP = {"m": 2048, "n": 4096, "k": 2048}
+"""The largest block each dimension takes by default (the VMEM need caps them further)."""
+
+MIN_BLOCK = 256
+"""The narrowest default block, unless the whole dimension is narrower: the widest MXU (v6e,
+7x) is 256 wide, and a narrower block only grows the grid."""
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A matmul's (block_m, block_n, block_k), and what the cost model prices them at."""
+
+    m: int
+    n: int
+    k: int
+    seconds: float
+
+
+def vmem_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
+    """VMEM of one grid step: double-buffered a, b and output blocks, the float32 accumulator
+    (a scratch buffer unless the result is float32), the float32 result of each of the product's
+    `passes` before it is added (temporaries of the body), and for a multi-pass product the
+    blocks split in two bf16 halves beside a float32 difference."""
+    rows, cols = _vmem.padded_rows, _vmem.padded_cols
+    ab = rows(bm, itemsize) * cols(bk) + rows(bk, itemsize) * cols(bn)
+    out = rows(bm, itemsize) * cols(bn)
+    acc = rows(bm, 4) * cols(bn) * 4
+    need = 2 * (ab + out) * itemsize + (0 if itemsize == 4 else acc) + passes * acc
+    if passes > 1:
+        need += ab * (2 * 2 + 4)
+    return need
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def candidates(dim: int, tile: int, cap: int) -> tuple[int, ...]:
+    """The default blocks tried along a dimension of `dim` (see the module docstring): multiples
+    of `tile`, at least `MIN_BLOCK` unless they are the whole dimension, at most `cap`."""
+    if dim <= MIN_BLOCK:
+        return (dim,)
+    units = _cdiv(dim, tile)
+    out = {dim} if dim <= cap else set()  # a block of the whole dimension is legal at any size
+    target = MIN_BLOCK
+    while target < min(dim, cap + 1):
+        out.add(target)
+        out.add(tile * _cdiv(units, _cdiv(dim, target)))  # as many blocks, split evenly
+        target *= 2
+    return tuple(sorted(b for b in out if MIN_BLOCK <= b <= cap or b == dim))
+
+
+def seconds(m: int, k: int, n: int, bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> float:
+    """The cost model's time for a call of a [m, k] @ [k, n] matmul at blocks (bm, bn, bk)."""
+    gm, gn, gk = _cdiv(m, bm), _cdiv(n, bn), _cdiv(k, bk)
+    mxu = 2 * max(bm, MXU_ROWS) * bn * bk * passes / MXU_RATE
+    block = (bm * bk + bk * bn) * itemsize
+    hbm = (block + bm * bn * itemsize / gk) / HBM_BYTES_S
+    ends = (block + bm * bn * itemsize) / HBM_BYTES_S
+    acc = ACC_S * max(bm, 8) * bn
+    return gm * gn * gk * (max(mxu, hbm) + acc + STEP_S) + ends + FIXED_S
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
+    """The default blocks of a [m, k] @ [k, n] call whose operands have `itemsize` bytes and whose
+    product takes `passes` MXU passes: among the candidates whose VMEM need fits, those the cost
+    model prices within `TIE` of the least, and of those the largest output block (each
+    operand is then read fewest times), then the squarest, then the smallest block_k (more K
+    steps for the pipeline to hide a tile's first reads and last write behind), then the
+    cheapest. The model prices these within a few percent where the chip did not (bench/reports/
+    chip_v5e_tune.json, bf16): at 2048^3, (1024, 1024, 512), (1024, 512, 1024) and (1024, 1024,
+    1024) ran in 125, 161 and 156 us; at 8192x4096x14336, (1024, 1024, 1024) and (2048, 512,
+    512) in 5.13 and 5.35 ms.
+    When no candidate fits (a row too wide), the smallest blocks."""
+    sub = 8 * max(1, 4 // itemsize)
+    tile_m = 128 if m >= 128 else sub
+    priced = []
+    for bm in candidates(m, tile_m, BLOCK_CAP["m"]):
+        for bn in candidates(n, 128, BLOCK_CAP["n"]):
+            for bk in candidates(k, 128, BLOCK_CAP["k"]):
+                if _vmem.fits(vmem_need(bm, bn, bk, itemsize, passes)):
+                    priced.append((seconds(m, k, n, bm, bn, bk, itemsize, passes), bm, bn, bk))
+    if not priced:
+        bm, bn, bk = (min(d, MIN_BLOCK) for d in (m, n, k))
+        return Blocks(bm, bn, bk, seconds(m, k, n, bm, bn, bk, itemsize, passes))
+    least = min(p[0] for p in priced)
+    t, bm, bn, bk = min((p for p in priced if p[0] <= least * (1 + TIE)),
+                        key=lambda p: (-p[1] * p[2], max(p[1], p[2]) / min(p[1], p[2]), p[3], p[0]))
+    return Blocks(bm, bn, bk, t)
+
+
+def default(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> tuple[int, int, int]:
+    """(block_m, block_n, block_k) for a call that leaves them unset (`choose`). A symbolic size
+    (the fake function under torch.compile(dynamic=True)) takes the largest candidates that fit
+    at a large shape: the output's shape does not depend on the blocks."""
+    if any(export.is_symbolic_dim(d) for d in (m, k, n)):
+        return _large(itemsize, passes)
+    if 0 in (m, k, n):  # an empty call computes its result without the kernel
+        return m, n, k
+    b = choose(m, k, n, itemsize, passes)
+    return b.m, b.n, b.k
+
+
+def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
+    b = choose(8192, 8192, 8192, itemsize, passes)
+    return b.m, b.n, b.k
+
+
+__all__ = ["BLOCK_CAP", "Blocks", "candidates", "choose", "default", "seconds", "vmem_need"]
