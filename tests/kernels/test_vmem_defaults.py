@@ -219,15 +219,15 @@ def test_rows_whose_leading_columns_are_masked_match_float64(path, masked):
     np.testing.assert_allclose(y[keep], ref[keep], rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("cols, want", [(8192, None), (8320, 128 * 65 // 5), (14336, 7168), (131072, 8192),
-                                        (16896, 5632), (200000, None), (1000, None)])
-def test_chunk_for_divides_the_row_in_lane_multiples(cols, want):
+@pytest.mark.parametrize("cols, want", [(8192, None), (8320, 8192), (14336, 7168), (131072, 8192),
+                                        (16896, 5632), (128256, 8192), (200000, None), (1000, None)])
+def test_chunk_for_divides_the_row_in_lane_multiples_or_leaves_a_tail(cols, want):
+    """8320 columns (128 x 65) divide into 1664-column chunks at best: narrower than
+    MIN_DIVIDING_CHUNK, so 8192 and a 128-column tail."""
     chunk = sm.chunk_for(cols)
-    if want is None:
-        assert chunk is None
-        return
-    assert chunk % 128 == 0 and cols % chunk == 0 and chunk <= sm.CHUNK
-    assert chunk == max(c for c in range(128, sm.CHUNK + 1, 128) if cols % c == 0)
+    assert chunk == want
+    if want is not None and cols % chunk == 0:
+        assert chunk == max(c for c in range(128, sm.CHUNK + 1, 128) if cols % c == 0)
 
 
 def test_rows_too_wide_to_stage_take_two_passes():

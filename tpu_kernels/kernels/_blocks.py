@@ -103,9 +103,9 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chun
     if not _vmem.fits(footprint.need(min(rows, tile), cols, itemsize, chunk)):
         return None
     target = block_bytes(rows, cols, itemsize) / max(1, cols * itemsize)
-    # a power of two: it divides the usual row counts, so no partial last block (rmsnorm's
-    # backward pads one with a copy of x and dy: on a v5e 80-row blocks at [8192, 4096] bf16 ran
-    # at 34% of HBM peak where 64-row ones ran at 76%; bench/reports/chip_v5e*.json)
+    # a power of two: it divides the usual row counts (80-row blocks at [8192, 4096] bf16 ran
+    # rmsnorm's backward at 34% of HBM peak on a v5e where 64-row ones ran at 76%, when that
+    # backward still padded a partial last block with a copy; bench/reports/chip_v5e*.json)
     br = max(tile, 1 << (int(target).bit_length() - 1)) if target >= 1 else tile
     while br > tile and not _vmem.fits(footprint.need(br, cols, itemsize, chunk)):
         br //= 2

@@ -142,6 +142,24 @@ SHIPPED: tuple[Mutation, ...] = (
         check=_check("softmax"),
     ),
     Mutation(
+        "softmax-tail-left-out-of-the-stats",
+        SOFTMAX,
+        "    if tail:\n        m, total = _merged(m, total, _tail(x_ref, n, chunk, acc))\n",
+        "",
+        "a wide row's last, narrower chunk left out of its max and sum: its outputs pass 1 in total",
+        T_CHUNKS,
+        check=_check("softmax"),
+    ),
+    Mutation(
+        "softmax-backward-tail-left-out-of-the-dot",
+        SOFTMAX,
+        "        s = s + jnp.sum(_tail(y_ref, n, chunk, acc) * _tail(dy_ref, n, chunk, acc), axis=-1, keepdims=True)\n",
+        "        s = s\n",
+        "the backward's sum(dy * y) misses a wide row's last, narrower chunk",
+        T_CHUNKS,
+        check=_check("softmax"),
+    ),
+    Mutation(
         "softmax-chunk-search-stops-at-two-lanes",
         SOFTMAX,
         "for lanes in range(CHUNK // 128, 0, -1)",
@@ -249,15 +267,15 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _rmsnorm(
         "rmsnorm-dw-without-inv-rms",
-        "jnp.sum(dy * xhat, axis=0, keepdims=True)",
-        "jnp.sum(dy * x, axis=0, keepdims=True)",
+        "    part = dy * xhat\n",
+        "    part = dy * x\n",
         "dw summed over x instead of the normalised x",
     ),
     _rmsnorm(
         "rmsnorm-padding-not-zeroed",
-        "if export.is_symbolic_dim(pad) or pad:",
-        "if False:",
-        "the last block's padding rows (whatever memory holds) are summed into dw",
+        "    if tail:\n",
+        "    if False:\n",
+        "the partial last block's rows past the array (whatever the edge's buffer holds) are summed into dw",
     ),
     _rmsnorm(
         "rmsnorm-residual-index-off-by-one",
@@ -381,6 +399,7 @@ SHIPPED: tuple[Mutation, ...] = (
         "STEP_S = 0.47e-6",
         "the cost model's per-step cost off its fit: the default blocks no longer follow the chip's sweeps",
         T_MATMUL_BLOCKS,
+        check=_check("matmul"),
     ),
     Mutation(
         "matmul-blocks-tail-unpriced",
@@ -389,6 +408,7 @@ SHIPPED: tuple[Mutation, ...] = (
         "gm, gn, gk = m / bm, n / bn, k / bk",
         "a partial edge block priced as a fraction of one: blocks that waste most of a tile look free",
         T_MATMUL_BLOCKS,
+        check=_check("matmul"),
     ),
     # ---- the shared row-block helper ----
     _blocks(

@@ -58,14 +58,21 @@ def _fwd_kernel(x_ref, w_ref, y_ref, r_ref, *, eps: float):
     r_ref[...] = r.astype(r_ref.dtype)
 
 
-def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref):
+def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref, *, tail: int, n_blocks: int):
+    """One row block. `tail`: the rows of the last block inside the array when the block does
+    not divide them (0 when it does); its rows past them hold whatever the edge's copy left, so
+    they are kept out of dw by a select (dx's are dropped on the write)."""
     acc = _acc(dx_ref.dtype)
     x, r = x_ref[...].astype(acc), r_ref[...].astype(acc)
     dy, w = dy_ref[...].astype(acc), w_ref[...].astype(acc)
     xhat = x * r
     g = dy * w
     dx_ref[...] = (r * (g - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))).astype(dx_ref.dtype)
-    dw_ref[...] = jnp.sum(dy * xhat, axis=0, keepdims=True).astype(dw_ref.dtype)
+    part = dy * xhat
+    if tail:
+        valid = jnp.where(pl.program_id(0) == n_blocks - 1, tail, part.shape[0])
+        part = jnp.where(jax.lax.broadcasted_iota(jnp.int32, part.shape, 0) < valid, part, jnp.zeros_like(part))
+    dw_ref[...] = jnp.sum(part, axis=0, keepdims=True).astype(dw_ref.dtype)
 
 
 def _check(x: jax.Array, weight: jax.Array) -> None:
@@ -118,12 +125,11 @@ def rmsnorm_backward(
     br = rows_or_refuse("rmsnorm_backward", rows, d, x.dtype.itemsize, block_rows, BACKWARD)
     n_blocks = pl.cdiv(rows, br)
     row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
-    pad = n_blocks * br - rows
-    if export.is_symbolic_dim(pad) or pad:  # zero the last block's padding rows: they add nothing to dw
-        x2, dy2 = jnp.pad(x2, ((0, pad), (0, 0))), jnp.pad(dy2, ((0, pad), (0, 0)))
-        r2 = jnp.pad(r2, ((0, pad), (0, 0)))
+    # a partial last block, masked in the kernel: no copy of x and dy to pad them (a symbolic size
+    # is traced for its shapes only)
+    tail = 0 if export.is_symbolic_dim(rows) else rows % br
     dx, dw_parts = pl.pallas_call(
-        _bwd_kernel,
+        functools.partial(_bwd_kernel, tail=tail, n_blocks=n_blocks),
         out_shape=(
             jax.ShapeDtypeStruct(x2.shape, x.dtype),
             jax.ShapeDtypeStruct((n_blocks, 1, d), _acc(x.dtype)),
@@ -142,4 +148,4 @@ def rmsnorm_backward(
         cost_estimate=cost(8 * rows * d, 0, 4 * rows * d * x.dtype.itemsize),
     )(x2, weight.reshape(1, d), r2, dy2)
     dw = dw_parts.sum(axis=(0, 1)).astype(weight.dtype)
-    return dx[:rows].reshape(x.shape), dw
+    return dx.reshape(x.shape), dw

@@ -85,15 +85,26 @@ def _bwd_kernel(y_ref, dy_ref, dx_ref, *, chunk: int | None = None):
 # then holds as many rows as its input and output buffers fit, and a row of 131072-262144
 # columns is read once and written once per call (`RowFootprint.need(..., chunk)` counts its VMEM).
 CHUNK = 8192
+MIN_DIVIDING_CHUNK = CHUNK // 4
+"""A dividing chunk narrower than this loses to CHUNK-wide ones and a narrower last one: on a v5e
+softmax at [1046, 128256] (128 x 1002 lanes: 768-column chunks, 167 steps a row) ran at 28% of
+HBM peak, where [882, 152064] (6912-column chunks) ran at 79% (bench/reports/chip_v5e_drawn.json)."""
 
 
 def chunk_for(cols: int) -> int | None:
     """The column chunk of a wide row's body: the largest multiple of 128 lanes that divides
-    `cols` and is at most CHUNK; None (the whole row at once) for rows of at most CHUNK columns,
-    or of a width that is no multiple of 128 (no partial chunk to mask)."""
+    `cols` and is at most CHUNK, when that is at least MIN_DIVIDING_CHUNK; else CHUNK, the row
+    ending in a narrower last chunk (`_tail`). None (the whole row at once) for rows of at most
+    CHUNK columns, or of a width that is no multiple of 128."""
     if export.is_symbolic_dim(cols) or cols <= CHUNK or cols % 128:
         return None
-    return next(lanes * 128 for lanes in range(CHUNK // 128, 0, -1) if cols % (lanes * 128) == 0)
+    dividing = next(lanes * 128 for lanes in range(CHUNK // 128, 0, -1) if cols % (lanes * 128) == 0)
+    return dividing if dividing >= MIN_DIVIDING_CHUNK else CHUNK
+
+
+def _tail(ref, n: int, chunk: int, acc):
+    """The columns past the last whole chunk (static: `cols % chunk` of them), in float32."""
+    return ref[:, n * chunk :].astype(acc)
 
 
 def _merged(m, total, x):
@@ -121,13 +132,15 @@ def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
     """The online softmax over the block's chunks (running max m and sum l of exp(x - m)),
     then exp(x - m) / l written chunk by chunk: two reads of the block from VMEM, one write."""
     rows, cols = x_ref.shape
-    n = cols // chunk
+    n, tail = divmod(cols, chunk)
 
     def stats(c, m_and_sum):
         return _merged(*m_and_sum, _columns(x_ref, c, chunk, acc))
 
     start = (jnp.full((rows, 1), -jnp.inf, acc), jnp.zeros((rows, 1), acc))
     m, total = jax.lax.fori_loop(0, n, stats, start)
+    if tail:
+        m, total = _merged(m, total, _tail(x_ref, n, chunk, acc))
 
     def write(c, carry):
         e = jnp.exp(_columns(x_ref, c, chunk, acc) - m)
@@ -135,17 +148,21 @@ def _chunked_fwd(x_ref, o_ref, acc, chunk: int):
         return carry
 
     jax.lax.fori_loop(0, n, write, 0)
+    if tail:
+        o_ref[:, n * chunk :] = (jnp.exp(_tail(x_ref, n, chunk, acc) - m) / total).astype(o_ref.dtype)
 
 
 def _chunked_bwd(y_ref, dy_ref, dx_ref, acc, chunk: int):
     """sum(dy * y) over the block's chunks, then y * (dy - sum) chunk by chunk."""
     rows, cols = y_ref.shape
-    n = cols // chunk
+    n, tail = divmod(cols, chunk)
 
     def dot(c, s):
         return s + jnp.sum(_columns(y_ref, c, chunk, acc) * _columns(dy_ref, c, chunk, acc), axis=-1, keepdims=True)
 
     s = jax.lax.fori_loop(0, n, dot, jnp.zeros((rows, 1), acc))
+    if tail:
+        s = s + jnp.sum(_tail(y_ref, n, chunk, acc) * _tail(dy_ref, n, chunk, acc), axis=-1, keepdims=True)
 
     def write(c, carry):
         y, dy = _columns(y_ref, c, chunk, acc), _columns(dy_ref, c, chunk, acc)
@@ -153,6 +170,9 @@ def _chunked_bwd(y_ref, dy_ref, dx_ref, acc, chunk: int):
         return carry
 
     jax.lax.fori_loop(0, n, write, 0)
+    if tail:
+        y, dy = _tail(y_ref, n, chunk, acc), _tail(dy_ref, n, chunk, acc)
+        dx_ref[:, n * chunk :] = (y * (dy - s)).astype(dx_ref.dtype)
 
 
 def _rowwise(
