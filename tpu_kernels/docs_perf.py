@@ -397,6 +397,26 @@ def chip_tables() -> str:
     return "\n".join(parts).replace("\n\n\n", "\n\n") + "\n"
 
 
+def chip_drawn_table() -> str:
+    """The drawn section's record (bench/reports/chip_v5e_drawn.json): each kernel's speed against
+    its baseline over shapes drawn from public model configs at run time."""
+    from tpu_kernels.chip import drawn, report
+
+    record = _read("chip_v5e_drawn")
+    rows = record["drawn"]["rows"]
+    planned = len(drawn.build(record["meta"]["seed"]))
+    parts = [
+        f"Seed {record['meta']['seed']}: {len(rows)} of the draw's {planned} points measured "
+        f"({planned - len(rows)} left at the run's time budget); speed is the baseline's time over the "
+        "kernel's, per call (dispatch included; inputs cycled where XLA prefetches across calls).",
+        "",
+        drawn.table(rows),
+        "",
+        report.provenance(record),
+    ]
+    return "\n".join(parts) + "\n"
+
+
 def chip_headline() -> str:
     from tpu_kernels.chip import report
 
@@ -461,6 +481,7 @@ GENERATORS = {
     "perf-startup": startup_table,
     "perf-varlen": varlen_table,
     "perf-chip": chip_tables,
+    "perf-chip-drawn": chip_drawn_table,
     "perf-chip-headline": chip_headline,
     "perf-torch-tpu-headline": torch_tpu_headline,
     "perf-generate": generate_table,

@@ -217,7 +217,8 @@ def _baseline(row: dict[str, Any]) -> str:
 def summary(rows: list[dict[str, Any]], worst: int = 3) -> dict[str, dict[str, Any]]:
     """Per kernel (and dtype): how many points, their speed against the baseline (XLA's; JAX's
     Pallas flash attention for the template) as min, p10 and median, the worst points by id,
-    and the points where either side failed."""
+    the points where the kernel failed to compile or run (`failed`), and those it ran where the
+    baseline did not (`unmatched`)."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(f"{r['kernel']}/{r['dtype']}", []).append(r)
@@ -226,7 +227,8 @@ def summary(rows: list[dict[str, Any]], worst: int = 3) -> dict[str, dict[str, A
         base = _baseline(group[0])
         speeds = sorted(((r[f"speed_vs_{base}"], r["id"]) for r in group if r.get(f"speed_vs_{base}")),
                         key=lambda s: s[0])  # ties in draw order
-        failed = [r["id"] for r in group if not r.get(f"speed_vs_{base}")]
+        failed = [r["id"] for r in group if not r["pallas"].get("time_s")]
+        unmatched = [r["id"] for r in group if r["pallas"].get("time_s") and not r.get(f"speed_vs_{base}")]
         values = np.array([s for s, _ in speeds]) if speeds else np.array([np.nan])
         out[key] = {
             "points": len(group),
@@ -236,8 +238,20 @@ def summary(rows: list[dict[str, Any]], worst: int = 3) -> dict[str, dict[str, A
             "median": float(np.median(values)),
             "worst": [{"id": i, "speed": round(s, 3)} for s, i in speeds[:worst]],
             "failed": failed,
+            "unmatched": unmatched,
         }
     return out
 
 
-__all__ = ["COUNTS", "MODELS", "Draw", "Model", "build", "draws", "layers", "shape_of", "summary"]
+def table(rows: list[dict[str, Any]]) -> str:
+    """`summary(rows)` as a markdown table, one line per kernel and dtype."""
+    lines = ["| kernel | points | against | min | p10 | median | worst point | kernel failed | baseline failed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, s in summary(rows).items():
+        worst = s["worst"][0]["id"].split("/", 1)[1] if s["worst"] else ""
+        lines.append(f"| {key} | {s['points']} | {s['baseline']} | {s['min']:.2f}x | {s['p10']:.2f}x | "
+                     f"{s['median']:.2f}x | {worst} | {len(s['failed'])} | {len(s['unmatched'])} |")
+    return "\n".join(lines)
+
+
+__all__ = ["COUNTS", "MODELS", "Draw", "Model", "build", "draws", "layers", "shape_of", "summary", "table"]
