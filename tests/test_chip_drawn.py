@@ -105,6 +105,17 @@ def test_the_summary_gives_min_p10_median_worst_and_failures(speeds, failed, unm
     assert s["unmatched"] == [f"p{200 + i}" for i in range(unmatched)]
 
 
+def test_the_summary_keeps_dispatch_bound_points_apart():
+    """The least speed of the points whose calls are the kernel's own time, and of the
+    dispatch-bound ones as calls in one program, beside the per-call distribution."""
+    rows = [_row("softmax", 0.6, 0), _row("softmax", 1.3, 1), _row("softmax", 1.1, 2)]
+    rows[0].update(dispatch_bound=True, speed_in_program_vs_xla=1.2)
+    rows[1].update(dispatch_bound=True)  # its in-program timing failed
+    s = drawn.summary(rows)["softmax/bf16"]
+    assert (s["min"], s["min_kernel_bound"], s["min_in_program"]) == (0.6, 1.1, 1.2)
+    assert drawn.summary(rows[1:2])["softmax/bf16"]["min_kernel_bound"] is None
+
+
 @pytest.mark.parametrize("kernel", ["template.flash_attention", "template.flash_attention_fwd_bwd"])
 def test_attention_is_judged_against_jax_flash(kernel):
     assert drawn.summary([_row(kernel, 1.1, 0)])[f"{kernel}/bf16"]["baseline"] == "jax_flash"

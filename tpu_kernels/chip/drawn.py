@@ -214,11 +214,19 @@ def _baseline(row: dict[str, Any]) -> str:
     return "jax_flash" if row["kernel"].startswith("template.flash_attention") else "xla"
 
 
+def _least(speeds) -> float | None:
+    values = [s for s in speeds if s]
+    return min(values) if values else None
+
+
 def summary(rows: list[dict[str, Any]], worst: int = 3) -> dict[str, dict[str, Any]]:
     """Per kernel (and dtype): how many points, their speed against the baseline (XLA's; JAX's
     Pallas flash attention for the template) as min, p10 and median, the worst points by id,
     the points where the kernel failed to compile or run (`failed`), and those it ran where the
-    baseline did not (`unmatched`)."""
+    baseline did not (`unmatched`). Apart: the least speed over the points that are not
+    dispatch-bound (`min_kernel_bound`: their calls are the kernels' own time), and over the
+    dispatch-bound ones timed as calls in one program (`min_in_program`: each side's time without
+    the per-call dispatch, chip/run.py); None where there are none."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(f"{r['kernel']}/{r['dtype']}", []).append(r)
@@ -239,18 +247,22 @@ def summary(rows: list[dict[str, Any]], worst: int = 3) -> dict[str, dict[str, A
             "worst": [{"id": i, "speed": round(s, 3)} for s, i in speeds[:worst]],
             "failed": failed,
             "unmatched": unmatched,
+            "min_kernel_bound": _least(r.get(f"speed_vs_{base}") for r in group if not r.get("dispatch_bound")),
+            "min_in_program": _least(r.get(f"speed_in_program_vs_{base}") for r in group if r.get("dispatch_bound")),
         }
     return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """`summary(rows)` as a markdown table, one line per kernel and dtype."""
-    lines = ["| kernel | points | against | min | p10 | median | worst point | kernel failed | baseline failed |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| kernel | points | against | min | p10 | median | min, not dispatch-bound | min, dispatch-bound "
+             "in one program | worst point | kernel failed | baseline failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, s in summary(rows).items():
         worst = s["worst"][0]["id"].split("/", 1)[1] if s["worst"] else ""
+        apart = " | ".join("-" if v is None else f"{v:.2f}x" for v in (s["min_kernel_bound"], s["min_in_program"]))
         lines.append(f"| {key} | {s['points']} | {s['baseline']} | {s['min']:.2f}x | {s['p10']:.2f}x | "
-                     f"{s['median']:.2f}x | {worst} | {len(s['failed'])} | {len(s['unmatched'])} |")
+                     f"{s['median']:.2f}x | {apart} | {worst} | {len(s['failed'])} | {len(s['unmatched'])} |")
     return "\n".join(lines)
 
 
