@@ -249,6 +249,20 @@ def test_copies_are_distinct_buffers_of_the_same_values_and_timing_cycles_throug
     assert seen[:4] == [s[0].unsafe_buffer_pointer() for s in sets] and set(seen) == pointers
 
 
+def test_a_time_is_the_fastest_round_and_carries_the_rounds_spread(monkeypatch):
+    """measure.time_calls: the least per-call time over its rounds, and beside it their spread,
+    (slowest - fastest) / fastest, which run_point records per side (`spread`)."""
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure
+
+    rounds = iter([0.0, 2.0, 6.0, 9.0])  # perf_counter at each round's start and end: 2 s, then 3 s
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(rounds))
+    t = measure.time_calls(lambda a: a, [jnp.ones(3)], n=1, rounds=2)
+    assert t == 2.0 and t.spread == 0.5
+    assert measure.Seconds.of([3e-6]).spread is None
+
+
 def test_a_point_with_a_cross_program_prefetch_is_timed_over_copies_on_every_side(monkeypatch):
     """run_point: where any side's compiled module carries a cross-program prefetch, every side
     is timed cycling through the copies, and the same-input time is kept beside it."""

@@ -152,8 +152,10 @@ def test_run_point_records_each_sides_time_error_and_speed(monkeypatch):
 
     def timed(compiled, args, *, rounds, sets=None, round_s=0.25):
         name, looped = compiled_side[id(compiled)]
-        return in_program[name] * n if looped else per_call[name]
+        # a call's rounds: the fastest, and one 10% (pallas) or 30% (xla) slower
+        return in_program[name] * n if looped else measure.Seconds.of([per_call[name], per_call[name] * spread[name]])
 
+    spread = {"pallas": 1.1, "xla": 1.3}
     monkeypatch.setattr(measure, "compile_fn", compile_fn)
     monkeypatch.setattr(measure, "in_one_program", in_one_program)
     monkeypatch.setattr(measure, "timed", timed)
@@ -172,6 +174,7 @@ def test_run_point_records_each_sides_time_error_and_speed(monkeypatch):
     assert row["dispatch_bound"] and row["in_program_calls"] == n
     for name in ("pallas", "xla"):
         assert row[name]["time_s"] == per_call[name]
+        assert row[name]["spread"] == pytest.approx(spread[name] - 1, abs=1e-4)
         assert row[name]["time_in_program_s"] == pytest.approx(in_program[name], rel=1e-12)
     assert row["speed_vs_xla"] == pytest.approx(2.0, rel=1e-12)
     assert row["speed_in_program_vs_xla"] == pytest.approx(0.5, rel=1e-12)

@@ -96,6 +96,19 @@ def copies(args: Sequence[Any], n: int = ROTATE) -> list[list[Any]]:
     return jax.block_until_ready(sets)
 
 
+class Seconds(float):
+    """A time per call (the least over rounds) with `spread`: (slowest round - fastest) /
+    fastest, the run-to-run spread of the rounds it was the least of (None from one round)."""
+
+    spread: float | None = None
+
+    @classmethod
+    def of(cls, rounds: Sequence[float]) -> Seconds:
+        t = cls(min(rounds))
+        t.spread = (max(rounds) - t) / t if len(rounds) > 1 and t > 0 else None
+        return t
+
+
 def time_calls(
     fn: Callable,
     args: Sequence[Any],
@@ -104,17 +117,17 @@ def time_calls(
     rounds: int,
     budget_s: float = 5.0,
     sets: Sequence[Sequence[Any]] | None = None,
-) -> float:
-    """Seconds per call: min over rounds of (n calls, one wait) / n. `fn` is compiled already.
-    With `sets`, the calls cycle through those argument lists (n rounded up to a multiple of
-    their number) instead of repeating `args`."""
+) -> Seconds:
+    """Seconds per call: min over rounds of (n calls, one wait) / n, with the rounds' spread
+    (`Seconds`). `fn` is compiled already. With `sets`, the calls cycle through those argument
+    lists (n rounded up to a multiple of their number) instead of repeating `args`."""
     cycle = [list(args)] if sets is None else [list(s) for s in sets]
     n = -(-n // len(cycle)) * len(cycle)
     out = None
     for s in cycle:
         out = fn(*s)
     jax.block_until_ready(out)
-    best = float("inf")
+    per_call: list[float] = []
     spent = 0.0
     for _ in range(rounds):
         start = time.perf_counter()
@@ -122,11 +135,11 @@ def time_calls(
             out = fn(*cycle[i % len(cycle)])
         jax.block_until_ready(out)
         took = time.perf_counter() - start
-        best = min(best, took / n)
+        per_call.append(took / n)
         spent += took
         if spent > budget_s:
             break
-    return best
+    return Seconds.of(per_call)
 
 
 def calls_for(estimate_s: float, *, target_s: float = 0.25, lo: int = 3, hi: int = 200) -> int:

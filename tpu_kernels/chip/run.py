@@ -123,7 +123,9 @@ def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict |
         if c is None:
             continue
         try:
-            row[name]["time_s"] = measure.timed(c, args, rounds=rounds, sets=sets)
+            row[name]["time_s"] = t = measure.timed(c, args, rounds=rounds, sets=sets)
+            if getattr(t, "spread", None) is not None:  # the rounds' spread (measure.Seconds)
+                row[name]["spread"] = round(t.spread, 4)
             if sets is not None:
                 row[name]["time_same_inputs_s"] = measure.timed(c, args, rounds=rounds)
         except Exception as e:  # a runtime failure is a verdict too
