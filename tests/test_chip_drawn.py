@@ -155,3 +155,30 @@ def test_every_kernel_in_the_record_ran_and_matched_float64(record):
         assert r["pallas"]["error_vs_f64"] < TOLERANCE["dot" if dots else r["dtype"]], r["id"]
         if r["kernel"] == "matmul":
             assert r["pallas"]["error_vs_f64"] <= 1.2 * r["xla"]["error_vs_f64"], r["id"]
+
+
+def test_the_drawn_sections_run_in_the_interpreter_without_torch(tmp_path):
+    """`--sections drawn,drawn_layer --quick --interpret`: the draw's first point of each kind at
+    the tiny config, and the tiny decoder layer, each compiled, run and checked, every row with
+    its draw; the seed given is the record's."""
+    from tests.test_chip import _python
+
+    out_file = tmp_path / "drawn.json"
+    out = _python(
+        "from tpu_kernels.chip.__main__ import main\n"
+        f"sys.exit(main(['--out', {str(out_file)!r}, '--quick', '--interpret', '--sections', 'drawn,drawn_layer',"
+        " '--rounds', '1', '--seed', '7']))\n",
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out_file.read_text())
+    assert record["meta"]["seed"] == 7
+    rows = record["drawn"]["rows"]
+    assert {r["kernel"] for r in rows} >= {"matmul", "rmsnorm", "rmsnorm_backward", "softmax", "softmax_backward",
+                                           "template.flash_attention", "template.flash_attention_fwd_bwd"}
+    for r in rows:
+        assert r["seed"] == 7 and r["model"] == "tiny" and r["pallas"]["compiles"], r["id"]
+        assert r["pallas"]["error_vs_f64"] < TOLERANCE["dot" if r["kernel"] == "matmul" or "flash" in r["kernel"]
+                                                     else r["dtype"]], r["id"]
+    layers = record["drawn_layer"]["rows"]
+    assert len(layers) == 2 and all(r["seed"] == 7 and r.get("speed_vs_xla") for r in layers)
