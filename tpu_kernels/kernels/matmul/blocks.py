@@ -1,8 +1,9 @@
 """Matmul's blocks: what a grid step holds in VMEM, what a block choice costs, and the default.
 
 A call that leaves its blocks unset takes `choose(m, k, n, itemsize, passes)`: of the candidate
-blocks along each dimension (`candidates`), the triple the cost model (`seconds`) prices least
-among those whose VMEM need fits (`vmem_need`, `_vmem.fits`). The kernel never copies its
+blocks along each dimension (`candidates`) whose VMEM need fits (`vmem_need`, `_vmem.fits`),
+the triples the cost model (`seconds`) prices within `TIE` of the least, and of those the one
+`choose` says. The kernel never copies its
 operands to pad them: a block that does not divide M or N leaves a partial block at the edge,
 whose rows and columns outside the array are computed and dropped on the write; one that does
 not divide K leaves a partial last K block, which the kernel masks to zeros (pallas.py). So the
@@ -30,8 +31,9 @@ The cost model, per call (`seconds`), with the grid (gm, gn, gk) the blocks give
 
 Its five figures are a least-squares fit in log time to the v5e's measured matmul sweeps
 (bench/reports/chip_v5e_tune.json: the configs whose blocks divide their shape, since the kernel
-then padded the others with a copy; tests/kernels/test_matmul_blocks.py checks the fit). The TPU v5e is the chip the defaults are sized for; other generations take
-the same choice (their MXU and HBM scale together to within the model's error).
+then padded the others with a copy; tests/kernels/test_matmul_blocks.py checks the fit). The
+TPU v5e is the chip the defaults are sized for; other generations take the same choice, which
+the model is not fitted to.
 """
 
 from __future__ import annotations
