@@ -1,4 +1,4 @@
-"""RMSNorm: torch.ops.tpu_kernels.rmsnorm(x, weight, *, eps=1e-6, block_rows=256).
+"""RMSNorm: torch.ops.tpu_kernels.rmsnorm(x, weight, *, eps=1e-6, block_rows=None).
 
 The op returns (y, inv_rms); calling `rmsnorm(x, w)` returns y alone, and
 inv_rms is kept as a residual for the explicit backward kernel

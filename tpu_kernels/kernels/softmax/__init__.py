@@ -1,4 +1,4 @@
-"""Row softmax: torch.ops.tpu_kernels.softmax(x, *, block_rows=256), with an explicit
+"""Row softmax: torch.ops.tpu_kernels.softmax(x, *, block_rows=None), with an explicit
 backward kernel registered as torch.ops.tpu_kernels.softmax_backward."""
 
 from tpu_kernels.dispatch.buckets import bucket_rows
