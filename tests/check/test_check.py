@@ -95,11 +95,12 @@ def test_json_report(tmp_path, capsys):
 def test_verbose_lists_every_vmem_buffer(capsys):
     assert main(["check", "-v", "--filter", "tpu_kernels::matmul$"]) == 0
     out = capsys.readouterr().out
-    # the 2048^3 example at the default (1024, 2048, 512) blocks: the dot's 8 MiB float32 product
-    # counted up to temporaries.MATMUL_RESULT_HELD_MAX (4 MiB)
-    assert "kernel _kernel, grid 2x1x4: 26.0 MiB of VMEM per step (22.0 MiB buffers + 4.0 MiB body" in out
+    # the 2048^3 example at its default (1024, 1024, 512) blocks (kernels/matmul/blocks.py): double-
+    # buffered inputs and output, the float32 scratch, and the dot's 4 MiB float32 product as the body's
+    assert "kernel _kernel, grid 2x2x4: 16.0 MiB of VMEM per step (12.0 MiB buffers + 4.0 MiB body" in out
     assert "input 0    bfloat16[1024, 512] x2: 2.0 MiB" in out
-    assert "scratch 0  float32[1024, 2048]: 8.0 MiB" in out
+    assert "output 0   bfloat16[1024, 1024] x2: 4.0 MiB" in out
+    assert "scratch 0  float32[1024, 1024]: 4.0 MiB" in out
 
 
 def test_vmem_estimate_counts_buffers_copies_and_tile_padding():

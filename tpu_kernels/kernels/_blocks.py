@@ -15,8 +15,8 @@ from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.errors import FLOAT_DTYPES_TEXT
-from tpu_kernels.kernels import _vmem  # the integer-input error's words (Helion ops say it too)
+from tpu_kernels.errors import FLOAT_DTYPES_TEXT  # the integer-input error's words (Helion ops say it too)
+from tpu_kernels.kernels import _vmem
 
 # Kernel wrappers may be traced with symbolic sizes (the fake function under
 # torch.compile(dynamic=True)): decisions that need a concrete size fall back
@@ -136,7 +136,7 @@ def rows_or_refuse(op: str, rows: int, cols: int, itemsize: int, block_rows: int
 
 def row_params(footprint: RowFootprint, block_rows: int, cols: int, itemsize: int,
                semantics: tuple[str, ...] = ("parallel",), chunk: int | None = None) -> pltpu.CompilerParams:
-    """A row kernel's compiler params: its grid's semantics (`parallel_rows`), and Mosaic's
+    """A row kernel's compiler params: its grid's semantics ("parallel": see `parallel_rows`), and Mosaic's
     scoped VMEM limit raised where the block needs it (`_vmem.compiler_params`)."""
     return _vmem.compiler_params(semantics, footprint.need(block_rows, cols, itemsize, chunk))
 

@@ -66,7 +66,7 @@ def mxu_passes(dtype, precision: str | None = None) -> int:
     return 1 if p == jax.lax.Precision.DEFAULT else 3
 
 
-def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int):
+def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0):
     """One (i, j, k) step. `k_tail`: the valid columns of a (rows of b) in the last K block when
     bk does not divide K (0 when it does); past them the buffers hold whatever the edge's copy
     left there, so both operands are masked to zeros (a select: a NaN left there stays out)."""

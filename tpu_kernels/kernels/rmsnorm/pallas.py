@@ -58,7 +58,7 @@ def _fwd_kernel(x_ref, w_ref, y_ref, r_ref, *, eps: float):
     r_ref[...] = r.astype(r_ref.dtype)
 
 
-def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref, *, tail: int, n_blocks: int):
+def _bwd_kernel(x_ref, w_ref, r_ref, dy_ref, dx_ref, dw_ref, *, tail: int = 0, n_blocks: int = 1):
     """One row block. `tail`: the rows of the last block inside the array when the block does
     not divide them (0 when it does); its rows past them hold whatever the edge's copy left, so
     they are kept out of dw by a select (dx's are dropped on the write)."""
