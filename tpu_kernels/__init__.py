@@ -23,7 +23,7 @@ from tpu_kernels import startup
 # start-up errors on every process); where one exists nothing changes (startup.py).
 startup.quiet_start()
 
-__version__ = "0.1.0"
+from tpu_kernels._version import __version__ as __version__  # noqa: E402 (after quiet_start)
 
 _EXPORTS = {
     "autotune": "tpu_kernels.tuner",  # a layer above the core: this facade names it, imports it on use

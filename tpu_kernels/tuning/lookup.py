@@ -123,9 +123,9 @@ _TUNED: dict[str, Tuned] = {}  # every op's lookup, by name (the traced path fin
 
 
 def toolkit_version() -> str:
-    import tpu_kernels
+    from tpu_kernels._version import __version__
 
-    return tpu_kernels.__version__
+    return __version__
 
 
 def version_order(version: str) -> tuple:

@@ -175,9 +175,9 @@ def compile_options() -> bytes:
 def _versions() -> tuple:
     import jaxlib
 
-    import tpu_kernels
+    from tpu_kernels._version import __version__
 
-    return (sys.version, jax.__version__, jaxlib.__version__, tpu_kernels.__version__)
+    return (sys.version, jax.__version__, jaxlib.__version__, __version__)
 
 
 def trace_settings() -> str | None:
