@@ -6,7 +6,9 @@
 - `cache/`: the disk cache of compiled executables, keyed by the traced program;
 - `interpret.py`: which Pallas interpreter runs kernels on a CPU;
 - `precision.py`: the float32 matmul precision a kernel is traced with;
-- `mosaic_precision.py`: tracing at it with Pallas kernel bodies at a precision Mosaic compiles.
+- `mosaic_precision.py`: tracing at it with Pallas kernel bodies at a precision Mosaic compiles;
+- `prebuild.py`: building a call's kernel without running it (the tuner compiles candidates ahead);
+- `forks.py`: a process forked after JAX started, refused with a clear error instead of hanging.
 
 Reads `definition/` and `lowering/` (tests/test_layers.py).
 """
