@@ -21,6 +21,12 @@ def _python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+def run_chip(out_file, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    """`python -m tpu_kernels.chip --out OUT_FILE ARGS...` in a process without torch, on JAX's CPU."""
+    return _python("from tpu_kernels.chip.__main__ import main\n"
+                   f"sys.exit(main({['--out', str(out_file), *args]!r}))\n", timeout=timeout)
+
+
 def test_every_jax_half_and_pallas_template_imports_without_torch():
     out = _python(
         "from tpu_kernels.chip import load\n"
@@ -41,12 +47,8 @@ def test_the_runner_runs_its_grid_in_the_interpreter(tmp_path):
     """Every point of the quick grid compiles, runs and matches float64 within its dtype's
     rounding, and the report renders (the same code a TPU host runs, without torch)."""
     out_file = tmp_path / "chip.json"
-    out = _python(
-        "from tpu_kernels.chip.__main__ import main\n"
-        f"sys.exit(main(['--out', {str(out_file)!r}, '--quick', '--interpret', '--sections', 'grid,precision',"
-        " '--grid', 'rows,matmul,attention', '--rounds', '1']))\n",
-        timeout=400,
-    )
+    out = run_chip(out_file, "--quick", "--interpret", "--sections", "grid,precision", "--grid", "rows,matmul,attention",
+                   "--rounds", "1")
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads(out_file.read_text())
     rows = record["grid"]["rows"]

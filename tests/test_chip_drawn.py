@@ -161,15 +161,10 @@ def test_the_drawn_sections_run_in_the_interpreter_without_torch(tmp_path):
     """`--sections drawn,drawn_layer --quick --interpret`: the draw's first point of each kind at
     the tiny config, and the tiny decoder layer, each compiled, run and checked, every row with
     its draw; the seed given is the record's."""
-    from tests.test_chip import _python
+    from tests.test_chip import run_chip
 
     out_file = tmp_path / "drawn.json"
-    out = _python(
-        "from tpu_kernels.chip.__main__ import main\n"
-        f"sys.exit(main(['--out', {str(out_file)!r}, '--quick', '--interpret', '--sections', 'drawn,drawn_layer',"
-        " '--rounds', '1', '--seed', '7']))\n",
-        timeout=400,
-    )
+    out = run_chip(out_file, "--quick", "--interpret", "--sections", "drawn,drawn_layer", "--rounds", "1", "--seed", "7")
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads(out_file.read_text())
     assert record["meta"]["seed"] == 7

@@ -62,6 +62,11 @@ MODELS = (
     Model("gemma-7b", 3072, 24576, 16, 16, 256, 256000),
 )
 
+TINY = Model("tiny", 256, 384, 2, 1, 128, 1000)
+"""The model of a quick (CPU interpreter) run: the draw's first point of each kind at these
+widths and at most 64 tokens, so the section's machinery runs in seconds."""
+
+
 ROLES = ("q_proj", "kv_proj", "ffn_up", "ffn_down", "lm_head")
 DECODE, PREFILL = (1, 256), (512, 16384)
 MAX_FLOPS = 2e12  # ~11 ms at the v5e's bf16 peak
@@ -77,7 +82,7 @@ def _tokens(rng: np.random.Generator, decode: bool) -> int:
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
-def _matmul_dims(model: Model, role: str, tokens: int) -> tuple[int, int]:
+def _matmul_dims(model: Model, role: str) -> tuple[int, int]:
     d, hd = model.hidden, model.head_dim
     return {
         "q_proj": (d, model.heads * hd),
@@ -112,7 +117,8 @@ def draws(seed: int) -> list[Draw]:
                 decode = bool(rng.random() < 0.4)
                 dtype = "bf16" if rng.random() < 0.75 else "f32"
             else:
-                role, decode = {"rows": "rmsnorm"}.get(kind, kind), kind == "rows" and bool(rng.random() < 0.3)
+                role = "rmsnorm" if kind == "rows" else kind
+                decode = kind == "rows" and bool(rng.random() < 0.3)  # decode rows: rmsnorm only
                 dtype = "bf16" if rng.random() < 0.6 else "f32"
             out.append(Draw(kind, model.name, role, _tokens(rng, decode), dtype))
     return out
@@ -128,7 +134,7 @@ def shape_of(d: Draw) -> tuple[tuple, dict[str, Any]]:
     it = 2 if d.dtype == "bf16" else 4
     cut: dict[str, Any] = {}
     if d.kind == "matmul":
-        k, n = _matmul_dims(m, d.role, d.tokens)
+        k, n = _matmul_dims(m, d.role)
         tp = 1
         while k * n * it / tp > MAX_OPERAND:
             tp *= 2
@@ -155,11 +161,6 @@ def shape_of(d: Draw) -> tuple[tuple, dict[str, Any]]:
     if seq != d.tokens:
         cut["tokens"] = seq
     return (1, heads, seq, m.head_dim), cut
-
-
-TINY = Model("tiny", 256, 384, 2, 1, 128, 1000)
-"""The model of a quick (CPU interpreter) run: the draw's first point of each kind at these
-widths and at most 64 tokens, so the section's machinery runs in seconds."""
 
 
 def build(seed: int, statics: dict | None = None, quick: bool = False) -> list[points.Point]:

@@ -159,10 +159,11 @@ def _run(ctx: Context, pts: list, seeds, rows: list[dict[str, Any]], *, rounds: 
          baselines_first_only: bool = False, extra=lambda p: {}) -> bool:
     """Each point's row, with `extra(point)` added, appended to `rows` (saved after each);
     False when the time budget stopped it first."""
+    seeds = list(seeds)
     for i, (p, ready, ahead) in enumerate(run.prepared(pts, seeds)):
         if time.monotonic() > ctx.deadline:
             return False
-        row = run.run_point(p, seed=list(seeds)[i], rounds=rounds, floor_s=ctx.floor_s, peaks=ctx.peaks,
+        row = run.run_point(p, seed=seeds[i], rounds=rounds, floor_s=ctx.floor_s, peaks=ctx.peaks,
                             baselines=not baselines_first_only or i == 0, ready=ready, ahead=ahead)
         row.update(extra(p))
         rows.append(row)

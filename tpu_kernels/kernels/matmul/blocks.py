@@ -3,15 +3,13 @@
 A call that leaves its blocks unset takes `choose(m, k, n, itemsize, passes)`: of the candidate
 blocks along each dimension (`candidates`) whose VMEM need fits (`vmem_need`, `_vmem.fits`),
 the triples the cost model (`seconds`) prices within `TIE` of the least, and of those the one
-`choose` says. The kernel never copies its
-operands to pad them: a block that does not divide M or N leaves a partial block at the edge,
+`choose`'s tie rule picks. The kernel never copies its operands to pad them: a block that does not divide M or N leaves a partial block at the edge,
 whose rows and columns outside the array are computed and dropped on the write; one that does
 not divide K leaves a partial last K block, which the kernel masks to zeros (pallas.py). So the
 price of a block that does not divide is the tail's wasted MXU work, which `seconds` counts,
 never a copy.
 
-Candidates along a dimension of `units` tiles (128 lanes for N and K; for M, 128 rows from 128
-rows up, else the dtype's sublane tile): for each target block (powers of two from 256 to the
+Candidates along a dimension, in tiles of 128 (lanes for N and K, rows for M): for each target block (powers of two from 256 to the
 dimension's cap), the block that splits the dimension into that target's number of blocks as
 evenly as the tile allows (18944 columns at 2048: 10 blocks of 1920, 256 columns of tail, not
 10 of 2048 with 1536), the target itself, and the whole dimension where it is within the cap. A
@@ -127,12 +125,9 @@ def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
     cheapest. The model prices these within a few percent where the chip did not (bench/reports/
     chip_v5e_tune.json, bf16): at 2048^3, (1024, 1024, 512), (1024, 512, 1024) and (1024, 1024,
     1024) ran in 125, 161 and 156 us; at 8192x4096x14336, (1024, 1024, 1024) and (2048, 512,
-    512) in 5.13 and 5.35 ms.
-    When no candidate fits (a row too wide), the smallest blocks."""
-    sub = 8 * max(1, 4 // itemsize)
-    tile_m = 128 if m >= 128 else sub
+    512) in 5.13 and 5.35 ms. When no candidate fits (a row too wide), the smallest blocks."""
     priced = []
-    for bm in candidates(m, tile_m, BLOCK_CAP["m"]):
+    for bm in candidates(m, 128, BLOCK_CAP["m"]):  # (a dimension up to 256 is one whole block)
         for bn in candidates(n, 128, BLOCK_CAP["n"]):
             for bk in candidates(k, 128, BLOCK_CAP["k"]):
                 if _vmem.fits(vmem_need(bm, bn, bk, itemsize, passes)):
