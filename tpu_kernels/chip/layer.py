@@ -6,10 +6,9 @@ JAX reference) and JAX's own Pallas flash attention (512-blocks).
     x = x + o Wo; h = rmsnorm(x); x = x + (silu(h Wg) * (h Wu)) Wd
 
 Forward, and forward + backward (the gradient of every input and weight for a given output
-cotangent). Each piece's backward is the one its torch op runs: rmsnorm's and the flash
-template's backward kernels through `jax.custom_vjp`, and matmul's derived with `jax.vjp` from
-its JAX reference (`tpu_kernels::matmul` declares no backward kernel, so its gradients are
-XLA's dots, which read the transposed operands in place). The elementwise glue (silu, the residual
+cotangent). Each piece's backward is the one its torch op runs, through `jax.custom_vjp`:
+the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed) and the
+flash template. The elementwise glue (silu, the residual
 adds, the head reshapes) is plain JAX on both sides. The forward's error is against a float64
 forward on the host; the gradients are compared with the XLA layer's (no float64 backward).
 """
@@ -32,8 +31,7 @@ def shapes(quick: bool) -> list[dict[str, int]]:
 
 
 def _kernels(statics: dict):
-    mm_family = load.family("matmul")
-    mm, mm_ref = mm_family.pallas, mm_family.jax_reference
+    mm = load.family("matmul").pallas
     rms = load.family("rmsnorm").pallas
     fa = load.template("flash_attention")
     mm_kw, rms_kw, fa_kw = statics.get("matmul", {}), statics.get("rmsnorm", {}), statics.get("flash_attention", {})
@@ -45,8 +43,8 @@ def _kernels(statics: dict):
     def matmul_fwd(a, b):
         return matmul(a, b), (a, b)
 
-    def matmul_bwd(res, g):  # as the op's derived backward (op.py): the vjp of its reference
-        return jax.vjp(mm_ref.matmul_jax, *res)[1](g)
+    def matmul_bwd(res, g):  # as the op's backward: the kernel, reading b and a transposed
+        return mm.matmul_backward(*res, g, **mm_kw)
 
     matmul.defvjp(matmul_fwd, matmul_bwd)
 

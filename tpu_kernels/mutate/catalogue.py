@@ -335,8 +335,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-no-preferred-element-type",
-        "mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype)",
-        "mosaic_precision.dot(a, b)",
+        "mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)",
+        "mosaic_precision.dot(a, b, contract=contract)",
         "each k tile's partial product rounded to bf16/f16 before accumulation",
     ),
     _matmul(
@@ -347,8 +347,8 @@ SHIPPED: tuple[Mutation, ...] = (
     ),
     _matmul(
         "matmul-b-index-off-by-one",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),",
-        "pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1)),",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1))",
         "b's column block one to the right",
     ),
     _matmul(
@@ -375,6 +375,13 @@ SHIPPED: tuple[Mutation, ...] = (
         "    if False:\n",
         "a partial last K block used as it lies: the buffer's rows past K (whatever an earlier copy "
         "left there, NaN in the interpreter) enter the dot product",
+    ),
+    _matmul(
+        "matmul-backward-tail-masked-along-the-kept-dim",
+        "broadcasted_iota(jnp.int32, a.shape, contract[0]) < k_tail",
+        "broadcasted_iota(jnp.int32, a.shape, 1) < k_tail",
+        "the backward's grad_b reads a transposed (its rows are the summed dim) but masks a's tail "
+        "along its columns: rows past M enter the sum, and valid columns are zeroed",
     ),
     _matmul(
         "matmul-grid-floored",

@@ -119,8 +119,10 @@ def _is_high(name: str | None) -> bool:
         return False
 
 
-def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None) -> jax.Array:
-    """`jnp.dot(x, y, preferred_element_type=...)` for a Pallas TPU kernel body, where a float32
+def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None, contract: tuple[int, int] = (1, 0)) -> jax.Array:
+    """`jnp.dot(x, y, preferred_element_type=...)` for a Pallas TPU kernel body (2-D x and y,
+    contracting x's dim `contract[0]` with y's dim `contract[1]`: (1, 0) is x @ y, (1, 1)
+    x @ y.T and (0, 0) x.T @ y, which Mosaic computes without materialising the transpose), where a float32
     product asked for at a precision of class HIGH (`requested`: torch's "high") runs as three
     bf16 MXU passes, the product XLA's dot computes at HIGH: x = x_hi + x_lo with both halves
     bf16 (y likewise), and x_lo y_hi + x_hi y_lo + x_hi y_hi accumulated in float32. Mosaic
@@ -128,8 +130,16 @@ def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None) -> jax.Array
     on a v5e at 4096^3 the three passes took 2.15 ms at 4.4e-6 normwise error against float64,
     HIGHEST 4.25 ms at 1.2e-7, and XLA's dot at HIGH 2.18 ms at 1.3e-5
     (bench/reports/chip_v5e_matmul_probe.json). Any other dtype or precision: `jnp.dot`."""
+    if contract == (1, 0):
+        one = jnp.dot
+    else:
+        dims = (((contract[0],), (contract[1],)), ((), ()))
+
+        def one(a, b, **kw):
+            return jax.lax.dot_general(a, b, dims, **kw)
+
     if not (x.dtype == y.dtype == jnp.float32 and _is_high(requested())):
-        return jnp.dot(x, y, preferred_element_type=preferred_element_type)
+        return one(x, y, preferred_element_type=preferred_element_type)
     out = jnp.float32 if preferred_element_type is None else preferred_element_type
 
     def halves(a):
@@ -139,7 +149,7 @@ def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None) -> jax.Array
     (xh, xl), (yh, yl) = halves(x), halves(y)
     # bf16 operands: each pass is one MXU pass whatever the precision; said explicitly, since
     # inside the body the default reads "highest"
-    f = functools.partial(jnp.dot, preferred_element_type=jnp.float32, precision=jax.lax.Precision.DEFAULT)
+    f = functools.partial(one, preferred_element_type=jnp.float32, precision=jax.lax.Precision.DEFAULT)
     return (f(xl, yh) + f(xh, yl) + f(xh, yh)).astype(out)
 
 

@@ -2,8 +2,8 @@
 
 Blocks left unset take the cost model's choice at the call's shape (blocks.py).
 
-The backward is derived with jax.vjp from a JAX reference (the Pallas kernel
-itself is not differentiable by JAX) and registered as
+The backward is the same kernel twice, reading b and a transposed in place
+(grad_out @ b.T and a.T @ grad_out: pallas.matmul_backward), registered as
 torch.ops.tpu_kernels.matmul_backward.
 """
 
@@ -26,13 +26,13 @@ def _examples():
 # Under torch.autocast it casts like aten.mm: both operands to the autocast dtype.
 matmul = tpu_kernel(
     "tpu_kernels::matmul",
-    reference=reference.matmul_jax,
     examples=_examples,
     autocast="lower_precision_fp",
     sharding=matmul_sharding,
     check_reference=with_ignored(reference.CHECK, "block_m", "block_n", "block_k"),
     tune=TUNE,
 )(pallas.matmul)
+matmul.def_backward(pallas.matmul_backward)
 
 registry.register(
     __name__,

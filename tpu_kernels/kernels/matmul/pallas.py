@@ -66,10 +66,12 @@ def mxu_passes(dtype, precision: str | None = None) -> int:
     return 1 if p == jax.lax.Precision.DEFAULT else 3
 
 
-def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0):
-    """One (i, j, k) step. `k_tail`: the valid columns of a (rows of b) in the last K block when
-    bk does not divide K (0 when it does); past them the buffers hold whatever the edge's copy
-    left there, so both operands are masked to zeros (a select: a NaN left there stays out)."""
+def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0, contract: tuple[int, int] = (1, 0)):
+    """One (i, j, k) step. `contract`: the dims of the a and b blocks that the dot sums over
+    ((1, 0): a @ b; (1, 1): a @ b.T; (0, 0): a.T @ b, for the backward). `k_tail`: the valid
+    entries along those dims in the last K block when bk does not divide K (0 when it does);
+    past them the buffers hold whatever the edge's copy left there, so both operands are masked
+    to zeros (a select: a NaN left there stays out)."""
     acc_ref = scratch[0] if scratch else o_ref  # a float32 result accumulates in place
     k = pl.program_id(2)
 
@@ -78,7 +80,7 @@ def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0):
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     def accumulate(a, b):
-        acc_ref[...] += mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype)
+        acc_ref[...] += mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)
 
     if k_tail:
 
@@ -89,8 +91,8 @@ def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0):
         @pl.when(k == n_k - 1)
         def _tail():
             a, b = a_ref[...], b_ref[...]
-            a = jnp.where(jax.lax.broadcasted_iota(jnp.int32, a.shape, 1) < k_tail, a, jnp.zeros_like(a))
-            b = jnp.where(jax.lax.broadcasted_iota(jnp.int32, b.shape, 0) < k_tail, b, jnp.zeros_like(b))
+            a = jnp.where(jax.lax.broadcasted_iota(jnp.int32, a.shape, contract[0]) < k_tail, a, jnp.zeros_like(a))
+            b = jnp.where(jax.lax.broadcasted_iota(jnp.int32, b.shape, contract[1]) < k_tail, b, jnp.zeros_like(b))
             accumulate(a, b)
 
     else:
@@ -116,6 +118,35 @@ def _block(name: str, dim: int, block: int | None, default: int, multiple: int) 
     return dim if dim <= block else block
 
 
+def _check(a: jax.Array, b: jax.Array) -> None:
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: expected a [M, K] and b [K, N], got {a.shape} and {b.shape}.")
+    require_float("matmul", a=a, b=b)
+    if a.dtype != b.dtype:
+        raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
+
+
+def _blocks(m, k, n, dtype, block_m, block_n, block_k, *, names=("block_m", "block_n", "block_k"),
+            multiples=(SUBLANES, LANES, LANES)) -> tuple[int, int, int, int]:
+    """(bm, bn, bk, passes) of an [m, k] @ [k, n] product: the blocks given, else the default's,
+    each capped at its dimension; a given block must be a multiple of its `multiples` entry
+    (named by `names` in the error), and the VMEM need fit under the cap."""
+    itemsize, npass = jnp.dtype(dtype).itemsize, mxu_passes(dtype)
+    dm, dn, dk = blocks.default(m, k, n, itemsize, npass)
+    bm = _block(names[0], m, block_m, dm, multiples[0])
+    bn = _block(names[1], n, block_n, dn, multiples[1])
+    bk = _block(names[2], k, block_k, dk, multiples[2])
+    need = blocks.vmem_need(bm, bn, bk, itemsize, npass)
+    if not export.is_symbolic_dim(need) and not _vmem.fits(need):
+        blocks_given = ", ".join(names)
+        raise ValueError(
+            f"matmul: blocks ({bm}, {bn}, {bk}) ({blocks_given}) need about {need / _vmem.MIB:.0f} MiB "
+            f"of VMEM in {jnp.dtype(dtype)}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
+            "smaller blocks, or leave them unset for the call's defaults."
+        )
+    return bm, bn, bk, npass
+
+
 def matmul(
     a: jax.Array,
     b: jax.Array,
@@ -128,46 +159,74 @@ def matmul(
 
     Blocks left unset (None) take `blocks.choose` at the call's shape; each is capped at its
     dimension."""
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: expected a [M, K] and b [K, N], got {a.shape} and {b.shape}.")
-    require_float("matmul", a=a, b=b)
-    if a.dtype != b.dtype:
-        raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
+    _check(a, b)
     (m, k), n = a.shape, b.shape[1]
-    itemsize, npass = a.dtype.itemsize, mxu_passes(a.dtype)
-    dm, dn, dk = blocks.default(m, k, n, itemsize, npass)
-    bm = _block("block_m", m, block_m, dm, SUBLANES)
-    bn = _block("block_n", n, block_n, dn, LANES)
-    bk = _block("block_k", k, block_k, dk, LANES)
-    need = blocks.vmem_need(bm, bn, bk, itemsize, npass)
-    if not export.is_symbolic_dim(need) and not _vmem.fits(need):
-        raise ValueError(
-            f"matmul: blocks ({bm}, {bn}, {bk}) (block_m, block_n, block_k) need about {need / _vmem.MIB:.0f} MiB "
-            f"of VMEM in {a.dtype}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
-            "smaller blocks, or leave them unset for the call's defaults."
-        )
+    bm, bn, bk, npass = _blocks(m, k, n, a.dtype, block_m, block_n, block_k)
     if is_empty(a, b):  # as torch: an empty result, or zeros when only K is 0 (an empty sum)
         return jnp.zeros((m, n), a.dtype)
     return _tiled(a, b, bm, bn, bk, npass)
 
 
-def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int) -> jax.Array:
-    """a @ b on the grid of (bm, bn, bk) blocks; edge blocks are partial (`_kernel`)."""
+def matmul_backward(
+    a: jax.Array,
+    b: jax.Array,
+    grad_out: jax.Array,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """(grad_a, grad_b) = (grad_out @ b.T, a.T @ grad_out) for out = a @ b: two calls of the
+    kernel that read b and a in place, transposed in the dot (`_kernel`'s `contract`), never
+    copied to a transposed layout. Each product keeps the forward's block along each of M, K
+    and N where the forward's blocks were given (grad_a's (M, K) tiles sum over N in block_n
+    steps; grad_b's (K, N) tiles over M in block_m steps), and takes its own default where they
+    were not."""
+    _check(a, b)
     (m, k), n = a.shape, b.shape[1]
+    if grad_out.shape != (m, n):
+        raise ValueError(f"matmul_backward: expected grad_out [{m}, {n}], got {grad_out.shape}.")
+    g = grad_out.astype(a.dtype)
+    # grad_a [M, K] = g [M, N] @ b[K, N].T: M rows, K columns, N summed
+    am, ak, an, apass = _blocks(m, n, k, a.dtype, block_m, block_k, block_n,
+                                names=("block_m", "block_k", "block_n"), multiples=(SUBLANES, LANES, LANES))
+    # grad_b [K, N] = a[M, K].T @ g [M, N]: K rows (along a's lanes), N columns, M summed
+    # (along a's and g's rows)
+    bm_, bn_, bk_, bpass = _blocks(k, m, n, a.dtype, block_k, block_n, block_m,
+                                   names=("block_k", "block_n", "block_m"), multiples=(LANES, LANES, SUBLANES))
+    if is_empty(a, b, g):
+        return jnp.zeros((m, k), a.dtype), jnp.zeros((k, n), a.dtype)
+    grad_a = _tiled(g, b, am, ak, an, apass, transpose_b=True)
+    grad_b = _tiled(a, g, bm_, bn_, bk_, bpass, transpose_a=True)
+    return grad_a, grad_b
+
+
+def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int, *,
+           transpose_a: bool = False, transpose_b: bool = False) -> jax.Array:
+    """op(a) @ op(b) on the grid of (bm, bn, bk) blocks, op transposing a [K, M] a or an [N, K] b
+    where asked (in the dot: the blocks are read as stored); edge blocks are partial (`_kernel`)."""
+    m, k = a.shape[::-1] if transpose_a else a.shape
+    n = b.shape[0] if transpose_b else b.shape[1]
     acc = jnp.promote_types(a.dtype, jnp.float32)
     need = blocks.vmem_need(bm, bn, bk, a.dtype.itemsize, npass)
     grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))
     k_tail = 0 if export.is_symbolic_dim(k) else k % bk
+    if transpose_a:
+        a_spec = pl.BlockSpec((bk, bm), lambda i, j, kk: (kk, i))
+    else:
+        a_spec = pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk))
+    if transpose_b:
+        b_spec = pl.BlockSpec((bn, bk), lambda i, j, kk: (j, kk))
+    else:
+        b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))
+    contract = (0 if transpose_a else 1, 1 if transpose_b else 0)
     return pl.pallas_call(
-        functools.partial(_kernel, n_k=grid[2], k_tail=k_tail),
+        functools.partial(_kernel, n_k=grid[2], k_tail=k_tail, **({} if contract == (1, 0) else {"contract": contract})),
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,
             grid=grid,
-            in_specs=[
-                pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-                pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
-            ],
+            in_specs=[a_spec, b_spec],
             out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
             scratch_shapes=[] if a.dtype == acc else [pltpu.VMEM((bm, bn), acc)],
         ),
