@@ -17,9 +17,10 @@ Run on a TPU machine with torch_tpu (docs/devices.md, "The TPU suite"). Measures
   that layer's dims, against its committed JAX times;
 - a cProfile of the per-call path (the top functions by own time), to see where a call goes.
 
-Times: n calls, then one `torch.accelerator.synchronize()`, the minimum over rounds; the
-layer's calls each return a sum of their results, read on the host before the wait (torch_tpu
-defers launches until a value is read: `per_call_us`). No
+Times: n calls, then one `torch.accelerator.synchronize()`, the minimum over rounds; one
+element of each of the layer's results (its output, or every gradient from
+`torch.autograd.grad`) is read on the host before the wait (torch_tpu defers launches until a
+value is read: `per_call_us`), which costs a few tiny ops, not a pass over the results. No
 assertion reads a time; the record is what tests/test_tpu_record.py checks for consistency.
 """
 
@@ -71,9 +72,11 @@ def per_call_us(
     return best * 1e6
 
 
-def read_all(results: list) -> None:
-    """`settle` for calls that each return a scalar tensor: every one read on the host."""
-    torch.stack([r.float() for r in results]).cpu()
+def read_first(results: list) -> None:
+    """`settle` for calls that each return a tensor or a tuple of them: the first element of
+    every tensor, read on the host (each depends on the whole program that made it)."""
+    flat = [t for r in results for t in (r if isinstance(r, (tuple, list)) else (r,))]
+    torch.stack([t.reshape(-1)[0].float() for t in flat]).cpu()
 
 
 def _bare_ops() -> dict[str, Any]:
@@ -284,8 +287,8 @@ def measure_layer(
                 diff = ((fn(*args).float() - ref).norm() / ref.norm()).item()
                 out[f"forward_difference_{which}_vs_torch_tpu"] = diff
     compiled = {which: torch.compile(fn, backend="tpu") for which, fn in variants.items()}
-    # each call's output (forward) or every gradient (forward + backward: they accumulate over
-    # the calls) summed and read: the same reduction on both sides
+    # the output (forward) or every gradient (forward + backward, from torch.autograd.grad: no
+    # accumulation into .grad), one element of each read: the same on both sides
     tasks = [
         (m, w, k) for k in ("forward", "forward_backward") for m in ("eager", "compiled") for w in variants
     ]
@@ -297,25 +300,22 @@ def measure_layer(
 
         def fwd(f=f):
             with torch.no_grad():
-                return f(*args).float().sum()
+                return f(*args)
 
         def fwd_bwd(f=f):
-            f(*args).backward(g)
-            return torch.stack([a.grad.float().sum() for a in args]).sum()
+            return torch.autograd.grad(f(*args), args, g)
 
         if f"{mode}_{which}_error" in out:
             continue  # its forward failed to compile
         try:
             if kind == "forward":
-                us = per_call_us(fwd, n=5, rounds=rounds, settle=read_all)
+                us = per_call_us(fwd, n=5, rounds=rounds, settle=read_first)
             else:
-                us = per_call_us(fwd_bwd, n=3, rounds=rounds, settle=read_all)
+                us = per_call_us(fwd_bwd, n=3, rounds=rounds, settle=read_first)
             out[f"{mode}_{which}_{kind}_us"] = round(us, 1)
         except Exception as e:  # a compile failure is a finding: recorded, the other figures kept
             error_key = f"{mode}_{which}_error" if kind == "forward" else f"{mode}_{which}_{kind}_error"
             out[error_key] = f"{type(e).__name__}: {e}"[:1500]
-        for a in args:
-            a.grad = None
         for suffix in ("", "_flash"):  # the same attention on both sides
             ours_key = f"{mode}_tpu_kernels{suffix}_{kind}_us"
             native_key = f"{mode}_torch_tpu{suffix}_{kind}_us"
@@ -417,6 +417,78 @@ def _commit() -> str:
 JAX_RECORD = Path(__file__).resolve().parent / "reports" / "chip_v5e.json"
 
 
+def measure_pieces(dims: dict[str, int], rounds: int) -> dict[str, Any]:
+    """The layer's kernels one at a time, at the layer's dims (bf16): each tpu_kernels op on TPU
+    tensors, forward and forward + backward (`torch.autograd.grad`), against the same kernels
+    composed in JAX under jit as the chip runner's layer composes them (chip/layer.py), and the
+    host's share of each torch call (the time to issue the n calls). Where the torch layer's
+    time goes beyond the JAX layer's: a piece slower than its JAX twin, or the glue between."""
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import layer as jax_layer
+    from tpu_kernels.kernels import matmul, rmsnorm
+
+    dev, dt = torch.device("tpu"), torch.bfloat16
+    t, d, ffn, heads, hd = dims["tokens"], dims["d"], dims["ffn"], dims["heads"], dims["head_dim"]
+    jmm, jrms, jatt = jax_layer._kernels({})
+    flash = flash_template_attention()
+    pieces = {  # name: (torch op, JAX twin, input shapes, output shape)
+        f"matmul {t}x{d}x{d}": (matmul, jmm, [(t, d), (d, d)], (t, d)),
+        f"matmul {t}x{d}x{ffn}": (matmul, jmm, [(t, d), (d, ffn)], (t, ffn)),
+        f"matmul {t}x{ffn}x{d}": (matmul, jmm, [(t, ffn), (ffn, d)], (t, d)),
+        f"rmsnorm {t}x{d}": (rmsnorm, jrms, [(t, d), (d,)], (t, d)),
+        f"flash 1x{heads}x{t}x{hd}": (flash, jatt, [(1, heads, t, hd)] * 3, (1, heads, t, hd)),
+    }
+
+    def jax_us(f: Callable, xs: list, n: int = 5) -> float:
+        c = jax.jit(f)
+        jax.block_until_ready(c(*xs))
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            jax.block_until_ready([c(*xs) for _ in range(n)])
+            best = min(best, (time.perf_counter() - t0) / n)
+        return round(best * 1e6, 1)
+
+    def host_us(f: Callable, n: int = 5) -> float:
+        t0 = time.perf_counter()
+        results = [f() for _ in range(n)]
+        host = (time.perf_counter() - t0) / n
+        read_first(results)
+        sync()
+        return round(host * 1e6, 1)
+
+    out: dict[str, Any] = {"dims": dims, "dtype": "bfloat16", "rounds": rounds, "pieces": {}}
+    key = jax.random.PRNGKey(0)
+    for name, (op, twin, shapes, out_shape) in pieces.items():
+        xs = [(torch.randn(*s, device=dev) * s[-1] ** -0.5).to(dt).requires_grad_(True) for s in shapes]
+        g = torch.randn(*out_shape, device=dev, dtype=dt)
+        jx = [jax.random.normal(key, s, jnp.float32).astype(jnp.bfloat16) * s[-1] ** -0.5 for s in shapes]
+        jg = jax.random.normal(key, out_shape, jnp.float32).astype(jnp.bfloat16)
+
+        def vjp(*a, twin=twin):
+            return jax.vjp(twin, *a[:-1])[1](a[-1])
+
+        def fwd(op=op, xs=xs):
+            with torch.no_grad():
+                return op(*xs)
+
+        def fwd_bwd(op=op, xs=xs, g=g):
+            return torch.autograd.grad(op(*xs), xs, g)
+
+        row = {
+            "torch_forward_us": round(per_call_us(fwd, n=5, rounds=rounds, settle=read_first), 1),
+            "torch_forward_backward_us": round(per_call_us(fwd_bwd, n=5, rounds=rounds, settle=read_first), 1),
+            "torch_forward_host_us": host_us(fwd),
+            "torch_forward_backward_host_us": host_us(fwd_bwd),
+            "jax_forward_us": jax_us(twin, jx),
+            "jax_forward_backward_us": jax_us(vjp, jx + [jg]),
+        }
+        out["pieces"][name] = row
+        print(f"  {name}: " + " ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    return out
+
+
 def measure_vs_jax(rounds: int, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """The torch layer from the same kernels as the chip runner's JAX layer (matmul, rmsnorm and
     the flash template; tpu_kernels/chip/layer.py), at its dims, against that layer's committed
@@ -481,6 +553,11 @@ def main(argv: list[str] | None = None) -> int:
                 save()
                 raise
             print(json.dumps(record["layer_vs_jax"], indent=1), flush=True)
+            try:  # where the time goes: the layer's kernels one at a time, torch against JAX
+                record["layer_pieces"] = measure_pieces(record["layer_vs_jax"]["dims"], rounds=3)
+            except Exception as e:
+                record["layer_pieces"] = {"status": "failed", "error": f"{type(e).__name__}: {e}"[:2000]}
+            save()
         dims = (
             dict(tokens=512, d=1024, heads=8, kv_heads=2, head_dim=128, ffn=2048)
             if args.quick

@@ -170,3 +170,25 @@ def test_layer_speedups_are_the_ratios_of_their_times():
             torch_us = vs[f"{mode}_tpu_kernels_flash_{kind}_us"]
             expected = vs["jax_layer"][f"{kind}_us"] / torch_us
             assert vs[f"{mode}_{kind}_speed_vs_jax"] == pytest.approx(expected, abs=1e-3), (mode, kind)
+
+
+def test_the_layers_pieces_are_its_kernels_at_its_dims():
+    """Where the torch layer's time goes (bench/torch_on_tpu.py, measure_pieces): each of the
+    layer's kernels, forward and forward + backward, through torch and as its JAX twin, at the
+    dims of the layer compared with the JAX one."""
+    per = json.loads(PER_CALL.read_text())
+    pieces = per["layer_pieces"]
+    d = pieces["dims"]
+    assert d == per["layer_vs_jax"]["dims"]
+    t, width, ffn = d["tokens"], d["d"], d["ffn"]
+    assert set(pieces["pieces"]) == {
+        f"matmul {t}x{width}x{width}",
+        f"matmul {t}x{width}x{ffn}",
+        f"matmul {t}x{ffn}x{width}",
+        f"rmsnorm {t}x{width}",
+        f"flash 1x{d['heads']}x{t}x{d['head_dim']}",
+    }
+    for name, row in pieces["pieces"].items():
+        for side in ("torch", "jax"):
+            assert 0 < row[f"{side}_forward_us"] < row[f"{side}_forward_backward_us"], (name, side)
+        assert 0 < row["torch_forward_host_us"] and 0 < row["torch_forward_backward_host_us"], name
