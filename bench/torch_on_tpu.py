@@ -466,8 +466,10 @@ def measure_pieces(dims: dict[str, int], rounds: int) -> dict[str, Any]:
         jx = [jax.random.normal(key, s, jnp.float32).astype(jnp.bfloat16) * s[-1] ** -0.5 for s in shapes]
         jg = jax.random.normal(key, out_shape, jnp.float32).astype(jnp.bfloat16)
 
-        def vjp(*a, twin=twin):
-            return jax.vjp(twin, *a[:-1])[1](a[-1])
+        def vjp(*a, twin=twin):  # the output too: else a forward whose residuals are its
+            # inputs (matmul's) is dead code under jit, and the figure the backward alone
+            y, pullback = jax.vjp(twin, *a[:-1])
+            return y, pullback(a[-1])
 
         def fwd(op=op, xs=xs):
             with torch.no_grad():

@@ -157,6 +157,20 @@ def test_every_kernel_in_the_record_ran_and_matched_float64(record):
             assert r["pallas"]["error_vs_f64"] <= 1.2 * r["xla"]["error_vs_f64"], r["id"]
 
 
+def test_the_records_layers_are_drawn_layers_of_its_seed(record):
+    """Each `drawn_layer` row is a config of `drawn.layers(seed)` at its drawn dims, forward or
+    forward + backward, both sides compiled and run, the forward within bf16's error of float64."""
+    rows = record.get("drawn_layer", {}).get("rows", [])
+    assert rows, "the record has no drawn_layer rows"
+    drawn_dims = {d.pop("model"): d for d in drawn.layers(record["meta"]["seed"])}
+    for r in rows:
+        assert r["seed"] == record["meta"]["seed"] and r["dims"] == drawn_dims[r["model"]], r["id"]
+        assert r["ours_compiles"] and r["xla_compiles"] and "ours_run_error" not in r, r["id"]
+        assert r["speed_vs_xla"] == pytest.approx(r["xla_ms"] / r["ours_ms"], abs=1e-3), r["id"]
+        if not r["backward"]:
+            assert r["error_ours_vs_f64"] < TOLERANCE["dot"], r["id"]
+
+
 def test_the_drawn_sections_run_in_the_interpreter_without_torch(tmp_path):
     """`--sections drawn,drawn_layer --quick --interpret`: the draw's first point of each kind at
     the tiny config, and the tiny decoder layer, each compiled, run and checked, every row with

@@ -412,8 +412,28 @@ def chip_drawn_table() -> str:
         "",
         drawn.table(rows),
         "",
-        report.provenance(record),
     ]
+    layer_rows = record.get("drawn_layer", {}).get("rows", [])
+    if layer_rows:
+        configs = {r["model"] for r in layer_rows}
+        parts += [
+            f"The decoder layer (`drawn_layer`) at {len(configs)} of the draw's "
+            f"{len(drawn.layers(record['meta']['seed']))} layer configs (the rest left at the run's time budget), "
+            "against the same layer from XLA's matmuls and rmsnorm and JAX's flash attention:",
+            "",
+            "| model | tokens, width, heads, FFN | pass | ours | XLA + JAX flash | speed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in layer_rows:
+            d = r["dims"]
+            speed = f"{r['speed_vs_xla']:.2f}x" if "speed_vs_xla" in r else "-"
+            parts.append(
+                f"| {r['model']} | {d['tokens']}, {d['d']}, {d['heads']}x{d['head_dim']}, {d['ffn']} | "
+                f"{'forward + backward' if r['backward'] else 'forward'} | {r.get('ours_ms', '-')} ms | "
+                f"{r.get('xla_ms', '-')} ms | {speed} |"
+            )
+        parts.append("")
+    parts.append(report.provenance(record))
     return "\n".join(parts) + "\n"
 
 
