@@ -9,7 +9,7 @@
    scales) and the normwise rule (tpu_kernels.bench.correctness) call WRONG, and the largest
    error as a multiple of what the normwise rule allows. Every one of them is a false WRONG.
 2. **Wrong kernels.** Every bug of the shipped mutation catalogue (tpu_kernels/mutate/
-   catalogue.py) applied to a copy of its kernel, run on the shipped suites' --quick inputs in
+   catalogue/) applied to a copy of its kernel, run on the shipped suites' --quick inputs in
    float32 and bfloat16 and judged as `tpu-kernels bench` judges the op beside torch. A mutant
    whose forward output equals the kernel's on those inputs (a backward, VMEM, semantics or
    input-validation bug, or one the inputs do not reach) cannot be seen by any check of the

@@ -10,7 +10,7 @@ the survivors are the gaps. Time limits scale with a baseline run of the unmutat
 
     python -m tpu_kernels.mutate                          # the shipped kernels' catalogue
     python -m tpu_kernels.mutate --templates              # the templates' catalogue (templates.py)
-    python -m tpu_kernels.mutate --toolkit                # the cache's, fakes', buckets', ... (catalogue.py)
+    python -m tpu_kernels.mutate --toolkit                # the cache's, fakes', buckets', ... (catalogue/)
     python -m tpu_kernels.mutate my_pkg/kernel.py --tests tests/test_kernel.py   # your kernel
 
 For a file of your own, mutants come from generic operators (`operators.py`): arithmetic in

@@ -1,0 +1,112 @@
+"""matmul's mutants (tpu_kernels/kernels/matmul/pallas.py and blocks.py): the accumulator, the
+index maps, the partial blocks and the masked K tail (forward and the transposed backward), the
+default blocks' cost model."""
+
+from __future__ import annotations
+
+from tpu_kernels.mutate.catalogue.base import (
+    MATMUL,
+    MATMUL_BLOCKS,
+    T_MATMUL,
+    T_MATMUL_BLOCKS,
+    Mutation,
+    _check,
+    family_mutants,
+)
+
+_matmul = family_mutants(MATMUL, T_MATMUL, "matmul")
+
+
+MUTANTS: tuple[Mutation, ...] = (
+    _matmul(
+        "matmul-parallel-k",
+        '("parallel", "parallel", "arbitrary")',
+        '("parallel", "parallel", "parallel")',
+        "the k (accumulation) axis marked parallel: a cross-core race on two-core chips",
+        races=True,
+    ),
+    _matmul(
+        "matmul-no-preferred-element-type",
+        "mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)",
+        "mosaic_precision.dot(a, b, contract=contract)",
+        "each k tile's partial product rounded to bf16/f16 before accumulation",
+    ),
+    _matmul(
+        "matmul-low-precision-accumulator",
+        "else [pltpu.VMEM((bm, bn), acc)],",
+        "else [pltpu.VMEM((bm, bn), a.dtype)],",
+        "the VMEM accumulator in the input's dtype",
+    ),
+    _matmul(
+        "matmul-b-index-off-by-one",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))",
+        "b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j + 1))",
+        "b's column block one to the right",
+    ),
+    _matmul(
+        "matmul-init-at-wrong-step",
+        "@pl.when(k == 0)",
+        "@pl.when(k == 1)",
+        "the accumulator zeroed at the second k step (the first partial is lost)",
+    ),
+    _matmul(
+        "matmul-store-too-early",
+        "@pl.when(k == n_k - 1)\n        def _store():",
+        "@pl.when(k == 0)\n        def _store():",
+        "the output written after the first k tile only",
+    ),
+    _matmul(
+        "matmul-block-not-checked",
+        "    check_aligned(name, block, multiple)\n    if export.is_symbolic_dim(dim):",
+        "    if export.is_symbolic_dim(dim):",
+        "misaligned block sizes reach Mosaic instead of a clear error",
+    ),
+    _matmul(
+        "matmul-k-tail-unmasked",
+        "    if k_tail:\n",
+        "    if False:\n",
+        "a partial last K block used as it lies: the buffer's rows past K (whatever an earlier copy "
+        "left there, NaN in the interpreter) enter the dot product",
+    ),
+    _matmul(
+        "matmul-backward-tail-masked-along-the-kept-dim",
+        "broadcasted_iota(jnp.int32, a.shape, contract[0]) < k_tail",
+        "broadcasted_iota(jnp.int32, a.shape, 1) < k_tail",
+        "the backward's grad_b reads a transposed (its rows are the summed dim) but masks a's tail "
+        "along its columns: rows past M enter the sum, and valid columns are zeroed",
+    ),
+    _matmul(
+        "matmul-grid-floored",
+        "grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))",
+        "grid = (m // bm, n // bn, k // bk)",
+        "the grid rounded down: a partial edge block of M, N or K never runs",
+    ),
+    Mutation(
+        "matmul-default-block-below-the-mxu",
+        MATMUL_BLOCKS,
+        "MIN_BLOCK = 256",
+        "MIN_BLOCK = 128",
+        "default blocks down to 128 wide: the MXU (256 wide from v6e on) runs under-filled",
+        T_MATMUL,
+        test_filter="mxu",
+        check=_check("matmul"),
+    ),
+    Mutation(
+        "matmul-blocks-step-cost-doubled",
+        MATMUL_BLOCKS,
+        "STEP_S = 0.235e-6",
+        "STEP_S = 0.47e-6",
+        "the cost model's per-step cost off its fit: the default blocks no longer follow the chip's sweeps",
+        T_MATMUL_BLOCKS,
+        check=_check("matmul"),
+    ),
+    Mutation(
+        "matmul-blocks-tail-unpriced",
+        MATMUL_BLOCKS,
+        "gm, gn, gk = _cdiv(m, bm), _cdiv(n, bn), _cdiv(k, bk)",
+        "gm, gn, gk = m / bm, n / bn, k / bk",
+        "a partial edge block priced as a fraction of one: blocks that waste most of a tile look free",
+        T_MATMUL_BLOCKS,
+        check=_check("matmul"),
+    ),
+)
