@@ -121,19 +121,19 @@ def predict_groups(rows: list[dict]) -> list[dict]:
     tuner's verdict and the cost model's parts (or why the kernel is not predicted)."""
     import torch
 
-    from tpu_kernels.tuner.point import predict_config
+    from tpu_kernels.tuner.point import cost_tie, predict_config
 
     # the sweeps ran at JAX's default matmul precision (float32: one bf16 pass), which is torch's
     # "medium": the tuner traces its candidates at the setting in effect
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")
     try:
-        return _predict_groups(rows, predict_config)
+        return _predict_groups(rows, predict_config, cost_tie)
     finally:
         torch.set_float32_matmul_precision(before)
 
 
-def _predict_groups(rows: list[dict], predict_config) -> list[dict]:
+def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["group"], r["kernel"]), []).append(r)
@@ -145,6 +145,7 @@ def _predict_groups(rows: list[dict], predict_config) -> list[dict]:
             out.append({**g, "predicted": False, "why": args, "candidates": len(cands)})
             continue
         g["candidates"] = []
+        g["cost_tie"] = cost_tie(op)  # the op's own cost model's resolution (0: none)
         order = list(op.tunables.configs)
         defaults: dict[str, str] = {}  # the default's program, per value of the statics not tuned
         for r in cands:
@@ -166,6 +167,8 @@ def _predict_groups(rows: list[dict], predict_config) -> list[dict]:
                 "reason": c.reason or None,
             }
             p = c.prediction
+            if p is not None and p.model != "roofline":  # the op's own cost model priced it
+                one["cost_s"] = p.seconds
             if p is not None:
                 one["parts"] = {
                     "compute_s": p.compute_s,
@@ -206,12 +209,14 @@ def seconds(parts: dict, k: dict) -> float:
     return max(k["DISPATCH_FLOOR_S"], kernel + parts["prologue_s"] * hbm)
 
 
-def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
+def compare(groups: list[dict], k: dict, declared: bool = False, cost_model: bool = False) -> list[dict]:
     """Per predicted group, under the constants `k`: the rank correlation, the predicted
     choice's measured time over the best (ties broken as the tuner breaks them, `_declared_rank`),
     its chip verdict, and the verdicts' agreement; with
     `declared`, among the op's declared candidates only (what `tpu-kernels tune --chips v5e`
-    chooses among), the best being the best of those."""
+    chooses among), the best being the best of those. `cost_model`: a candidate that an op's own
+    cost model priced (`cost=`: the shipped matmul's) keeps that price and its resolution, as the
+    tuner ranks it; otherwise every candidate is priced by the roofline under `k`."""
     from tpu_kernels.tuner.select import choose_predicted
 
     out = []
@@ -225,10 +230,11 @@ def compare(groups: list[dict], k: dict, declared: bool = False) -> list[dict]:
                         "why": "no declared candidate of the op among the record's configs compiled"})
             continue
         order = sorted(range(len(cands)), key=lambda i: _declared_rank(cands[i]))
-        pred = {i: seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
+        own = cost_model and any("cost_s" in c for c in cands)
+        pred = {i: c["cost_s"] if own else seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
         ran = [i for i in pred if cands[i]["chip_compiles"]]
         best = min(c["measured_s"] for c in cands if c["chip_compiles"])
-        choice = choose_predicted(order, pred).config if pred else None
+        choice = choose_predicted(order, pred, g.get("cost_tie", 0.0) if own else 0.0).config if pred else None
         chosen = cands[choice] if choice is not None else None
         out.append({
             "group": g["group"],
@@ -531,16 +537,18 @@ def main(argv: list[str] | None = None) -> int:
     fitted_k = {**now, **{n: fitted[n] for n in ("STEP_OVERHEAD_S", "MXU_EFFICIENCY", "HBM_EFFICIENCY", "DISPATCH_FLOOR_S")}}
     if f32:
         fitted_k["FLOAT32_MXU_FRACTION"] = f32["FLOAT32_MXU_FRACTION"]
-    settings = {  # name: (constants, among the declared candidates only)
-        "before": (BEFORE, False),
-        "fitted": (fitted_k, False),
-        "before, declared candidates": (BEFORE, True),
-        "fitted, declared candidates": (fitted_k, True),
+    # name: (constants, among the declared candidates only, an op's own cost= where it has one):
+    # "fitted" is what the tuner predicts now; its ablations take the roofline's parts apart
+    settings = {
+        "before": (BEFORE, False, False),
+        "fitted": (fitted_k, False, True),
+        "before, declared candidates": (BEFORE, True, False),
+        "fitted, declared candidates": (fitted_k, True, True),
     }
-    for declared, tail in ((False, ""), (True, ", declared candidates")):  # this model less each new part
-        settings[f"fitted, no dispatch floor{tail}"] = ({**fitted_k, "DISPATCH_FLOOR_S": 0.0}, declared)
-        settings[f"fitted, no vector work{tail}"] = ({**fitted_k, "VPU_OPS_PER_CYCLE": None}, declared)
-    runs = {name: compare(groups, k, declared) for name, (k, declared) in settings.items()}
+    for declared, tail in ((False, ""), (True, ", declared candidates")):  # the roofline less each new part
+        settings[f"fitted, no dispatch floor{tail}"] = ({**fitted_k, "DISPATCH_FLOOR_S": 0.0}, declared, False)
+        settings[f"fitted, no vector work{tail}"] = ({**fitted_k, "VPU_OPS_PER_CYCLE": None}, declared, False)
+    runs = {name: compare(groups, k, declared, cost) for name, (k, declared, cost) in settings.items()}
     for name, rows in runs.items():
         print(f"\n### {name}: {json.dumps(settings[name][0])}")
         print(table(rows))
@@ -557,8 +565,8 @@ def main(argv: list[str] | None = None) -> int:
         "float32": f32,
         "constants": {"before": BEFORE, "fitted": fitted_k, "in_code": now},
         "comparison": {
-            name: {"constants": settings[name][0], "declared_only": settings[name][1], "summary": summary(rows),
-                   "groups": rows}
+            name: {"constants": settings[name][0], "declared_only": settings[name][1],
+                   "cost_model": settings[name][2], "summary": summary(rows), "groups": rows}
             for name, rows in runs.items()
         },
         "candidates": groups,

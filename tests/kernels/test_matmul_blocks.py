@@ -129,3 +129,46 @@ def test_a_partial_edge_block_is_priced_as_a_whole_one(dims, blocks_):
     up = [-(-d // b) * b for d, b in ((m, bm), (k, bk), (n, bn))]
     here, rounded = blocks.seconds(m, k, n, bm, bn, bk, 2), blocks.seconds(*up, bm, bn, bk, 2)
     assert here == pytest.approx(rounded, rel=1e-12)
+
+
+# ---- the tuner's prediction is this model ------------------------------------------------------
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v6e"])
+@pytest.mark.parametrize("mkn", [(4096, 4096, 4096), (8, 3584, 18944), (3000, 4096, 4096)], ids=str)
+@pytest.mark.parametrize("config", [(None, None, None), (512, 1024, 512)], ids=["default", "given"])
+def test_the_tuners_prediction_is_the_default_blocks_cost_model(chip, mkn, config):
+    """What `tpu-kernels tune --chips` predicts for a matmul config is `blocks.seconds` at the
+    blocks the call would run with (the op's `cost=`), on the chip's peaks (`Chip.like`); for the
+    default config those are `blocks.choose`'s, so the default and the prediction are one model."""
+    from tpu_kernels.tuner.point import cost_tie, predict_config
+    from tpu_kernels.tuner.predict import DISPATCH_FLOOR_S, ChipFigures
+
+    m, k, n = mkn
+    a, b = jax.ShapeDtypeStruct((m, k), "bfloat16"), jax.ShapeDtypeStruct((k, n), "bfloat16")
+    statics = dict(zip(("block_m", "block_n", "block_k"), config))
+    c = predict_config(matmul, (a, b), statics, chip)
+    assert c.status == "predicted", c.reason
+    figures = ChipFigures.of(chip)
+    if config[0] is None:
+        bm, bn, bk = blocks.default(m, k, n, 2)
+    else:
+        bm, bn, bk = (min(d, x) for d, x in zip((m, n, k), config))
+    expected = blocks.seconds(m, k, n, bm, bn, bk, 2, chip=blocks.Chip.like(figures))
+    assert c.prediction.model == "cost=" and c.prediction.kernel_s == expected
+    assert c.prediction.seconds == max(DISPATCH_FLOOR_S, expected)
+    if chip == "v5e" and config[0] is None:  # the v5e's own figures: the default's price
+        assert c.prediction.kernel_s == pytest.approx(blocks.choose(m, k, n, 2).seconds, rel=1e-12)
+    assert cost_tie(matmul) == blocks.TIE
+
+
+def test_another_chips_peaks_price_the_same_blocks_faster_where_they_are_higher():
+    """`Chip.like`: a v6e's bf16 peak is 4.7x a v5e's; a compute-bound call is priced about that
+    much faster, at the v5e's fitted shares of each peak."""
+    from tpu_kernels.tuner.predict import ChipFigures
+
+    v5e, v6e = (blocks.Chip.like(ChipFigures.of(c)) for c in ("v5e", "v6e"))
+    assert v5e.mxu_rate == pytest.approx(blocks.MXU_RATE, rel=1e-3) and v5e.mxu_rows == blocks.MXU_ROWS
+    t5, t6 = (blocks.seconds(8192, 8192, 8192, 1024, 1024, 1024, 2, chip=c) for c in (v5e, v6e))
+    ratio = ChipFigures.of("v6e").bf16_flops / ChipFigures.of("v5e").bf16_flops
+    assert 0.7 * ratio < t5 / t6 <= ratio

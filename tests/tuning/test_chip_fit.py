@@ -95,7 +95,7 @@ def test_the_records_fit_and_comparisons_are_this_scripts_output():
     script = load_bench_script("chip_tuning")
     assert script.fit(FIT["candidates"], FIT["fit"]["DISPATCH_FLOOR_S"]) == FIT["fit"]
     for name, run in FIT["comparison"].items():
-        rows = script.compare(FIT["candidates"], run["constants"], run["declared_only"])
+        rows = script.compare(FIT["candidates"], run["constants"], run["declared_only"], run["cost_model"])
         assert rows == run["groups"], name
         assert script.summary(rows) == run["summary"], name
         assert all(r["choice_over_best"] >= 1.0 for r in rows if r.get("choice_over_best") is not None), name

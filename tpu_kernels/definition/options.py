@@ -39,6 +39,15 @@ class OpOptions:
         configs, [{"block_m": 128, "block_n": 256}, ...]. Each names a static with a default,
         the value calls get until a tuned table says otherwise. `tpu_kernels.autotune` finds
         the best per chip, dtypes and shape bucket; calls read the op's tables.
+      cost: the op's own cost model, for the tuner's predicted ranking of `tune` candidates
+        on a TPU it does not run on (`tpu-kernels tune --chips`): `cost(chip, *args, **kwargs)`
+        with the op's arguments (tensors or jax.ShapeDtypeStructs) and a candidate's statics,
+        and `chip` the predicted chip's figures (`tpu_kernels.tuner.predict.ChipFigures`),
+        returning the call's seconds; its attribute `tie`, if any, is the relative difference
+        below which the model cannot tell two configs apart (they tie, and the declared order,
+        the default first, decides). Without it the tuner's roofline over the traced kernel
+        prices them (tuner/predict.py). A family whose default statics come from a cost
+        model gives that model here, so that its default and its prediction agree.
       tune_key: which calls share a tuned config: a function of the op's arguments by keyword
         returning a tuple (the shape bucket); default: every tensor dim rounded up to a power
         of two (tpu_kernels.tuning.bucket).
@@ -85,6 +94,7 @@ class OpOptions:
     examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None
     tune: Any = None  # {name: [candidates]} or [{name: value, ...}, ...]
     tune_key: Callable[..., tuple] | None = None
+    cost: Callable[..., float] | None = None
     autotune: bool = False
     float_only: Sequence[str] = ()
     autocast: str = "keep"

@@ -398,7 +398,7 @@ def predict_call(
         _model(op, args, {**base_kwargs, **dict(zip(t.names, c.config))}, target, figures, c)
         if c.prediction is not None:
             predicted[c.config] = c.prediction.seconds
-    choice = choose_predicted([c.config for c in cands], predicted) if predicted else None
+    choice = choose_predicted([c.config for c in cands], predicted, cost_tie(op)) if predicted else None
     if choice is not None:
         for c in cands:
             if c.config == choice.config:
@@ -407,6 +407,13 @@ def predict_call(
     return _with_program(
         op, args, kwargs, Outcome(op.name, chip, "predicted", shapes, dtypes, bucket, t.names, cands, choice, method, notes)
     )
+
+
+def cost_tie(op: Any) -> float:
+    """The relative difference below which `op`'s own cost model (`cost=`) cannot tell two
+    configs apart (its `tie` attribute; 0 without one, or without a cost model)."""
+    cost = op.spec.options.cost if hasattr(op, "spec") else None
+    return float(getattr(cost, "tie", 0.0)) if cost is not None else 0.0
 
 
 def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:
@@ -444,6 +451,15 @@ def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.C
         c.status, c.reason = "unmodelled", "no pallas_call in the traced kernel: the cost model has nothing to rank"
         return
     c.prediction = predictor.predict(eqns, figures)
+    cost = op.spec.options.cost if hasattr(op, "spec") else None
+    if cost is not None:  # the op's own model prices the call; the roofline's parts stay beside
+        try:
+            with matmul_precision.traced(matmul_precision.current(), "tpu"):
+                s = float(cost(figures, *args, **kwargs))
+        except Exception as e:
+            c.status, c.reason = "failed", f"its cost= raised: {_one_line(e)}"
+            return
+        c.prediction = replace(c.prediction, seconds=max(predictor.DISPATCH_FLOOR_S, s), kernel_s=s, model="cost=")
     c.status = "predicted"
 
 

@@ -144,6 +144,7 @@ class Prediction:
     vreg_ops: float = 0.0
     mxu_utilisation: float | None = None
     kernels: list[str] = field(default_factory=list)
+    model: str = "roofline"  # what priced `seconds`: this module's roofline, or the op's `cost=`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +159,7 @@ class Prediction:
             "mxu_flops": self.mxu_flops,
             "vreg_ops": self.vreg_ops,
             "mxu_utilisation": self.mxu_utilisation,
+            "model": self.model,
         }
 
 

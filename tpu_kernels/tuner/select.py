@@ -9,8 +9,10 @@ declared default. So the fastest median wins outright when it is decisively fast
 other; tuning never moves an op off its default on noise, never keeps a candidate something is
 decisively faster than, and the same timings always give the same choice.
 
-Predicted rankings (`predict.py`) have no spread: the fastest prediction wins, ties (equal
-predictions, to 1e-12 relative) by declared order too.
+Predicted rankings (`predict.py`) have no spread: the fastest prediction wins, ties by declared
+order too. Predictions tie when equal to 1e-12 relative, or within the op's own cost model's
+resolution (`cost=`'s `tie`: matmul's 3%, `blocks.TIE`), so that such a model keeps the op on its
+default wherever its default rule would.
 """
 
 from __future__ import annotations
@@ -41,15 +43,17 @@ def choose(order: Sequence[Any], timings: Mapping[Any, Summary]) -> Choice:
     return Choice(tied[0], tied, decisive=len(tied) == 1)
 
 
-def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float]) -> Choice:
-    """The winner of a predicted ranking (config -> seconds)."""
+def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float], tie: float = 1e-12) -> Choice:
+    """The winner of a predicted ranking (config -> seconds); predictions within `tie` (relative)
+    of the fastest tie."""
     if not predicted:
         raise ValueError("choose_predicted: no candidate")
     rank = {c: i for i, c in enumerate(order)}
     best = min(predicted.values())
     tied = tuple(
         sorted(
-            (c for c, t in predicted.items() if t <= best * (1 + 1e-12)), key=lambda c: rank.get(c, len(rank))
+            (c for c, t in predicted.items() if t <= best * (1 + max(tie, 1e-12))),
+            key=lambda c: rank.get(c, len(rank)),
         )
     )
     return Choice(tied[0], tied, decisive=len(tied) == 1)

@@ -32,12 +32,18 @@ Its five figures are a least-squares fit in log time to the v5e's measured matmu
 then padded the others with a copy; tests/kernels/test_matmul_blocks.py checks the fit). The
 TPU v5e is the chip the defaults are sized for; other generations take the same choice, which
 the model is not fitted to.
+
+The tuner's predicted ranking of matmul configs (`tpu-kernels tune --chips ...`; the op's
+`cost=`, `pallas.predicted_seconds`) prices them with this same `seconds`, on the predicted
+chip's peaks taken at the shares the v5e's fit found (`Chip.like`), and ties them within `TIE`
+as `choose` does: the default and the prediction are one model.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from jax import export
 
@@ -51,6 +57,7 @@ STEP_S = 0.235e-6  # seconds per grid step beyond its data, flops and accumulato
 FIXED_S = 19e-6  # seconds per call beyond its steps
 TIE = 0.03  # candidates priced within this fraction of the least tie: below the fit's resolution (`choose`)
 MXU_ROWS = 128  # a v5e's MXU width: fewer rows per step cost a full pass of the array
+V5E_PEAK_FLOPS, V5E_HBM_BYTES_S = 197e12, 820e9  # JAX's figures (get_tpu_info_for_chip) for the chip fitted to
 
 BLOCK_CAP = {"m": 2048, "n": 4096, "k": 2048}
 """The largest block each dimension takes by default (the VMEM need caps them further)."""
@@ -58,6 +65,30 @@ BLOCK_CAP = {"m": 2048, "n": 4096, "k": 2048}
 MIN_BLOCK = 256
 """The narrowest default block, unless the whole dimension is narrower: the widest MXU (v6e,
 7x) is 256 wide, and a narrower block only grows the grid."""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """The chip figures the model prices with: the v5e's fitted ones (`V5E`), or another
+    generation's (`like`)."""
+
+    mxu_rate: float  # flops per second a step's dot reaches
+    hbm_bytes_s: float  # bytes per second a step's blocks stream at
+    mxu_rows: int  # rows under which a step still pays a full pass of the MXU
+
+    @classmethod
+    def like(cls, figures: Any) -> Chip:
+        """A chip with `figures`' peaks (`bf16_flops`, `hbm_bytes_per_s`, `mxu_width`: the
+        tuner's `ChipFigures`), reached at the shares the v5e's fit found; the per-step,
+        accumulator and per-call costs stay the v5e's."""
+        return cls(
+            MXU_RATE * figures.bf16_flops / V5E_PEAK_FLOPS,
+            HBM_BYTES_S * figures.hbm_bytes_per_s / V5E_HBM_BYTES_S,
+            int(figures.mxu_width),
+        )
+
+
+V5E = Chip(MXU_RATE, HBM_BYTES_S, MXU_ROWS)
 
 
 @dataclass(frozen=True)
@@ -104,13 +135,18 @@ def candidates(dim: int, tile: int, cap: int) -> tuple[int, ...]:
     return tuple(sorted(b for b in out if MIN_BLOCK <= b <= cap or b == dim))
 
 
-def seconds(m: int, k: int, n: int, bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> float:
-    """The cost model's time for a call of a [m, k] @ [k, n] matmul at blocks (bm, bn, bk)."""
+def seconds(
+    m: int, k: int, n: int, bm: int, bn: int, bk: int, itemsize: int, passes: int = 1, chip: Chip = V5E
+) -> float:
+    """The cost model's time for a call of a [m, k] @ [k, n] matmul at blocks (bm, bn, bk) on
+    `chip` (the v5e's figures unless given)."""
+    if 0 in (m, k, n):  # an empty call runs no kernel (pallas.matmul)
+        return FIXED_S
     gm, gn, gk = _cdiv(m, bm), _cdiv(n, bn), _cdiv(k, bk)
-    mxu = 2 * max(bm, MXU_ROWS) * bn * bk * passes / MXU_RATE
+    mxu = 2 * max(bm, chip.mxu_rows) * bn * bk * passes / chip.mxu_rate
     block = (bm * bk + bk * bn) * itemsize
-    hbm = (block + bm * bn * itemsize / gk) / HBM_BYTES_S
-    ends = (block + bm * bn * itemsize) / HBM_BYTES_S
+    hbm = (block + bm * bn * itemsize / gk) / chip.hbm_bytes_s
+    ends = (block + bm * bn * itemsize) / chip.hbm_bytes_s
     acc = ACC_S * max(bm, 8) * bn
     return gm * gn * gk * (max(mxu, hbm) + acc + STEP_S) + ends + FIXED_S
 
@@ -158,4 +194,4 @@ def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
     return b.m, b.n, b.k
 
 
-__all__ = ["BLOCK_CAP", "Blocks", "candidates", "choose", "default", "seconds", "vmem_need"]
+__all__ = ["BLOCK_CAP", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "seconds", "vmem_need"]

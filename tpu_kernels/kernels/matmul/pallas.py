@@ -30,6 +30,7 @@ the chip's default (`_vmem.compiler_params`; v5e's default is 16 MiB).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -145,6 +146,23 @@ def _blocks(m, k, n, dtype, block_m, block_n, block_k, *, names=("block_m", "blo
             "smaller blocks, or leave them unset for the call's defaults."
         )
     return bm, bn, bk, npass
+
+
+def predicted_seconds(chip: Any, a: Any, b: Any, *, block_m: int | None = None, block_n: int | None = None,
+                      block_k: int | None = None) -> float:
+    """A call's seconds as the default blocks' cost model prices it (`blocks.seconds`) on a chip
+    with `chip`'s figures (the tuner's `ChipFigures`), at the blocks the call would run with:
+    the op's `cost=`, which the tuner ranks predicted configs by. `a` and `b`: arrays, tensors
+    or shape-dtype structs."""
+    (m, k), n = tuple(a.shape), b.shape[1]
+    dtype = jnp.dtype(str(a.dtype).removeprefix("torch."))
+    if 0 in (m, k, n):
+        return blocks.seconds(m, k, n, 1, 1, 1, dtype.itemsize)
+    bm, bn, bk, npass = _blocks(m, k, n, dtype, block_m, block_n, block_k)
+    return blocks.seconds(m, k, n, bm, bn, bk, dtype.itemsize, npass, chip=blocks.Chip.like(chip))
+
+
+predicted_seconds.tie = blocks.TIE  # type: ignore[attr-defined]  # within it prices tie, as in blocks.choose
 
 
 def matmul(

@@ -14,6 +14,7 @@ from tpu_kernels.mutate.catalogue.base import (
     T_CHIP,
     T_CHIP_FIT,
     T_LOOKUP,
+    T_MATMUL_BLOCKS,
     T_SELECT,
     T_TABLE,
     T_TUNER,
@@ -248,5 +249,25 @@ MUTANTS: tuple[Mutation, ...] = (
         '    return kernel + parts["prologue_s"] * hbm',
         "the fit's predicted time without the dispatch floor its constants were given",
         T_CHIP_FIT,
+    ),
+    # ---- issue 58: the tuner predicts with an op's own cost model (matmul's default blocks') ----
+    _toolkit(
+        "tuner-op-cost-model-ignored",
+        POINT,
+        "    if cost is not None:  # the op's own model prices the call",
+        "    if False:  # the op's own model prices the call",
+        "the op's cost= never consulted: matmul's predictions come from the roofline, another model "
+        "than the one that chose its default",
+        T_MATMUL_BLOCKS + T_CHIP_FIT,
+        "prediction or fit",
+    ),
+    _toolkit(
+        "tuner-cost-tie-dropped",
+        SELECT,
+        "if t <= best * (1 + max(tie, 1e-12))",
+        "if t <= best * (1 + 1e-12)",
+        "a cost model's tie ignored: the prediction leaves matmul's default for a config the model "
+        "prices a fraction of a percent faster, where the default rule keeps it",
+        T_SELECT + T_CHIP_FIT,
     ),
 )
