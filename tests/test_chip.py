@@ -137,7 +137,7 @@ def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
 
 def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(tmp_path):
     """The runner's layer (forward, and forward + backward with each piece's own backward: the
-    kernels' through custom_vjp, matmul's the vjp of its reference) at a small size."""
+    kernels through custom_vjp, matmul's the kernel reading its operands transposed) at a small size."""
     out_file = tmp_path / "layer.json"
     out = _python(
         "from tpu_kernels.chip.__main__ import main\n"

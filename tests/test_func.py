@@ -55,7 +55,7 @@ SHIPPED = {
         _sa,
         lambda: (torch.randn(4, 8, dtype=D), torch.randn(4, 8, dtype=D)),
     ),
-    "matmul (reference=)": (matmul, lambda: (torch.randn(8, 16, dtype=D), torch.randn(16, 8, dtype=D))),
+    "matmul (explicit backward, transposed operands)": (matmul, lambda: (torch.randn(8, 16, dtype=D), torch.randn(16, 8, dtype=D))),
     "rmsnorm (explicit backward, residual)": (
         rmsnorm,
         lambda: (torch.randn(4, 8, dtype=D), torch.randn(8, dtype=D)),

@@ -401,3 +401,18 @@ def test_a_dot_with_one_float32_operand_keeps_its_float32_contraction(name):
     assert lines and all("vector<256x256xbf16>" in line for line in lines)  # the mixed product itself
     got = {(re.search(r"contract_precision<(\w+)>", line) or [None, "DEFAULT"])[1] for line in lines}
     assert got == ({"fp32"} if name == "highest" else {"DEFAULT"})
+
+
+def test_the_matmul_backwards_transposed_dots_are_three_passes_at_high():
+    """matmul's backward contracts a transposed operand (`dot(..., contract=(1, 1))` and
+    `(0, 0)`): at "high" each product is still the three-pass split along that contraction,
+    within bf16_3x's error of float64 (one pass would be ~2^-8), in the interpreter."""
+    from tpu_kernels.kernels.matmul import pallas as mm
+
+    rng = np.random.default_rng(7)
+    a, b, g = (rng.standard_normal(s).astype(np.float32) for s in ((200, 384), (384, 136), (200, 136)))
+    with traced_at("high"), pltpu.force_tpu_interpret_mode(True):
+        ga, gb = jax.jit(mm.matmul_backward)(a, b, g)
+    a64, b64, g64 = (x.astype(np.float64) for x in (a, b, g))
+    for got, ref in ((ga, g64 @ b64.T), (gb, a64.T @ g64)):
+        assert np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref) < 2e-5

@@ -409,11 +409,15 @@ def predict_call(
     )
 
 
+def _cost(op: Any) -> Any:
+    """`op`'s own cost model (`cost=`), or None."""
+    return op.spec.options.cost if hasattr(op, "spec") else None
+
+
 def cost_tie(op: Any) -> float:
     """The relative difference below which `op`'s own cost model (`cost=`) cannot tell two
     configs apart (its `tie` attribute; 0 without one, or without a cost model)."""
-    cost = op.spec.options.cost if hasattr(op, "spec") else None
-    return float(getattr(cost, "tie", 0.0)) if cost is not None else 0.0
+    return float(getattr(_cost(op), "tie", 0.0))
 
 
 def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:
@@ -451,7 +455,7 @@ def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.C
         c.status, c.reason = "unmodelled", "no pallas_call in the traced kernel: the cost model has nothing to rank"
         return
     c.prediction = predictor.predict(eqns, figures)
-    cost = op.spec.options.cost if hasattr(op, "spec") else None
+    cost = _cost(op)
     if cost is not None:  # the op's own model prices the call; the roofline's parts stay beside
         try:
             with matmul_precision.traced(matmul_precision.current(), "tpu"):
