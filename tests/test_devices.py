@@ -237,3 +237,39 @@ def test_the_tpu_kernel_finds_torch_tpus_jax_callable_to_launch_directly():
     assert type(found).__name__ == "JaxCallable" and kernel._callable["default"] is found
     other = object()
     assert jax_callable(other) is other  # anything else: the op itself
+
+
+def test_a_launch_is_remembered_under_the_key_torch_tpus_jax_callable_builds():
+    """A key the eager shortcut has launched before goes straight to torch_tpu's C++ launch
+    (runtime/devices/tpu_launch.py), with what `JaxCallable` derived for it: found under the
+    key its own `__call__` builds. Here the real `JaxCallable` registers the kernel and then
+    fails at its launch (no TPU device), so the fingerprint is there and the output
+    placeholders are not: nothing is remembered, and the next call takes `JaxCallable`'s path
+    again. The launch itself runs in the TPU suite (tests/tpu/test_ops.py)."""
+    pytest.importorskip("torch_tpu")
+    from tpu_kernels import _compat
+    from tpu_kernels.kernels import matmul, scale_add
+    from tpu_kernels.runtime.devices.tpu_launch import DirectLaunch
+
+    for op, args, calls in (
+        (scale_add, (torch.randn(8, 128), torch.randn(8, 128)), ({"alpha": 2.0}, {"alpha": 3.0})),
+        (matmul, (torch.randn(16, 32), torch.randn(32, 8)), ({}, {"block_m": 8})),
+    ):
+        kernel = op._kernels["PrivateUse1"]
+        kernel.inner_op("default")
+        fn, direct = kernel._callable["default"], kernel._direct["default"]
+        assert isinstance(direct, DirectLaunch) and direct.fn is fn
+        keys = []
+        for kwargs in calls:
+            full = {p.name: p.default for p in op.signature.params if p.keyword_only}
+            full.update(kwargs)
+            with pytest.raises(RuntimeError):  # its launch: no TPU device here
+                fn(*args, **full)
+            key = _compat.jax_callable_key(fn, args, full)
+            assert key in fn.kernel_key_to_mlir_fingerprint, (op.name, key)
+            assert _compat.jax_callable_launch(fn, args, full) is None  # no output placeholders
+            direct.remember(("key", *kwargs.items()), args, full)
+            keys.append(key)
+        assert len(set(keys)) == 2  # a static is part of the key
+        assert direct.known(("key",)) is None and not direct._launches
+    assert DirectLaunch.for_callable(object(), (0,)) is None  # not a JaxCallable: the public path

@@ -234,6 +234,25 @@ _ENTRIES: dict[str, Private] = {
     "dtensor_sharding_propagator": Private(
         "torch.distributed.tensor:DTensor._op_dispatcher.sharding_propagator", "DTensor's sharding propagator"
     ),
+    # ---- runtime/devices/tpu_launch.py: a TPU kernel launched again without torch_tpu's Python
+    # wrapper (`JaxCallable.__call__` binds the signature, normalises statics and builds a
+    # string key on every call). Without them, every call goes through `JaxCallable` (slower,
+    # same results).
+    "torch_tpu_call_custom_kernel": Private(
+        "torch_tpu._internal.pallas.tpu_torch_pallas:call_custom_kernel",
+        "launching a registered TPU kernel on tensors",
+        None,
+    ),
+    "torch_tpu_lookup_custom_kernel": Private(
+        "torch_tpu._internal.pallas.tpu_torch_pallas:lookup_custom_kernel",
+        "is a kernel still registered under its fingerprint",
+        None,
+    ),
+    "torch_tpu_kernel_invocation_key": Private(
+        "torch_tpu._internal.pallas.pallas:_get_kernel_invocation_key",
+        "the key under which a JaxCallable keeps a call's fingerprint and output shapes",
+        None,
+    ),
     # ---- sharding/simulate.py: a rule called in one process, as DTensor calls it
     "TensorMeta": Private(
         "torch.distributed.tensor._dtensor_spec:TensorMeta", "the global shape and dtype in a simulated spec"
@@ -353,6 +372,39 @@ def destroy_library(lib: Any) -> None:
     destroy = getattr(lib, "_destroy", None)
     if destroy is not None:
         destroy()
+
+
+def jax_callable_key(fn: Any, args: tuple, kwargs: dict) -> str | None:
+    """The key under which torch_tpu's `JaxCallable` `fn` keeps what it derived for this call
+    (the kernel's MLIR fingerprint, its output placeholders), as its `__call__` builds it (its
+    private `_normalize_invocation_args` and `_get_kernel_invocation_key`); None where a
+    torch_tpu version builds it otherwise."""
+    key_of = get("torch_tpu_kernel_invocation_key")
+    normalize = getattr(fn, "_normalize_invocation_args", None)
+    if key_of is None or normalize is None:
+        return None
+    try:
+        norm_args, norm_kwargs = normalize(args, kwargs)
+        return key_of(fn.trace_key, norm_args, norm_kwargs, fn.static_argnums)
+    except Exception:  # its private helpers changed shape: keep the public path
+        return None
+
+
+def jax_callable_launch(fn: Any, args: tuple, kwargs: dict) -> tuple[str, list, Any] | None:
+    """What torch_tpu's `JaxCallable` `fn` keeps of a call it has made: (the kernel's MLIR
+    fingerprint, its output placeholders, the outputs' pytree), under `jax_callable_key`. None
+    where it has none for this call, or keeps them otherwise: the caller then goes on
+    calling `fn`."""
+    key = jax_callable_key(fn, args, kwargs)
+    fingerprints = getattr(fn, "kernel_key_to_mlir_fingerprint", None)
+    shapes = getattr(fn, "output_shapes", None)
+    if key is None or not isinstance(fingerprints, dict) or not isinstance(shapes, dict):
+        return None
+    fingerprint = fingerprints.get(key)
+    output_shapes, out_tree = shapes.get(key, (None, None))
+    if fingerprint is None or output_shapes is None or out_tree is None:
+        return None
+    return fingerprint, list(output_shapes), out_tree
 
 
 def torch_tpu_precision() -> tuple[Any, Any] | None:
@@ -594,6 +646,8 @@ __all__ = [
     "helion_bound_config",
     "helion_settings_copy",
     "helion_tiles",
+    "jax_callable_key",
+    "jax_callable_launch",
     "live",
     "local_mesh",
     "parser_actions",

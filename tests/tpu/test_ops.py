@@ -8,6 +8,7 @@ import torch
 
 from tests.kernels import test_matmul, test_rmsnorm, test_scale_add, test_softmax
 from tpu_kernels.kernels import FAMILIES
+from tpu_kernels.runtime import precision
 from tpu_kernels.testing import assert_close, compile_counted
 
 SUITES = {
@@ -113,7 +114,9 @@ def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
     suite, fam = SUITES[family], FAMILIES[family]
     shortcut = fam.op._eager_tpu
     assert shortcut is not None, f"{fam.op.name} has no TPU shortcut on a TPU host"
-    assert type(fam.op.device_kernel("PrivateUse1")._callable["default"]).__name__ == "JaxCallable"
+    kernel = fam.op.device_kernel("PrivateUse1")
+    kernel.inner_op()
+    assert type(kernel._callable[precision.current()]).__name__ == "JaxCallable"
     for name, shape in fam.shapes.TEST.items():
         for dtype in DTYPES:
             tensors = _on(tpu, suite.inputs(shape, dtype))
@@ -132,6 +135,61 @@ def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
     plain = tuple(t.detach() for t in leaves)
     with TorchDispatchMode():
         assert shortcut.try_call(plain, dict(fam.kwargs)) is DECLINED
+
+
+@pytest.mark.parametrize("family", sorted(SUITES))
+def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, figures):
+    """A key the shortcut has launched before goes straight to torch_tpu's C++ launch with what
+    `JaxCallable` derived for it (runtime/devices/tpu_launch.py): the same kernel on the same
+    tensors in the same order, so the same bits as the first call and as the registered op, at
+    every TEST shape and dtype (the tensors differ in shape, so an input out of order fails
+    or differs); a new static value is a new key, not the old launch."""
+    suite, fam = SUITES[family], FAMILIES[family]
+    shortcut = fam.op._eager_tpu
+    kernel = fam.op.device_kernel("PrivateUse1")
+    kernel.inner_op()  # at the current matmul precision (this module's fixture: "highest")
+    direct = kernel._direct[precision.current()]
+    assert direct is not None, "torch_tpu's launch functions did not resolve: every call takes JaxCallable's path"
+    ran = []
+    real_run = direct.run
+    direct.run = lambda launch, values: ran.append(launch) or real_run(launch, values)
+    try:
+        for name, shape in fam.shapes.TEST.items():
+            for dtype in DTYPES:
+                tensors = tuple(_on(tpu, suite.inputs(shape, dtype)))
+                first = shortcut.try_call(tensors, dict(fam.kwargs))
+                before = len(ran)
+                again = shortcut.try_call(tensors, dict(fam.kwargs))
+                padded = shortcut.padded is not None and len(ran) == before
+                assert len(ran) == before + 1 or padded, (name, dtype)
+                registered = fam.op.overload(*tensors, **fam.kwargs)  # the dispatcher's launch
+                for a, b, c in zip(*(o if isinstance(o, (tuple, list)) else (o,) for o in (first, again, registered)),
+                                   strict=True):
+                    assert a.shape == b.shape == c.shape and a.dtype == b.dtype == c.dtype
+                    assert torch.equal(a.cpu(), b.cpu()) and torch.equal(b.cpu(), c.cpu()), (name, dtype)
+        # through the dispatcher (an input needs a gradient: autograd's redispatch), forward
+        # and backward; the second call's launches are remembered ones
+        host = suite.inputs(fam.shapes.TEST[suite.small_shape], torch.float32)
+        grads = []
+        for _ in range(2):
+            before = len(ran)
+            leaves = [t.to(tpu).requires_grad_(True) for t in host]
+            out = fam.op(*leaves, **fam.kwargs)
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            grads.append([g.cpu() for g in torch.autograd.grad(out.square().sum(), leaves)])
+        figures["dispatched_direct_launches"] = len(ran) - before
+        assert len(ran) > before, "a dispatched call never launched directly"
+        for a, b in zip(*grads, strict=True):
+            assert torch.equal(a, b)
+        if family == "scale_add":  # a static's new value: a new key, a new kernel
+            x, y = _on(tpu, suite.inputs(fam.shapes.TEST[suite.small_shape], torch.float32))
+            for alpha in (2.0, 3.0, 2.0, 3.0):
+                out = shortcut.try_call((x, y), {"alpha": alpha})
+                torch.testing.assert_close(out.cpu(), x.cpu() + alpha * y.cpu(), msg=f"alpha={alpha}")
+    finally:
+        del direct.run
+    figures["direct_launches"] = len(ran)
+    assert ran, "no call launched directly"
 
 
 @pytest.mark.parametrize("family", sorted(SUITES))

@@ -12,7 +12,8 @@ every tensor a plain strided tensor on this device, no gradient needed, no torch
 dispatch mode, no functorch transform, the dispatch state as at import, not compiling, and
 every static of its schema type, `KernelOp.__call__` calls the device's kernel itself, with
 the arguments the dispatcher would pass it. Its kernel, `TpuKernel.launch`, then calls
-torch_tpu's `JaxCallable` directly (`runtime.devices.tpu`). An op that pads to buckets pads
+torch_tpu's `JaxCallable` directly (`runtime.devices.tpu`), and a key it has launched before
+straight through torch_tpu's C++ launch (`runtime.devices.tpu_launch`). An op that pads to buckets pads
 here as through the dispatcher; a call whose key (statics, shapes, dtypes) does not pad is
 remembered, so the bucket check runs once per key.
 
@@ -52,8 +53,10 @@ class EagerDeviceCall:
     `kernel`: the op's kernel for the device's dispatch key (a `PaddedKernel` around the
     device kernel when the op pads to buckets); it is called with one value per parameter,
     positional parameters by position and keyword-only ones by name, as the dispatcher calls
-    it. `launch`: what runs an unpadded call (default: the device kernel itself); the TPU's
-    is `TpuKernel.launch`, which takes the values as one tuple."""
+    it. `launch`: what runs an unpadded call, given its values as one tuple and the call's key
+    (its statics, each tensor's shape and dtype); default: the device kernel itself. The TPU's
+    is `TpuKernel.launch`, which launches a key it has seen without torch_tpu's Python
+    wrapper (runtime/devices/tpu_launch.py)."""
 
     def __init__(
         self, kernel: Callable, params: list[Any], device_type: str, launch: Callable | None = None
@@ -85,7 +88,7 @@ class EagerDeviceCall:
     def _call_kernel(self, kernel: Callable) -> Callable[[tuple], Any]:
         n, names = self.n_positional, self.keywords
 
-        def call(values: tuple) -> Any:
+        def call(values: tuple, key: tuple) -> Any:
             return kernel(*values[:n], **dict(zip(names, values[n:])))
 
         return call
@@ -115,16 +118,15 @@ class EagerDeviceCall:
             key.append(t.dtype)
         if not any_tensor:
             return DECLINED
+        k = tuple(key)
         padded = self.padded
-        if padded is not None:
-            k = tuple(key)
-            if k not in self._unpadded:
-                if padded.needs_padding(values):
-                    return self._padded_call(values)
-                if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like a compile cache
-                    self._unpadded.clear()
-                self._unpadded.add(k)
-        return self.launch(values)
+        if padded is not None and k not in self._unpadded:
+            if padded.needs_padding(values):
+                return self._padded_call(values)
+            if len(self._unpadded) >= _UNPADDED_MAX:  # bounded, like a compile cache
+                self._unpadded.clear()
+            self._unpadded.add(k)
+        return self.launch(values, k)
 
     def _padded_call(self, values: tuple) -> Any:
         n = self.n_positional

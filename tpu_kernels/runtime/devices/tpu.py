@@ -38,9 +38,10 @@ from typing import Any
 import torch
 
 from tpu_kernels import _compat, startup
-from tpu_kernels.definition.signature import Signature
+from tpu_kernels.definition.signature import Signature, static_key
 from tpu_kernels.errors import BackendUnavailableError, InvalidArgumentError, wrapping
 from tpu_kernels.runtime import devices, precision
+from tpu_kernels.runtime.devices.tpu_launch import DirectLaunch, tensor_slots
 
 # torch_tpu renames PrivateUse1 to "tpu" when it is imported; registering on the
 # dispatch key rather than the device name works whether or not it is loaded.
@@ -158,6 +159,14 @@ def jax_callable(op: Any) -> Any:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_DISPATCHED = "dispatched"  # heads the launch keys of calls through the dispatcher (TpuKernel.__call__)
+
+
+def _key_part(value: Any) -> Any:
+    """A value's part of a launch key: a tensor's shape and dtype, a static's `static_key`."""
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.dtype)
+    return static_key(value)
 
 
 def _annotation(schema_type: str, array: Any) -> Any:
@@ -200,8 +209,12 @@ class TpuKernel:
         self.returns_list = returns_list
         self._inner: dict[str, Any] = {}  # JAX matmul precision -> torch_tpu op
         self._callable: dict[str, Any] = {}  # ... -> the op's JaxCallable (or the op)
+        self._direct: dict[str, DirectLaunch | None] = {}  # ... -> its launches by call key
+        self._slots = tensor_slots(sig.params)
         self._n_positional = sum(not p.keyword_only for p in sig.params)
         self._keywords = tuple(p.name for p in sig.params[self._n_positional :])
+        self._keyword_set = frozenset(self._keywords)
+        self._keyword_defaults = tuple((p.name, p.default) for p in sig.params[self._n_positional :])
         self._mesh_ops: dict[Any, Any] = {}
         self._lock = threading.Lock()
 
@@ -216,6 +229,7 @@ class TpuKernel:
             if op is None:
                 op = torch_tpu_pallas().jax_op(f"{self.qualname}__torch_tpu_{p}", self._body(p))
                 self._callable[p] = jax_callable(op)
+                self._direct[p] = DirectLaunch.for_callable(self._callable[p], self._slots)
                 self._inner[p] = op
             return op
 
@@ -253,13 +267,38 @@ class TpuKernel:
                     self._refuse_device(args, kwargs)
             elif isinstance(t, (torch.Tensor, list, tuple)):
                 plain = False  # a tensor subclass, or a list: torch_tpu's op takes it
+        if plain and not self.mutated and len(args) == self._n_positional and kwargs.keys() <= self._keyword_set:
+            # the dispatcher's call (autograd's redispatch, torch.compile's eager fallback): the
+            # positional parameters in order, keyword-only ones by name where given (the kernel
+            # takes the defaults of the others), so it has a launch key too
+            values = args + tuple(kwargs.get(n, d) for n, d in self._keyword_defaults)
+            return self.launch(values, (_DISPATCHED, *map(_key_part, values)))
         return self._run(args, kwargs, plain)
 
-    def launch(self, values: tuple) -> Any:
-        """The eager shortcut's call (dispatch/eager_device.py): one value per parameter, in
-        order, every tensor a plain tensor on the TPU (the shortcut has checked)."""
+    def launch(self, values: tuple, key: tuple) -> Any:
+        """A call of one value per parameter, in order, every tensor a plain tensor on the TPU,
+        no argument mutated, with its key (its statics, each tensor's shape and dtype): the
+        eager shortcut's (dispatch/eager_device.py, which has checked), and the dispatcher's
+        (`__call__`).
+
+        A key seen before launches torch_tpu's kernel directly (`tpu_launch.DirectLaunch`);
+        a new one goes through `JaxCallable`, which is then remembered under the key."""
+        p = precision.current()
+        direct = self._direct.get(p)
+        launch = direct.known(key) if direct is not None else None
         n = self._n_positional
-        return self._run(values[:n], dict(zip(self._keywords, values[n:])), True)
+        if launch is None:
+            args, kwargs = values[:n], dict(zip(self._keywords, values[n:]))
+            result = self._run(args, kwargs, True)
+            direct = self._direct.get(p)  # built by the first call at this precision
+            if direct is not None:
+                direct.remember(key, args, kwargs)
+            return result
+        try:
+            results = direct.run(launch, values)  # type: ignore[union-attr]
+        except Exception as e:
+            raise self._failed(e, values[:n], dict(zip(self._keywords, values[n:]))) from e
+        return self.sig.pack(results if isinstance(results, (tuple, list)) else (results,), self.returns_list)
 
     def _run(self, args: tuple, kwargs: dict, plain: bool) -> Any:
         """Launches the kernel at the current matmul precision. `plain`: every tensor argument
@@ -275,13 +314,7 @@ class TpuKernel:
         try:
             results = target(*args, **kwargs)
         except Exception as e:
-            # what torch_tpu's trace of the kernel (its input checks) or its launch raised (a
-            # compile error, memory exhausted), said with the op's name and the call's tensors,
-            # of the kind the CPU path raises for the same cause (errors.wrapping)
-            raise wrapping(e)(
-                f"{self.qualname}: the TPU kernel failed for {self._describe(args, kwargs)}: "
-                f"{type(e).__name__}: {e}"
-            ) from e
+            raise self._failed(e, args, kwargs) from e
         if not isinstance(results, (tuple, list)):
             results = (results,)
         if self.mutated:
@@ -289,6 +322,15 @@ class TpuKernel:
             for j, i in enumerate(self.mutated):
                 values[i].copy_(results[self.n_outputs + j])
         return self.sig.pack(results, self.returns_list)
+
+    def _failed(self, e: Exception, args: tuple, kwargs: dict) -> Exception:
+        """What torch_tpu's trace of the kernel (its input checks) or its launch raised (a
+        compile error, memory exhausted), said with the op's name and the call's tensors, of
+        the kind the CPU path raises for the same cause (errors.wrapping)."""
+        return wrapping(e)(
+            f"{self.qualname}: the TPU kernel failed for {self._describe(args, kwargs)}: "
+            f"{type(e).__name__}: {e}"
+        )
 
     def _tensors(self, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
         values = self.sig.values(args, kwargs)
