@@ -191,3 +191,13 @@ def test_the_drawn_sections_run_in_the_interpreter_without_torch(tmp_path):
                                                      else r["dtype"]], r["id"]
     layers = record["drawn_layer"]["rows"]
     assert len(layers) == 2 and all(r["seed"] == 7 and r.get("speed_vs_xla") for r in layers)
+
+
+def test_only_picks_the_drawn_layers_by_model_name():
+    """`--only REGEX` re-measures some drawn layers (a run that ran out of device time left the
+    others): the configs whose model name does not match are not measured at all."""
+    from tpu_kernels.chip import sections
+
+    ctx = sections.Context(peaks=None, floor_s=0.0, rounds=1, deadline=float("inf"), only="^no-such-model$",
+                           seed=211739)
+    assert sections.drawn_layer(ctx) == []

@@ -40,7 +40,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--merge", action="store_true", help="keep the record's other sections")
     ap.add_argument("--update", action="store_true",
                     help="keep the record, and replace only the rows measured now, by id (tpu_kernels/chip/records.py)")
-    ap.add_argument("--only", default="", help="grid points and corpus calls whose id matches this regular expression (all if empty)")
+    ap.add_argument("--only", default="", help="grid points and corpus calls whose id matches this regular expression, drawn layers whose model name does (all if empty)")
     ap.add_argument("--commit", default=os.environ.get("TPU_KERNELS_COMMIT", ""), help="the commit measured")
     ap.add_argument("--statics", default="", help='JSON: kernel defaults to override, e.g. {"matmul": {"block_m": 256}}')
     ap.add_argument("--tune", default="", help="the tuning groups to run, in this order: comma-separated "

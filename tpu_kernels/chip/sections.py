@@ -26,7 +26,8 @@ class Context:
     statics: dict = field(default_factory=dict)
     grid: tuple = ("rows", "matmul", "attention", "template")
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
-    only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it (all if empty)
+    only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it, the
+    # drawn layers whose model name does (all if empty)
     save: Any = None  # save(rows): write the section's rows so far into the record (a long run keeps them)
     seed: int = 0  # the draw of the `drawn` sections (chip/drawn.py)
 
@@ -55,7 +56,8 @@ def drawn(ctx: Context) -> list[dict[str, Any]]:
 
 
 def drawn_layer(ctx: Context) -> list[dict[str, Any]]:
-    """The decoder layer (chip/layer.py) at `drawn.layers(ctx.seed)`: three drawn model configs."""
+    """The decoder layer (chip/layer.py) at `drawn.layers(ctx.seed)`: three drawn model configs
+    (those whose model name matches `ctx.only`, if given)."""
     from tpu_kernels.chip import drawn as drawing
     from tpu_kernels.chip import layer as decoder
 
@@ -63,6 +65,8 @@ def drawn_layer(ctx: Context) -> list[dict[str, Any]]:
     rows = []
     for dims in dims_list:
         model = dims.pop("model", "tiny")
+        if ctx.only and not re.search(ctx.only, model):
+            continue
         for backward in (False, True):
             if time.monotonic() > ctx.deadline:
                 print("  stopped at the time budget", flush=True)
