@@ -416,10 +416,11 @@ def chip_drawn_table() -> str:
     layer_rows = record.get("drawn_layer", {}).get("rows", [])
     if layer_rows:
         configs = {r["model"] for r in layer_rows}
+        drawn_configs = len(drawn.layers(record["meta"]["seed"]))
+        left = " (the rest left at the run's time budget)" if len(configs) < drawn_configs else ""
         parts += [
-            f"The decoder layer (`drawn_layer`) at {len(configs)} of the draw's "
-            f"{len(drawn.layers(record['meta']['seed']))} layer configs (the rest left at the run's time budget), "
-            "against the same layer from XLA's matmuls and rmsnorm and JAX's flash attention:",
+            f"The decoder layer (`drawn_layer`) at {len(configs)} of the draw's {drawn_configs} layer "
+            f"configs{left}, against the same layer from XLA's matmuls and rmsnorm and JAX's flash attention:",
             "",
             "| model | tokens, width, heads, FFN | pass | ours | XLA + JAX flash | speed |",
             "|---|---|---|---|---|---|",
