@@ -14,10 +14,9 @@ one (`tpu_kernels.startup`).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels import startup
+from tpu_kernels import startup, wiring
 
 # Before torch or JAX load: without a TPU, neither probes for one (torch_tpu's and libtpu's
 # start-up errors on every process); where one exists nothing changes (startup.py).
@@ -94,7 +93,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tpu_kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(wiring.load(module), name)
     globals()[name] = value  # later lookups skip this function
     return value
 

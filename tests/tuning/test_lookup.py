@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from tpu_kernels import TuningNote, tuning
+from tpu_kernels import TuningNote, tuning, wiring
 from tpu_kernels.tuning import lookup, table
 from tpu_kernels.tuning.table import Entry
 
@@ -374,7 +374,7 @@ def test_with_autotune_on_a_call_without_an_exact_entry_is_tuned_for_its_own_key
         lookup.added(target.name, [_e(((512, 128),), 256)])
         return True
 
-    monkeypatch.setattr(lookup, "ONLINE_TUNER", [tuner])
+    monkeypatch.setitem(wiring._INSTALLED, "online_tuner", tuner)
     monkeypatch.setenv(lookup.AUTOTUNE_ENV, "1")
     tuning.reload()
     with warnings.catch_warnings():
@@ -540,7 +540,7 @@ def test_what_gives_a_chip_without_entries_a_config_reaches_the_next_call(how, m
             lookup.added(target.name, [_e(bucket, 8)])
             return True
 
-        monkeypatch.setattr(lookup, "ONLINE_TUNER", [tuner])
+        monkeypatch.setitem(wiring._INSTALLED, "online_tuner", tuner)
         monkeypatch.setenv(lookup.AUTOTUNE_ENV, "1")
         assert _used(op, rand(2000, 128)) == 8
         assert tuned_for == [((2048, 128),)]

@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 
-from tpu_kernels import tpu_kernel, tuning
+from tpu_kernels import tpu_kernel, tuning, wiring
 from tpu_kernels.bench import correctness, timing
 from tpu_kernels.tuner import autotune, tune_calls
 from tpu_kernels.tuner.capture import Call
 from tpu_kernels.tuner.point import STABILITY_PASSES, Candidate, Outcome, predict_call
-from tpu_kernels.tuning import lookup, table
+from tpu_kernels.tuning import table
 
 from ..helpers import rand, uname
 from .kernels import make_op, row_scale
@@ -169,14 +169,14 @@ def test_a_run_time_tune_where_nothing_is_right_raises_and_is_remembered(tuning_
     assert [x["bucket"] for x in failed] == [[[2048, 128]]]
 
     tuned = []
-    online = lookup.ONLINE_TUNER[0]
-    lookup.ONLINE_TUNER[0] = lambda *a: tuned.append(a) or online(*a)
+    online = wiring.hook("online_tuner")
+    wiring.install("online_tuner", lambda *a: tuned.append(a) or online(*a))
     try:
         tuning.reload()  # as a new process: the failure is read, not tuned again
         with pytest.raises(tuning.NoRightConfigError):
             op(tall)
     finally:
-        lookup.ONLINE_TUNER[0] = online
+        wiring.install("online_tuner", online)
     assert tuned == []
     monkeypatch.delenv("TPU_KERNELS_AUTOTUNE")
     tuning.reload()

@@ -14,7 +14,6 @@ with the template's placeholders and imported as a module of its own (`template(
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 import types
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tpu_kernels
-from tpu_kernels import template_files
+from tpu_kernels import template_files, wiring
 
 PACKAGE = Path(tpu_kernels.__file__).resolve().parent
 KERNELS = PACKAGE / "kernels"
@@ -68,7 +67,7 @@ def shared(name: str) -> types.ModuleType:
     torch is absent."""
     if not torch_available():
         _bare_package("tpu_kernels.kernels", KERNELS)
-    return importlib.import_module(f"tpu_kernels.kernels.{name}")
+    return wiring.registered(f"tpu_kernels.kernels.{name}")
 
 
 def family(name: str) -> JaxHalf:
@@ -80,7 +79,7 @@ def family(name: str) -> JaxHalf:
     if not torch_available():
         _bare_package("tpu_kernels.kernels", KERNELS)
         _bare_package(package, KERNELS / name)
-    modules = [importlib.import_module(f"{package}.{m}") for m in ("pallas", "jax_reference", "shapes")]
+    modules = [wiring.registered(f"{package}.{m}") for m in ("pallas", "jax_reference", "shapes")]
     return JaxHalf(name, *modules)
 
 

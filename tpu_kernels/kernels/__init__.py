@@ -11,19 +11,9 @@ exported under its name.
     from tpu_kernels.kernels import matmul, rmsnorm, scale_add, softmax
 """
 
-import importlib as _importlib
-import pkgutil as _pkgutil
-
+from tpu_kernels import wiring as _wiring
 from tpu_kernels.kernels.registry import FAMILIES
 
-
-def _import_families() -> None:
-    """Import every family folder (each registers itself), in alphabetical order."""
-    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.ispkg:
-            _importlib.import_module(f"{__name__}.{info.name}")
-
-
-_import_families()
+_wiring.discover(__name__, __path__)  # every family folder, alphabetically: each registers itself
 globals().update({family.op.short_name: family.op for family in FAMILIES.values()})
 __all__ = sorted(family.op.short_name for family in FAMILIES.values())

@@ -21,7 +21,6 @@ without a hand-written list.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tpu_kernels import wiring
 from tpu_kernels.op import KernelOp
 
 # (a value of shapes.TEST or shapes.BENCH, dtype, torch.device) -> the op's tensor arguments
@@ -65,7 +65,7 @@ class Family:
 
     def helion_module(self) -> ModuleType | None:
         """`<package>.helion` (importing it imports Helion), or None for a family without a twin."""
-        return importlib.import_module(f"{self.package}.helion") if self.helion else None
+        return wiring.registered(f"{self.package}.helion") if self.helion else None
 
     def helion_op(self) -> KernelOp | None:
         """The Helion twin (importing Helion), or None."""
@@ -108,8 +108,8 @@ def register(
     name = package.rpartition(".")[2]
     if name in FAMILIES:
         raise ValueError(f"kernel family {name!r} is already registered (by {FAMILIES[name].package}).")
-    reference = importlib.import_module(f"{package}.reference")
-    shapes = importlib.import_module(f"{package}.shapes")
+    reference = wiring.registered(f"{package}.reference")
+    shapes = wiring.registered(f"{package}.shapes")
     for module, attr in (
         (reference, op.short_name),
         (reference, "CHECK"),

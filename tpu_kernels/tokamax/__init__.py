@@ -14,10 +14,7 @@ shapes; this package imports every family folder, which registers it in `FAMILIE
 (see `registry.py`), so a new folder needs no line here.
 """
 
-import importlib as _importlib
 import importlib.util as _importlib_util
-import pkgutil as _pkgutil
-from pathlib import Path as _Path
 
 if _importlib_util.find_spec("tokamax") is None:  # the rest of tpu_kernels works without it
     raise ModuleNotFoundError(
@@ -26,6 +23,7 @@ if _importlib_util.find_spec("tokamax") is None:  # the rest of tpu_kernels work
         name="tokamax",
     )
 
+from tpu_kernels import wiring as _wiring
 from tpu_kernels.tokamax.implementation import (
     ImplementationError,
     implementations,
@@ -34,17 +32,10 @@ from tpu_kernels.tokamax.implementation import (
 from tpu_kernels.tokamax.registry import FAMILIES, Family
 from tpu_kernels.tokamax.wrap import tokamax_op
 
-
 # Importing a family folder (a subpackage with an `op.py`; `models/` is not one) registers
 # its ops and implementation tables: FAMILIES and implementation.OPS follow this,
 # alphabetical, order. Each family's public functions are exported here under their names.
-def _import_families() -> None:
-    for info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.ispkg and (_Path(__path__[0]) / info.name / "op.py").is_file():
-            _importlib.import_module(f"{__name__}.{info.name}")
-
-
-_import_families()
+_wiring.discover(__name__, __path__, marker="op.py")
 _FUNCTIONS = {fn.__name__: fn for family in FAMILIES.values() for fn in family.functions}
 globals().update(_FUNCTIONS)
 

@@ -25,11 +25,11 @@ the benchmarks) iterate every op without a hand-written list.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from tpu_kernels import wiring
 from tpu_kernels.op import KernelOp
 from tpu_kernels.tokamax import implementation
 
@@ -69,7 +69,7 @@ class FamilyExamples:
     name: str  # the op's name, or `<op>_small` for the sharding simulation's calls
 
     def function(self) -> Callable | None:
-        return getattr(importlib.import_module(f"{self.package}.examples"), self.name, None)
+        return getattr(wiring.registered(f"{self.package}.examples"), self.name, None)
 
     def __call__(self) -> Sequence[tuple[tuple, dict]]:
         return self.function()()
@@ -83,7 +83,7 @@ def register(package: str, *, functions: Sequence[Callable], ops: Sequence[Kerne
     name = package.rpartition(".")[2]
     if name in FAMILIES:
         raise ValueError(f"tokamax: the family {name!r} is already registered.")
-    module = {part: importlib.import_module(f"{package}.{part}") for part in _PARTS}
+    module = {part: wiring.registered(f"{package}.{part}") for part in _PARTS}
     family = Family(
         name,
         functions=tuple(functions),

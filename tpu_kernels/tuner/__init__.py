@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import tuning
+from tpu_kernels import tuning, wiring
 from tpu_kernels.bench import timing
 from tpu_kernels.bench.device import Device
 from tpu_kernels.bench.device import resolve as resolve_device
@@ -208,7 +208,7 @@ def _online(op: Any, args: tuple, kwargs: dict) -> bool:
     return True
 
 
-lookup.ONLINE_TUNER[0] = _online
-lookup.BORROW_CHECK[0] = check_borrowed
+wiring.install("online_tuner", _online)
+wiring.install("borrow_check", check_borrowed)
 
 __all__ = ["Lines", "Outcome", "Progress", "TuningResult", "autotune", "capture", "tune_calls", "tune_op"]

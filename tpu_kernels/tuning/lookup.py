@@ -28,7 +28,7 @@ In eager mode a chosen config is first checked against the call's shapes with th
 `eval_shape` (a trace, no compile; once per shapes, dtypes and float32 matmul precision, at
 that precision): a config the kernel refuses at this shape falls back to the defaults with a
 note. A config borrowed from the nearest
-bucket is also run once and judged (`BORROW_CHECK`, registered by the tuner). Under
+bucket is also run once and judged (the tuner's `borrow_check` hook: `wiring.HOOKS`). Under
 torch.compile the bucket of a symbolic size is found by comparisons, so the graph gets range guards (`257 <= s0 <= 512`),
 recompiling once per bucket, and only for ops with entries on this chip.
 
@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import _compat
+from tpu_kernels import _compat, wiring
 from tpu_kernels.dispatch.autocast import dtype_under
 from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.runtime import precision
@@ -113,12 +113,6 @@ class _Overlay:
 _OVERLAYS: contextvars.ContextVar[tuple[_Overlay, ...]] = contextvars.ContextVar(
     "tpu_kernels_tuning_overlays", default=()
 )
-ONLINE_TUNER: list[Callable[..., Sequence[tables.Entry]] | None] = [None]
-"""Set by `tpu_kernels.tuner` when imported: tunes one call (`TPU_KERNELS_AUTOTUNE=1`)."""
-BORROW_CHECK: list[Callable[[Any, tuple, dict], str] | None] = [None]
-"""Set by `tpu_kernels.tuner` when imported: runs a call with a config borrowed from the
-nearest bucket and judges its result; -> why it is not right ("" when it is)."""
-_ONLINE_MODULE = "tpu_kernels.tuner"
 _TUNED: dict[str, Tuned] = {}  # every op's lookup, by name (the traced path finds it by name)
 
 
@@ -611,12 +605,7 @@ class Tuned:
         when nothing can check it: no checker registered, or a tuning run is capturing calls)."""
         if capture.ACTIVE or self.online_target is None:
             return ""
-        if BORROW_CHECK[0] is None:
-            import importlib
-
-            importlib.import_module(_ONLINE_MODULE)  # registers itself (layers: the core names no tuner)
-        checker = BORROW_CHECK[0]
-        return checker(self.online_target, args, kwargs) if checker is not None else ""
+        return wiring.hook("borrow_check")(self.online_target, args, kwargs)  # the tuner's (wiring.HOOKS)
 
     def _config(self, entry: tables.Entry, chip: str) -> dict[str, Any] | None:
         t = self.tunables
@@ -634,13 +623,7 @@ class Tuned:
         return config
 
     def _tune_online(self, args: tuple, kwargs: dict, chip: str) -> bool:
-        tuner = ONLINE_TUNER[0]
-        if tuner is None:
-            import importlib
-
-            importlib.import_module(_ONLINE_MODULE)  # registers itself (layers: the core names no tuner)
-            tuner = ONLINE_TUNER[0]
-        return bool(tuner(self.online_target, args, kwargs))
+        return bool(wiring.hook("online_tuner")(self.online_target, args, kwargs))  # the tuner's (wiring.HOOKS)
 
     def _fill_traced(self, args: tuple, kwargs: dict) -> dict:
         """Under torch.compile: the same choice, made at trace time and kept as constants."""

@@ -11,9 +11,10 @@ the benchmarks read this registry, so a new device is one module plus its regist
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import Any
+
+from tpu_kernels import wiring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _load() -> dict[str, DeviceSpec]:
     global _loaded
     if not _loaded:
         for name in _BUILT_IN:
-            importlib.import_module(f"tpu_kernels.runtime.devices.{name}")
+            wiring.load(f"tpu_kernels.runtime.devices.{name}")
         _loaded = True
     return _DEVICES
 

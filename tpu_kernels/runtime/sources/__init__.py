@@ -19,10 +19,10 @@ language means one module here plus its registration (docs/adding-a-device.md).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tpu_kernels import wiring
 from tpu_kernels.runtime.cache import CacheInfo
 
 
@@ -79,7 +79,7 @@ def template_backends() -> tuple[str, ...]:
 
 def _language_of(fn: Any) -> tuple[Language, Any]:
     for lang in _LANGUAGES:
-        module = importlib.import_module(lang.module)
+        module = wiring.registered(lang.module)
         if module.recognizes(fn):
             return lang, module
     raise AssertionError("unreachable: the JAX language recognises every function")  # pragma: no cover
