@@ -233,3 +233,39 @@ def test_no_dated_measurement_logs(page):
     dates = re.findall(r"\b20\d\d-[01]\d-[0-3]\d\b", prose)
     loads = re.findall(r"load average (?:of |at |about )?\d", prose)
     assert not dates and not loads, f"{page.name}: dated or load-stamped prose: {dates + loads}"
+
+
+_MEASURED = re.compile(
+    r"\b\d+(\.\d+)?(-\d+(\.\d+)?)?\s?(us|ms|ns)\b"  # a time
+    r"|\b(\d+\.\d+|\d+(\.\d+)?-\d+(\.\d+)?)x (XLA|JAX|faster|slower|of)\b"  # a measured speed ratio (2x: a rule)
+    r"|\b\d+(\.\d+)?(-\d+(\.\d+)?)?% of (HBM|the) peak"  # a share of a peak
+)
+# Figures a generated table or a report prints (their strings are formats, not figures).
+_FIGURE_WRITERS = {"docs_perf.py", "docs_tables.py"}
+
+
+def test_the_packages_docstrings_and_comments_state_rules_not_measured_figures():
+    """Issue 61: measured figures live in records and generated tables (docs/performance.md);
+    a docstring or comment that quotes one ("384 to 377 us") ages with every run. They say
+    the rule and name the record instead. Hardware specs (peaks in TF/s and GB/s) are not
+    measurements. Comments and string tokens are scanned; f-strings (messages, reports) are not."""
+    import io
+    import tokenize
+
+    found = []
+    for path in sorted((ROOT / "tpu_kernels").rglob("*.py")):
+        rel = path.relative_to(ROOT / "tpu_kernels").as_posix()
+        if rel in _FIGURE_WRITERS or rel.startswith("mutate/"):
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and not tok.string.lstrip("rbRB").startswith(("f", "F"))):
+                for m in _MEASURED.finditer(tok.string):
+                    found.append(f"{rel}:{tok.start[0]}: {m.group(0)!r}")
+    assert not found, "measured figures in docstrings or comments (point to the record instead):\n" + "\n".join(found)
+
+
+def test_the_figure_scan_finds_times_ratios_and_shares():
+    for text in ("took 384 us", "2.15 ms", "0.4-3.5x faster", "1.3x XLA", "76% of HBM peak"):
+        assert _MEASURED.search(text), text
+    for text in ("197 TF/s bf16", "819 GB/s HBM", "4096^3", "block_ms=3", "within 2x of the floor"):
+        assert not _MEASURED.search(text), text

@@ -10,8 +10,8 @@ a schema derived from the signature, and registers:
 - an autograd formula (`autograd.register`), explicit, derived or absent.
 
 Ops are registered directly with `torch.library.Library` rather than through
-`torch.library.custom_op`: the custom_op wrapper adds about 8 us of Python per
-call (an aliasing check and a second call layer) that a kernel toolkit's hot
+`torch.library.custom_op`: the custom_op wrapper adds Python to every call (an
+aliasing check and a second call layer: bench/overhead.py) that a kernel toolkit's hot
 path cannot afford; the registrations are the same ones custom_op makes.
 """
 

@@ -69,7 +69,7 @@ widths and at most 64 tokens, so the section's machinery runs in seconds."""
 
 ROLES = ("q_proj", "kv_proj", "ffn_up", "ffn_down", "lm_head")
 DECODE, PREFILL = (1, 256), (512, 16384)
-MAX_FLOPS = 2e12  # ~11 ms at the v5e's bf16 peak
+MAX_FLOPS = 2e12  # a point's work: milliseconds at a v5e's bf16 peak, not seconds
 MAX_OPERAND = 1 << 30  # bytes of one input (the runner keeps four copies of a point's inputs)
 ATTN_HEADS, ATTN_SEQ = 8, 8192  # XLA's attention holds [heads, T, T] scores
 COUNTS = {"matmul": 42, "rows": 8, "softmax": 6, "attention": 6}

@@ -1,23 +1,22 @@
 """How the chip runner measures one point: compile verdict, time, error against float64.
 
 - Time: `n` calls issued back to back, one `block_until_ready` at the end, the minimum over
-  `rounds` of the mean per call. On the v5e development machine every jitted call costs
-  about 110 us of dispatch (gVisor), so a point whose time is within 2x of the measured
-  dispatch floor (`dispatch_floor`) is marked dispatch-bound: its time says little about the
-  kernel.
+  `rounds` of the mean per call. Every jitted call costs a dispatch (on the v5e development
+  machine, under gVisor, a large one: the record's `meta.dispatch_floor_s`), so a point whose
+  time is within 2x of the measured dispatch floor (`dispatch_floor`) is marked dispatch-bound:
+  its time says little about the kernel.
 - Dispatch-bound points: a point whose call is mostly dispatch is timed a second way too, n
   calls inside one program (`in_one_program`), so its row also shows the kernel's own time per
-  call (`time_in_program_s`) and the speeds from it. On the v5e each output buffer of a call adds
-  ~60 us of host time: the flash-attention template's forward, which returns (out, lse), took
-  190-200 us a call at sequence 1024-2048 against 125-150 us for JAX's (out alone), and 131-141
-  us returning out alone; 32 calls in one program gave 0.95-1.08x of JAX's kernel
+  call (`time_in_program_s`) and the speeds from it. Each output buffer of a call adds host time
+  on the v5e: a kernel returning two outputs (the flash-attention template's forward: out and
+  lse) loses per call to one returning one, and not in one program
   (bench/reports/chip_v5e_rows_probe.json).
 - Inputs on chip: where XLA compiled a cross-program prefetch into a function
   (`cross_program_prefetch`: an input copied into on-chip memory, which stays there for the next
   call of the same program with the same buffer), timing n calls with the very same inputs
   reads part of them from on-chip memory instead of HBM: XLA's dot at decode shapes then read
-  its weight "at" 930-990 GB/s, past the v5e's 819 GB/s HBM peak, and at 580-600 GB/s when the
-  calls cycled through distinct weights (bench/reports/chip_v5e_matmul_probe.json). A model
+  its weight faster than the HBM peak, and far slower when the calls cycled through distinct
+  weights (bench/reports/chip_v5e_matmul_probe.json). A model
   reads each layer's weights once per step, so such a point is timed cycling through `ROTATE`
   on-chip copies of its inputs (`copies`, `timed(..., sets=...)`), every side alike.
 - Error: normwise, ||y - ref|| / ||ref|| over the checked elements, where ref is computed on
@@ -166,7 +165,7 @@ IN_PROGRAM_CALLS = 32
 def in_one_program(fn: Callable, n: int = IN_PROGRAM_CALLS) -> Callable:
     """`fn` called n times inside one program (a `fori_loop`), returning the last call's
     outputs: timed, it costs one dispatch for n calls, so a point whose single call is mostly
-    the machine's ~120 us dispatch (and its cost per output buffer) shows the kernel's own time
+    the machine's dispatch (and its cost per output buffer) shows the kernel's own time
     per call. Each call's inputs pass an `optimization_barrier` together with its outputs, so
     XLA cannot hoist a call out of the loop as loop-invariant, nor drop one."""
 

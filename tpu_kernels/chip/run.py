@@ -152,7 +152,7 @@ def _time_in_program(row: dict[str, Any], fns: dict, args: list, rounds: int) ->
         if compiled is None:
             row[name]["in_program_error"] = error
             continue
-        try:  # rounds of ~50 ms: each call is n kernels already
+        try:  # rounds of round_s: each call is n kernels already
             row[name]["time_in_program_s"] = measure.timed(compiled, args, rounds=rounds, round_s=0.05) / n
         except Exception as e:  # a runtime failure is a verdict too
             row[name]["in_program_error"] = measure.error_text(e)
@@ -164,8 +164,8 @@ def _derive(row: dict[str, Any], floor_s: float, peaks: dict | None) -> None:
     """Share of peak, speed against each baseline, and the dispatch-bound flag: the kernel's
     time, or the time the point's work takes at the chip's peaks (its roofline time), under
     twice the dispatch floor. The floor is a one-output trivial function's; a call with more
-    buffers costs more (rmsnorm's two outputs: 180-290 us per call at 16 rows, kernel and XLA
-    alike, from run to run), so a point whose work is that small times the host either way."""
+    buffers costs more (rmsnorm's two outputs, kernel and XLA alike: the record's rows at few
+    rows show it), so a point whose work is that small times the host either way."""
     t = row["pallas"].get("time_s")
     if t is None:
         return

@@ -127,8 +127,7 @@ def recall_checks(
 
     Each tensor's identity with its record is checked first: it is the cheapest check that
     tells calls apart, and a call with fresh tensors (activations) fails it at once, before
-    the statics, the mode probes and the tensors' other reads (the checks of such a call took
-    1.5-1.6 us, now 0.3). The order changes no answer: every check still runs before an array
+    the statics, the mode probes and the tensors' other reads. The order changes no answer: every check still runs before an array
     is returned."""
     records: list = []
     for i, ref in zip(tensor_idx, refs):

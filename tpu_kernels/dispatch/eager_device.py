@@ -4,8 +4,8 @@ torch's dispatcher.
 Through the dispatcher, an op on TPU tensors goes C++ -> Python three times: the autograd
 kernel, the op's TPU kernel, then the torch_tpu op that the TPU kernel calls (a second
 custom op: its own dispatch, aliasing check and Dynamo guard) before torch_tpu's
-`JaxCallable` launches the kernel. On the chip that path cost 250-370 us per tiny call, where
-a bare `jax_op` costs about 150 (bench/reports/torch_tpu_v5e.json, "per_call").
+`JaxCallable` launches the kernel: on the chip, well above what a bare `jax_op` costs
+(bench/reports/torch_tpu_v5e.json, "per_call", has both).
 
 When the dispatcher's choice is certain, as `eager.EagerCpuCall` decides it for the CPU:
 every tensor a plain strided tensor on this device, no gradient needed, no torch function or

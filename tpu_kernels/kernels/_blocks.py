@@ -44,9 +44,9 @@ def row_block(rows: int, target: int) -> int:
 # and the grid keeps at least MIN_STEPS steps where the input allows (`auto_rows`). On a v5e
 # (bench/reports/chip_v5e_tune.json, chip_v5e_rows_probe.json): the row kernels reach their
 # bandwidth plateau from 512 KiB blocks; rmsnorm's backward gains up to 2 MiB at wide rows (bf16
-# [4096, 14336]: 16-row blocks 65% of HBM peak, 32-row 73%, 64-row 76%), but a grid of few steps
-# loses its first read and last write to the pipeline's ends (f32 [1024, 16384]: 64 steps of 1 MiB
-# 74%, 32 of 2 MiB 69%).
+# [4096, 14336]: each doubling of the rows of a block, from 16 to 64, ran nearer the peak), but a
+# grid of few steps loses its first read and last write to the pipeline's ends (f32
+# [1024, 16384]: 32 steps of 2 MiB ran slower than 64 of 1 MiB).
 BLOCK_BYTES_MIN = 1 << 19
 BLOCK_BYTES_MAX = 1 << 21
 MIN_STEPS = 64
@@ -95,8 +95,8 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chun
     None when even one tile of rows does not fit (rows too wide for a whole-row block).
 
     The limit is raised rather than the block shrunk: on a v5e rmsnorm's backward in bf16 at
-    [8192, 4096] ran at 76% of HBM peak with the 64-row blocks that fit the default limit and
-    80% with 128-row (1 MiB) ones (bench/reports/chip_v5e_tune.json)."""
+    [8192, 4096] ran nearer the HBM peak with 128-row (1 MiB) blocks than with the 64-row ones
+    that fit the default limit (bench/reports/chip_v5e_tune.json)."""
     if export.is_symbolic_dim(rows) or export.is_symbolic_dim(cols):
         return 8 * SUBLANES
     tile = rows_tile(itemsize)
@@ -104,7 +104,7 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chun
         return None
     target = block_bytes(rows, cols, itemsize) / max(1, cols * itemsize)
     # a power of two: it divides the usual row counts (80-row blocks at [8192, 4096] bf16 ran
-    # rmsnorm's backward at 34% of HBM peak on a v5e where 64-row ones ran at 76%, when that
+    # rmsnorm's backward at less than half the speed of 64-row ones on a v5e, when that
     # backward still padded a partial last block with a copy; bench/reports/chip_v5e*.json)
     br = max(tile, 1 << (int(target).bit_length() - 1)) if target >= 1 else tile
     while br > tile and not _vmem.fits(footprint.need(br, cols, itemsize, chunk)):

@@ -129,8 +129,8 @@ def host_view(t: torch.Tensor) -> np.ndarray | jax.Array:
     zero-copy), else a DLPack import. Only for a call that finishes before the
     tensor can change: JAX treats a NumPy argument as immutable while it runs.
     The view is built from the data pointer rather than by `t.numpy()`, which
-    would mark `t`'s storage non-resizable for good; this costs about 0.5 us more
-    per tensor (bench/overhead.py's pieces).
+    would mark `t`'s storage non-resizable for good; this costs a little more per
+    tensor (bench/overhead.py's pieces time it).
     """
     typestr = _TYPESTR.get(t.dtype)
     if typestr is None:
@@ -182,8 +182,8 @@ class ViewCache:
     """tensor object -> its JAX view, for tensors passed again and again (weights).
 
     A tensor is cached the second time it is seen (same object, same memory):
-    caching costs a weak reference and a detached alias (about 20 us on our CPU),
-    which tensors seen once - fresh activations - should not pay. A one-off
+    caching costs a weak reference and a detached alias, more than a one-off view
+    (bench/overhead.py's pieces), which tensors seen once - fresh activations - should not pay. A one-off
     tensor costs a dict entry in a bounded table of recent sightings.
 
     Cached entries (`views`: id -> CachedView) are keyed by `id(tensor)`, with a weak

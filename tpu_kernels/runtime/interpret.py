@@ -5,9 +5,9 @@ them with JAX's `pallas_tpu_interpret_mode_context_manager` set, which every
 `pallas_call` consults. Two interpreters:
 
 - "fast" (default): plain interpret mode; the kernel body runs as ordinary JAX
-  ops on the CPU (about 0.2 ms for a small grid here).
+  ops on the CPU.
 - "tpu": the TPU-semantics interpreter (`pltpu.InterpretParams`): simulates
-  VMEM, DMAs and semaphores and can detect races (about 100x slower). Pass an
+  VMEM, DMAs and semaphores and can detect races (far slower). Pass an
   `InterpretParams` for its options, e.g. `InterpretParams(detect_races=True)`.
 
 The mode is part of the compilation cache key, so switching is safe. A call

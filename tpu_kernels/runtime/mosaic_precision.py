@@ -22,8 +22,8 @@ algorithm preset name ("BF16_BF16_F32_X3", ...) is left as it is: Mosaic accepts
 
 A kernel body that computes its float32 products with `dot(x, y)` (the shipped matmul does)
 gets what "high" asks for instead of HIGHEST: three bf16 passes, the split product XLA's dot
-computes at HIGH, at about half HIGHEST's cost (on a v5e at 4096^3: 2.15 ms against HIGHEST's
-4.25 ms and XLA's HIGH 2.18 ms). `requested()` says which name the body was asked for; it is a
+computes at HIGH, in half HIGHEST's passes (the v5e's times and errors:
+bench/reports/chip_v5e_matmul_probe.json). `requested()` says which name the body was asked for; it is a
 JAX user context, so a body traced for "high" is never reused where "highest" was asked.
 
 A dot with no float32 operand (bf16, integers, fp8) is lowered without a contract precision
@@ -127,9 +127,8 @@ def dot(x: jax.Array, y: jax.Array, *, preferred_element_type=None, contract: tu
     bf16 MXU passes, the product XLA's dot computes at HIGH: x = x_hi + x_lo with both halves
     bf16 (y likewise), and x_lo y_hi + x_hi y_lo + x_hi y_hi accumulated in float32. Mosaic
     refuses HIGH itself, and HIGHEST (what such a dot is raised to otherwise) costs six passes;
-    on a v5e at 4096^3 the three passes took 2.15 ms at 4.4e-6 normwise error against float64,
-    HIGHEST 4.25 ms at 1.2e-7, and XLA's dot at HIGH 2.18 ms at 1.3e-5
-    (bench/reports/chip_v5e_matmul_probe.json). Any other dtype or precision: `jnp.dot`."""
+    the three passes' time and error against HIGHEST's and XLA's dot at HIGH are in
+    bench/reports/chip_v5e_matmul_probe.json. Any other dtype or precision: `jnp.dot`."""
     if contract == (1, 0):
         one = jnp.dot
     else:

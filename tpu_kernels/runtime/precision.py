@@ -71,7 +71,7 @@ def current() -> str:
         if effective != global_:
             return TPU_TO_JAX[effective.name]
     # read through the torch module each call: torch_tpu replaces the function when it
-    # loads. About 0.25 us with the lookups above.
+    # loads (bench/overhead.py's pieces time the whole read).
     return TORCH_TO_JAX[torch.get_float32_matmul_precision()]
 
 

@@ -62,10 +62,10 @@ from tpu_kernels.tuner import body
 # MXU_EFFICIENCY from its bf16 matmul sweeps (162 compiled configs at 5 shapes, commits 4a855dd
 # and 453fcf7; its float32 sweep ran at one bf16 pass, not fitted); DISPATCH_FLOOR_S is
 # that record's own measure of a call's dispatch (`meta.dispatch_floor_s`), FLOAT32_MXU_FRACTION
-# bench/reports/chip_v5e.json's bf16 4096^3 (0.745 ms) over float32 at "highest" (4.27 ms).
+# bench/reports/chip_v5e.json's bf16 4096^3 time over float32's at "highest".
 # VPU_OPS_PER_CYCLE is assumed, not fitted (the row sweeps' residual is least at it, but they
-# cannot pin it; from 0.75 to 4 the choices stayed within 1.05x of the best at 7 of 8 groups).
-# 9 of 10 groups now; before (no vector work, no floor, 0.23 us, 0.87 and 0.85) 8 of 10. The record's table is in
+# cannot pin it: the choices hardly move across a wide range of it). How near the measured
+# best the model's choices come is bench/reports/chip_v5e_tuning_fit.json, tabled in
 # docs/autotuning.md, "Against a TPU v5e"; the shipped measured v5e matmul table, not this
 # model, decides at its shapes.
 STEP_OVERHEAD_S = 0.21e-6

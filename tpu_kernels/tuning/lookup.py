@@ -355,8 +355,8 @@ class Tuned:
         """Whether the call certainly runs the declared defaults because its chip has no entry:
         what `_resolve` would conclude ("other-chip", its note already given), without building
         the memo key (its shapes, dtypes, autocast and precision): matmul's table holds only v5e
-        entries, and its `fill` on CPU took 3.6-4.1 us, now 2.0 (1.4 of which are the two
-        `os.environ.get`s of unset variables). Only while nothing else could give the
+        entries, and a CPU call's `fill` then costs two environment reads and this check
+        (bench/overhead.py's pieces). Only while nothing else could give the
         call a config or a line: no overlay (whose entries may name this chip), online tuning
         off (it would tune this key), no lookup printing (it prints each distinct lookup); and
         only once a full lookup has given the note, so that it is still said once per op and
@@ -370,7 +370,7 @@ class Tuned:
         if not isinstance(t, torch.Tensor):
             return False  # None or a list: `_call_parts` finds the first tensor
         generation, chips = self._chips
-        chip = "cpu" if type(t) is torch.Tensor and t.is_cpu else chip_of(t.device)  # 0.04 us, not 0.3
+        chip = "cpu" if type(t) is torch.Tensor and t.is_cpu else chip_of(t.device)  # a CPU tensor: no device query
         return (
             generation == _GENERATION[0]
             and chip not in chips

@@ -31,8 +31,8 @@ about eps, far inside the tolerance).
 The switch is per thread (a ContextVar; new threads start from the environment
 default, read at import). When it is off, an op call pays one read of the
 module global `ARMED` (False unless the environment turned checking on or some
-thread is inside `checked()`): about 12 ns (timeit) against a call's 60 us
-(bench/overhead.py), too little for the per-call benchmark to resolve.
+thread is inside `checked()`): a few nanoseconds, too little for the per-call benchmark
+(bench/overhead.py) to resolve.
 
 An op's reference for checking is `op.check_reference` (a `tpu_kernels.Reference`):
 given with `check_reference=` (a torch function, or a `Reference` with its

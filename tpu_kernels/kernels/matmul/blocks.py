@@ -158,10 +158,10 @@ def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
     model prices within `TIE` of the least, and of those the largest output block (each
     operand is then read fewest times), then the squarest, then the smallest block_k (more K
     steps for the pipeline to hide a tile's first reads and last write behind), then the
-    cheapest. The model prices these within a few percent where the chip did not (bench/reports/
-    chip_v5e_tune.json, bf16): at 2048^3, (1024, 1024, 512), (1024, 512, 1024) and (1024, 1024,
-    1024) ran in 125, 161 and 156 us; at 8192x4096x14336, (1024, 1024, 1024) and (2048, 512,
-    512) in 5.13 and 5.35 ms. When no candidate fits (a row too wide), the smallest blocks."""
+    cheapest: the model prices such candidates within a few percent of each other where the
+    chip's sweeps (bench/reports/chip_v5e_tune.json) found them apart, so the tie goes to what
+    reads each operand fewest times. When no candidate fits (a row too wide), the smallest
+    blocks."""
     priced = []
     for bm in candidates(m, 128, BLOCK_CAP["m"]):  # (a dimension up to 256 is one whole block)
         for bn in candidates(n, 128, BLOCK_CAP["n"]):

@@ -13,7 +13,7 @@ no grid step depends on another, and both grids are marked "parallel"
 to the chip's VMEM with the body's float32 temporaries counted (`FORWARD`, `BACKWARD`).
 
 dw accumulated instead in one VMEM-resident block per part of a (parts, steps) grid ran
-0.4-3.5% faster on a v5e at five of six wide shapes (bench/reports/chip_v5e_rows_probe.json,
+a few percent faster on a v5e at most wide shapes (bench/reports/chip_v5e_rows_probe.json,
 probe "partials"), but its row blocks are indexed by two grid axes, one of them "arbitrary",
 which the sharding derivation (`tpu_kernels.sharding.derive`) rightly cannot tell apart from
 rows that depend on each other: the per-step partials keep the rows' sharding derivable.

@@ -12,9 +12,8 @@ the body walks each block's columns a chunk at a time (`chunk_for`): a running m
 of exp(x - m), rescaled by exp(m_old - m_new) when the max grows (online softmax), then
 exp(x - m) / l written chunk by chunk; the backward's row sum of dy * y likewise. The float32
 temporaries are then a chunk's, so a block of one sublane tile of rows fits VMEM up to 262144
-columns, and every row is read once and written once. On a v5e this took softmax at
-[512, 131072] from 67-70% of HBM peak (column-tiled) to 76%
-(bench/reports/chip_v5e_rows_probe.json).
+columns, and every row is read once and written once: on a v5e nearer the HBM peak than the
+column-tiled kernels at [512, 131072] (bench/reports/chip_v5e_rows_probe.json).
 
 Rows too wide even for that are column-tiled, with the same online statistics:
 
@@ -87,8 +86,8 @@ def _bwd_kernel(y_ref, dy_ref, dx_ref, *, chunk: int | None = None):
 CHUNK = 8192
 MIN_DIVIDING_CHUNK = CHUNK // 4
 """A dividing chunk narrower than this loses to CHUNK-wide ones and a narrower last one: on a v5e
-softmax at [1046, 128256] (128 x 1002 lanes: 768-column chunks, 167 steps a row) ran at 28% of
-HBM peak, where [882, 152064] (6912-column chunks) ran at 79% (bench/reports/chip_v5e_drawn.json)."""
+softmax at [1046, 128256] (128 x 1002 lanes: 768-column chunks, 167 steps a row) ran at a
+fraction of the speed of [882, 152064] (6912-column chunks) (bench/reports/chip_v5e_drawn.json)."""
 
 
 def chunk_for(cols: int) -> int | None:

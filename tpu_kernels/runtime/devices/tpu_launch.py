@@ -3,8 +3,8 @@
 Each call of torch_tpu's `JaxCallable` binds the call to the function's signature, turns
 every static into a hashable value, builds a string key of every shape and static, and
 looks up the kernel's MLIR fingerprint and output placeholders under that key before its
-C++ launch (`call_custom_kernel`). On a v5e that Python is most of the 150-200 us a tiny
-bare `jax_op` call costs (bench/reports/torch_tpu_profile_v5e.txt).
+C++ launch (`call_custom_kernel`). On a v5e that Python is most of what a tiny bare `jax_op`
+call costs (bench/reports/torch_tpu_v5e.json's "per_call", and the profile beside it).
 
 The eager shortcut (dispatch/eager_device.py) already holds a key of the same facts: the
 call's statics, and each tensor's shape and dtype. `DirectLaunch` remembers, per such key,

@@ -18,9 +18,8 @@ precision rather than one traced under `jax.default_matmul_precision`.
 
 Why "pallas" is the CPU default: it runs the Pallas code Helion generates for
 the TPU (through the interpreter), so a test on the CPU exercises the TPU
-code generation, and once jitted it is fast (about 0.5 ms per call for a
-256x256 softmax here, after a first call of 1-3 s for Helion's code
-generation). "eager" skips code generation (a few ms from the first call),
+code generation, and once jitted it is fast (the first call pays for Helion's
+code generation, later ones run the jitted program). "eager" skips code generation,
 accepts float64, and helps when debugging the algorithm itself; it does not
 exercise Pallas. Choose with `set_helion_cpu_mode`, `helion_cpu_mode(...)` or
 TPU_KERNELS_HELION_CPU=eager.
