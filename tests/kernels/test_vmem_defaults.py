@@ -271,7 +271,7 @@ def test_matmul_defaults_fill_the_mxu_and_fit_the_cap(itemsize, passes):
     and need more than the chip's default limit, so the kernel raises it."""
     bm, bn, bk = mm_blocks.default(8192, 8192, 8192, itemsize, passes)
     assert max(bm, bn) >= 1024 and min(bm, bn) >= 512 and bk >= 256
-    need = mm.vmem_need(bm, bn, bk, itemsize, passes)
+    need = mm_blocks.vmem_need(bm, bn, bk, itemsize, passes)
     assert _vmem.fits(need)
     assert need > _vmem.BUDGET  # so the limit is raised
 
@@ -286,11 +286,11 @@ def test_matmul_counts_the_passes_of_the_precision_in_effect(precision, want):
 
 
 def test_a_multi_pass_product_counts_its_split_blocks_and_per_pass_results():
-    one, three = mm.vmem_need(1024, 1024, 256, 4, 1), mm.vmem_need(1024, 1024, 256, 4, 3)
+    one, three = mm_blocks.vmem_need(1024, 1024, 256, 4, 1), mm_blocks.vmem_need(1024, 1024, 256, 4, 3)
     ab = 2 * 1024 * 256
     assert three - one == 2 * 1024 * 1024 * 4 + ab * 8
     # a float32 result accumulates in its output block: no scratch beside it
-    assert mm.vmem_need(1024, 1024, 256, 2, 1) - mm.vmem_need(1024, 1024, 256, 4, 1) == (
+    assert mm_blocks.vmem_need(1024, 1024, 256, 2, 1) - mm_blocks.vmem_need(1024, 1024, 256, 4, 1) == (
         1024 * 1024 * 4 - 2 * (ab + 1024 * 1024) * 2)
 
 

@@ -43,13 +43,6 @@ from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is
 from tpu_kernels.kernels.matmul import blocks
 from tpu_kernels.runtime import mosaic_precision
 
-# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles up
-# to the 1024-2048 blocks that matched XLA on a v5e (bench/reports/chip_v5e.json, "tune");
-# blocks larger than a dimension become the whole dimension (_block), and a config whose VMEM
-# need passes what a shipped kernel may ask for is refused (`blocks.vmem_need`, `_vmem.fits`).
-TUNE = {"block_m": [256, 512, 1024, 2048], "block_n": [256, 512, 1024, 2048], "block_k": [256, 512, 1024]}
-
-vmem_need = blocks.vmem_need  # the chip runner's sweeps read it beside TUNE
 
 
 def mxu_passes(dtype, precision: str | None = None) -> int:
