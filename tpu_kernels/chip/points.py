@@ -372,6 +372,7 @@ def attention_points(fa: Any, shapes, dtypes, causals, statics: dict, *, backwar
 
                 def check(inputs, out, causal=causal, scale=scale):
                     q, k, v = (a[0, 0] for a in inputs)
+                    out = out[0] if isinstance(out, (tuple, list)) else out  # a probe's (out, lse) variant
                     return _err(np.asarray(out)[0, 0], attention64(q, k, v, causal, scale)[0])
 
                 xla = {}
