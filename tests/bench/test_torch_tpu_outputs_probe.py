@@ -47,3 +47,23 @@ def test_torch_tpus_jax_op_takes_every_function():
     jax_op = torch_tpu_pallas().jax_op
     for name, fn in _probe().FUNCTIONS.items():
         assert jax_op(f"outputs_probe_test::{name}", fn) is not None
+
+
+def test_the_committed_v5e_record_holds_every_function_and_what_the_docs_say_of_it():
+    """bench/reports/torch_tpu_outputs_v5e.json (a chip run): a time for every function at each
+    shape, and the finding docs/devices.md states: at both sizes, a call with a second output
+    costs more than half again a one-output call, Pallas or XLA, column or full-size, and a 1-D
+    input costs no more than a 2-D one."""
+    import json
+
+    probe = _probe()
+    record = json.loads((ROOT / "bench" / "reports" / "torch_tpu_outputs_v5e.json").read_text())
+    assert record["kind"] == "torch_tpu_outputs_probe" and record["commit"]
+    assert set(record["per_call_us"]) == set(probe.SHAPES)
+    for label, row in record["per_call_us"].items():
+        assert set(row) == set(probe.FUNCTIONS) | {"rmsnorm"}, label
+        assert all(isinstance(v, float) for v in row.values()), (label, row)
+        for two, one in (("two_same", "one"), ("two_column", "one"), ("two_lanes", "one"), ("pallas_two", "pallas_one"),
+                         ("rmsnorm", "one")):
+            assert row[two] > 1.5 * row[one], (label, two, row)
+        assert row["vector_input"] <= 1.1 * row["row_input"], (label, row)
