@@ -79,6 +79,19 @@ def read_first(results: list) -> None:
     torch.stack([t.reshape(-1)[0].float() for t in flat]).cpu()
 
 
+def read_once(results: list) -> None:
+    """`settle` as few ops as it can: the first element of every tensor taken as a view (no op
+    each), stacked and read, one read per dtype. read_first casts each element first, a tiny op
+    per tensor, and where torch_tpu defers launches the host's tiny ops are time the device
+    waits through (bench/torch_tpu_wait_probe.py measures both)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for r in results:
+        for t in r if isinstance(r, (tuple, list)) else (r,):
+            by_dtype.setdefault(t.dtype, []).append(t.reshape(-1)[0])
+    for firsts in by_dtype.values():
+        torch.stack(firsts).cpu()
+
+
 def _bare_ops() -> dict[str, Any]:
     """Bare jax_ops of the shipped kernels' JAX halves and of plain jnp, as a torch_tpu user
     would write them."""
@@ -224,15 +237,11 @@ def _layer(rms: Callable, mm: Callable, dims: dict[str, int], attention: Callabl
     return run
 
 
-def measure_layer(
-    dims: dict[str, int],
-    rounds: int,
-    only: set[str] | None = None,
-    progress: Callable[[dict], None] | None = None,
-) -> dict[str, Any]:
-    """The layer's variants (`only`: those named) in eager and compiled, forward and forward +
-    backward, and each tpu_kernels variant's speed over torch_tpu's with the same attention.
-    `progress(figures so far)` after each measurement: the caller saves them."""
+def layer_setup(
+    dims: dict[str, int], only: set[str] | None = None
+) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, Callable], dict[str, Any]]:
+    """The layer's inputs, its output cotangent, its variants (`only`: those named) and a record
+    holding each variant's forward difference from torch_tpu's own layer."""
     from tpu_kernels.kernels import matmul, rmsnorm
 
     dev, dt = torch.device("tpu"), torch.bfloat16
@@ -267,7 +276,7 @@ def measure_layer(
     native = _layer(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), lambda a, b: a @ b, dims)
     variants = {"tpu_kernels": ours, "torch_tpu": native}
     g = torch.randn(t, d, device=dev, dtype=dt)
-    out: dict[str, Any] = {"dims": dims, "dtype": "bfloat16", "rounds": rounds}
+    out: dict[str, Any] = {"dims": dims, "dtype": "bfloat16"}
     try:  # attention the other way, the flash template's op, on both sides
         flash = flash_template_attention()
         variants["tpu_kernels_flash"] = _layer(
@@ -286,9 +295,24 @@ def measure_layer(
             if which != "torch_tpu":
                 diff = ((fn(*args).float() - ref).norm() / ref.norm()).item()
                 out[f"forward_difference_{which}_vs_torch_tpu"] = diff
-    compiled = {which: torch.compile(fn, backend="tpu") for which, fn in variants.items()}
+    return args, g, variants, out
+
+
+def time_layer(
+    args: list[torch.Tensor],
+    g: torch.Tensor,
+    variants: dict[str, Callable],
+    compiled: dict[str, Callable],
+    out: dict[str, Any],
+    rounds: int,
+    settle: Callable[[list], Any],
+    progress: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """Each variant in eager and compiled, forward and forward + backward, into `out`, with each
+    tpu_kernels variant's speed over torch_tpu's with the same attention."""
+    out["rounds"] = rounds
     # the output (forward) or every gradient (forward + backward, from torch.autograd.grad: no
-    # accumulation into .grad), one element of each read: the same on both sides
+    # accumulation into .grad), read by `settle`: the same on both sides
     tasks = [
         (m, w, k) for k in ("forward", "forward_backward") for m in ("eager", "compiled") for w in variants
     ]
@@ -309,9 +333,9 @@ def measure_layer(
             continue  # its forward failed to compile
         try:
             if kind == "forward":
-                us = per_call_us(fwd, n=5, rounds=rounds, settle=read_first)
+                us = per_call_us(fwd, n=5, rounds=rounds, settle=settle)
             else:
-                us = per_call_us(fwd_bwd, n=3, rounds=rounds, settle=read_first)
+                us = per_call_us(fwd_bwd, n=3, rounds=rounds, settle=settle)
             out[f"{mode}_{which}_{kind}_us"] = round(us, 1)
         except Exception as e:  # a compile failure is a finding: recorded, the other figures kept
             error_key = f"{mode}_{which}_error" if kind == "forward" else f"{mode}_{which}_{kind}_error"
@@ -324,6 +348,21 @@ def measure_layer(
         if progress is not None:
             progress(out)
     return out
+
+
+def measure_layer(
+    dims: dict[str, int],
+    rounds: int,
+    only: set[str] | None = None,
+    progress: Callable[[dict], None] | None = None,
+    settle: Callable[[list], Any] = read_first,
+) -> dict[str, Any]:
+    """The layer's variants (`only`: those named) in eager and compiled, forward and forward +
+    backward, and each tpu_kernels variant's speed over torch_tpu's with the same attention.
+    `progress(figures so far)` after each measurement: the caller saves them."""
+    args, g, variants, out = layer_setup(dims, only)
+    compiled = {which: torch.compile(fn, backend="tpu") for which, fn in variants.items()}
+    return time_layer(args, g, variants, compiled, out, rounds, settle, progress)
 
 
 def _ratio(v: float | None) -> str:
@@ -417,6 +456,18 @@ def _commit() -> str:
 JAX_RECORD = Path(__file__).resolve().parent / "reports" / "chip_v5e.json"
 
 
+def jax_us(f: Callable, xs: list, rounds: int, n: int = 5) -> float:
+    """Microseconds per call of `f` under jit: n calls then one wait, the best of `rounds`."""
+    c = jax.jit(f)
+    jax.block_until_ready(c(*xs))
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        jax.block_until_ready([c(*xs) for _ in range(n)])
+        best = min(best, (time.perf_counter() - t0) / n)
+    return round(best * 1e6, 1)
+
+
 def measure_pieces(dims: dict[str, int], rounds: int) -> dict[str, Any]:
     """The layer's kernels one at a time, at the layer's dims (bf16): each tpu_kernels op on TPU
     tensors, forward and forward + backward (`torch.autograd.grad`), against the same kernels
@@ -439,16 +490,6 @@ def measure_pieces(dims: dict[str, int], rounds: int) -> dict[str, Any]:
         f"rmsnorm {t}x{d}": (rmsnorm, jrms, [(t, d), (d,)], (t, d)),
         f"flash 1x{heads}x{t}x{hd}": (flash, jatt, [(1, heads, t, hd)] * 3, (1, heads, t, hd)),
     }
-
-    def jax_us(f: Callable, xs: list, n: int = 5) -> float:
-        c = jax.jit(f)
-        jax.block_until_ready(c(*xs))
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            jax.block_until_ready([c(*xs) for _ in range(n)])
-            best = min(best, (time.perf_counter() - t0) / n)
-        return round(best * 1e6, 1)
 
     def host_us(f: Callable, n: int = 5) -> float:
         t0 = time.perf_counter()
@@ -483,8 +524,8 @@ def measure_pieces(dims: dict[str, int], rounds: int) -> dict[str, Any]:
             "torch_forward_backward_us": round(per_call_us(fwd_bwd, n=5, rounds=rounds, settle=read_first), 1),
             "torch_forward_host_us": host_us(fwd),
             "torch_forward_backward_host_us": host_us(fwd_bwd),
-            "jax_forward_us": jax_us(twin, jx),
-            "jax_forward_backward_us": jax_us(vjp, jx + [jg]),
+            "jax_forward_us": jax_us(twin, jx, rounds),
+            "jax_forward_backward_us": jax_us(vjp, jx + [jg], rounds),
         }
         out["pieces"][name] = row
         print(f"  {name}: " + " ".join(f"{k}={v}" for k, v in row.items()), flush=True)

@@ -1,0 +1,187 @@
+"""How the torch layer's figures depend on how the benchmark waits and on torch_tpu's eager mode:
+a probe on the TPU v5e.
+
+The torch-on-TPU record (bench/reports/torch_tpu_v5e.json) times the decoder layer as n calls,
+then one element of each result read on the host (`read_first`: a cast per tensor, a stack, a
+copy to the host), then a wait, because torch_tpu's default eager mode (`DEFER_AND_FUSE`) defers
+launches until a value is read. The torch layer trails the chip runner's JAX layer from the same
+kernels, which JAX times with `block_until_ready` and no read. This probe separates the parts:
+
+  layer     the layer (the flash template's attention on both sides; the JAX layer's dims),
+            eager and compiled, forward and forward + backward, for each eager mode
+            (`DEFER_AND_FUSE`, `DEFER_NEVER`) and each way of waiting (`read_first`, `read_once`:
+            the first elements as views, one stack and one read per dtype)
+  settle    each way of waiting alone, on a forward + backward's results already computed
+  pieces    rmsnorm and one matmul at the layer's widths, each mode, `read_once`: the
+            tpu_kernels op, a bare `jax_op` of the same kernel (rmsnorm: returning (y, inv_rms),
+            and y alone), torch_tpu's own op, and the kernel under jit in JAX
+
+Writes the record to --out (bench/reports/torch_tpu_wait_v5e.json on the v5e). Runs where the
+TPU suite runs (docs/devices.md, "The TPU suite"):
+
+    python3 bench/torch_tpu_wait_probe.py --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch_on_tpu as bench  # noqa: E402  (the layer and its timing, shared with the record)
+
+SETTLES: dict[str, Callable[[list], Any]] = {"read_first": bench.read_first, "read_once": bench.read_once}
+
+
+def _modes() -> dict[str, Any]:
+    mode = torch.tpu.EagerMode  # type: ignore[attr-defined]
+    return {"DEFER_AND_FUSE": mode.DEFER_AND_FUSE, "DEFER_NEVER": mode.DEFER_NEVER}
+
+
+def measure_layer(dims: dict[str, int], rounds: int, save: Callable[[dict], None]) -> dict[str, Any]:
+    only = {"tpu_kernels_flash", "torch_tpu_flash"}
+    args, g, variants, setup = bench.layer_setup(dims, only)
+    compiled = {which: torch.compile(fn, backend="tpu") for which, fn in variants.items()}
+    out: dict[str, Any] = {"dims": dims, **setup, "runs": {}}
+    for mode_name, mode in _modes().items():
+        for settle_name, settle in SETTLES.items():
+            run: dict[str, Any] = {}
+            out["runs"][f"{mode_name} {settle_name}"] = run
+            with torch.tpu.set_eager_mode(mode):  # type: ignore[attr-defined]
+                bench.time_layer(args, g, variants, compiled, run, rounds, settle,
+                                 progress=lambda _: save(out))
+            print(mode_name, settle_name, json.dumps(run), flush=True)
+    # the settles alone, on results already computed and waited for
+    results = [torch.autograd.grad(variants["tpu_kernels_flash"](*args), args, g) for _ in range(3)]
+    bench.read_first(results)
+    bench.sync()
+    out["settle_alone_us"] = {}
+    for name, settle in SETTLES.items():
+        best = float("inf")
+        for _ in range(rounds + 2):
+            t0 = time.perf_counter()
+            settle(results)
+            bench.sync()
+            best = min(best, time.perf_counter() - t0)
+        out["settle_alone_us"][name] = round(best * 1e6, 1)
+    out["settle_alone_results"] = sum(len(r) for r in results)
+    save(out)
+    return out
+
+
+def _rmsnorm_y(x: jax.Array, w: jax.Array) -> jax.Array:
+    from tpu_kernels.kernels.rmsnorm import pallas
+
+    return pallas.rmsnorm(x, w)[0]
+
+
+def _rmsnorm_both(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    from tpu_kernels.kernels.rmsnorm import pallas
+
+    return pallas.rmsnorm(x, w)
+
+
+def _matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+    from tpu_kernels.kernels.matmul import pallas
+
+    return pallas.matmul(a, b)
+
+
+def measure_pieces(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str, Any]:
+    from tpu_kernels.kernels import matmul, rmsnorm
+
+    jax_op = torch.tpu.pallas.jax_op  # type: ignore[attr-defined]
+    t, d = dims["tokens"], dims["d"]
+    dev, dt = torch.device("tpu"), torch.bfloat16
+    x = torch.randn(t, d, device=dev).to(dt)
+    w = (1 + 0.1 * torch.randn(d, device=dev)).to(dt)
+    b = (torch.randn(d, d, device=dev) * d**-0.5).to(dt)
+    calls: dict[str, dict[str, Callable[[], Any]]] = {
+        f"rmsnorm {t}x{d}": {
+            "tpu_kernels": lambda: rmsnorm(x, w),
+            "jax_op (y, inv_rms)": lambda op=jax_op("wait_probe::rms_both", _rmsnorm_both): op(x, w),
+            "jax_op y": lambda op=jax_op("wait_probe::rms_y", _rmsnorm_y): op(x, w),
+            "torch_tpu": lambda: F.rms_norm(x, (d,), w, 1e-6),
+        },
+        f"matmul {t}x{d}x{d}": {
+            "tpu_kernels": lambda: matmul(x, b),
+            "jax_op": lambda op=jax_op("wait_probe::matmul", _matmul): op(x, b),
+            "torch_tpu": lambda: x @ b,
+        },
+    }
+    jx = jax.random.normal(jax.random.PRNGKey(0), (t, d), jnp.float32).astype(jnp.bfloat16)
+    jw = jnp.ones((d,), jnp.bfloat16)
+    jb = (jax.random.normal(jax.random.PRNGKey(1), (d, d), jnp.float32) * d**-0.5).astype(jnp.bfloat16)
+    jax_sides = {f"rmsnorm {t}x{d}": (_rmsnorm_y, (jx, jw)), f"matmul {t}x{d}x{d}": (_matmul, (jx, jb))}
+    out: dict[str, Any] = {"n": n, "settle": "read_once"}
+    for piece, sides in calls.items():
+        row: dict[str, Any] = {}
+        for mode_name, mode in _modes().items():
+            with torch.tpu.set_eager_mode(mode), torch.no_grad():  # type: ignore[attr-defined]
+                for side, f in sides.items():
+                    try:
+                        row[f"{mode_name} {side}"] = round(
+                            bench.per_call_us(f, n=n, rounds=rounds, settle=bench.read_once), 1
+                        )
+                    except Exception as e:  # a refusal is a finding too
+                        row[f"{mode_name} {side}"] = f"{type(e).__name__}: {e}"[:300]
+        fn, xs = jax_sides[piece]
+        row["jax jit"] = bench.jax_us(fn, list(xs), rounds, n=n)
+        out[piece] = row
+        print(piece, json.dumps(row), flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    import torch_tpu  # noqa: F401  (installs torch.tpu)
+
+    from tpu_kernels.runtime.devices import tpu as tpu_device
+
+    tpu_device.torch_tpu_pallas()
+    rows = {r["backward"]: r for r in json.loads(bench.JAX_RECORD.read_text())["layer"]["rows"]}
+    dims = {**rows[False]["dims"], "kv_heads": rows[False]["dims"]["heads"]}
+    record: dict[str, Any] = {
+        "kind": "torch_tpu_wait_probe",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "commit": os.environ.get("TPU_KERNELS_COMMIT", ""),
+        "device": torch.tpu.get_device_name(),  # type: ignore[attr-defined]
+        "versions": bench._versions(),
+        "jax_layer": {
+            "record": "bench/reports/chip_v5e.json",
+            "commit": rows[False]["commit"],
+            "forward_us": rows[False]["ours_ms"] * 1e3,
+            "forward_backward_us": rows[True]["ours_ms"] * 1e3,
+        },
+    }
+
+    def save(part: dict[str, Any] | None = None, key: str = "layer") -> None:
+        if part is not None:
+            record[key] = part
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+
+    record["pieces"] = measure_pieces(dims, args.rounds)
+    save()
+    measure_layer(dims, args.rounds, save)
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
