@@ -15,6 +15,9 @@ kernels, which JAX times with `block_until_ready` and no read. This probe separa
   pieces    rmsnorm and one matmul at the layer's widths, each mode, `read_once`: the
             tpu_kernels op, a bare `jax_op` of the same kernel (rmsnorm: returning (y, inv_rms),
             and y alone), torch_tpu's own op, and the kernel under jit in JAX
+  outputs   one program returning 1, 2, 4 or 8 arrays of the layer's [tokens, d], as a bare
+            `jax_op`, under `torch.compile(backend="tpu")` and in eager: what an output costs
+  jax_layer_now  the chip runner's JAX layer measured in this process, after the rest
 
 Writes the record to --out (bench/reports/torch_tpu_wait_v5e.json on the v5e). Runs where the
 TPU suite runs (docs/devices.md, "The TPU suite"):
@@ -145,6 +148,67 @@ def measure_pieces(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str, 
     return out
 
 
+OUTPUT_COUNTS = (1, 2, 4, 8)
+
+
+def _k_outputs(k: int) -> Callable:
+    """x * 2, x * 3, ...: k arrays (one array for k = 1), annotated as `jax_op` reads them."""
+
+    def fn(x):
+        outs = tuple(x * (i + 2) for i in range(k))
+        return outs if k > 1 else outs[0]
+
+    fn.__annotations__ = {"x": jax.Array, "return": tuple[(jax.Array,) * k] if k > 1 else jax.Array}
+    return fn
+
+
+def measure_outputs(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str, Any]:
+    """One program returning k outputs of x's shape ([tokens, d] bf16: x * 2, x * 3, ...), each
+    way a torch user launches one: a bare `jax_op`, `torch.compile(backend="tpu")`, and the k
+    multiplies in eager; n calls and `read_once` of every output, in the default eager mode.
+    What an output costs beyond a jax_op: whether a compiled program pays it too (a compiled
+    forward + backward's programs return every saved activation and gradient)."""
+    jax_op = torch.tpu.pallas.jax_op  # type: ignore[attr-defined]
+    x = torch.randn(dims["tokens"], dims["d"], device="tpu").to(torch.bfloat16)
+    out: dict[str, Any] = {"shape": [dims["tokens"], dims["d"]], "dtype": "bfloat16", "n": n, "settle": "read_once"}
+    for k in OUTPUT_COUNTS:
+
+        def eager(x: torch.Tensor, k: int = k) -> tuple[torch.Tensor, ...]:
+            return tuple(x * (i + 2) for i in range(k))
+
+        ways = {
+            "jax_op": jax_op(f"wait_probe::outputs_{k}", _k_outputs(k)),
+            "compiled": torch.compile(eager, backend="tpu"),
+            "eager": eager,
+        }
+        row: dict[str, Any] = {}
+        for way, f in ways.items():
+            try:
+                row[way] = round(bench.per_call_us(lambda f=f: f(x), n=n, rounds=rounds, settle=bench.read_once), 1)
+            except Exception as e:  # a refusal is a finding too
+                row[way] = f"{type(e).__name__}: {e}"[:300]
+        out[str(k)] = row
+        print("outputs", k, json.dumps(row), flush=True)
+    return out
+
+
+def measure_jax_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
+    """The chip runner's JAX layer (tpu_kernels/chip/layer.py) at its dims, in this process after
+    the torch layer: the same kernels, chip and versions as the torch figures, where `jax_layer`
+    is the committed record's (another run, maybe another commit)."""
+    from tpu_kernels.chip import layer as jax_layer
+
+    out: dict[str, Any] = {}
+    for backward, kind in ((False, "forward"), (True, "forward_backward")):
+        try:
+            row = jax_layer.measure_layer(dims, backward=backward, rounds=rounds, floor_s=0.0, statics={})
+            out[f"{kind}_us"] = round(row["ours_ms"] * 1e3, 1) if "ours_ms" in row else None
+            out[f"{kind}_row"] = row
+        except Exception as e:  # recorded: the torch figures before it stand
+            out[f"{kind}_error"] = f"{type(e).__name__}: {e}"[:1500]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -177,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
     record["pieces"] = measure_pieces(dims, args.rounds)
+    save()
+    record["outputs"] = measure_outputs(dims, args.rounds)
+    save()
+    record["jax_layer_now"] = measure_jax_layer(rows[False]["dims"], args.rounds)
     save()
     measure_layer(dims, args.rounds, save)
     save()

@@ -273,3 +273,33 @@ def test_a_launch_is_remembered_under_the_key_torch_tpus_jax_callable_builds():
         assert len(set(keys)) == 2  # a static is part of the key
         assert direct.known(("key",)) is None and not direct._launches
     assert DirectLaunch.for_callable(object(), (0,)) is None  # not a JaxCallable: the public path
+
+
+def test_a_call_without_residuals_launches_a_kernel_returning_the_visible_outputs_alone():
+    """A plain TPU call needs no gradient, so an op with residuals (rmsnorm's inv_rms) launches
+    its kernel returning the visible outputs alone: each output of a launch costs torch_tpu
+    about a whole call more (bench/reports/torch_tpu_outputs_v5e.json). Here the real jax_op's
+    fake traces and exports that kernel for the TPU: one output, y's shape and dtype; the eager
+    shortcut launches it, and an op whose outputs are all visible has no such kernel."""
+    pytest.importorskip("torch_tpu")
+    from tpu_kernels.dispatch.eager_device import EagerDeviceCall
+    from tpu_kernels.kernels import scale_add
+
+    kernel = rmsnorm._kernels["PrivateUse1"]
+    assert kernel.visible_only and kernel.n_visible == 1 and kernel.n_outputs == 2
+    op = kernel.visible_op("default")
+    fn = kernel._visible_callable["default"]
+    assert type(fn).__name__ == "JaxCallable" and kernel._visible_direct["default"] is not None
+    mode = FakeTensorMode()
+    x, w = (mode.from_tensor(torch.randn(*s).to(torch.bfloat16)) for s in ((16, 256), (256,)))
+    with mode:
+        y = op(x, w, eps=1e-6, block_rows=None)
+    assert isinstance(y, torch.Tensor) and y.shape == x.shape and y.dtype == x.dtype
+    shortcut = EagerDeviceCall.for_op(rmsnorm, "PrivateUse1", "tpu")
+    assert shortcut.launch == kernel.launch_visible and shortcut.n_visible == 1
+
+    other = scale_add._kernels["PrivateUse1"]
+    assert not other.visible_only
+    with pytest.raises(ValueError, match="every output is visible"):
+        other.visible_op("default")
+    assert EagerDeviceCall.for_op(scale_add, "PrivateUse1", "tpu").launch == other.launch

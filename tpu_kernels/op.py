@@ -362,11 +362,15 @@ class KernelOp:
             tpu = self._eager_tpu
             if tpu is not None and args and type(args[0]) in _PLAIN and args[0].device.type == "tpu":
                 out = tpu.try_call(args, kwargs)  # the CPU shortcut would decline it
+                if out is not eager.DECLINED:
+                    return out  # the TPU shortcut returns the visible outputs (eager_device.py)
             else:
                 if self._eager_cpu is not None:
                     out = self._eager_cpu.try_call(args, kwargs)
                 if out is eager.DECLINED and tpu is not None:
                     out = tpu.try_call(args, kwargs)
+                    if out is not eager.DECLINED:
+                        return out
         if out is eager.DECLINED:
             self.signature.check_call(args, kwargs)
             out = checked_mode.call(self, args, kwargs) if checked else self.overload(*args, **kwargs)

@@ -3,6 +3,8 @@ and float32, at every float32 matmul precision; opcheck; torch.compile; torch.fu
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -104,8 +106,9 @@ def test_matmul_at_every_float32_precision_setting(setting, dtype, tpu, figures)
 @pytest.mark.parametrize("family", sorted(SUITES))
 def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
     """The TPU eager shortcut (dispatch/eager_device.py): a plain call launches torch_tpu's
-    JaxCallable itself, and gives what the registered operator gives (the same compiled kernel:
-    equal bits), at every shape and dtype, padded or not; a call needing a gradient, or under a
+    JaxCallable itself, and gives what the registered operator gives without its residuals
+    (the same kernel: equal bits; an op with residuals launches it returning its visible outputs
+    alone), at every shape and dtype, padded or not; a call needing a gradient, or under a
     dispatch mode, goes through the dispatcher."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -123,7 +126,7 @@ def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
             took = shortcut.try_call(tuple(tensors), dict(fam.kwargs))
             assert took is not DECLINED, (name, dtype)
             took = took if isinstance(took, (tuple, list)) else (took,)
-            registered = fam.op.overload(*tensors, **fam.kwargs)
+            registered = fam.op._visible(fam.op.overload(*tensors, **fam.kwargs))  # no residuals
             registered = registered if isinstance(registered, (tuple, list)) else (registered,)
             for a, b in zip(took, registered, strict=True):
                 assert a.device == b.device and a.shape == b.shape and a.dtype == b.dtype
@@ -148,11 +151,15 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
     shortcut = fam.op._eager_tpu
     kernel = fam.op.device_kernel("PrivateUse1")
     kernel.inner_op()  # at the current matmul precision (this module's fixture: "highest")
-    direct = kernel._direct[precision.current()]
-    assert direct is not None, "torch_tpu's launch functions did not resolve: every call takes JaxCallable's path"
+    directs = [kernel._direct[precision.current()]]
+    if kernel.visible_only:  # the shortcut's calls launch the kernel without its residuals
+        kernel.visible_op()
+        directs.append(kernel._visible_direct[precision.current()])
+    assert None not in directs, "torch_tpu's launch functions did not resolve: every call takes JaxCallable's path"
     ran = []
-    real_run = direct.run
-    direct.run = lambda launch, values: ran.append(launch) or real_run(launch, values)
+    for direct in directs:
+        direct.run = functools.partial(lambda real, launch, values: ran.append(launch) or real(launch, values),
+                                       direct.run)
     try:
         for name, shape in fam.shapes.TEST.items():
             for dtype in DTYPES:
@@ -162,7 +169,7 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
                 again = shortcut.try_call(tensors, dict(fam.kwargs))
                 padded = shortcut.padded is not None and len(ran) == before
                 assert len(ran) == before + 1 or padded, (name, dtype)
-                registered = fam.op.overload(*tensors, **fam.kwargs)  # the dispatcher's launch
+                registered = fam.op._visible(fam.op.overload(*tensors, **fam.kwargs))  # the dispatcher's
                 for a, b, c in zip(*(o if isinstance(o, (tuple, list)) else (o,) for o in (first, again, registered)),
                                    strict=True):
                     assert a.shape == b.shape == c.shape and a.dtype == b.dtype == c.dtype
@@ -187,7 +194,8 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
                 out = shortcut.try_call((x, y), {"alpha": alpha})
                 torch.testing.assert_close(out.cpu(), x.cpu() + alpha * y.cpu(), msg=f"alpha={alpha}")
     finally:
-        del direct.run
+        for direct in directs:
+            del direct.run
     figures["direct_launches"] = len(ran)
     assert ran, "no call launched directly"
 

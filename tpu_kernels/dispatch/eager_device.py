@@ -11,7 +11,10 @@ When the dispatcher's choice is certain, as `eager.EagerCpuCall` decides it for 
 every tensor a plain strided tensor on this device, no gradient needed, no torch function or
 dispatch mode, no functorch transform, the dispatch state as at import, not compiling, and
 every static of its schema type, `KernelOp.__call__` calls the device's kernel itself, with
-the arguments the dispatcher would pass it. Its kernel, `TpuKernel.launch`, then calls
+the arguments the dispatcher would pass it. Such a call needs no residual, so where the op has
+residuals (rmsnorm's inv_rms, the flash template's lse) and the kernel can launch without them
+(`TpuKernel.launch_visible`), it does: torch_tpu's launch costs about a whole call more for each
+output (bench/reports/torch_tpu_outputs_v5e.json), and the residuals are dropped anyway. Its kernel, `TpuKernel.launch`, then calls
 torch_tpu's `JaxCallable` directly (`runtime.devices.tpu`), and a key it has launched before
 straight through torch_tpu's C++ launch (`runtime.devices.tpu_launch`). An op that pads to buckets pads
 here as through the dispatcher; a call whose key (statics, shapes, dtypes) does not pad is
@@ -59,7 +62,13 @@ class EagerDeviceCall:
     wrapper (runtime/devices/tpu_launch.py)."""
 
     def __init__(
-        self, kernel: Callable, params: list[Any], device_type: str, launch: Callable | None = None
+        self,
+        kernel: Callable,
+        params: list[Any],
+        device_type: str,
+        launch: Callable | None = None,
+        n_visible: int | None = None,
+        launch_visible: Callable | None = None,
     ) -> None:
         self.kernel = kernel
         self.device_type = device_type
@@ -70,7 +79,11 @@ class EagerDeviceCall:
         self._spec = call_spec(params)
         self.padded = kernel if isinstance(kernel, PaddedKernel) else None
         device_kernel = self.padded.kernel if self.padded is not None else kernel
-        self.launch = launch or self._call_kernel(device_kernel)
+        self.n_visible = n_visible
+        launch = launch or self._call_kernel(device_kernel)
+        if n_visible is not None and launch_visible is None:
+            launch = self._trimmed(launch)
+        self.launch = launch_visible or launch
         # keys of calls a bucketed op runs unpadded (whether a call pads depends only on its
         # statics, shapes and dtypes): the bucket check runs once per key
         self._unpadded: set[tuple] = set()
@@ -83,7 +96,11 @@ class EagerDeviceCall:
         if kernel is None or not shortcut_params(op):
             return None
         inner = kernel.kernel if isinstance(kernel, PaddedKernel) else kernel
-        return cls(kernel, op.signature.params, device_type, getattr(inner, "launch", None))
+        n_visible = op.n_visible if op.n_visible < op.signature.n_outputs else None
+        launch_visible = getattr(inner, "launch_visible", None) if getattr(inner, "visible_only", False) else None
+        return cls(
+            kernel, op.signature.params, device_type, getattr(inner, "launch", None), n_visible, launch_visible
+        )
 
     def _call_kernel(self, kernel: Callable) -> Callable[[tuple], Any]:
         n, names = self.n_positional, self.keywords
@@ -93,8 +110,22 @@ class EagerDeviceCall:
 
         return call
 
+    def _trim(self, out: Any) -> Any:
+        """The visible outputs of a kernel's full result."""
+        n = self.n_visible
+        if n is None:
+            return out
+        return out[0] if n == 1 else tuple(out[:n])
+
+    def _trimmed(self, launch: Callable[[tuple, tuple], Any]) -> Callable[[tuple, tuple], Any]:
+        def call(values: tuple, key: tuple) -> Any:
+            return self._trim(launch(values, key))
+
+        return call
+
     def try_call(self, args: tuple, kwargs: dict | None = None) -> Any:
-        """The op's result, or `DECLINED` (then the dispatcher decides)."""
+        """The op's result as a call returns it (its visible outputs, without residuals), or
+        `DECLINED` (then the dispatcher decides)."""
         values = complete_args(args, kwargs, self._spec)
         if values is None or _modes_active():
             return DECLINED
@@ -130,7 +161,7 @@ class EagerDeviceCall:
 
     def _padded_call(self, values: tuple) -> Any:
         n = self.n_positional
-        return self.padded(*values[:n], **dict(zip(self.keywords, values[n:])))  # type: ignore[misc]
+        return self._trim(self.padded(*values[:n], **dict(zip(self.keywords, values[n:]))))  # type: ignore[misc]
 
 
 __all__ = ["EagerDeviceCall"]

@@ -200,6 +200,7 @@ class TpuKernel:
         n_outputs: int,
         mutated: tuple[int, ...],
         returns_list: bool = False,
+        n_visible: int | None = None,
     ):
         self.qualname = qualname
         self.sig = sig
@@ -207,9 +208,17 @@ class TpuKernel:
         self.n_outputs = n_outputs
         self.mutated = mutated
         self.returns_list = returns_list
+        self.n_visible = n_outputs if n_visible is None else n_visible
+        # a call that needs no residual can launch a kernel returning the visible outputs alone
+        # (`launch_visible`): each output of a launch costs torch_tpu about a whole call more
+        self.visible_only = self.n_visible < n_outputs and not mutated and not returns_list
         self._inner: dict[str, Any] = {}  # JAX matmul precision -> torch_tpu op
         self._callable: dict[str, Any] = {}  # ... -> the op's JaxCallable (or the op)
         self._direct: dict[str, DirectLaunch | None] = {}  # ... -> its launches by call key
+        # the same three for the kernel that returns the visible outputs alone
+        self._visible_inner: dict[str, Any] = {}
+        self._visible_callable: dict[str, Any] = {}
+        self._visible_direct: dict[str, DirectLaunch | None] = {}
         self._slots = tensor_slots(sig.params)
         self._n_positional = sum(not p.keyword_only for p in sig.params)
         self._keywords = tuple(p.name for p in sig.params[self._n_positional :])
@@ -231,6 +240,30 @@ class TpuKernel:
                 self._callable[p] = jax_callable(op)
                 self._direct[p] = DirectLaunch.for_callable(self._callable[p], self._slots)
                 self._inner[p] = op
+            return op
+
+    def visible_op(self, matmul_precision: str | None = None) -> Any:
+        """The torch_tpu op of the kernel returning the op's visible outputs alone (its residuals
+        left inside the program), for a call that needs no gradient (`launch_visible`); built
+        once per precision, as `inner_op`."""
+        if not self.visible_only:
+            raise ValueError(f"{self.qualname}: every output is visible; use inner_op")
+        p = matmul_precision or precision.current()
+        with self._lock:
+            op = self._visible_inner.get(p)
+            if op is None:
+                full, n = precision.at_precision(self.fn, p), self.n_visible
+
+                def visible(**kwargs: Any) -> Any:
+                    out = full(**kwargs)
+                    return out[0] if n == 1 else tuple(out[:n])
+
+                visible.__name__ = f"{getattr(self.fn, '__name__', 'kernel')}_visible"
+                body = inner_function(self.sig, visible, n)
+                op = torch_tpu_pallas().jax_op(f"{self.qualname}__torch_tpu_{p}_visible", body)
+                self._visible_callable[p] = jax_callable(op)
+                self._visible_direct[p] = DirectLaunch.for_callable(self._visible_callable[p], self._slots)
+                self._visible_inner[p] = op
             return op
 
     def mesh_op(self, mesh: Any, input_specs: tuple, output_specs: tuple) -> Any:
@@ -299,6 +332,34 @@ class TpuKernel:
         except Exception as e:
             raise self._failed(e, values[:n], dict(zip(self._keywords, values[n:]))) from e
         return self.sig.pack(results if isinstance(results, (tuple, list)) else (results,), self.returns_list)
+
+    def launch_visible(self, values: tuple, key: tuple) -> Any:
+        """As `launch`, for a call whose result needs no residual (the eager shortcut's: no
+        gradient is needed): the visible outputs alone, as the op's call returns them, from
+        the kernel that returns only those (`visible_op`). The kernel computes the residuals
+        all the same; torch_tpu is spared their output buffers."""
+        p = precision.current()
+        fn = self._visible_callable.get(p)
+        if fn is None:
+            self.visible_op(p)
+            fn = self._visible_callable[p]
+        direct = self._visible_direct[p]
+        launch = direct.known(key) if direct is not None else None
+        n = self._n_positional
+        if launch is not None:
+            try:
+                results = direct.run(launch, values)  # type: ignore[union-attr]
+            except Exception as e:
+                raise self._failed(e, values[:n], dict(zip(self._keywords, values[n:]))) from e
+        else:
+            args, kwargs = values[:n], dict(zip(self._keywords, values[n:]))
+            try:
+                results = fn(*args, **kwargs)
+            except Exception as e:
+                raise self._failed(e, args, kwargs) from e
+            if direct is not None:
+                direct.remember(key, args, kwargs)
+        return results if self.n_visible == 1 else tuple(results)
 
     def _run(self, args: tuple, kwargs: dict, plain: bool) -> Any:
         """Launches the kernel at the current matmul precision. `plain`: every tensor argument
@@ -409,6 +470,7 @@ SPEC = devices.register(
             n_outputs=spec.signature.n_outputs,
             mutated=spec.mutated,
             returns_list=spec.returns_list,
+            n_visible=spec.n_visible,
         ),
         available=_available,
         synchronize=lambda: torch.accelerator.synchronize(),
