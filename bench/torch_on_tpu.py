@@ -404,10 +404,14 @@ def headline(record: dict[str, Any], suite: dict[str, Any]) -> str:
     if suite.get("lost"):  # scripts/tpu_suite_lost.py: a process's record rebuilt from its log
         lost = f"; {suite['lost']['tests']} from the run's log, figures lost"
     total = c["passed"] + c["failed"] + c["skipped"]
+    # a failure is said with its test file, not folded into the count
+    files = sorted({k.split("::")[0].rsplit("/", 1)[-1] for k, v in suite.get("tests", {}).items()
+                    if v.get("outcome") == "failed"})
+    failed = f"{c['failed']} failed, in {', '.join(files)}; " if c["failed"] else ""
     lines = [
         "| through torch on a TPU v5e (torch_tpu) | figure |",
         "|---|---|",
-        f"| TPU suite: tests passing | {c['passed']} of {total} ({c['skipped']} skipped{lost}) |",
+        f"| TPU suite: tests passing | {c['passed']} of {total} ({failed}{c['skipped']} skipped{lost}) |",
         f"| one {shape} float32 call within 1.1x a bare `jax_op` + 10 us: us (jax_op, torch_tpu) | "
         f"{len(met)} of {len(ops)}: {calls} |",
         f"| decoder layer (bf16, {d.get('tokens')} tokens, {d.get('d')} -> {d.get('ffn')}, GQA "

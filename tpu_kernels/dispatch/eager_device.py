@@ -13,14 +13,15 @@ dispatch mode, no functorch transform, the dispatch state as at import, not comp
 every static of its schema type, `KernelOp.__call__` calls the device's kernel itself, with
 the arguments the dispatcher would pass it. Such a call needs no residual, so where the op has
 residuals (rmsnorm's inv_rms, the flash template's lse) and the kernel can launch without them
-(`TpuKernel.launch_visible`), it does: torch_tpu's launch costs about a whole call more for each
-output (bench/reports/torch_tpu_outputs_v5e.json), and the residuals are dropped anyway. Its kernel, `TpuKernel.launch`, then calls
-torch_tpu's `JaxCallable` directly (`runtime.devices.tpu`), and a key it has launched before
-straight through torch_tpu's C++ launch (`runtime.devices.tpu_launch`). An op that pads to buckets pads
-here as through the dispatcher; a call whose key (statics, shapes, dtypes) does not pad is
+(`TpuKernel.launch_visible`), it does: a second output costs torch_tpu's launch about a whole
+call more (bench/reports/torch_tpu_outputs_v5e.json), and the residuals are dropped anyway.
+Its kernel, `TpuKernel.launch`, then calls torch_tpu's `JaxCallable` directly
+(`runtime.devices.tpu`), and a key it has launched before straight through torch_tpu's C++
+launch (`runtime.devices.tpu_launch`). An op that pads to buckets pads here as through the
+dispatcher; a call whose key (statics, shapes, dtypes) does not pad is
 remembered, so the bucket check runs once per key.
 
-Any other call goes through the dispatcher, unchanged. tests/test_eager_device.py holds the
+Any other call goes through the dispatcher, unchanged. tests/test_eager_properties.py holds the
 shortcut to the dispatcher's results and errors on CPU tensors (the class takes the device
 type it serves); the TPU suite does so on the chip (tests/tpu/test_ops.py).
 """
