@@ -80,10 +80,10 @@ def read_first(results: list) -> None:
 
 
 def read_once(results: list) -> None:
-    """`settle` as few ops as it can: the first element of every tensor taken as a view (no op
-    each), stacked and read, one read per dtype. read_first casts each element first, a tiny op
-    per tensor, and where torch_tpu defers launches the host's tiny ops are time the device
-    waits through (bench/torch_tpu_wait_probe.py measures both)."""
+    """`settle` in as few ops as it can: the first element of every tensor taken as a view (no
+    op each), stacked and read, one read per dtype, where read_first casts each element first
+    (a tiny op per tensor). bench/torch_tpu_wait_probe.py times the layer with both: the host's
+    reads overlap the chip's work, and the figures agree (docs/devices.md)."""
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for r in results:
         for t in r if isinstance(r, (tuple, list)) else (r,):
