@@ -303,3 +303,34 @@ def test_a_call_without_residuals_launches_a_kernel_returning_the_visible_output
     with pytest.raises(ValueError, match="every output is visible"):
         other.visible_op("default")
     assert EagerDeviceCall.for_op(scale_add, "PrivateUse1", "tpu").launch == other.launch
+
+
+def test_a_tpu_call_that_cannot_fit_the_chips_memory_is_refused_before_it_launches():
+    """torch_tpu reports a program too large for the chip only when a result is read, and not
+    always by name (docs/devices.md): a call whose arguments and outputs exceed the chip's
+    memory is refused first, naming the op, each output and the memory, with CUDA's
+    OutOfMemoryError class; nothing is launched (here no TPU exists, so reaching torch_tpu
+    would raise something else). A call that fits is remembered by its key and launched."""
+    from tpu_kernels.runtime.devices.tpu_memory import MemoryCheck, chip_bytes
+
+    kernel = matmul._kernels["PrivateUse1"]
+    kernel = getattr(kernel, "kernel", kernel)  # the TpuKernel inside a bucketed op's padding
+    a, b = torch.randn(512, 256), torch.randn(256, 1024)  # 0.5 + 1 MiB in, 2 MiB out
+    values = (a, b) + tuple(d for _, d in kernel._keyword_defaults)
+    check = MemoryCheck(kernel.qualname, kernel.sig, kernel.fn, memory=lambda: 3 << 20)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        check.check(values, ("key", 1))
+    msg = str(info.value)
+    print(msg)
+    assert msg.startswith("tpu_kernels::matmul: this call needs 3.50 MiB of TPU memory for its arguments (1.50 MiB)")
+    assert "outputs (float32[512, 1024] (2.00 MiB)), more than the chip's 3.00 MiB" in msg and "nothing was launched" in msg
+    big = MemoryCheck(kernel.qualname, kernel.sig, kernel.fn, memory=lambda: 4 << 20)
+    big.check(values, ("key", 1))  # fits: remembered
+    assert ("key", 1) in big._fits
+    kernel.memory.memory, before = (lambda: 3 << 20), kernel.memory.memory
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="tpu_kernels::matmul: this call needs"):
+            kernel.launch(values, ("test_tpu_memory", 1))
+    finally:
+        kernel.memory.memory = before
+    assert chip_bytes() is None  # no TPU here: no check at all

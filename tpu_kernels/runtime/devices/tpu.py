@@ -42,6 +42,7 @@ from tpu_kernels.definition.signature import Signature, static_key
 from tpu_kernels.errors import BackendUnavailableError, InvalidArgumentError, wrapping
 from tpu_kernels.runtime import devices, precision
 from tpu_kernels.runtime.devices.tpu_launch import DirectLaunch, tensor_slots
+from tpu_kernels.runtime.devices.tpu_memory import MemoryCheck
 
 # torch_tpu renames PrivateUse1 to "tpu" when it is imported; registering on the
 # dispatch key rather than the device name works whether or not it is loaded.
@@ -220,6 +221,7 @@ class TpuKernel:
         self._visible_callable: dict[str, Any] = {}
         self._visible_direct: dict[str, DirectLaunch | None] = {}
         self._slots = tensor_slots(sig.params)
+        self.memory = MemoryCheck(qualname, sig, fn)  # a new key's call that cannot fit the chip
         self._n_positional = sum(not p.keyword_only for p in sig.params)
         self._keywords = tuple(p.name for p in sig.params[self._n_positional :])
         self._keyword_set = frozenset(self._keywords)
@@ -315,12 +317,14 @@ class TpuKernel:
         (`__call__`).
 
         A key seen before launches torch_tpu's kernel directly (`tpu_launch.DirectLaunch`);
-        a new one goes through `JaxCallable`, which is then remembered under the key."""
+        a new one goes through `JaxCallable`, which is then remembered under the key, once
+        `tpu_memory.MemoryCheck` has found that it can fit the chip's memory."""
         p = precision.current()
         direct = self._direct.get(p)
         launch = direct.known(key) if direct is not None else None
         n = self._n_positional
         if launch is None:
+            self.memory.check(values, key)
             args, kwargs = values[:n], dict(zip(self._keywords, values[n:]))
             result = self._run(args, kwargs, True)
             direct = self._direct.get(p)  # built by the first call at this precision
@@ -352,6 +356,7 @@ class TpuKernel:
             except Exception as e:
                 raise self._failed(e, values[:n], dict(zip(self._keywords, values[n:]))) from e
         else:
+            self.memory.check(values, key)
             args, kwargs = values[:n], dict(zip(self._keywords, values[n:]))
             try:
                 results = fn(*args, **kwargs)
