@@ -17,12 +17,16 @@ kernels, which JAX times with `block_until_ready` and no read. This probe separa
             and y alone), torch_tpu's own op, and the kernel under jit in JAX
   outputs   one program returning 1, 2, 4 or 8 arrays of the layer's [tokens, d], as a bare
             `jax_op`, under `torch.compile(backend="tpu")` and in eager: what an output costs
-  jax_layer_now  the chip runner's JAX layer measured in this process, after the rest
+  jax_layer_now  the chip runner's JAX layer measured in this process, before the torch layer
+  profile   3 forward + backward calls of the compiled torch layer and of the JAX layer under a
+            jax.profiler trace: each program the chip ran, its count and device time, the
+            device's busy time against the wall time
 
-Writes the record to --out (bench/reports/torch_tpu_wait_v5e.json on the v5e). Runs where the
-TPU suite runs (docs/devices.md, "The TPU suite"):
+Writes the record to --out (bench/reports/torch_tpu_wait_v5e.json on the v5e; the profile alone,
+`--sections profile`, to torch_tpu_layer_profile_v5e.json). Runs where the TPU suite runs
+(docs/devices.md, "The TPU suite"):
 
-    python3 bench/torch_tpu_wait_probe.py --out FILE
+    python3 bench/torch_tpu_wait_probe.py --out FILE [--sections pieces,outputs,jax_layer_now,profile,layer]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -45,6 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch_on_tpu as bench  # noqa: E402  (the layer and its timing, shared with the record)
+
+SECTIONS = ("pieces", "outputs", "jax_layer_now", "profile", "layer")
+"""In the order they run; the layer last (its compiles are the longest)."""
 
 SETTLES: dict[str, Callable[[list], Any]] = {"read_first": bench.read_first, "read_once": bench.read_once}
 
@@ -192,10 +200,85 @@ def measure_outputs(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str,
     return out
 
 
+def device_programs(run: Callable[[], Any]) -> dict[str, Any]:
+    """What the chip ran during `run()`, from a jax.profiler trace of this process (torch_tpu's
+    programs run in the same libtpu): each program's name with its count and device time
+    (the device planes' "XLA Modules" events), the device's busy time, and the wall time."""
+    import time as _time
+
+    from tpu_kernels.bench.profile import DEVICE_PLANE, MODULE_LINE, trace
+
+    wall: list[float] = []
+
+    def timed() -> None:
+        t0 = _time.perf_counter()
+        run()
+        wall.append(_time.perf_counter() - t0)
+
+    profile = trace(timed)
+    programs: dict[str, dict[str, float]] = {}
+    for plane in profile.planes:
+        if not plane.name.startswith(DEVICE_PLANE):
+            continue
+        for line in plane.lines:
+            if line.name != MODULE_LINE:
+                continue
+            for event in line.events:
+                row = programs.setdefault(event.name, {"count": 0, "us": 0.0})
+                row["count"] += 1
+                row["us"] = round(row["us"] + event.duration_ns / 1e3, 1)
+    busy = round(sum(r["us"] for r in programs.values()), 1)
+    top = dict(sorted(programs.items(), key=lambda kv: -kv[1]["us"])[:40])
+    return {"wall_us": round(wall[0] * 1e6, 1), "device_busy_us": busy, "programs": len(programs),
+            "launches": sum(int(r["count"]) for r in programs.values()), "top": top}
+
+
+def profile_layers(dims: dict[str, int], calls: int = 3) -> dict[str, Any]:
+    """`calls` forward + backward calls of the compiled torch layer (flash template attention;
+    default eager mode) and of the chip runner's JAX layer under jit, each traced after a
+    warm-up: where the compiled torch layer's time goes against the JAX one's, on the chip."""
+    from tpu_kernels.chip import layer as jax_layer
+
+    args, g, variants, _ = bench.layer_setup(dims, {"tpu_kernels_flash"})
+    f = torch.compile(variants["tpu_kernels_flash"], backend="tpu")
+    out: dict[str, Any] = {"calls": calls}
+
+    def torch_calls() -> None:
+        results = [torch.autograd.grad(f(*args), args, g) for _ in range(calls)]
+        bench.read_once(results)
+        bench.sync()
+
+    try:
+        torch_calls()  # compiled and warm
+        out["torch_compiled"] = device_programs(torch_calls)
+    except Exception as e:
+        out["torch_compiled_error"] = f"{type(e).__name__}: {e}"[:1500]
+    try:
+        rng = np.random.default_rng(0)
+        jdims = {k: v for k, v in dims.items() if k != "kv_heads"}
+        host = jax_layer._inputs(jdims, rng)
+        jargs = [jax.device_put(a) for a in host]
+        cot = jax.device_put(rng.standard_normal(host[0].shape, dtype=np.float32).astype(jnp.bfloat16))
+        layer = jax_layer._layer(*jax_layer._kernels({}), dims["heads"], dims["head_dim"])
+
+        @jax.jit
+        def grads(*a):
+            return jax.vjp(layer, *a)[1](cot)
+
+        def jax_calls() -> None:
+            jax.block_until_ready([grads(*jargs) for _ in range(calls)])
+
+        jax_calls()
+        out["jax"] = device_programs(jax_calls)
+    except Exception as e:
+        out["jax_error"] = f"{type(e).__name__}: {e}"[:1500]
+    return out
+
+
 def measure_jax_layer(dims: dict[str, int], rounds: int) -> dict[str, Any]:
-    """The chip runner's JAX layer (tpu_kernels/chip/layer.py) at its dims, in this process after
-    the torch layer: the same kernels, chip and versions as the torch figures, where `jax_layer`
-    is the committed record's (another run, maybe another commit)."""
+    """The chip runner's JAX layer (tpu_kernels/chip/layer.py) at its dims, in this process: the
+    same kernels, chip and versions as the torch figures, where `jax_layer` is the committed
+    record's (another run, maybe another commit)."""
     from tpu_kernels.chip import layer as jax_layer
 
     out: dict[str, Any] = {}
@@ -213,7 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)")
     args = ap.parse_args(argv)
+    sections = args.sections.split(",")
+    if not set(sections) <= set(SECTIONS):
+        ap.error(f"--sections: {sorted(set(sections) - set(SECTIONS))} not among {list(SECTIONS)}")
     import torch_tpu  # noqa: F401  (installs torch.tpu)
 
     from tpu_kernels.runtime.devices import tpu as tpu_device
@@ -240,14 +328,22 @@ def main(argv: list[str] | None = None) -> int:
             record[key] = part
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
-    record["pieces"] = measure_pieces(dims, args.rounds)
-    save()
-    record["outputs"] = measure_outputs(dims, args.rounds)
-    save()
-    record["jax_layer_now"] = measure_jax_layer(rows[False]["dims"], args.rounds)
-    save()
-    measure_layer(dims, args.rounds, save)
-    save()
+    record["sections"] = sections
+    if "pieces" in sections:
+        record["pieces"] = measure_pieces(dims, args.rounds)
+        save()
+    if "outputs" in sections:
+        record["outputs"] = measure_outputs(dims, args.rounds)
+        save()
+    if "jax_layer_now" in sections:
+        record["jax_layer_now"] = measure_jax_layer(rows[False]["dims"], args.rounds)
+        save()
+    if "profile" in sections:
+        record["profile"] = profile_layers(dims)
+        save()
+    if "layer" in sections:
+        measure_layer(dims, args.rounds, save)
+        save()
     return 0
 
 

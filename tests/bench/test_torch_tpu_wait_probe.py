@@ -40,6 +40,20 @@ def test_each_program_of_k_outputs_returns_them_and_jax_op_takes_it():
         assert torch_tpu_pallas().jax_op(f"wait_probe_test::outputs_{k}", probe._k_outputs(k)) is not None
 
 
+def test_the_device_programs_of_a_traced_run_are_counted_from_its_profile():
+    """`device_programs` reads a jax.profiler trace's device planes; on a CPU there are none:
+    the run still runs once, timed, and no program is counted."""
+    import jax
+
+    probe = _probe()
+    f = jax.jit(lambda x: x @ x)
+    x = jnp.ones((64, 64))
+    ran = []
+    got = probe.device_programs(lambda: ran.append(f(x).block_until_ready()))
+    assert len(ran) == 1 and got["wall_us"] > 0
+    assert got["programs"] == got["launches"] == 0 and got["top"] == {} and got["device_busy_us"] == 0
+
+
 def test_both_ways_of_waiting_read_every_result_of_every_dtype():
     probe = _probe()
     results = [(torch.randn(4, 8), torch.randn(3).to(torch.bfloat16)), torch.randn(2, 2)] * 2
