@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -157,6 +158,7 @@ def measure_pieces(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str, 
 
 
 OUTPUT_COUNTS = (1, 2, 4, 8)
+OPS_LINE = "XLA Ops"  # a device plane's line of op events, beside bench/profile.py's MODULE_LINE
 
 
 def _k_outputs(k: int) -> Callable:
@@ -203,7 +205,9 @@ def measure_outputs(dims: dict[str, int], rounds: int, n: int = 10) -> dict[str,
 def device_programs(run: Callable[[], Any]) -> dict[str, Any]:
     """What the chip ran during `run()`, from a jax.profiler trace of this process (torch_tpu's
     programs run in the same libtpu): each program's name with its count and device time
-    (the device planes' "XLA Modules" events), the device's busy time, and the wall time."""
+    (the device planes' "XLA Modules" events), the device's busy time, the wall time, and the
+    ops' time by kind (the "XLA Ops" events, their names without the trailing number:
+    "fusion", "custom-call" for a Pallas kernel, "copy", ...)."""
     import time as _time
 
     from tpu_kernels.bench.profile import DEVICE_PLANE, MODULE_LINE, trace
@@ -217,20 +221,23 @@ def device_programs(run: Callable[[], Any]) -> dict[str, Any]:
 
     profile = trace(timed)
     programs: dict[str, dict[str, float]] = {}
+    kinds: dict[str, dict[str, float]] = {}  # the ops' time by kind ("fusion", "custom-call", ...)
     for plane in profile.planes:
         if not plane.name.startswith(DEVICE_PLANE):
             continue
         for line in plane.lines:
-            if line.name != MODULE_LINE:
+            if line.name not in (MODULE_LINE, OPS_LINE):
                 continue
             for event in line.events:
-                row = programs.setdefault(event.name, {"count": 0, "us": 0.0})
+                name = event.name if line.name == MODULE_LINE else re.sub(r"[.\d]+$", "", event.name)
+                row = (programs if line.name == MODULE_LINE else kinds).setdefault(name, {"count": 0, "us": 0.0})
                 row["count"] += 1
                 row["us"] = round(row["us"] + event.duration_ns / 1e3, 1)
     busy = round(sum(r["us"] for r in programs.values()), 1)
     top = dict(sorted(programs.items(), key=lambda kv: -kv[1]["us"])[:40])
     return {"wall_us": round(wall[0] * 1e6, 1), "device_busy_us": busy, "programs": len(programs),
-            "launches": sum(int(r["count"]) for r in programs.values()), "top": top}
+            "launches": sum(int(r["count"]) for r in programs.values()), "top": top,
+            "op_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["us"])[:30])}
 
 
 def profile_layers(dims: dict[str, int], calls: int = 3) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def test_the_device_programs_of_a_traced_run_are_counted_from_its_profile():
     ran = []
     got = probe.device_programs(lambda: ran.append(f(x).block_until_ready()))
     assert len(ran) == 1 and got["wall_us"] > 0
-    assert got["programs"] == got["launches"] == 0 and got["top"] == {} and got["device_busy_us"] == 0
+    assert got["programs"] == got["launches"] == 0 and got["top"] == got["op_kinds"] == {} and got["device_busy_us"] == 0
 
 
 def test_both_ways_of_waiting_read_every_result_of_every_dtype():
