@@ -100,3 +100,38 @@ def test_the_committed_v5e_record_holds_every_figure_and_what_the_docs_say_of_it
     now, committed = record["jax_layer_now"], record["jax_layer"]
     for kind in ("forward", "forward_backward"):
         assert abs(now[f"{kind}_us"] / committed[f"{kind}_us"] - 1) < 0.05, (kind, now, committed)
+
+
+def _ops(side: dict) -> list[tuple[str, str, float]]:
+    """(op, result type, us per call) of a profile side's top instructions."""
+    import re
+
+    out = []
+    for name, row in side["op_kinds"].items():
+        m = re.match(r"%\S+ = (\S+) (\S+?)\(", name)
+        if m:
+            out.append((m.group(2), m.group(1).split("{")[0], row["us"]))
+    return out
+
+
+def test_the_committed_layer_profile_shows_where_the_compiled_torch_layer_loses_time():
+    """bench/reports/torch_tpu_layer_profile_v5e.json (`--sections profile`, a chip run): three
+    forward + backward calls of the compiled torch layer and of the JAX layer, traced. What
+    docs/devices.md says of it: the chip is busy for most of the wall time on both sides, so the
+    torch layer's extra time is device time; the same kernels take the same time on both
+    sides; and the torch programs copy the FFN's weight-sized arrays, which the JAX program
+    does not."""
+    record = json.loads((ROOT / "bench" / "reports" / "torch_tpu_layer_profile_v5e.json").read_text())
+    assert record["kind"] == "torch_tpu_wait_probe" and record["sections"] == ["profile"] and record["commit"]
+    torch_side, jax_side = record["profile"]["torch_compiled"], record["profile"]["jax"]
+    for side in (torch_side, jax_side):
+        assert 0 < side["device_busy_us"] <= side["wall_us"] and side["device_busy_us"] > 0.9 * side["wall_us"], side
+    assert torch_side["device_busy_us"] > 1.1 * jax_side["device_busy_us"]
+    assert jax_side["programs"] == 1 and torch_side["programs"] > 1
+    torch_ops, jax_ops = _ops(torch_side), _ops(jax_side)
+    kernels = [sorted(us for op, _, us in ops if op == "custom-call")[-8:] for ops in (torch_ops, jax_ops)]
+    for a, b in zip(*kernels, strict=True):  # the eight longest kernels: the same time each
+        assert abs(a / b - 1) < 0.05, kernels
+    weight_copies = [t for op, t, _ in torch_ops if op == "copy" and t in ("bf16[4096,14336]", "bf16[14336,4096]")]
+    assert len(weight_copies) >= 2, torch_ops
+    assert not [t for op, t, _ in jax_ops if op == "copy"], jax_ops
