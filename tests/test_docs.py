@@ -269,3 +269,63 @@ def test_the_figure_scan_finds_times_ratios_and_shares():
         assert _MEASURED.search(text), text
     for text in ("197 TF/s bf16", "819 GB/s HBM", "4096^3", "block_ms=3", "within 2x of the floor"):
         assert not _MEASURED.search(text), text
+
+
+_CALL = re.compile(r"(?:torch\.ops\.)?tpu_kernels(?:\.|::)(?P<name>\w+)\((?P<params>[^()]*)\)")
+
+
+def _first_paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def _described_calls(text: str) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Each `tpu_kernels.<op>(...)` / `tpu_kernels::<op>(...)` call a text shows: the op's name,
+    the parameter names in order, and the values it names (`eps=1e-6`)."""
+    out = []
+    for m in _CALL.finditer(text):
+        names, values = [], {}
+        for part in (p.strip() for p in m["params"].split(",")):
+            if not part or part in ("*", "..."):
+                continue
+            name, _, value = part.partition("=")
+            names.append(name.strip())
+            if value:
+                values[name.strip()] = value.strip()
+        out.append((m["name"], names, values))
+    return out
+
+
+def test_each_ops_first_docstring_line_agrees_with_its_signature():
+    """Issue 61, item 4: the first paragraph of each shipped op's docstring and of its family's
+    module names the op's parameters in the signature's order and, where it names a default,
+    the default the signature has (a stale "block=256" once sat there); a paragraph that names
+    no values passes on its names alone."""
+    import ast
+    import importlib
+
+    from tpu_kernels.kernels import FAMILIES
+
+    ops = {}
+    texts = []
+    for fam in FAMILIES.values():
+        ops[fam.op.short_name] = fam.op
+        texts.append((fam.package, _first_paragraph(importlib.import_module(fam.package).__doc__)))
+        texts.append((fam.op.name, _first_paragraph(fam.op.__doc__)))
+        if fam.helion:
+            twin = fam.helion_op()
+            ops[twin.short_name] = twin
+            texts.append((fam.helion_module().__name__, _first_paragraph(fam.helion_module().__doc__)))
+    seen = 0
+    for where, text in texts:
+        for name, names, values in _described_calls(text):
+            op = ops.get(name)
+            assert op is not None, f"{where}: names tpu_kernels.{name}, which is no shipped op"
+            params = [p.name for p in op.signature.params]
+            assert names == params[: len(names)], f"{where}: {name}({', '.join(names)}) but the op takes {params}"
+            defaults = {p.name: p.default for p in op.signature.params}
+            for param, value in values.items():
+                assert ast.literal_eval(value) == defaults[param], (
+                    f"{where}: says {name}'s {param}={value}, the signature's default is {defaults[param]!r}"
+                )
+            seen += 1
+    assert seen >= len(FAMILIES) + sum(bool(f.helion) for f in FAMILIES.values())
