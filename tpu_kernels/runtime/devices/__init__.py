@@ -5,7 +5,10 @@ its torch device type, the dispatch key its kernels register on, how an op's JAX
 becomes its kernel there, whether it is available, and the benchmark's policy (clock,
 synchronisation, peaks for the roofline). The kernel sources (`sources/`), the Tokamax implementation choice and
 the benchmarks read this registry, so a new device is one module plus its registration
-(docs/adding-a-device.md).
+(docs/adding-a-device.md). The TPU's helpers sit beside it: `tpu_launch.py` (a call key seen
+before, launched straight through torch_tpu's C++ launch) and `tpu_memory.py` (a call that
+cannot fit the chip's memory, refused before it launches); `jax_exec.py` runs the CPU's and
+CUDA's kernels.
 """
 
 from __future__ import annotations
