@@ -1,6 +1,7 @@
 """Running a chip probe (bench/chip_*_probe.py) on the CPU as the TPU host would: torch blocked,
-Pallas in its interpreter, at the probe's small shapes."""
+Pallas in its interpreter, at the probe's small shapes; and loading a bench/ script as a module."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,3 +21,12 @@ def run_without_torch(script: str, out: Path, timeout: int = 300) -> list[dict]:
                           timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def load(script: str):
+    """bench/`script` imported as a module (bench/ is on sys.path, as when the script runs)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / "bench" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -2,7 +2,6 @@
 every function it times computes what its name says (the Pallas ones in the interpreter), and
 torch_tpu's real `jax_op` accepts each one's signature, as it must on the chip."""
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -11,14 +10,13 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
+from tests.bench import probes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("torch_tpu_outputs_probe", ROOT / "bench" / "torch_tpu_outputs_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return probes.load("torch_tpu_outputs_probe.py")
 
 
 def test_each_function_computes_what_its_name_says():

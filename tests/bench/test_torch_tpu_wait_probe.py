@@ -2,9 +2,7 @@
 launches computes what it says, torch_tpu's real `jax_op` takes it, and the committed v5e record
 holds every figure and the findings docs/devices.md states."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -12,16 +10,14 @@ import numpy as np
 import pytest
 import torch
 
+from tests.bench import probes
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench" / "reports" / "torch_tpu_wait_v5e.json"
 
 
 def _probe():
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("torch_tpu_wait_probe", ROOT / "bench" / "torch_tpu_wait_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return probes.load("torch_tpu_wait_probe.py")
 
 
 def test_each_program_of_k_outputs_returns_them_and_jax_op_takes_it():

@@ -263,8 +263,11 @@ class TpuKernel:
                 visible.__name__ = f"{getattr(self.fn, '__name__', 'kernel')}_visible"
                 body = inner_function(self.sig, visible, n)
                 op = torch_tpu_pallas().jax_op(f"{self.qualname}__torch_tpu_{p}_visible", body)
-                self._visible_callable[p] = jax_callable(op)
-                self._visible_direct[p] = DirectLaunch.for_callable(self._visible_callable[p], self._slots)
+                fn = jax_callable(op)
+                # its launches before the callable: `launch_visible` reads them without the
+                # lock, and a callable found means its launches are there
+                self._visible_direct[p] = DirectLaunch.for_callable(fn, self._slots)
+                self._visible_callable[p] = fn
                 self._visible_inner[p] = op
             return op
 
@@ -347,7 +350,7 @@ class TpuKernel:
         if fn is None:
             self.visible_op(p)
             fn = self._visible_callable[p]
-        direct = self._visible_direct[p]
+        direct = self._visible_direct.get(p)
         launch = direct.known(key) if direct is not None else None
         n = self._n_positional
         if launch is not None:
