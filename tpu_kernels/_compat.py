@@ -314,9 +314,9 @@ def helion_key_fn(kernel: Any) -> Any:
     return getattr(kernel, "_key_fn", None)
 
 
-def helion_tiles(kernel: Any, args: tuple) -> list[tuple[int, int]]:
+def helion_tiles(kernel: Any, args: tuple, config: Any = None) -> list[tuple[int, int]]:
     """(dimension size, block size) of each dimension a Helion kernel tiles (`hl.tile`) into
-    its grid for these arguments under its first config (or its default one), read from the
+    its grid for these arguments under `config` (None: its first config, or its default one), read from the
     bound kernel's config spec (`BlockSizeSpec.size_hint` and `block_id`, what Helion's
     autotuner reads) and its device IR's `grid_block_ids` (the outer `hl.tile`s: an inner
     loop's tile, such as a matmul's K, masks its partial last block and is left out). Every
@@ -326,7 +326,8 @@ def helion_tiles(kernel: Any, args: tuple) -> list[tuple[int, int]]:
     try:
         bound = kernel.bind(args)
         spec = bound.config_spec
-        config = kernel.configs[0] if kernel.configs else spec.default_config()
+        if config is None:
+            config = kernel.configs[0] if kernel.configs else spec.default_config()
         tiles = [
             (s.block_id, int(s.size_hint), int(config.block_sizes[s.block_id])) for s in spec.block_sizes
         ]
@@ -510,6 +511,28 @@ def wrap_helion_pallas_backend(dot_precision: Any, keep_matmul_dot_general: Any)
     return True
 
 
+def wrap_helion_dot_reference(wrap: Any) -> bool:
+    """Make Helion's eager reference mode run `wrap(original)` for `hl.dot`, where `original` is
+    the implementation Helion registered (`@_decorators.ref(dot)`, kept as the API function's
+    private `_ref_fn`, which reference mode calls), once for the process (a second call changes
+    nothing). False where this Helion keeps it elsewhere."""
+    try:
+        import helion.language as hl
+
+        original = hl.dot._ref_fn
+    except (ImportError, AttributeError):
+        return False
+    if original is None:
+        return False
+    if getattr(original, "_tpu_kernels_wrapped", False):
+        return True
+    wrapper = wrap(original)
+    wrapper._tpu_kernels_wrapped = True
+    wrapper.__wrapped__ = original
+    hl.dot._ref_fn = wrapper
+    return True
+
+
 def _wrap_context(name: str, around: Any) -> bool:
     original = get(name)
     if original is None:
@@ -654,6 +677,7 @@ __all__ = [
     "symbolic_terms",
     "term_factors",
     "torch_tpu_precision",
+    "wrap_helion_dot_reference",
     "wrap_helion_pallas_backend",
     "wrap_pallas_kernel_tracing",
 ]

@@ -28,14 +28,19 @@ Configs: a kernel with one `helion.Config` uses it. Autotuning runs only when
 asked: `tpu_kernel(..., autotune=True)` (Helion tunes on the first call per
 shape and keeps the result in its on-disk cache, so later processes reuse it)
 or `op.autotune(*example_args)`. Otherwise a kernel with no config uses
-Helion's default config, and one with several uses the first (with a warning).
+Helion's default config, and one with several takes them as a preference order: on the Pallas
+backend (the CPU's "pallas" mode, the TPU, the lowering check) each call runs the first whose
+blocks tile its shapes (Helion's Pallas backend runs whole blocks only: a tiled dimension must
+be at most its block or a multiple of it), chosen once per shape; on CUDA (Triton masks a
+partial block) the first. So a kernel can list large blocks first and small ones after, and
+keep large blocks wherever the shapes allow them (the shipped Helion twins do).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-import warnings
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +60,7 @@ from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.runtime.devices import cpu as cpu_device
 from tpu_kernels.runtime.devices import tpu as tpu_device
 from tpu_kernels.runtime.devices.jax_exec import JaxExecutor
+from tpu_kernels.runtime.sources import helion_eager
 from tpu_kernels.runtime.sources.helion_pallas import PerPrecision
 
 CPU_MODES = ("pallas", "eager")
@@ -276,31 +282,26 @@ class HelionSource:
     def __init__(
         self, name: str, kernel: Any, *, autotune: bool = False, float_only: frozenset[str] = frozenset()
     ) -> None:
-        import helion
         from helion.runtime.settings import RefMode
 
         _require_source(name, kernel.fn)
+        helion_eager.install()  # hl.dot in reference mode on CPU tensors (helion_eager says why)
         self.name = name
         self.kernel = kernel
         self.signature_fn = kernel.fn
         self.autotune_enabled = autotune
         overrides: dict[str, Any] = {}
         configs = list(kernel.configs)
+        # Without autotuning, several configs are a preference order (the module's docstring):
+        # the variants below are made with the first, and `ByShape` makes one per other config a
+        # call's shapes need.
+        self.configs: list[Any] = configs if not autotune and len(configs) > 1 else configs[:1]
         if not autotune:
             if not configs:
                 overrides["autotune_effort"] = "none"
             elif len(configs) > 1:
-                warnings.warn(
-                    f"{name}: the Helion kernel has {len(configs)} configs and autotune=False; using the "
-                    "first. Pass autotune=True to tune among them.",
-                    stacklevel=4,
-                )
-                kernel = helion.Kernel(
-                    kernel.fn,
-                    configs=configs[:1],
-                    settings=kernel.settings,
-                    key=_compat.helion_key_fn(kernel),
-                )
+                kernel = _with_config(kernel, configs[0])
+        self._overrides = overrides
         # The Pallas backend's variants: one per float32 dot precision (helion_pallas.PerPrecision).
         # Interpret mode runs on the CPU, and the same code through Helion's own launcher on CPU
         # tensors is what a TPU launches, less torch_tpu (tests/kernels/test_helion.py).
@@ -323,12 +324,19 @@ class HelionSource:
             if isinstance(tpu, PerPrecision)
             else self._pallas_variants(kernel, interpret=False, **overrides)
         )
+        # (where, config index) -> the Pallas variants with that config ("interpret", or a
+        # device's name, or "lowering"), the first config's made above
+        self._by_config: dict[tuple[str, int], PerPrecision] = {
+            ("interpret", 0): self.interpret_variants,
+            ("lowering", 0): self.tpu_variant,
+            **{(n, 0): v for n, v in self.device_variants.items() if isinstance(v, PerPrecision)},
+        }
+        self._by_config_lock = threading.Lock()
+        self._fitted: dict[tuple, int] = {}  # shape key -> the index of the config it runs
         # shape key -> the interpret variants with the config tuned for that shape
         self._tuned: dict[tuple, PerPrecision] = {}
         self._tiles_ok: set[tuple] = set()  # shape keys whose tiling check_tiles passed
-        self.jax_body = self._body(
-            lambda args: self._tuned.get(_shape_key(args), self.interpret_variants).traced()
-        )
+        self.jax_body = self._body(lambda args: self._interpret_for(args).traced())
         self.lowering_body = self._lowering_body()
         self._pallas: JaxExecutor | None = None
         # Parameters that must be floating point (the shipped kernels compute in float32 and
@@ -368,6 +376,45 @@ class HelionSource:
                     "(for example x.float())."
                 )
 
+    def config_index(self, values: list[Any]) -> int:
+        """The index in `configs` of the config a call with these arguments (torch tensors or
+        JAX arrays) runs on the Pallas backend: the first whose blocks tile every grid dimension
+        (`_fits`), or the first when none does (its call then fails `check_tiles`). Chosen once
+        per shape key."""
+        if len(self.configs) < 2:
+            return 0
+        key = _shape_key(values)
+        index = self._fitted.get(key)
+        if index is None:
+            kernel, args = self.interpret_variants.at("default"), _host_like(values)
+            index = next(
+                (i for i, c in enumerate(self.configs) if _fits(_compat.helion_tiles(kernel, args, c))), 0
+            )
+            if len(self._fitted) >= 1024:  # bounded, like the executors' caches
+                self._fitted.clear()
+            self._fitted[key] = index
+        return index
+
+    def variants(self, where: str, index: int) -> PerPrecision:
+        """The Pallas variants with config `index` for `where` ("interpret", "lowering", or a
+        device whose Helion backend is Pallas), made on first use."""
+        got = self._by_config.get((where, index))
+        if got is None:
+            with self._by_config_lock:
+                got = self._by_config.get((where, index))
+                if got is None:
+                    kernel = _with_config(self.kernel, self.configs[index])
+                    got = self._by_config[(where, index)] = self._pallas_variants(
+                        kernel, interpret=where == "interpret", **self._overrides
+                    )
+        return got
+
+    def _interpret_for(self, values: list[Any]) -> PerPrecision:
+        """The interpret variants a call with these arguments runs: its tuned config when
+        autotuning chose one, else its `config_index`."""
+        tuned = self._tuned.get(_shape_key(values))
+        return tuned if tuned is not None else self.variants("interpret", self.config_index(values))
+
     def check_tiles(self, values: list[Any]) -> None:
         """InvalidArgumentError for a call Helion's Pallas backend cannot tile: Helion 1.5 runs
         every grid `hl.tile` dimension (an outer tile; an inner loop's tile masks its last
@@ -377,8 +424,8 @@ class HelionSource:
         key = _shape_key(values)
         if key in self._tiles_ok:
             return
-        kernel = self._tuned.get(key, self.interpret_variants).at("default")  # the same tiles at each
-        for size, block in _compat.helion_tiles(kernel, tuple(values)):
+        kernel = self._interpret_for(values).at("default")  # the same tiles at each precision
+        for size, block in _compat.helion_tiles(kernel, _host_like(values)):
             if size > block and size % block:
                 shapes = ", ".join(
                     f"{n}={list(v.shape)}"
@@ -423,7 +470,7 @@ class HelionSource:
     def _lowering_body(self) -> Callable:
         """The TPU variant's JAX function (the check lowers it under an abstract TPU mesh), at the
         precision it is traced at."""
-        return self._body(lambda args: self.tpu_variant.traced())
+        return self._body(lambda args: self.variants("lowering", self.config_index(args)).traced())
 
     def kernels(self, spec: Any) -> dict[str, Callable]:
         if spec.mutates_args:
@@ -445,7 +492,10 @@ class HelionSource:
         out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
         for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
             device = devices.get(name)
-            kernel = TorchKernel(spec.name, spec.signature, self.device_variants[name], device.name, self)
+            variants = self.device_variants[name]
+            if isinstance(variants, PerPrecision):  # Pallas: the config by the call's shapes
+                variants = ByShape(self, name)
+            kernel = TorchKernel(spec.name, spec.signature, variants, device.name, self)
             out[device.dispatch_key] = _BackendChecked(kernel, backend)
         return out
 
@@ -531,6 +581,52 @@ class HelionSource:
     def cache_clear(self) -> None:
         if self._pallas is not None:
             self._pallas.cache.clear()
+
+
+class ByShape:
+    """A device's Pallas kernel that runs, per call, the source's config for the call's shapes
+    (`HelionSource.config_index`) at torch's precision now, after `check_tiles`."""
+
+    def __init__(self, source: HelionSource, device: str) -> None:
+        self.source, self.device = source, device
+
+    def __call__(self, *values: Any) -> Any:
+        self.source.check_tiles(list(values))
+        return self.source.variants(self.device, self.source.config_index(list(values)))(*values)
+
+
+def _with_config(kernel: Any, config: Any) -> Any:
+    """The same Helion kernel with `config` as its one config."""
+    import helion
+
+    return helion.Kernel(
+        kernel.fn, configs=[config], settings=kernel.settings, key=_compat.helion_key_fn(kernel)
+    )
+
+
+def _fits(tiles: list[tuple[int, int]]) -> bool:
+    """Whether Helion's Pallas backend runs these (size, block) tiles: each size at most its
+    block or a multiple of it."""
+    return all(size <= block or size % block == 0 for size, block in tiles)
+
+
+def _host_like(values: list[Any]) -> tuple:
+    """The arguments as Helion binds them to read their tiles: a CPU tensor as it is; a tensor
+    elsewhere or a JAX array (or tracer) as a CPU tensor of its shape and dtype that holds one
+    element (expanded: nothing of its size is allocated); other values as they are."""
+    import numpy as np
+
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            out.append(v)
+        elif isinstance(v, torch.Tensor) or (hasattr(v, "shape") and hasattr(v, "dtype")):
+            dtype = v.dtype if isinstance(v, torch.Tensor) else getattr(torch, np.dtype(v.dtype).name)
+            shape = tuple(int(d) for d in v.shape)
+            out.append(torch.empty((1,) * len(shape), dtype=dtype).expand(shape))
+        else:
+            out.append(v)
+    return tuple(out)
 
 
 class _BackendChecked:
