@@ -432,7 +432,7 @@ def test_the_config_of_a_bound_helion_kernel_is_live_and_a_moved_one_is_named():
     kernel = helion_ops.add_helion.source.interpret
     x = torch.randn(8, 128)
     kernel(x, x, 1.0)  # about 2 s: Helion's Pallas interpreter
-    assert _compat.helion_bound_config(kernel.bind((x, x, 1.0))).block_sizes == [8, 128]
+    assert _compat.helion_bound_config(kernel.bind((x, x, 1.0))).block_sizes == kernel.configs[0].block_sizes
     with pytest.raises(_compat.CompatError, match=r"builtins\.object\._config \(the config Helion chose"):
         _compat.helion_bound_config(object())
 
@@ -475,9 +475,13 @@ def test_assume_constant_result_sets_what_torchs_decorator_sets_without_importin
 def test_helion_tiles_reads_only_the_grid_tiles():
     """A matmul's K is an inner loop's tile (its partial last block is masked, so K=384 with
     256-wide blocks runs and is right): only M and N are grid tiles a call must fill."""
+    import helion
     import torch
 
     from tpu_kernels.kernels.helion_ops import matmul_helion
 
     a, b = torch.randn(64, 384), torch.randn(384, 192)
-    assert _compat.helion_tiles(matmul_helion.source.kernel, (a, b)) == [(64, 128), (192, 128)]
+    kernel = matmul_helion.source.kernel
+    first = kernel.configs[0].block_sizes  # under its first config, or the one given
+    assert _compat.helion_tiles(kernel, (a, b)) == [(64, first[0]), (192, first[1])]
+    assert _compat.helion_tiles(kernel, (a, b), helion.Config(block_sizes=[128, 64, 256])) == [(64, 128), (192, 64)]

@@ -158,7 +158,8 @@ def test_the_no_tiling_substitution_is_kept_only_where_it_computes_the_kernels_r
     assert not keep([(128, 256), (256, 128), (128, 128)], [256, 256, 256], "default")  # padded
     assert not keep([(128, 128)] * 3, [256, 256, 256], "default")  # padded
     assert not keep([(128, 128)] * 3, [128, 128, 128], "highest")  # its dot says "default"
-    variants = matmul_helion.source.interpret_variants
+    source = matmul_helion.source  # its config of 128-blocks: equal to a 128-square call's sizes
+    variants = source.variants("interpret", [list(c.block_sizes) for c in source.configs].index([128, 128, 128]))
     square, small = (rand(128, 128), rand(128, 128)), (rand(64, 256), rand(256, 64))
     assert "_matmul_dot_general=" in generated(variants.at("default"), square)
     assert "_matmul_dot_general=" not in generated(variants.at("highest"), square)

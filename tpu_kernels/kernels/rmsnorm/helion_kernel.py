@@ -11,14 +11,20 @@ neither two top-level tile loops in one kernel nor atomics. The dweight kernel
 holds every row of its column block at once, which bounds the rows it can take
 by VMEM; the Pallas rmsnorm backward (partial sums per row block) has no such
 bound. The pair also shows a composite backward (`def_backward(composite=True)`).
+
+The row kernels' configs are a preference order (runtime/sources/helion.py: each call runs the
+first that tiles its rows): blocks of 32 rows where the row count allows (a grid step costs about
+as much as moving a small block, bench/reports/helion_blocks_v5e.json), else 8.
 """
 
 import helion
 import helion.language as hl
 import torch
 
+ROWS = [helion.Config(block_sizes=[32]), helion.Config(block_sizes=[8])]
 
-@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[8]))
+
+@helion.kernel(backend="pallas", configs=ROWS)
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
     m, _ = x.size()
     out = torch.empty_like(x)
@@ -31,7 +37,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tuple[t
     return out, inv_rms
 
 
-@helion.kernel(backend="pallas", config=helion.Config(block_sizes=[8]))
+@helion.kernel(backend="pallas", configs=ROWS)
 def rmsnorm_dx(
     x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor, grad_y: torch.Tensor
 ) -> torch.Tensor:

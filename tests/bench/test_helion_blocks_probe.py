@@ -1,0 +1,56 @@
+"""bench/helion_blocks_probe.py (the Helion twins' block sizes through torch on a TPU) on a CPU:
+its sweep names blocks the shipped kernels' functions take, and the committed v5e record holds a
+figure or an error for every block it swept, with the twins' configs among them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench import probes
+from tpu_kernels.kernels.matmul import helion_kernel as matmul_kernel
+from tpu_kernels.kernels.rmsnorm import helion_kernel as rmsnorm_kernel
+from tpu_kernels.kernels.scale_add import helion_kernel as scale_add_kernel
+from tpu_kernels.kernels.softmax import helion_kernel as softmax_kernel
+
+pytest.importorskip("helion")
+
+RECORD = Path(__file__).resolve().parents[2] / "bench" / "reports" / "helion_blocks_v5e.json"
+SHIPPED = {
+    "add": scale_add_kernel.add,
+    "rmsnorm": rmsnorm_kernel.rmsnorm,
+    "softmax": softmax_kernel.softmax,
+    "matmul": matmul_kernel.matmul,
+}
+
+
+def test_the_record_holds_every_swept_block_of_every_section():
+    probe = probes.load("helion_blocks_probe.py")
+    record = json.loads(RECORD.read_text())
+    assert record["device"] == "TPU v5e" and record["commit"]
+    for section in ("add", "rmsnorm", "softmax", "matmul"):
+        rows = [r for r in record["rows"] if r["section"] == section]
+        pallas = [r for r in rows if r["kernel"] == "pallas"]
+        assert len(pallas) == 1 and pallas[0]["us"] > 0, section
+        for body in probe.BODIES[section]:
+            swept = [r["blocks"] for r in rows if r["kernel"] == body]
+            assert sorted(swept) == sorted(probe.BLOCKS[section]), (section, body)
+        for r in rows:
+            if r["kernel"] != "pallas":
+                # a figure and a result equal to the Pallas op's within bf16 rounding, or an error
+                assert ("us" in r and r["normwise_vs_pallas"] < 1e-2) or "error" in r, r
+
+
+def test_each_shipped_twins_configs_are_among_the_blocks_swept():
+    """The configs each twin ships were chosen from the sweep: every one was timed."""
+    record = json.loads(RECORD.read_text())
+    for section, kernel in SHIPPED.items():
+        swept = {tuple(r["blocks"]) for r in record["rows"] if r["section"] == section and "blocks" in r}
+        for config in kernel.configs:
+            assert tuple(config.block_sizes) in swept, (section, config)
+
+
+def test_the_probe_takes_the_shipped_kernel_functions():
+    probe = probes.load("helion_blocks_probe.py")
+    for section, kernel in SHIPPED.items():
+        assert kernel.fn in probe.BODIES[section].values(), section
