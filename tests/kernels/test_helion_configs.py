@@ -104,3 +104,23 @@ def test_install_routes_reference_mode_where_torch_lacks_the_cpu_kernel():
     assert helion_eager.install()
     wrapped = getattr(hl.dot._ref_fn, "_tpu_kernels_wrapped", False)
     assert wrapped == (not helion_eager.cpu_has_mm_dtype())
+
+
+def test_the_tpus_kernel_bakes_statics_in_and_copies_no_scalar_per_call():
+    """Helion's Pallas launcher passes a float argument as a one-element device tensor made on
+    every call (a host-to-device copy per call on a TPU); the TPU's kernel passes each static as
+    `hl.constexpr`: one kernel per value, as tpu_kernels compiles Pallas kernels per static. Run
+    here through Helion's own launcher (the TPU's, less torch_tpu) on the interpret variants."""
+    from tests.test_helion_pallas import generated
+    from tpu_kernels.kernels.helion_ops import add_helion
+    from tpu_kernels.runtime.sources.helion import ByShape, constants
+
+    x, y = rand(64, 256), rand(64, 256)
+    source = add_helion.source
+    kernel = source.variants("interpret", source.config_index([x, y, 0.5])).at("default")
+    assert "torch.tensor([alpha]" in generated(kernel, (x, y, 0.5))  # Helion's own way
+    assert "torch.tensor(" not in generated(kernel, constants((x, y, 0.5)))
+    as_on_tpu = ByShape(source, "interpret")
+    for alpha in (0.5, -2.0, 3):
+        torch.testing.assert_close(as_on_tpu(x, y, alpha), x + alpha * y)
+    assert constants((x, True, 2))[1:] == (hl.constexpr(True), hl.constexpr(2))

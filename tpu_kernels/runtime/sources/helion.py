@@ -585,14 +585,29 @@ class HelionSource:
 
 class ByShape:
     """A device's Pallas kernel that runs, per call, the source's config for the call's shapes
-    (`HelionSource.config_index`) at torch's precision now, after `check_tiles`."""
+    (`HelionSource.config_index`) at torch's precision now, after `check_tiles`, with its
+    statics baked in (`constants`)."""
 
     def __init__(self, source: HelionSource, device: str) -> None:
         self.source, self.device = source, device
 
     def __call__(self, *values: Any) -> Any:
         self.source.check_tiles(list(values))
-        return self.source.variants(self.device, self.source.config_index(list(values)))(*values)
+        return self.source.variants(self.device, self.source.config_index(list(values)))(*constants(values))
+
+
+def constants(values: Any) -> tuple:
+    """The arguments with each Python scalar (a tpu_kernels static: float, int, bool) as
+    `hl.constexpr`, which Helion bakes into the code it generates, one kernel per value, as
+    tpu_kernels compiles a Pallas kernel per static value. Passed as it is, Helion's Pallas
+    launcher makes a one-element device tensor of the scalar on every call
+    (`torch.tensor([alpha], device=x.device)`), a host-to-device copy per call on a TPU."""
+    import helion.language as hl
+
+    return tuple(
+        hl.constexpr(v) if isinstance(v, (bool, int, float)) and not isinstance(v, hl.constexpr) else v
+        for v in values
+    )
 
 
 def _with_config(kernel: Any, config: Any) -> Any:
