@@ -54,3 +54,18 @@ def test_the_probe_takes_the_shipped_kernel_functions():
     probe = probes.load("helion_blocks_probe.py")
     for section, kernel in SHIPPED.items():
         assert kernel.fn in probe.BODIES[section].values(), section
+
+
+def test_the_twins_record_profiles_each_twin_beside_its_pallas_op():
+    """helion_twins_v5e.json (statics as hl.constexpr): each family's Pallas op and Helion twin
+    per call with the chip's programs over 5 calls, and the scalar-taking sweeps again."""
+    record = json.loads((RECORD.parent / "helion_twins_v5e.json").read_text())
+    assert record["device"] == "TPU v5e" and record["commit"]
+    twins = [r for r in record["rows"] if r["section"] == "twins"]
+    assert {(r["family"], r["kernel"]) for r in twins} == {
+        (f, k) for f in ("scale_add", "rmsnorm", "softmax", "matmul") for k in ("pallas", "helion")
+    }
+    for r in twins:
+        assert r["us"] > 0 and r["device"]["launches"] >= 5 and r["device"]["device_busy_us"] > 0, r["family"]
+    for section in ("add", "rmsnorm"):
+        assert {tuple(r["blocks"]) for r in record["rows"] if r["section"] == section and "blocks" in r}

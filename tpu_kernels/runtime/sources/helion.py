@@ -590,10 +590,18 @@ class ByShape:
 
     def __init__(self, source: HelionSource, device: str) -> None:
         self.source, self.device = source, device
+        self._ready: dict[tuple, PerPrecision] = {}  # shape key -> its checked variants
 
     def __call__(self, *values: Any) -> Any:
-        self.source.check_tiles(list(values))
-        return self.source.variants(self.device, self.source.config_index(list(values)))(*constants(values))
+        key = _shape_key(list(values))
+        variants = self._ready.get(key)
+        if variants is None:  # a new shape: checked and chosen once
+            self.source.check_tiles(list(values))
+            variants = self.source.variants(self.device, self.source.config_index(list(values)))
+            if len(self._ready) >= 1024:  # bounded, like the executors' caches
+                self._ready.clear()
+            self._ready[key] = variants
+        return variants(*constants(values))
 
 
 def constants(values: Any) -> tuple:
