@@ -1,6 +1,6 @@
 """Held-out check of the VMEM rule's calibrated choices against the v5e corpus record.
 
-The rule's choices (tpu_kernels/check/temporaries.py: how much of each kind of body value
+The rule's choices (tpu_kernels/lowering_check/temporaries.py: how much of each kind of body value
 counts, the bound on a matmul's result, the register-spill threshold; scratch.py: whether a
 scratch buffer written before it is read at every step is held) are searched on the
 even-numbered calls of `bench/reports/chip_corpus_v5e.json` and held to the odd ones, and the
@@ -10,7 +10,7 @@ once; the choices are applied to the traced body values.
 
     python bench/vmem_heldout.py
 
-A plain script: figures are printed, never asserted (tests/check/test_chip_corpus.py holds the
+A plain script: figures are printed, never asserted (tests/lowering_check/test_chip_corpus.py holds the
 shipped rule to the whole record).
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import itertools
 
-from tpu_kernels.check import chip_record, scratch, temporaries, vmem
 from tpu_kernels.chip import corpus
 from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.lowering_check import chip_record, scratch, temporaries, vmem
 
 MiB = 2**20
 UPCAST = (0.5, 0.75, 1.0)  # the largest upcast of a block read

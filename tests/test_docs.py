@@ -92,8 +92,8 @@ def test_readme_example_is_right_when_rows_are_not_a_multiple_of_the_block():
     import jax
     import torch
 
-    from tpu_kernels.check import check_call, chip
     from tpu_kernels.errors import InvalidArgumentError
+    from tpu_kernels.lowering_check import check_call, chip
 
     axpy = _readme_axpy("readme_rows")
     for shape in [(12, 128), (4, 128), (13, 100), (1, 1)]:

@@ -10,12 +10,12 @@ import torch
 from jax.experimental import pallas as pl
 
 from tpu_kernels import tpu_kernel
-from tpu_kernels.check.explain import Explanation
-from tpu_kernels.check.lowering import ExampleResult, OpReport
 from tpu_kernels.cli import main
 from tpu_kernels.commands.check import _summary
+from tpu_kernels.lowering_check.explain import Explanation
+from tpu_kernels.lowering_check.lowering import ExampleResult, OpReport
 
-DEMO = "tests.check.demo_kernels"
+DEMO = "tests.lowering_check.demo_kernels"
 
 
 def _double(x_ref, o_ref):

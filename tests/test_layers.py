@@ -1,4 +1,4 @@
-"""The package's import direction: the TPU lowering check (`tpu_kernels/check/`), the test
+"""The package's import direction: the TPU lowering check (`tpu_kernels/lowering_check/`), the test
 helpers (`testing.py`), the commands, the benchmarks and the other layers above the core build
 on it, and the core never imports any of them, not even inside a function (the tolerance
 table and `Reference`, which tests and checked mode share, live in the core's `tolerance.py`).
@@ -19,7 +19,7 @@ PACKAGE = Path(tpu_kernels.__file__).resolve().parent
 # The layers above the core: they may import the check (and the core); the core may import none
 # of them. `__main__.py` and `docs_tables.py` are entry points (`python -m ...`), never imported.
 ABOVE_CORE = (
-    "check",
+    "lowering_check",
     "mutate",  # renders templates and runs tests on scratch copies: a tool on the core
     "commands",
     "bench",
@@ -71,14 +71,14 @@ def _core_files() -> list[Path]:
 
 
 def _check_files() -> list[Path]:
-    return sorted((PACKAGE / "check").rglob("*.py"))
+    return sorted((PACKAGE / "lowering_check").rglob("*.py"))
 
 
 def _imports_check(module: str, names: list[str]) -> bool:
     return (
-        module == "tpu_kernels.check"
-        or module.startswith("tpu_kernels.check.")
-        or (module == "tpu_kernels" and "check" in names)
+        module == "tpu_kernels.lowering_check"
+        or module.startswith("tpu_kernels.lowering_check.")
+        or (module == "tpu_kernels" and "lowering_check" in names)
     )
 
 
@@ -138,7 +138,7 @@ def test_the_check_uses_the_cores_public_names_only():
         for line, module, names in _imports(p):
             if not module.startswith("tpu_kernels") or _imports_check(module, []):
                 continue
-            where = f"check/{p.relative_to(PACKAGE / 'check')}:{line}"
+            where = f"lowering_check/{p.relative_to(PACKAGE / 'lowering_check')}:{line}"
             if module == "tpu_kernels":
                 # the package root's lazy names (PEP 562) hide which module they come from
                 found += [f"{where} takes {n} from the package root" for n in names if n in lazy]
@@ -151,15 +151,15 @@ def test_the_check_uses_the_cores_public_names_only():
 
 def test_the_scan_sees_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / "tpu_kernels"
-    (pkg / "check").mkdir(parents=True)
+    (pkg / "lowering_check").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "check" / "__init__.py").write_text("")
+    (pkg / "lowering_check" / "__init__.py").write_text("")
     core = pkg / "core.py"
-    core.write_text("def f():\n    from tpu_kernels.check import check_op\n    from .check import lowering\n")
+    core.write_text("def f():\n    from tpu_kernels.lowering_check import check_op\n    from .lowering_check import lowering\n")
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:
-        assert [m for _, m, _ in _imports(core)] == ["tpu_kernels.check", "tpu_kernels.check"]
+        assert [m for _, m, _ in _imports(core)] == ["tpu_kernels.lowering_check", "tpu_kernels.lowering_check"]
         assert all(_imports_check(m, n) for _, m, n in _imports(core))
     finally:
         PACKAGE = saved
@@ -194,15 +194,18 @@ def test_only_op_py_reads_a_kernel_ops_private_fields():
     assert not found, "use KernelOp's public properties instead:\n" + "\n".join(found)
 
 
-def test_the_modules_moved_into_the_core_keep_their_old_names():
-    import tpu_kernels.check.chips
-    import tpu_kernels.check.export
+def test_the_check_has_one_name():
+    """The check lives in `lowering_check/` only (issue 61: `check/` read as a near-synonym of
+    `verification/`): no alias of its old package name, nor of the modules that moved from it
+    into the core (`tpu_kernels.lowering.chips`, `tpu_kernels.lowering.export`)."""
+    import sys
 
-    import tpu_kernels.lowering.chips
-    import tpu_kernels.lowering.export
+    import tpu_kernels.lowering_check
 
-    assert tpu_kernels.check.chips is tpu_kernels.lowering.chips
-    assert tpu_kernels.check.export is tpu_kernels.lowering.export
+    # (a stale check/__pycache__/ left by the rename may remain in a checkout: no module in it)
+    assert not list((PACKAGE / "check").rglob("*.py")) and not (PACKAGE / "check.py").exists()
+    assert not any(m == "tpu_kernels.check" or m.startswith("tpu_kernels.check.") for m in sys.modules)
+    assert not hasattr(tpu_kernels.lowering_check, "chips") and not hasattr(tpu_kernels.lowering_check, "export")
 
 
 # The optional libraries an integration wraps: only its own folder may import them.

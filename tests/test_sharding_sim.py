@@ -23,12 +23,12 @@ from jax.experimental.pallas import tpu as pltpu
 from tests.helpers import needs_tokamax
 from tests.registries import kernel_families
 from tpu_kernels import OpDefinitionError, ShardingRuleError, helion_cpu_mode, sharding, testing, tpu_kernel
-from tpu_kernels.check.examples import forward_of
 from tpu_kernels.kernels.matmul import pallas as mm_pallas
 from tpu_kernels.kernels.matmul import reference as mm_reference
 from tpu_kernels.kernels.rmsnorm import pallas as rms_pallas
 from tpu_kernels.kernels.scale_add import pallas as add_pallas
 from tpu_kernels.kernels.softmax import pallas as sm_pallas
+from tpu_kernels.lowering_check.examples import forward_of
 from tpu_kernels.sharding import simulate as sim
 from tpu_kernels.sharding.derive import DEPENDENT, UNDECIDED, derive
 
@@ -539,7 +539,7 @@ def test_the_comparison_is_relative_to_the_outputs_own_size(dtype):
 
 
 def test_an_op_that_mutates_its_arguments_is_reported_skipped_not_ok():
-    from tpu_kernels.check.sharding import check_sharding
+    from tpu_kernels.lowering_check.sharding import check_sharding
 
     def rows(acc, x):
         from torch.distributed.tensor import Replicate, Shard

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpu_kernels import scaffold
-from tpu_kernels.check import vmem
 from tpu_kernels.lowering.chips import chip, targeting
+from tpu_kernels.lowering_check import vmem
 from tpu_kernels.testing import assert_close, dot_scale
 
 MIB = 2**20

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from tests.check import demo_kernels as demo
+from tests.lowering_check import demo_kernels as demo
 from tpu_kernels import tpu_kernel
 from tpu_kernels.kernels import softmax
 from tpu_kernels.testing import OPCHECK_TESTS, assert_lowers_for_tpu, opcheck
@@ -30,7 +30,7 @@ def test_a_call_without_mosaic_or_one_that_fails_to_lower_is_reported():
         assert_lowers_for_tpu(_plain_double, call=((spec,), {}))
     with pytest.raises(AssertionError, match=r"plain_double: the TPU lowering contains no Mosaic"):
         assert_lowers_for_tpu(_plain_double, call=((spec,), {}), chip_name=None)
-    # block (3, 5) on (63, 125): Mosaic wants blocks divisible by 8 and 128 (tests/check/demo_kernels.py)
+    # block (3, 5) on (63, 125): Mosaic wants blocks divisible by 8 and 128 (tests/lowering_check/demo_kernels.py)
     with pytest.raises(AssertionError, match=r"misaligned does not lower for the TPU at f32\[63,125\]"):
         assert_lowers_for_tpu(demo.misaligned, call=((jax.ShapeDtypeStruct((63, 125), jnp.float32),), {}))
 

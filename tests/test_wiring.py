@@ -19,7 +19,7 @@ EXTERNAL = {
     "wiring.py",
     "op.py",
     "commands/tune.py",
-    "check/modules.py",
+    "lowering_check/modules.py",
     "integrations/transformers/families.py",
     "tokamax/implementation.py",
 }

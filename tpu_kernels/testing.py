@@ -295,7 +295,7 @@ def assert_lowers_for_tpu(
     jax.ShapeDtypeStructs), which must contain a Mosaic kernel; `chip_name=` picks the
     generation, and None lowers for the target the caller set (an abstract TPU mesh) and
     skips the VMEM estimate."""
-    from tpu_kernels.check import DEFAULT_CHIP, check_call, check_op, chip
+    from tpu_kernels.lowering_check import DEFAULT_CHIP, check_call, check_op, chip
     from tpu_kernels.op import KernelOp
 
     if call is not None:

@@ -20,7 +20,7 @@ package to it: no other module of the package imports one of its own modules by 
 Modules outside the package imported by name stay where they are needed, because their
 names come from the caller or from another package: a pickled op's defining module
 (`op._registered_op`), the module `tpu-kernels tune` and `tpu-kernels check` are pointed
-at (`commands/tune.py`, `check/modules.py`), Hugging Face model classes
+at (`commands/tune.py`, `lowering_check/modules.py`), Hugging Face model classes
 (`integrations/transformers/families.py`) and Tokamax's api modules
 (`tokamax/implementation.py`). `_compat.py` resolves private APIs by name, as its own
 table says.

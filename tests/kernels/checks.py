@@ -19,7 +19,7 @@ def lowers_for_tpu(op: KernelOp, *args: Any, **kwargs: Any) -> None:
 
 def grid_semantics(fn: Any, *specs: Any) -> list[tuple[str, ...] | None]:
     """The dimension_semantics each pallas_call in `fn` (traced at `specs`) declares."""
-    from tpu_kernels.check.semantics import declared_semantics
-    from tpu_kernels.check.vmem import traced_pallas_calls
+    from tpu_kernels.lowering_check.semantics import declared_semantics
+    from tpu_kernels.lowering_check.vmem import traced_pallas_calls
 
     return [declared_semantics(eqn) for eqn in traced_pallas_calls(fn, *specs)]

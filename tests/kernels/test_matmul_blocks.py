@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from tests.helpers import rand
 from tpu_kernels import testing
-from tpu_kernels.check.vmem import memref_shape, traced_pallas_calls
 from tpu_kernels.kernels import _vmem, matmul
 from tpu_kernels.kernels.matmul import blocks, pallas
+from tpu_kernels.lowering_check.vmem import memref_shape, traced_pallas_calls
 from tpu_kernels.testing import dot_scale
 
 ROOT = Path(__file__).resolve().parents[2]

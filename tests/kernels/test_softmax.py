@@ -8,9 +8,9 @@ from tests.helpers import assert_close, rand
 from tests.kernels.base import KernelFamilyTests
 from tests.kernels.checks import grid_semantics, lowers_for_tpu, opcheck
 from tpu_kernels import testing
-from tpu_kernels.check.vmem import kernel_footprints
 from tpu_kernels.kernels import softmax
 from tpu_kernels.kernels.softmax import pallas, reference
+from tpu_kernels.lowering_check.vmem import kernel_footprints
 
 
 class TestSoftmax(KernelFamilyTests):

@@ -74,7 +74,7 @@ def test_the_backward_counts_its_float32_temporaries():
     temporaries are what the buffers miss. The default's 128 rows (1 MiB of x) need more than
     the budget, so the kernel raises the limit past its estimate rather than shrink the block
     (64 rows ran at 76% of HBM peak on a v5e, 128 at 80%: bench/reports/chip_v5e_tune.json)."""
-    from tpu_kernels.check.vmem import kernel_footprints
+    from tpu_kernels.lowering_check.vmem import kernel_footprints
 
     assert rms.BACKWARD.need(256, 4096, 2) > 16 * 2**20
     br = _blocks.auto_rows(8192, 4096, 2, rms.BACKWARD)
@@ -141,7 +141,7 @@ def _assert_softmax_matches_float64(x, y, dy, dx, tol: float) -> None:
 
 
 def _grids(fn, *specs) -> list[tuple]:
-    from tpu_kernels.check.vmem import traced_pallas_calls
+    from tpu_kernels.lowering_check.vmem import traced_pallas_calls
 
     return [tuple(eqn.params["grid_mapping"].grid) for eqn in traced_pallas_calls(fn, *specs)]
 

@@ -4,7 +4,7 @@
 Each row kernel sizes its blocks and raises Mosaic's scoped VMEM limit from its own model,
 `_blocks.RowFootprint.need`: its row blocks, (rows, 1) float32 columns and weight row, pipelined,
 and the float32 temporaries of its body. `tpu-kernels check` estimates the same call from its
-traced jaxpr (`check/vmem.py`: each buffer tile by tile; `check/temporaries.py`: the body's
+traced jaxpr (`lowering_check/vmem.py`: each buffer tile by tile; `lowering_check/temporaries.py`: the body's
 values held across a reduction). The two were written apart; here, over shapes, dtypes and
 blocks, the kernel's model is held part by part to the check's, its raised limit to both, its
 temporaries to a count derived from its traced body, and its need to the scoped allocation a v5e
@@ -24,13 +24,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tpu_kernels.check import chip_record, temporaries, vmem
 from tpu_kernels.kernels import _blocks, _vmem
 from tpu_kernels.kernels._blocks import RowFootprint
 from tpu_kernels.kernels.rmsnorm import pallas as rms
 from tpu_kernels.kernels.scale_add import pallas as sa
 from tpu_kernels.kernels.softmax import pallas as sm
 from tpu_kernels.lowering.chips import chip
+from tpu_kernels.lowering_check import chip_record, temporaries, vmem
 
 MIB = 2**20
 S = jax.ShapeDtypeStruct
@@ -238,7 +238,7 @@ def test_the_kernels_own_need_covers_what_the_chip_allocated_where_it_refused_th
     """Where the v5e refused a shipped kernel's body at a block under the default limit, its
     refusal names the VMEM the body took: the kernel's own model at that block needs at least
     that, and the shipped kernel given that block raises its limit past it, or refuses the block.
-    (The check's estimate is held to every verdict of the record in tests/check/test_chip_corpus.py.)
+    (The check's estimate is held to every verdict of the record in tests/lowering_check/test_chip_corpus.py.)
     rmsnorm's backward with three float32 temporaries counted instead of five falls short at 15 of
     its 46 refusals (bf16 [8192, 4096] with 208-row blocks: 19.95 MiB counted, 21.27 allocated)."""
     refusals = chip_refusals()

@@ -7,7 +7,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.check import vmem
+from tpu_kernels.lowering_check import vmem
 from tpu_kernels.tuner import body
 
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 
-from tpu_kernels.check import vmem
+from tpu_kernels.lowering_check import vmem
 from tpu_kernels.tuner import predict
 
 from ..helpers import ROOT

@@ -14,7 +14,7 @@ it is.
 
 On a TPU host, `compile_verdict(call)` compiles one call and reports whether the chip
 accepts it (the runner writes bench/reports/chip_corpus_v5e.json from it); on a CPU,
-tests/check/test_chip_corpus.py holds the VMEM check's prediction of each call against that
+tests/lowering_check/test_chip_corpus.py holds the VMEM check's prediction of each call against that
 record. Torch-free: it imports JAX, NumPy and `tpu_kernels.chip.load` only.
 """
 

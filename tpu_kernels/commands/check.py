@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpu_kernels.check import DEFAULT_CHIP, DEFAULT_MODULE, check_op, chip, ops_of
+    from tpu_kernels.lowering_check import DEFAULT_CHIP, DEFAULT_MODULE, check_op, chip, ops_of
 
     out = sys.stdout
     modules = args.modules or [DEFAULT_MODULE]
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if not ops:
         print(f"tpu-kernels check: no ops found in {', '.join(modules)}", file=sys.stderr)
         return EXIT_NOTHING
-    from tpu_kernels.check.vmem import fmt_bytes
+    from tpu_kernels.lowering_check.vmem import fmt_bytes
 
     print(
         f"TPU lowering check of {len(ops)} ops from {', '.join(modules)}; VMEM compared with a TPU "
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sharded = []
     if args.sharding:
-        from tpu_kernels.check.sharding import run_all
+        from tpu_kernels.lowering_check.sharding import run_all
 
         sharded = run_all(ops, out)
         wrong = sum(r.status == "failed" for r in sharded)
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(report) -> str:
-    from tpu_kernels.check.vmem import fmt_bytes
+    from tpu_kernels.lowering_check.vmem import fmt_bytes
 
     if report.status == "skipped":
         return report.reason
@@ -185,7 +185,7 @@ def _kinds(examples: list) -> str:
 
 
 def _print_report(report, width: int, verbose: bool, out: TextIO) -> None:
-    from tpu_kernels.check.vmem import fmt_bytes
+    from tpu_kernels.lowering_check.vmem import fmt_bytes
 
     label = {"ok": "ok", "failed": "FAILED", "skipped": "skipped"}[report.status]
     print(f"{label:<8} {report.op:<{width}}  {_summary(report)}", file=out)

@@ -5,5 +5,5 @@
 - `jaxprs.py`: the Pallas kernels (`pallas_call` equations) inside a traced JAX function;
 - `pallas_grid.py`: what one `pallas_call` says about its grid, read without running it.
 
-Reads `definition/` only (tests/test_layers.py); the check (`tpu_kernels/check/`) builds on it.
+Reads `definition/` only (tests/test_layers.py); the check (`tpu_kernels/lowering_check/`) builds on it.
 """

@@ -56,8 +56,8 @@ SCOPED_VMEM_BYTES = {
 }
 SMALLEST_SCOPED_VMEM_BYTES = min(SCOPED_VMEM_BYTES.values())
 
-# The generations the shipped kernels' defaults are sized for (tests/check/test_semantics_and_limits.py
-# pins that every shipped example fits each one's default scoped limit; tests/check/test_vmem_limits.py
+# The generations the shipped kernels' defaults are sized for (tests/lowering_check/test_semantics_and_limits.py
+# pins that every shipped example fits each one's default scoped limit; tests/lowering_check/test_vmem_limits.py
 # pins each generation's limit above to its documented value).
 TARGET_CHIPS = ("v5e", "v5p", "v6e", "7x")
 

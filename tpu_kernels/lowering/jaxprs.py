@@ -1,6 +1,6 @@
 """The Pallas kernels inside a traced JAX function: its pallas_call equations, and their names.
 
-Shared by the TPU check (`check/vmem.py`, which reads each kernel's BlockSpecs) and
+Shared by the TPU check (`lowering_check/vmem.py`, which reads each kernel's BlockSpecs) and
 `bounds.py` (which evaluates scalar-prefetch index maps), so it lives in the core.
 """
 

@@ -1,6 +1,6 @@
 """What one traced `pallas_call` says about its grid, read without running it.
 
-Shared by the TPU check (`check/semantics.py`: an accumulation axis marked
+Shared by the TPU check (`lowering_check/semantics.py`: an accumulation axis marked
 "parallel") and the sharding-rule derivation (`sharding/derive.py`: which array
 dims a "parallel" axis walks block by block). Both need the same three readings of
 a `pallas_call` equation:
@@ -12,7 +12,7 @@ a `pallas_call` equation:
 - `block_dims`: each block's size per array dimension (squeezed dims are 1).
 
 It lives in the core because the core's derivation needs it and the core never
-imports `check/` (tests/test_layers.py).
+imports `lowering_check/` (tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -440,8 +440,8 @@ def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:
 def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.ChipFigures, c: Candidate) -> None:
     """Trace `c`'s kernel for the TPU `target` and set its prediction (status "predicted"), or
     say why the cost model cannot rank it ("failed", "unmodelled")."""
-    from tpu_kernels.check import vmem
     from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
+    from tpu_kernels.lowering_check import vmem
 
     try:
         flat, specs, x64 = flat_kernel(op, args, kwargs)
@@ -520,8 +520,8 @@ def _refuse_if_invalid(op: Any, args: tuple, kwargs: dict, c: Candidate) -> None
 
 
 def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) -> None:
-    from tpu_kernels.check.lowering import check_call
     from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering_check.lowering import check_call
 
     result = check_call(op, args, kwargs, target or tpu_chip())
     if not result.ok:

@@ -1,7 +1,7 @@
 """A TPU chip's ranking of candidate configs without the chip: the TPU check prunes, a cost
 model ranks the rest. Every figure this module gives is *predicted*, never measured.
 
-Pruning: each candidate is lowered for the target chip (`check.lowering.check_call`: Mosaic's
+Pruning: each candidate is lowered for the target chip (`lowering_check.lowering.check_call`: Mosaic's
 lowering through `jax.export`, block shapes and tiling, the VMEM a grid step needs against the
 chip's scoped limit, grid coverage and dimension semantics). A candidate with any problem is
 pruned, with the check's explanation; it is never run.

@@ -2,7 +2,7 @@
 
 An index map that reads a scalar-prefetch operand (`pltpu.PrefetchScalarGridSpec`) picks its
 block from data (a gather's indices, a block-sparse kernel's block list), so no look at the
-BlockSpecs can bound it: the check's static coverage pass (`check/coverage.py`) leaves such
+BlockSpecs can bound it: the check's static coverage pass (`lowering_check/coverage.py`) leaves such
 kernels out. Given a call's values, this module finds a block index outside `[0, n)` (n =
 `pl.cdiv(size, block)` along that dimension), which on a TPU reads or writes memory outside
 the array, with no error.

@@ -114,12 +114,12 @@ T_TUNER = ("tests/tuning/test_tuner.py", "tests/tuning/test_predict.py")
 TUNER_FAST = "not helion and not shipped_kernel and not tokamax"  # the end-to-end runs of other tuners
 T_TABLE = ("tests/tuning/test_table.py", *T_LOOKUP)
 T_VMEM = (
-    "tests/check/test_vmem_limits.py",
-    "tests/check/test_semantics_and_limits.py::test_scoped_limits_per_generation",
+    "tests/lowering_check/test_vmem_limits.py",
+    "tests/lowering_check/test_semantics_and_limits.py::test_scoped_limits_per_generation",
 )
 
 
-T_VMEM_MODEL = ("tests/check/test_vmem_model.py", "tests/check/test_chip_corpus.py")
+T_VMEM_MODEL = ("tests/lowering_check/test_vmem_model.py", "tests/lowering_check/test_chip_corpus.py")
 
 
 # issue 59: the chip runner (tpu_kernels/chip), its corpus, its fit, the three-pass dot's hook
@@ -132,7 +132,7 @@ CHIP_MEASURE, CHIP_RUN, CHIP_LAYER, CHIP_REPORT, CORPUS = (
 )
 CHIP_TUNING, MOSAIC = "bench/chip_tuning.py", "tpu_kernels/runtime/mosaic_precision.py"
 T_CHIP_FIGURES = ("tests/test_chip_figures.py", "tests/test_chip.py")
-T_CORPUS = ("tests/check/test_chip_corpus.py",)
+T_CORPUS = ("tests/lowering_check/test_chip_corpus.py",)
 T_CHIP_FIT = ("tests/tuning/test_chip_fit.py",)
 T_MOSAIC = ("tests/test_mosaic_precision.py",)
 

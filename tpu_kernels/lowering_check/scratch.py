@@ -195,7 +195,7 @@ def forwarded(eqn: Any) -> set[int]:
     (a v5e compiled 24-96 MiB of such scratch beside 8-32 MiB of blocks, its allocation the
     blocks' alone; docs/tpu-lowering-check.md); its values are body values
     (`temporaries.py`)."""
-    from tpu_kernels.check import temporaries
+    from tpu_kernels.lowering_check import temporaries
 
     gm = eqn.params["grid_mapping"]
     n_scratch = int(getattr(gm, "num_scratch_operands", 0) or 0)

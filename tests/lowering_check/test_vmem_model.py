@@ -1,5 +1,5 @@
 """What the VMEM estimate counts beside the buffers, and how the check compares it with a limit
-(tpu_kernels/check/temporaries.py, vmem.verdict): the facts a v5e showed (issue 45)."""
+(tpu_kernels/lowering_check/temporaries.py, vmem.verdict): the facts a v5e showed (issue 45)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.check import temporaries, vmem
 from tpu_kernels.lowering.chips import chip
+from tpu_kernels.lowering_check import temporaries, vmem
 
 MIB = 2**20
 

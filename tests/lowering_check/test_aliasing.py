@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.check import kv_append_kernels as kv
+from tests.lowering_check import kv_append_kernels as kv
 from tpu_kernels import CheckFailure, checked, interpret_mode
-from tpu_kernels.check import check_op
 from tpu_kernels.cli import main
+from tpu_kernels.lowering_check import check_op
 
-MODULE = "tests.check.kv_append_kernels"
+MODULE = "tests.lowering_check.kv_append_kernels"
 
 
 def _cache(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -35,10 +35,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpu_kernels.check import scratch, temporaries, tiling
 from tpu_kernels.lowering import jaxprs
+from tpu_kernels.lowering_check import scratch, temporaries, tiling
 
-# Mosaic's default scoped VMEM limit varies by chip (check/chips.py: SCOPED_VMEM_BYTES); this
+# Mosaic's default scoped VMEM limit varies by chip (lowering/chips.py: SCOPED_VMEM_BYTES); this
 # is the smallest, kept for callers that have no target chip.
 DEFAULT_SCOPED_LIMIT = 16 * 2**20
 

@@ -16,10 +16,10 @@ UNSUPPORTED_OP = "unsupported-op"
 DTYPE = "dtype"
 VMEM = "vmem"
 RACE = "race"
-COVERAGE = "coverage"  # output elements that no grid step writes (check/coverage.py)
-OUT_OF_BOUNDS = "out-of-bounds"  # a block entirely outside its array (check/coverage.py)
-SEMANTICS = "semantics"  # an accumulation grid axis marked "parallel" (check/semantics.py)
-ALIASING = "aliasing"  # a mutated argument its pallas_call does not alias (check/aliasing.py)
+COVERAGE = "coverage"  # output elements that no grid step writes (lowering_check/coverage.py)
+OUT_OF_BOUNDS = "out-of-bounds"  # a block entirely outside its array (lowering_check/coverage.py)
+SEMANTICS = "semantics"  # an accumulation grid axis marked "parallel" (lowering_check/semantics.py)
+ALIASING = "aliasing"  # a mutated argument its pallas_call does not alias (lowering_check/aliasing.py)
 OTHER = "other"
 
 

@@ -1,6 +1,6 @@
 """The dimension-semantics lint and state carried through scratch memory: a grid axis whose steps
 carry a value in a scratch buffer must run in order ("arbitrary"), and such an axis is never
-suggested for "parallel" (check/scratch.py, check/semantics.py)."""
+suggested for "parallel" (lowering_check/scratch.py, lowering_check/semantics.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels import interpret_mode, tpu_kernel
-from tpu_kernels.check import check_op
-from tpu_kernels.check.scratch import carried
-from tpu_kernels.check.semantics import check_semantics
-from tpu_kernels.check.vmem import traced_pallas_calls
 from tpu_kernels.cli import main
+from tpu_kernels.lowering_check import check_op
+from tpu_kernels.lowering_check.scratch import carried
+from tpu_kernels.lowering_check.semantics import check_semantics
+from tpu_kernels.lowering_check.vmem import traced_pallas_calls
 
 F32 = jnp.float32
 

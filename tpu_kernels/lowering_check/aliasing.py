@@ -93,9 +93,9 @@ def _origin(var: Any, jaxpr: Any, outer: list[_Origin] | None = None) -> _Origin
 
 
 def _coverage_checkable(eqn: Any, out: int) -> bool:
-    """Whether check/coverage.py can tell if the grid writes every element of output `out`."""
-    from tpu_kernels.check.vmem import _memory_space
+    """Whether lowering_check/coverage.py can tell if the grid writes every element of output `out`."""
     from tpu_kernels.lowering import pallas_grid
+    from tpu_kernels.lowering_check.vmem import _memory_space
 
     gm = eqn.params["grid_mapping"]
     if gm.num_index_operands or gm.num_dynamic_grid_bounds:

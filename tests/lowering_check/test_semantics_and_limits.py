@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import torch
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from tpu_kernels.check.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
 
 from tpu_kernels import tpu_kernel
-from tpu_kernels.check import DEFAULT_MODULE, check_op, chip, ops_of
-from tpu_kernels.check.examples import odd_tiles
-from tpu_kernels.check.semantics import check_semantics
-from tpu_kernels.check.vmem import traced_pallas_calls
 from tpu_kernels.cli import main
+from tpu_kernels.lowering.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
+from tpu_kernels.lowering_check import DEFAULT_MODULE, check_op, chip, ops_of
+from tpu_kernels.lowering_check.examples import odd_tiles
+from tpu_kernels.lowering_check.semantics import check_semantics
+from tpu_kernels.lowering_check.vmem import traced_pallas_calls
 
 F32 = jnp.float32
 
@@ -78,7 +78,7 @@ def test_an_index_map_computed_from_an_axis_counts_as_moving():
 
 
 def test_check_fails_a_parallel_accumulation_axis_without_running_anything(capsys):
-    assert main(["check", "tests.check.demo_kernels", "--filter", "racy_matmul"]) == 1
+    assert main(["check", "tests.lowering_check.demo_kernels", "--filter", "racy_matmul"]) == 1
     out = capsys.readouterr().out
     assert "error (semantics): kernel _kernel: grid axis 2 is marked 'parallel'" in out
 

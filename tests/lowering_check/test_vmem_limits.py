@@ -7,8 +7,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.check import kernel_footprints
 from tpu_kernels.lowering.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS, chip
+from tpu_kernels.lowering_check import kernel_footprints
 
 MIB = 2**20
 

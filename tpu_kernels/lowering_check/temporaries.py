@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_kernels.check import tiling
 from tpu_kernels.lowering import pallas_grid
+from tpu_kernels.lowering_check import tiling
 
 # Operations that need their whole operand before their result exists: values computed before
 # one and used after it cannot stream through registers.

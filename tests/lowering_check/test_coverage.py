@@ -6,11 +6,11 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tests.check import demo_kernels as demo
-from tpu_kernels.check import check_op, coverage, vmem
+from tests.lowering_check import demo_kernels as demo
 from tpu_kernels.cli import main
+from tpu_kernels.lowering_check import check_op, coverage, vmem
 
-DEMO = "tests.check.demo_kernels"
+DEMO = "tests.lowering_check.demo_kernels"
 
 
 def _copy(x_ref, o_ref):

@@ -6,9 +6,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels.check import aliasing, coverage, semantics, tiling, vmem
-from tpu_kernels.check import examples as ex
-from tpu_kernels.check.explain import (
+from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
+from tpu_kernels.lowering.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.lowering_check import aliasing, coverage, semantics, tiling, vmem
+from tpu_kernels.lowering_check import examples as ex
+from tpu_kernels.lowering_check.explain import (
     ALIASING,
     COVERAGE,
     DTYPE,
@@ -19,8 +21,6 @@ from tpu_kernels.check.explain import (
     Explanation,
     explain,
 )
-from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
-from tpu_kernels.lowering.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
 from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
 
 def _check_tiles(result: ExampleResult, eqn: Any) -> None:
     """Packed-dtype blocks (bfloat16, int8, ...) whose rows miss the dtype's native tile: a
-    performance warning (Mosaic accepts them; see check/tiling.py for its rule and source)."""
+    performance warning (Mosaic accepts them; see lowering_check/tiling.py for its rule and source)."""
     gm = eqn.params["grid_mapping"]
     found: dict[tuple, list[str]] = {}
     for i, bm in enumerate(gm.block_mappings):
@@ -175,7 +175,7 @@ def _check_semantics(result: ExampleResult, eqn: Any) -> None:
 
 def _check_aliasing(result: ExampleResult, op: KernelOp, flat: Any, specs: list[Any]) -> None:
     """A mutated argument whose pallas_call does not alias it to its new value: a failure where
-    elements may go unwritten, a hint where the grid writes them all (check/aliasing.py)."""
+    elements may go unwritten, a hint where the grid writes them all (lowering_check/aliasing.py)."""
     try:
         findings = aliasing.check_aliasing(op, flat, specs)
     except Exception as e:  # a program this check cannot follow: say so, do not fail
@@ -236,7 +236,7 @@ def _failed_examples(e: Exception) -> ExampleResult:
 def _check_races(op: KernelOp, calls: list[ex.Call], results: list[ExampleResult]) -> None:
     """Each example scaled down, then the same with odd tile counts (`examples.odd_tiles`):
     a race found at either fails that example."""
-    from tpu_kernels.check.races import run_with_race_detection
+    from tpu_kernels.lowering_check.races import run_with_race_detection
 
     seen: set[str] = set()
     small = ex.scale_down(calls)

@@ -7,9 +7,9 @@ import json
 import jax
 import pytest
 
-from tpu_kernels.check import chip_record
 from tpu_kernels.chip import corpus
 from tpu_kernels.lowering.chips import chip, targeting
+from tpu_kernels.lowering_check import chip_record
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def no_examples(x: torch.Tensor) -> torch.Tensor:
 # The shipped matmul's kernel body (its k axis carries the accumulator) under dimension
 # semantics of the demo's choosing: the race is in racy_matmul's "parallel" k axis, not in
 # the body. Should the shipped body stop accumulating over k, racy_matmul would stop
-# failing the check, and tests/check/test_check.py and test_semantics_and_limits.py say so.
+# failing the check, and tests/lowering_check/test_check.py and test_semantics_and_limits.py say so.
 def _matmul(a, b, semantics):
     (m, k), n = a.shape, b.shape[1]
     grid = (m // 128, n // 128, k // 128)

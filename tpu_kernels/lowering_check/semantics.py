@@ -13,7 +13,7 @@ whether the output's block moves along it:
   CPU interpreter. That is an error.
 - an axis along which the body carries state through scratch memory (a buffer read at a
   step before that step writes it, so it holds an earlier step's value: a running sum, an
-  accumulator; `check/scratch.py`) must run in order too: marked "parallel", the second
+  accumulator; `lowering_check/scratch.py`) must run in order too: marked "parallel", the second
   core starts from a scratch buffer no earlier step wrote. That is an error as well (a
   cumsum whose carry axis was "parallel" returned NaN in the TPU interpreter).
 - an axis left "arbitrary" (or unspecified) along which every output moves and no scratch
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # The readings of a pallas_call's grid live in the core, which the sharding-rule derivation
-# shares (the core never imports check/); the names stay importable from here.
-from tpu_kernels.check import scratch
+# shares (the core never imports lowering_check/); the names stay importable from here.
 from tpu_kernels.lowering.pallas_grid import PARALLEL_KINDS, declared_semantics, depends_on, moving_axes
 from tpu_kernels.lowering.pallas_grid import in_hbm as _in_hbm
+from tpu_kernels.lowering_check import scratch
 
 
 @dataclass(frozen=True)

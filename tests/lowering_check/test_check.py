@@ -11,14 +11,14 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tests.check import demo_kernels as demo
+from tests.lowering_check import demo_kernels as demo
 from tests.registries import kernel_families
-from tpu_kernels.check import check_op, explain, kernel_footprints
-from tpu_kernels.check.examples import example_calls, scale_down
-from tpu_kernels.check.races import explain_race
 from tpu_kernels.cli import main
+from tpu_kernels.lowering_check import check_op, explain, kernel_footprints
+from tpu_kernels.lowering_check.examples import example_calls, scale_down
+from tpu_kernels.lowering_check.races import explain_race
 
-DEMO = "tests.check.demo_kernels"
+DEMO = "tests.lowering_check.demo_kernels"
 
 
 def test_shipped_kernels_all_lower_for_tpu(capsys):

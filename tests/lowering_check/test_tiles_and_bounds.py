@@ -1,4 +1,4 @@
-"""Packed-dtype tiles (Mosaic's rule, tpu_kernels/check/tiling.py) and block indices that
+"""Packed-dtype tiles (Mosaic's rule, tpu_kernels/lowering_check/tiling.py) and block indices that
 scalar-prefetch index maps compute outside their arrays (tpu_kernels/verification/bounds.py, --bounds,
 checked mode's TPU_KERNELS_CHECK_BOUNDS)."""
 
@@ -11,15 +11,15 @@ import torch
 from jax.experimental import pallas as pl
 
 import tpu_kernels
-from tests.check import demo_kernels as demo
-from tpu_kernels.check import check_op, tiling
-from tpu_kernels.check.examples import random_arrays, scale_down
+from tests.lowering_check import demo_kernels as demo
 from tpu_kernels.cli import main
 from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.lowering_check import check_op, tiling
+from tpu_kernels.lowering_check.examples import random_arrays, scale_down
 from tpu_kernels.verification import bounds, checked_mode
 
-DEMO = "tests.check.demo_kernels"
+DEMO = "tests.lowering_check.demo_kernels"
 
 # ---- packed dtypes -------------------------------------------------------------------------------
 

@@ -298,7 +298,7 @@ def _check_large(op: _Operand, grid: tuple[int, ...], is_output: bool) -> tuple[
 def check_kernel(eqn: Any) -> tuple[list[Finding], list[str]]:
     """The coverage and bounds findings of one `pallas_call` equation, and warnings for what
     it could not check."""
-    from tpu_kernels.check.vmem import _memory_space
+    from tpu_kernels.lowering_check.vmem import _memory_space
 
     gm = eqn.params["grid_mapping"]
     if gm.num_index_operands or gm.num_dynamic_grid_bounds:

@@ -7,7 +7,7 @@ carries a dependency through an output block revisited along it shows a race:
 two cores touching the same buffer with no ordering between them. State carried
 in scratch memory shows none (each core has its own scratch: the second core
 starts from an unwritten buffer, a wrong result with no race), so the
-dimension-semantics lint reads it from the kernel body (check/scratch.py).
+dimension-semantics lint reads it from the kernel body (lowering_check/scratch.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.check.examples import Call
-from tpu_kernels.check.explain import OUT_OF_BOUNDS, RACE, Explanation, explain
+from tpu_kernels.lowering_check.examples import Call
+from tpu_kernels.lowering_check.explain import OUT_OF_BOUNDS, RACE, Explanation, explain
 from tpu_kernels.verification import bounds
 
 if TYPE_CHECKING:

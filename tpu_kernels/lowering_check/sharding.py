@@ -48,7 +48,7 @@ class ShardingReport:
 def check_sharding(op: KernelOp) -> ShardingReport:
     """Derive and simulate `op`'s rule at its example calls (see the module docstring)."""
     from tpu_kernels import sharding
-    from tpu_kernels.check.examples import describe_call, forward_of
+    from tpu_kernels.lowering_check.examples import describe_call, forward_of
     from tpu_kernels.sharding import simulate as sharding_sim
 
     rule = sharding.describe(sharding.rule_of(op))

@@ -1,6 +1,6 @@
 """The TPU lowering check: does each op compile for the TPU, on a machine without one?
 
-    from tpu_kernels.check import check_op
+    from tpu_kernels.lowering_check import check_op
     report = check_op(my_op)            # every example call of the op, lowered for "tpu"
     assert report.status == "ok", report
 
@@ -19,22 +19,12 @@ Mosaic, which `KernelOp.lower` uses too); the core never imports this package.
 See docs/tpu-lowering-check.md.
 """
 
-import sys
-
-from tpu_kernels.check.explain import Explanation, explain
-from tpu_kernels.check.lowering import ExampleResult, OpReport, check_call, check_op
-from tpu_kernels.check.modules import DEFAULT_MODULE, ops_of
-from tpu_kernels.check.vmem import KernelFootprint, kernel_footprints
-from tpu_kernels.lowering import chips as _chips
-from tpu_kernels.lowering import export as _export
 from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.lowering.export import export_kernel
-
-# chips.py and export.py moved into the core (the core never imports this package); their
-# old module names stay importable.
-sys.modules.setdefault("tpu_kernels.check.chips", _chips)
-sys.modules.setdefault("tpu_kernels.check.export", _export)
-globals().update(chips=_chips, export=_export)  # as a submodule import would set them
+from tpu_kernels.lowering_check.explain import Explanation, explain
+from tpu_kernels.lowering_check.lowering import ExampleResult, OpReport, check_call, check_op
+from tpu_kernels.lowering_check.modules import DEFAULT_MODULE, ops_of
+from tpu_kernels.lowering_check.vmem import KernelFootprint, kernel_footprints
 
 __all__ = [
     "DEFAULT_CHIP",

@@ -6,7 +6,7 @@ The chip runner compiles every corpus call on a TPU and writes the verdicts as a
 `predict(call)` is what `tpu-kernels check` would say of the call's kernels on that chip;
 `compare(record)` pairs the two for every call of the record, and `summary` counts agreement
 and the calls the check passes though the chip refused them (false passes: the check's
-worst mistake). tests/check/test_chip_corpus.py holds the check to the committed record.
+worst mistake). tests/lowering_check/test_chip_corpus.py holds the check to the committed record.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_kernels.check import vmem
 from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.lowering_check import vmem
 
 REPORTS = Path(__file__).resolve().parents[2] / "bench" / "reports"
 
