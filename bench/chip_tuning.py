@@ -3,9 +3,9 @@
 Reads the tuning sweeps a v5e measured (`bench/reports/chip_v5e_tune.json`, written by
 `python -m tpu_kernels.chip --sections tune`: every candidate config of a kernel at a shape, its
 compile verdict and time) and, for every group whose kernel the tuner predicts, asks the tuner
-what it predicts for each measured candidate on chip "v5e" (`tuner.point.predict_config`: the
+what it predicts for each measured candidate on chip "v5e" (`autotuner.point.predict_config`: the
 refusal and the TPU lowering check that `--chips v5e` prunes with, then the cost model of
-`tuner/predict.py`; on `jax.ShapeDtypeStruct`s, nothing runs). Per group:
+`autotuner/predict.py`; on `jax.ShapeDtypeStruct`s, nothing runs). Per group:
 
 - Spearman's rank correlation of predicted and measured time over the candidates that compiled;
 - the measured time of the predicted choice over the measured best, and whether it compiled;
@@ -22,7 +22,7 @@ measured it (`meta.dispatch_floor_s`), and float32's share of the MXU's bf16 rat
 float32 matmul that `bench/reports/chip_v5e.json` ("precision") measured beside bf16 at one
 shape. The vector unit's rate (`VPU_OPS_PER_CYCLE`) is assumed, not fitted. The comparison is
 given for the model before this one (`BEFORE`: no vector work, no dispatch floor, its constants)
-and for this one with the constants taken here (the constants in `tuner/predict.py`, which
+and for this one with the constants taken here (the constants in `autotuner/predict.py`, which
 tests/tuning/test_chip_fit.py holds equal to the record's), and for this one without each of its
 two new parts.
 
@@ -121,7 +121,7 @@ def predict_groups(rows: list[dict]) -> list[dict]:
     tuner's verdict and the cost model's parts (or why the kernel is not predicted)."""
     import torch
 
-    from tpu_kernels.tuner.point import cost_tie, predict_config
+    from tpu_kernels.autotuner.point import cost_tie, predict_config
 
     # the sweeps ran at JAX's default matmul precision (float32: one bf16 pass), which is torch's
     # "medium": the tuner traces its candidates at the setting in effect
@@ -197,9 +197,9 @@ def _program(op, args: tuple, kwargs: dict) -> str:
 
 def seconds(parts: dict, k: dict) -> float:
     """A candidate's predicted time under the constants `k`, from the parts the model gave
-    under today's constants (tuner/predict.py): single-call kernels only, as the record's are.
+    under today's constants (autotuner/predict.py): single-call kernels only, as the record's are.
     `k` without VPU_OPS_PER_CYCLE (None) leaves the vector work out, as the model before did."""
-    from tpu_kernels.tuner import predict
+    from tpu_kernels.autotuner import predict
 
     compute = parts["compute_s"] * predict.MXU_EFFICIENCY / k["MXU_EFFICIENCY"]
     hbm = predict.HBM_EFFICIENCY / k["HBM_EFFICIENCY"]
@@ -217,7 +217,7 @@ def compare(groups: list[dict], k: dict, declared: bool = False, cost_model: boo
     chooses among), the best being the best of those. `cost_model`: a candidate that an op's own
     cost model priced (`cost=`: the shipped matmul's) keeps that price and its resolution, as the
     tuner ranks it; otherwise every candidate is priced by the roofline under `k`."""
-    from tpu_kernels.tuner.select import choose_predicted
+    from tpu_kernels.autotuner.select import choose_predicted
 
     out = []
     for g in groups:
@@ -292,10 +292,10 @@ def fit(groups: list[dict], floor_s: float) -> dict:
     """This model's constants, least squares in log time in two stages: the row sweeps (bytes
     fixed, grid steps varying, no dot) give STEP_OVERHEAD_S (0.01 us grid) and HBM_EFFICIENCY
     (0.01 grid); with those, the matmul sweeps give MXU_EFFICIENCY (0.01 grid). The dispatch
-    floor is the record's (`floor_s`), the vector unit's rate tuner/predict.py's (assumed).
+    floor is the record's (`floor_s`), the vector unit's rate autotuner/predict.py's (assumed).
     Compiled, modelled, single-call candidates only; the attention points are not fitted to
     and their residual is given beside."""
-    from tpu_kernels.tuner import predict
+    from tpu_kernels.autotuner import predict
 
     rows, mm = _points(groups, ROW_KERNELS), _points(groups, ("matmul",), dtype="bf16")
     # float32 sweeps ran at JAX's default precision (one bf16 pass) and are predicted at it
@@ -467,10 +467,10 @@ def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Pat
     (runtime/precision.py; "highest" by default, six passes), so their times do not stand for it."""
     import torch
 
-    from tpu_kernels import tuning
+    from tpu_kernels import tunables
     from tpu_kernels.kernels import matmul
-    from tpu_kernels.tuning import lookup
-    from tpu_kernels.tuning import table as tables
+    from tpu_kernels.tunables import lookup
+    from tpu_kernels.tunables import table as tables
 
     t = matmul.tunables
     entries = []
@@ -488,7 +488,7 @@ def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Pat
         config = {name: best["statics"][name] for name in t.names}
         program = matmul.tuned.digest_of(shapes, dtypes, matmul.signature.bind(args, {}), config)
         fastest = min(r["pallas"]["time_s"] for r in cands if r["pallas"].get("compiles"))
-        entries.append(tuning.Entry(
+        entries.append(tunables.Entry(
             chip=CHIP,
             dtypes=dtypes,
             bucket=bucket,
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=OUT)
     ap.add_argument("--tables", action="store_true", help="write the measured v5e matmul table beside the kernel")
     a = ap.parse_args(argv)
-    from tpu_kernels.tuner import predict
+    from tpu_kernels.autotuner import predict
 
     record = json.loads(a.record.read_text())
     groups = predict_groups(record["tune"]["rows"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from _common import randn
 
-from tpu_kernels import bench, tuner
+from tpu_kernels import autotuner, bench
 from tpu_kernels.bench import timing
 from tpu_kernels.kernels import softmax
 
@@ -36,7 +36,7 @@ def benchmarks(quick: bool, device_type: str) -> list[bench.Benchmark]:
         key = (p["shape"], p["dtype"])
         if key not in chosen:
             x = _inputs(p, torch.device(device_type))
-            result = tuner.autotune(softmax, *x, save=False, settings=timing.quick(tuner.TUNING))
+            result = autotuner.autotune(softmax, *x, save=False, settings=timing.quick(autotuner.TUNING))
             (outcome,) = result.outcomes
             chosen[key] = outcome.chosen or {}
         return chosen[key]

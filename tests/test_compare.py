@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpu_kernels import testing, tuner
+from tpu_kernels import autotuner, testing
 from tpu_kernels.bench import correctness
 from tpu_kernels.sharding import simulate as sharding_sim
 from tpu_kernels.verification import checked_mode, compare
@@ -19,7 +19,7 @@ from tpu_kernels.verification.tolerance import tol
 def test_the_consumers_use_the_one_module():
     assert correctness.errors is compare.errors and correctness.Errors is compare.Errors
     assert correctness.as_tensor is compare.as_tensor
-    assert tuner.point.correctness is correctness  # the autotuner judges as the benchmark does
+    assert autotuner.point.correctness is correctness  # the autotuner judges as the benchmark does
 
 
 values = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)

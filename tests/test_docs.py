@@ -136,7 +136,7 @@ def test_every_architecture_decision_names_tests_that_exist():
             assert name in names, f"{title!r}: {path} has no test {name}"
 
 
-CORE_FOLDERS = ("definition", "lowering", "runtime", "verification", "dispatch", "sharding", "tuning")
+CORE_FOLDERS = ("definition", "lowering", "runtime", "verification", "dispatch", "sharding", "tunables")
 
 
 def _package_table() -> list[list[str]]:

@@ -23,7 +23,7 @@ ABOVE_CORE = (
     "mutate",  # renders templates and runs tests on scratch copies: a tool on the core
     "commands",
     "bench",
-    "tuner",  # finds tuned configs with the harness and the check; the core's tuning/ reads them
+    "autotuner",  # finds tuned configs with the harness and the check; the core's tunables/ reads them
     "integrations",
     # the ops built on the core: the shipped kernel families and the Tokamax ops define ops with
     # @tpu_kernel and register themselves when imported; the core imports neither
@@ -36,7 +36,7 @@ ABOVE_CORE = (
     "docs_tables.py",
     "docs_perf.py",  # docs_tables' renderers of the measured figures (bench/reports/)
     # the package's facade: it names the public functions of every layer (`tpu_kernels.autotune`
-    # is the tuner's) and imports each on first use (PEP 562), so importing it loads no layer
+    # is the autotuner's) and imports each on first use (PEP 562), so importing it loads no layer
     "__init__.py",
 )
 
@@ -348,7 +348,7 @@ def test_the_layer_tests_fail_on_a_feature_importing_op_py_and_on_a_circle(tmp_p
 # The core's folders, bottom to top: each imports only the folders before it (and the core's
 # base modules at the top level: errors, _compat, _scoped, startup, cpu_client). spec.py and op.py, above
 # them all, assemble an op from every folder's parts.
-CORE_ORDER = ("definition", "lowering", "runtime", "verification", "dispatch", ("sharding", "tuning"))
+CORE_ORDER = ("definition", "lowering", "runtime", "verification", "dispatch", ("sharding", "tunables"))
 
 
 def _rank(module: str) -> int | None:

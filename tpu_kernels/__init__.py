@@ -25,8 +25,8 @@ startup.quiet_start()
 from tpu_kernels._version import __version__ as __version__  # noqa: E402 (after quiet_start)
 
 _EXPORTS = {
-    "autotune": "tpu_kernels.tuner",  # a layer above the core: this facade names it, imports it on use
-    "TuningNote": "tpu_kernels.tuning",
+    "autotune": "tpu_kernels.autotuner",  # a layer above the core: this facade names it, imports it on use
+    "TuningNote": "tpu_kernels.tunables",
     "bucket_rows": "tpu_kernels.dispatch.buckets",
     "bucket_size": "tpu_kernels.dispatch.buckets",
     "buckets_of": "tpu_kernels.dispatch.buckets",
@@ -103,6 +103,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from tpu_kernels.autotuner import autotune
     from tpu_kernels.dispatch.buckets import bucket_rows, bucket_size, buckets_of, multiple_of, powers_of_two
     from tpu_kernels.errors import (
         BackendUnavailableError,
@@ -120,7 +121,6 @@ if TYPE_CHECKING:
     from tpu_kernels.runtime.interpret import interpret_mode, set_interpret_mode
     from tpu_kernels.runtime.sources.helion import helion_cpu_mode, set_helion_cpu_mode
     from tpu_kernels.sharding import pointwise, rowwise
-    from tpu_kernels.tuner import autotune
-    from tpu_kernels.tuning import TuningNote
+    from tpu_kernels.tunables import TuningNote
     from tpu_kernels.verification.checked_mode import CheckFailure, checked
     from tpu_kernels.verification.tolerance import Reference

@@ -27,7 +27,7 @@ from typing import Any
 import jax
 import torch
 
-from tpu_kernels import _compat, cpu_client, tuning
+from tpu_kernels import _compat, cpu_client
 from tpu_kernels import sharding as sharding_rules
 from tpu_kernels.definition import dtypes
 from tpu_kernels.definition import options as options_mod
@@ -43,7 +43,7 @@ from tpu_kernels.errors import InvalidArgumentError, OpDefinitionError, Unsuppor
 from tpu_kernels.runtime import precision as precision_settings
 from tpu_kernels.runtime.cache import CacheInfo
 from tpu_kernels.spec import check_differentiable, make_source, make_spec
-from tpu_kernels.tuning import capture
+from tpu_kernels.tunables import Tuned, TunedConfig, recording
 from tpu_kernels.verification import checked_mode
 
 _REGISTRY: dict[str, KernelOp] = {}
@@ -166,9 +166,9 @@ class KernelOp:
         self._eager_cpu = eager.EagerCpuCall.for_op(self)
         # on a TPU host, plain TPU calls skip the dispatcher as CPU calls do (eager_device.py)
         self._eager_tpu = EagerDeviceCall.for_op(self, "PrivateUse1", "tpu") if _tpu_host() else None
-        # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tuning)
+        # the tunables a call leaves out, from the op's tuning tables (tpu_kernels.tunables)
         self.tuned = (
-            tuning.Tuned(
+            Tuned(
                 spec.tunables,
                 sig,
                 _home(spec.source.signature_fn),
@@ -350,8 +350,8 @@ class KernelOp:
         # other path checks that no static got a tensor, nor any parameter a nested tensor
         # (Signature.check_call). Under torch.compile dynamo reads is_compiling() as True and
         # traces only the dispatcher's path.
-        if capture.ACTIVE:  # tpu_kernels.autotune is watching which ops a function calls
-            capture.record(self, args, kwargs)
+        if recording.ACTIVE:  # tpu_kernels.autotune is watching which ops a function calls
+            recording.record(self, args, kwargs)
         if self.tuned is not None:  # tunables the call leaves out, as ordinary statics
             kwargs = self.tuned.fill(args, kwargs)
         checked = (
@@ -398,7 +398,7 @@ class KernelOp:
             shortcut is None
             or (checked_mode.ARMED and checked_mode.active())
             or _is_compiling()
-            or capture.ACTIVE
+            or recording.ACTIVE
         ):
             return eager.DECLINED
         out = shortcut.try_all(values, checked, recall_only)
@@ -543,7 +543,7 @@ class KernelOp:
         with jax.enable_x64(True) if dtypes.needs_x64(specs, kwargs) else contextlib.nullcontext():
             return fake.jax_shape_fn(self.fn, self.signature)(specs, kwargs)
 
-    def tuned_config(self, *args: Any, **kwargs: Any) -> tuning.TunedConfig:
+    def tuned_config(self, *args: Any, **kwargs: Any) -> TunedConfig:
         """The config of tunables a call with these arguments would run with, and where it comes
         from: the table entry (measured or predicted, exact, another version's or the nearest
         bucket's), the declared defaults and why, or the caller (docs/autotuning.md). The same

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_kernels import sharding as sharding_rules
-from tpu_kernels import tuning
 from tpu_kernels.definition.options import OpOptions
 from tpu_kernels.definition.signature import Kind, Signature, parse
 from tpu_kernels.dispatch import autocast as autocast_policies
 from tpu_kernels.dispatch import autograd
 from tpu_kernels.dispatch import buckets as bucketing
 from tpu_kernels.errors import OpDefinitionError
+from tpu_kernels.tunables import Tunables, declare
 from tpu_kernels.verification import tolerance
 
 
@@ -52,8 +52,8 @@ class OpSpec:
     # every parameter's name in the signature's order: the values a call by name hands the
     # eager shortcut (call_op -> KernelOp.try_all)
     param_names: tuple[str, ...]
-    # the statics it may tune and how calls share tuned configs (tpu_kernels.tuning), or None
-    tunables: tuning.Tunables | None = None
+    # the statics it may tune and how calls share tuned configs (tpu_kernels.tunables), or None
+    tunables: Tunables | None = None
     backward_of: Any = None  # the forward KernelOp of a backward op built by the toolkit
     # Tokamax ops (tpu_kernels.tokamax.wrap): the implementation table `call_op` resolves
     # `implementation` with, and the fake used while sizes are symbolic
@@ -127,7 +127,7 @@ def make_spec(
             f"{name}: tune= declares statics of a JAX/Pallas kernel; a {source.kind} kernel tunes through "
             "its own autotuner (autotune=True, or op.autotune(...) ahead of time)."
         )
-    tunables = tuning.declare(name, sig, options.tune, options.tune_key)
+    tunables = declare(name, sig, options.tune, options.tune_key)
     check_reference = tolerance.resolve(name, [p.name for p in params], options.check_reference, options.reference)
     if tunables is not None and check_reference is not None:
         # tunables cannot change the result: a reference need not take them

@@ -367,8 +367,8 @@ def assert_tunes(op: KernelOp, *args: Any, **kwargs: Any) -> Any:
     benchmark's correctness criterion) and is timed (a few short rounds: this checks the
     candidates, not which is fastest), and a config is chosen. Nothing is saved. Raises naming
     the wrong or failing candidates; returns the `TuningResult` (`.report()` shows it)."""
+    from tpu_kernels.autotuner import autotune
     from tpu_kernels.bench.timing import Settings
-    from tpu_kernels.tuner import autotune
 
     if op.tunables is None:
         raise AssertionError(f"{op.name}: declares no tunables (tune=...).")

@@ -41,8 +41,8 @@ LATE: dict[str, str] = {
     # the public facade: `import tpu_kernels` stays light (no torch, no JAX) until a name is used
     "tpu_kernels.op": "the facade's tpu_kernel, KernelOp and registered_ops (tpu_kernels/__init__.py)",
     "tpu_kernels.errors": "the facade's error classes",
-    "tpu_kernels.tuner": "the facade's autotune, and the provider of the tuning hooks (HOOKS)",
-    "tpu_kernels.tuning": "the facade's TuningNote",
+    "tpu_kernels.autotuner": "the facade's autotune, and the provider of the tuning hooks (HOOKS)",
+    "tpu_kernels.tunables": "the facade's TuningNote",
     "tpu_kernels.dispatch.buckets": "the facade's bucket helpers",
     "tpu_kernels.runtime.cache": "the facade's CacheInfo",
     "tpu_kernels.runtime.interpret": "the facade's interpret-mode switches",
@@ -66,13 +66,13 @@ DISCOVERED: dict[str, str] = {
 
 HOOKS: dict[str, tuple[str, str]] = {
     "online_tuner": (
-        "tpu_kernels.tuner",
-        "tunes one call on the attached chip (TPU_KERNELS_AUTOTUNE=1): called by tuning/lookup.py",
+        "tpu_kernels.autotuner",
+        "tunes one call on the attached chip (TPU_KERNELS_AUTOTUNE=1): called by tunables/lookup.py",
     ),
     "borrow_check": (
-        "tpu_kernels.tuner",
+        "tpu_kernels.autotuner",
         "runs a call with a config borrowed from the nearest bucket and says why it is not right "
-        '("" when it is): called by tuning/lookup.py',
+        '("" when it is): called by tunables/lookup.py',
     ),
 }
 """Hook -> (the module that installs it when imported, what it does and who calls it)."""

@@ -3,22 +3,22 @@ reading the operands transposed in place."""
 
 import jax
 import pytest
-from jax.experimental.pallas import tpu as pltpu
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from jax.experimental.pallas import tpu as pltpu
 
 from tests.helpers import rand
 from tests.kernels.base import KernelFamilyTests
 from tests.kernels.checks import grid_semantics, lowers_for_tpu
 from tpu_kernels import testing
+from tpu_kernels.autotuner.predict import ChipFigures
 from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import pallas
 from tpu_kernels.lowering.chips import TARGET_CHIPS
 from tpu_kernels.lowering_check.vmem import memref_shape, traced_pallas_calls
 from tpu_kernels.testing import dot_scale
-from tpu_kernels.tuner.predict import ChipFigures
 
 
 class TestMatmul(KernelFamilyTests):

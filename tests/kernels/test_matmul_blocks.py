@@ -141,8 +141,8 @@ def test_the_tuners_prediction_is_the_default_blocks_cost_model(chip, mkn, confi
     """What `tpu-kernels tune --chips` predicts for a matmul config is `blocks.seconds` at the
     blocks the call would run with (the op's `cost=`), on the chip's peaks (`Chip.like`); for the
     default config those are `blocks.choose`'s, so the default and the prediction are one model."""
-    from tpu_kernels.tuner.point import cost_tie, predict_config
-    from tpu_kernels.tuner.predict import DISPATCH_FLOOR_S, ChipFigures
+    from tpu_kernels.autotuner.point import cost_tie, predict_config
+    from tpu_kernels.autotuner.predict import DISPATCH_FLOOR_S, ChipFigures
 
     m, k, n = mkn
     a, b = jax.ShapeDtypeStruct((m, k), "bfloat16"), jax.ShapeDtypeStruct((k, n), "bfloat16")
@@ -165,7 +165,7 @@ def test_the_tuners_prediction_is_the_default_blocks_cost_model(chip, mkn, confi
 def test_another_chips_peaks_price_the_same_blocks_faster_where_they_are_higher():
     """`Chip.like`: a v6e's bf16 peak is 4.7x a v5e's; a compute-bound call is priced about that
     much faster, at the v5e's fitted shares of each peak."""
-    from tpu_kernels.tuner.predict import ChipFigures
+    from tpu_kernels.autotuner.predict import ChipFigures
 
     v5e, v6e = (blocks.Chip.like(ChipFigures.of(c)) for c in ("v5e", "v6e"))
     assert v5e.mxu_rate == pytest.approx(blocks.MXU_RATE, rel=1e-3) and v5e.mxu_rows == blocks.MXU_ROWS

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpu_kernels import tuning
+from tpu_kernels import tunables
 
 
 @pytest.fixture(autouse=True)
@@ -11,6 +11,6 @@ def tuning_dir(tmp_path, monkeypatch):
     d.mkdir()
     monkeypatch.setenv("TPU_KERNELS_TUNING_DIR", str(d))
     monkeypatch.delenv("TPU_KERNELS_AUTOTUNE", raising=False)
-    tuning.reload()
+    tunables.reload()
     yield d
-    tuning.reload()
+    tunables.reload()

@@ -1,4 +1,4 @@
-"""What the cost model reads from a kernel body (`tuner/body.py`): each dot and each vector
+"""What the cost model reads from a kernel body (`autotuner/body.py`): each dot and each vector
 operation counted on the grid steps that run it, `pl.when` predicates evaluated over the grid."""
 
 import jax
@@ -7,8 +7,8 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from tpu_kernels.autotuner import body
 from tpu_kernels.lowering_check import vmem
-from tpu_kernels.tuner import body
 
 
 def _read(fn, *specs) -> body.Body:

@@ -1,10 +1,10 @@
-"""The chip a tuning entry is for (`tuning/chip.py`): every TPU generation's names, as JAX
+"""The chip a tuning entry is for (`tunables/chip.py`): every TPU generation's names, as JAX
 reports them (device_kind) and as Cloud TPU VMs do (TPU_ACCELERATOR_TYPE), and their order."""
 
 import pytest
 import torch
 
-from tpu_kernels.tuning import chip
+from tpu_kernels.tunables import chip
 
 # jax.Device.device_kind on each generation (jax._src.tpu_info.chip_version_from_device_kind)
 DEVICE_KINDS = {

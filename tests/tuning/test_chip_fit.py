@@ -1,4 +1,4 @@
-"""The cost model against a TPU v5e: the constants in tuner/predict.py are the ones the committed
+"""The cost model against a TPU v5e: the constants in autotuner/predict.py are the ones the committed
 fit record (bench/reports/chip_v5e_tuning_fit.json, by bench/chip_tuning.py) says were fitted,
 and the measured v5e matmul table committed beside the kernel loads through the lookup."""
 
@@ -12,9 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpu_kernels.autotuner import predict
 from tpu_kernels.kernels import matmul
-from tpu_kernels.tuner import predict
-from tpu_kernels.tuning import lookup
+from tpu_kernels.tunables import lookup
 
 from ..helpers import ROOT, load_bench_script
 
@@ -50,7 +50,7 @@ def test_the_record_states_the_fit_and_its_residuals():
 def test_a_matmul_candidates_prediction_is_the_records():
     """predict_config on ShapeDtypeStructs gives what the record says for one of its candidates:
     the record is the output of this code, not of an older model."""
-    from tpu_kernels.tuner.point import predict_config
+    from tpu_kernels.autotuner.point import predict_config
 
     group = next(g for g in FIT["candidates"] if g["group"] == "matmul/bf16[2048,2048,2048]")
     cand = next(

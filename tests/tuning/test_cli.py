@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from tpu_kernels import cli
-from tpu_kernels.tuning import table
+from tpu_kernels.tunables import table
 
 MODULE = textwrap.dedent(
     """

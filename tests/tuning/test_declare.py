@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpu_kernels import OpDefinitionError, tpu_kernel
-from tpu_kernels.tuning import bucket, default_key
+from tpu_kernels.tunables import bucket, default_key
 
 from ..helpers import uname
 from .kernels import make_op

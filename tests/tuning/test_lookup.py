@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from tpu_kernels import TuningNote, tuning, wiring
-from tpu_kernels.tuning import lookup, table
-from tpu_kernels.tuning.table import Entry
+from tpu_kernels import TuningNote, tunables, wiring
+from tpu_kernels.tunables import lookup, table
+from tpu_kernels.tunables.table import Entry
 
 from ..helpers import ROOT, rand, uname
 from .kernels import make_op
@@ -22,8 +22,8 @@ V = lookup.toolkit_version()
 
 
 def _put(op, *entries):
-    table.write(tuning.write_path(op.name, None), op.name, op.tunables.space(), list(entries))
-    tuning.reload()
+    table.write(tunables.write_path(op.name, None), op.name, op.tunables.space(), list(entries))
+    tunables.reload()
 
 
 def _e(bucket, block_rows, chip="cpu", dtypes=("float32",), toolkit=V, source="measured"):
@@ -123,9 +123,9 @@ def test_reload_and_new_entries_reach_the_next_call():
     op = make_op(uname())
     x = rand(300, 128)
     assert _used(op, x) is None
-    table.write(tuning.write_path(op.name, None), op.name, {}, [_e(((512, 128),), 8)])
+    table.write(tunables.write_path(op.name, None), op.name, {}, [_e(((512, 128),), 8)])
     assert _used(op, x) is None  # files are read once per process...
-    tuning.reload()
+    tunables.reload()
     assert _used(op, x) == 8  # ...until reload()
     lookup.added(op.name, [_e(((512, 128),), 256)])
     assert _used(op, x) == 256  # what this process tunes applies at once
@@ -203,7 +203,7 @@ _OTHER = textwrap.dedent(
 
 def test_a_table_written_by_one_process_is_used_by_another(tuning_dir):
     op = make_op(uname())
-    table.write(tuning.write_path(op.name, None), op.name, op.tunables.space(), [_e(((512, 128),), 8)])
+    table.write(tunables.write_path(op.name, None), op.name, op.tunables.space(), [_e(((512, 128),), 8)])
     env = {**os.environ, "TPU_KERNELS_TUNING_DIR": str(tuning_dir), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(
         [sys.executable, "-c", _OTHER.format(root=str(ROOT), name=op.name)],
@@ -327,7 +327,7 @@ def test_the_tuning_directory_takes_precedence_over_the_table_beside_the_kernel_
     monkeypatch.setattr(op.tuned, "home", home)
     table.write(home / table.filename(op.name), op.name, {}, [_e(((512, 128),), 8), _e(((1024, 128),), 8)])
     _put(op, _e(((512, 128),), 256))  # in $TPU_KERNELS_TUNING_DIR
-    assert [p.parent for p in op.tuned.paths()] == [tuning.write_path(op.name, None).parent, home]
+    assert [p.parent for p in op.tuned.paths()] == [tunables.write_path(op.name, None).parent, home]
     assert _used(op, rand(300, 128)) == 256  # the tuning directory's entry
     assert _used(op, rand(1000, 128)) == 8  # a key only the table beside the kernel has
 
@@ -369,14 +369,14 @@ def test_with_autotune_on_a_call_without_an_exact_entry_is_tuned_for_its_own_key
     _put(op, existing)
     tuned_for = []
 
-    def tuner(target, args, kwargs):  # stands in for tpu_kernels.tuner's online tuning
+    def tuner(target, args, kwargs):  # stands in for tpu_kernels.autotuner's online tuning
         tuned_for.append(target.tuned.key_of(args, kwargs)[2])
         lookup.added(target.name, [_e(((512, 128),), 256)])
         return True
 
     monkeypatch.setitem(wiring._INSTALLED, "online_tuner", tuner)
     monkeypatch.setenv(lookup.AUTOTUNE_ENV, "1")
-    tuning.reload()
+    tunables.reload()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TuningNote)
         got = _used(op, rand(300, 128))
@@ -499,7 +499,7 @@ def test_a_chip_without_entries_runs_the_defaults_without_a_full_lookup_once_its
         torch.testing.assert_close(op(x), 2 * x)
     assert len(full) == 1  # none of these looked the key up
     assert op.tuned_config(x).how == "defaults"  # explain: the full lookup, as before
-    tuning.reload()  # forgets the notes said: the next call says it again, once
+    tunables.reload()  # forgets the notes said: the next call says it again, once
     with pytest.warns(TuningNote, match=r"no tuned config for chip 'cpu'"):
         assert _used(op, rand(2000, 128)) is None
     with warnings.catch_warnings():
@@ -553,7 +553,7 @@ def test_printing_switched_on_after_prints_the_next_distinct_lookup(monkeypatch,
     _noted_elsewhere(op, monkeypatch)
     assert _used(op, rand(1000, 128)) is None
     capsys.readouterr()
-    monkeypatch.setenv(tuning.PRINT_ENV, "1")  # no reload
+    monkeypatch.setenv(tunables.PRINT_ENV, "1")  # no reload
     assert _used(op, rand(3000, 128)) is None
     err = capsys.readouterr().err
     assert f"{op.name} chip=cpu dtypes=['float32'] bucket=[(4096, 128)]" in err, err

@@ -1,4 +1,4 @@
-"""The tuner's parallel build (tuner/point.py, `workers=`): candidates are compiled ahead in a
+"""The tuner's parallel build (autotuner/point.py, `workers=`): candidates are compiled ahead in a
 thread pool, then run, checked and timed one at a time; the choice, the report's rows and the
 failure records are those of the serial run (workers=1) for the same measurements."""
 
@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
+from tpu_kernels.autotuner import autotune, point, tune_calls
+from tpu_kernels.autotuner.capture import Call
+from tpu_kernels.autotuner.result import _candidate_rows
 from tpu_kernels.bench import timing
 from tpu_kernels.runtime import prebuild
-from tpu_kernels.tuner import autotune, point, tune_calls
-from tpu_kernels.tuner.capture import Call
-from tpu_kernels.tuner.result import _candidate_rows
 
 from ..helpers import hypothesis_settings, rand, uname
 from .kernels import make_op

@@ -1,4 +1,4 @@
-"""The cost model's rules (`tuner/predict.py`): the HBM traffic a pipeline moves, the MXU's price
+"""The cost model's rules (`autotuner/predict.py`): the HBM traffic a pipeline moves, the MXU's price
 per dtype, and the per-step overhead in the units the docs and the MODEL string state."""
 
 import contextlib
@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 
+from tpu_kernels.autotuner import predict
 from tpu_kernels.lowering_check import vmem
-from tpu_kernels.tuner import predict
 
 from ..helpers import ROOT
 from .kernels import row_scale
@@ -86,12 +86,12 @@ def test_float32_dots_cost_the_passes_of_the_precision_they_were_traced_at(name,
 
 @pytest.mark.parametrize("torch_name, passes", [("medium", 1), ("high", 3), ("highest", None)])
 def test_the_tuner_prices_the_shipped_matmul_at_the_precision_its_calls_run_at(torch_name, passes):
-    # tuner.point traces a candidate under torch's setting: "high" is the kernel's three bf16
+    # autotuner.point traces a candidate under torch's setting: "high" is the kernel's three bf16
     # dots (mosaic_precision.dot), "highest" Mosaic's six passes, "medium" one
     import torch
 
+    from tpu_kernels.autotuner.point import predict_config
     from tpu_kernels.kernels import matmul
-    from tpu_kernels.tuner.point import predict_config
 
     spec = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
     before = torch.get_float32_matmul_precision()

@@ -4,8 +4,8 @@ declared order (the default first), and the same timings always give the same ch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpu_kernels.autotuner.select import choose, choose_predicted
 from tpu_kernels.bench.stats import Summary
-from tpu_kernels.tuner.select import choose, choose_predicted
 
 
 def _s(median, spread=0.02):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tpu_kernels.tuning import table
-from tpu_kernels.tuning.table import Entry, TuningTableError
+from tpu_kernels.tunables import table
+from tpu_kernels.tunables.table import Entry, TuningTableError
 
 OP = "test_table::op"
 

@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 
-from tpu_kernels import tpu_kernel, tuning, wiring
+from tpu_kernels import tpu_kernel, tunables, wiring
+from tpu_kernels.autotuner import autotune, tune_calls
+from tpu_kernels.autotuner.capture import Call
+from tpu_kernels.autotuner.point import STABILITY_PASSES, Candidate, Outcome, predict_call
 from tpu_kernels.bench import correctness, timing
-from tpu_kernels.tuner import autotune, tune_calls
-from tpu_kernels.tuner.capture import Call
-from tpu_kernels.tuner.point import STABILITY_PASSES, Candidate, Outcome, predict_call
-from tpu_kernels.tuning import table
+from tpu_kernels.tunables import table
 
 from ..helpers import rand, uname
 from .kernels import make_op, row_scale
@@ -159,9 +159,9 @@ def test_a_run_time_tune_where_nothing_is_right_raises_and_is_remembered(tuning_
     op = _wrong_when_tall(uname())
     autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
     monkeypatch.setenv("TPU_KERNELS_AUTOTUNE", "1")
-    tuning.reload()
+    tunables.reload()
     tall = rand(2000, 128)
-    with pytest.raises(tuning.NoRightConfigError, match=rf"{op.name}: .*\[2000, 128\]") as e:
+    with pytest.raises(tunables.NoRightConfigError, match=rf"{op.name}: .*\[2000, 128\]") as e:
         op(tall)  # not the 512-row entry's block_rows=256, just measured wrong here
     assert "block_rows=" in str(e.value) and str(tuning_dir) in str(e.value)
     doc = json.loads((tuning_dir / table.filename(op.name)).read_text())
@@ -172,15 +172,15 @@ def test_a_run_time_tune_where_nothing_is_right_raises_and_is_remembered(tuning_
     online = wiring.hook("online_tuner")
     wiring.install("online_tuner", lambda *a: tuned.append(a) or online(*a))
     try:
-        tuning.reload()  # as a new process: the failure is read, not tuned again
-        with pytest.raises(tuning.NoRightConfigError):
+        tunables.reload()  # as a new process: the failure is read, not tuned again
+        with pytest.raises(tunables.NoRightConfigError):
             op(tall)
     finally:
         wiring.install("online_tuner", online)
     assert tuned == []
     monkeypatch.delenv("TPU_KERNELS_AUTOTUNE")
-    tuning.reload()
-    with pytest.raises(tuning.NoRightConfigError):
+    tunables.reload()
+    with pytest.raises(tunables.NoRightConfigError):
         op(tall)
     torch.testing.assert_close(op(tall, block_rows=64), 3 * tall)  # a caller's own config still runs
 
@@ -222,8 +222,8 @@ def test_an_entry_tuned_for_another_program_of_the_kernel_is_not_served(tuning_d
     assert op.tuned_config(x).config == {"block_rows": 256}
     monkeypatch.setitem(FACTOR, "value", 3.0)  # the kernel is edited
     op.cache_clear()
-    tuning.reload()
-    with pytest.warns(tuning.TuningNote, match="another program of the kernel"):
+    tunables.reload()
+    with pytest.warns(tunables.TuningNote, match="another program of the kernel"):
         got = op.tuned_config(x)
     assert got.config == {"block_rows": 64} and got.how == "defaults"
     torch.testing.assert_close(op(x), 3 * x)
@@ -241,7 +241,7 @@ def test_a_config_borrowed_from_the_nearest_bucket_is_checked_at_the_call():
     op = _wrong_at_256_when_tall(uname())
     autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
     tall = rand(2000, 128)  # bucket 2048: only the 512-row entry's block_rows=256, wrong here
-    with pytest.warns(tuning.TuningNote, match=r"checked at this call and is not right here \(wrong"):
+    with pytest.warns(tunables.TuningNote, match=r"checked at this call and is not right here \(wrong"):
         torch.testing.assert_close(op(tall), 2 * tall)
     assert op.tuned_config(tall).config == {"block_rows": 64}
     fine = rand(600, 128)  # bucket 1024: the borrowed 256 is right there and is used
@@ -254,7 +254,7 @@ def test_a_compiled_graph_is_not_served_an_entry_of_another_program(tuning_dir):
     autotune(op, x, timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
     path = tuning_dir / table.filename(op.name)
     path.write_text(path.read_text().replace('"program": "', '"program": "0'))  # another program's digest
-    tuning.reload()
+    tunables.reload()
     seen = []
 
     def backend(gm, example_inputs):
@@ -266,7 +266,7 @@ def test_a_compiled_graph_is_not_served_an_entry_of_another_program(tuning_dir):
         return gm.forward
 
     torch._dynamo.reset()
-    with pytest.warns(tuning.TuningNote, match="another program of the kernel"):
+    with pytest.warns(tunables.TuningNote, match="another program of the kernel"):
         torch.testing.assert_close(torch.compile(lambda x: op(x), backend=backend, fullgraph=True)(x), 2 * x)
     assert seen == [None]  # the declared default, not the entry's 256
 
@@ -336,8 +336,8 @@ def test_a_stable_choice_is_confirmed_by_one_more_pass():
 def test_print_tuning_logs_each_distinct_lookup_once(monkeypatch, capsys):
     op = make_op(uname())
     autotune(op, rand(300, 128), timer=StubTimer({8: 3e-3, 64: 2e-3, 256: 1e-3}), settings=FAST)
-    monkeypatch.setenv(tuning.PRINT_ENV, "1")
-    tuning.reload()
+    monkeypatch.setenv(tunables.PRINT_ENV, "1")
+    tunables.reload()
     capsys.readouterr()
     op(rand(300, 128))
     op(rand(400, 128))  # another shape, the same lookup
@@ -382,7 +382,7 @@ def test_a_shipped_kernel_is_predicted_from_meta_tensors_and_checked_on_the_cpu(
 )
 @settings(max_examples=200, deadline=None)
 def test_the_check_shapes_fit_and_keep_equal_dims_equal(shapes):
-    from tpu_kernels.tuner.interpret import CHECK_ELEMENTS, check_shapes
+    from tpu_kernels.autotuner.interpret import CHECK_ELEMENTS, check_shapes
 
     small = check_shapes(shapes)
     assert [s is None for s in small] == [s is None for s in shapes]

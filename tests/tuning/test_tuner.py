@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import tpu_kernels
-from tpu_kernels import tuning
+from tpu_kernels import tunables
+from tpu_kernels.autotuner import autotune, tune_calls
+from tpu_kernels.autotuner.capture import Call
 from tpu_kernels.bench import timing
-from tpu_kernels.tuner import autotune, tune_calls
-from tpu_kernels.tuner.capture import Call
-from tpu_kernels.tuning import table
+from tpu_kernels.tunables import table
 
 from ..helpers import needs_tokamax, rand, uname
 from .kernels import make_op
@@ -153,7 +153,7 @@ def test_online_tuning_only_when_asked(tuning_dir, monkeypatch):
     op(x)
     assert not list(tuning_dir.iterdir())  # never implicitly
     monkeypatch.setenv("TPU_KERNELS_AUTOTUNE", "1")
-    tuning.reload()
+    tunables.reload()
     torch.testing.assert_close(op(x), 2 * x)
     assert (tuning_dir / table.filename(op.name)).exists()
     assert op.tuned.fill((x,), {}).get("block_rows") in (8, 64, 256)
@@ -231,7 +231,7 @@ def test_a_call_fixing_tunables_tunes_only_the_configs_that_keep_every_fixed_val
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from tpu_kernels.tuner.point import candidates_for
+    from tpu_kernels.autotuner.point import candidates_for
 
     from .kernels import make_op2
 

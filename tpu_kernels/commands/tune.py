@@ -67,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from tpu_kernels.autotuner import TUNING, capture, tune_calls
     from tpu_kernels.bench import timing
-    from tpu_kernels.tuner import TUNING, capture, tune_calls
 
     console = Console(width=None if sys.stdout.isatty() else 200, stderr=False)
     problem = (
@@ -178,10 +178,10 @@ def _example_calls(module: Any, before: set[str], args: argparse.Namespace) -> l
     import jax
     import torch
 
-    from tpu_kernels import tuning
+    from tpu_kernels import tunables
+    from tpu_kernels.autotuner.capture import Call
     from tpu_kernels.definition import dtypes
     from tpu_kernels.op import registered_ops
-    from tpu_kernels.tuner.capture import Call
 
     prefix = module.__name__
     ops = [
@@ -194,7 +194,7 @@ def _example_calls(module: Any, before: set[str], args: argparse.Namespace) -> l
     if not ops:
         raise _UsageError(f"{prefix} defines no op with tune= and examples=")
     chips = [c.strip() for c in (args.chips or "").split(",") if c.strip()]
-    measure = not chips or tuning.chip_of("cpu") in chips
+    measure = not chips or tunables.chip_of("cpu") in chips
     calls = []
     for op in ops:
         for ex_args, ex_kwargs in op.examples():
@@ -249,7 +249,7 @@ class _BarProgress:
 
 
 def _progress(console: Any) -> Any:
-    from tpu_kernels.tuner import Progress
+    from tpu_kernels.autotuner import Progress
 
     class Bar(_BarProgress, Progress):
         pass

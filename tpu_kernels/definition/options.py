@@ -42,15 +42,15 @@ class OpOptions:
       cost: the op's own cost model, for the tuner's predicted ranking of `tune` candidates
         on a TPU it does not run on (`tpu-kernels tune --chips`): `cost(chip, *args, **kwargs)`
         with the op's arguments (tensors or jax.ShapeDtypeStructs) and a candidate's statics,
-        and `chip` the predicted chip's figures (`tpu_kernels.tuner.predict.ChipFigures`),
+        and `chip` the predicted chip's figures (`tpu_kernels.autotuner.predict.ChipFigures`),
         returning the call's seconds; its attribute `tie`, if any, is the relative difference
         below which the model cannot tell two configs apart (they tie, and the declared order,
         the default first, decides). Without it the tuner's roofline over the traced kernel
-        prices them (tuner/predict.py). A family whose default statics come from a cost
+        prices them (autotuner/predict.py). A family whose default statics come from a cost
         model gives that model here, so that its default and its prediction agree.
       tune_key: which calls share a tuned config: a function of the op's arguments by keyword
         returning a tuple (the shape bucket); default: every tensor dim rounded up to a power
-        of two (tpu_kernels.tuning.bucket).
+        of two (tpu_kernels.tunables.bucket).
       autotune: Helion kernels only: let Helion autotune on the first call per shape
         (results cached on disk); by default a fixed or the default config is used.
       float_only: Helion kernels only: tensor parameters that must be floating point; an

@@ -1,5 +1,5 @@
 """Build a call's kernel without running it: how the tuner compiles its candidates ahead of
-checking and timing them, in a thread pool (tuner/point.py).
+checking and timing them, in a thread pool (autotuner/point.py).
 
 Inside `build_only()` a call of an op goes its whole way (statics, padding, the eager
 shortcut or the dispatcher) to the executor, which finds or builds (traces, lowers, compiles)

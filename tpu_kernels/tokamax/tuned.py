@@ -1,6 +1,6 @@
 """Tokamax's autotuning results applied to every `tpu_kernels.tokamax` op.
 
-`tpu_kernels.autotune` hands Tokamax ops to Tokamax's autotuner (`tpu_kernels.tuner.delegate`)
+`tpu_kernels.autotune` hands Tokamax ops to Tokamax's autotuner (`tpu_kernels.autotuner.delegate`)
 and saves its results in Tokamax's own JSON format, one file per Tokamax device kind, named
 `tokamax.<device kind>.autotuning.json`, in `$TPU_KERNELS_TUNING_DIR` if set, else beside this
 module. Each op's JAX body is traced inside every such result (`applied()`), so Tokamax finds
@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from tpu_kernels.tuning.lookup import TUNING_DIR_ENV, TuningNote
+from tpu_kernels.tunables.lookup import TUNING_DIR_ENV, TuningNote
 
 _HOME = Path(__file__).resolve().parent
 _LOADED: list[str] | None = None  # the files' texts

@@ -104,7 +104,7 @@ T_COMPARE = ("tests/test_checked.py", "tests/test_sharding_sim.py", "tests/test_
 TITAN = "tpu_kernels/integrations/torchtitan/modules.py"
 HF_ATTENTION = "tpu_kernels/integrations/transformers/attention.py"
 # the tuner and its tables (issue 46)
-TUNER, TUNING = "tpu_kernels/tuner/", "tpu_kernels/tuning/"
+TUNER, TUNING = "tpu_kernels/autotuner/", "tpu_kernels/tunables/"
 SELECT, POINT, PREDICT = TUNER + "select.py", TUNER + "point.py", TUNER + "predict.py"
 BODY = TUNER + "body.py"
 LOOKUP, TABLE, CHIP = TUNING + "lookup.py", TUNING + "table.py", TUNING + "chip.py"

@@ -1,4 +1,4 @@
-"""Toolkit mutants of tuning (tpu_kernels/tuner, tpu_kernels/tuning, bench/chip_tuning.py): the
+"""Toolkit mutants of tuning (tpu_kernels/autotuner, tpu_kernels/tunables, bench/chip_tuning.py): the
 choice rule, the cost model, the tables and their lookup, the fit."""
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ MUTANTS: tuple[Mutation, ...] = (
     # ---- issue 47: float32 "high" as three bf16 passes in a kernel body ----
     _toolkit(
         "predict-dot-precision-dropped",
-        "tpu_kernels/tuner/body.py",
+        "tpu_kernels/autotuner/body.py",
         'return Dot(m, n, k, batch, lhs.dtype, steps, _precision(eqn.params.get("precision")))',
         "return Dot(m, n, k, batch, lhs.dtype, steps)",
         "every float32 dot priced at one bf16 pass, whatever precision it was traced at",

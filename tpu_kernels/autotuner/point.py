@@ -43,16 +43,16 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import tuning
+from tpu_kernels import tunables
+from tpu_kernels.autotuner import predict as predictor
+from tpu_kernels.autotuner.capture import call_metadata, copy_value
+from tpu_kernels.autotuner.select import Choice, choose, choose_predicted
 from tpu_kernels.bench import correctness, timing
 from tpu_kernels.bench.device import Device, last_level_cache_bytes
 from tpu_kernels.bench.stats import Summary
 from tpu_kernels.runtime import prebuild
 from tpu_kernels.runtime import precision as matmul_precision
-from tpu_kernels.tuner import predict as predictor
-from tpu_kernels.tuner.capture import call_metadata, copy_value
-from tpu_kernels.tuner.select import Choice, choose, choose_predicted
-from tpu_kernels.tuning.lookup import toolkit_version
+from tpu_kernels.tunables.lookup import toolkit_version
 from tpu_kernels.verification import checked_mode
 
 # bench.timing.measure's signature: (device, {name: (fn, arg_sets)}, settings) -> {name: Timing}
@@ -152,7 +152,7 @@ class Outcome:
     def chosen(self) -> dict[str, Any] | None:
         return None if self.choice is None else dict(zip(self.names, self.choice.config))
 
-    def entry(self) -> tuning.Entry | None:
+    def entry(self) -> tunables.Entry | None:
         """The table entry this tuning gives: the chosen config; when a measured run found no
         candidate right, a "failed" entry (no config) that lookups refuse to run; else None."""
         evidence: dict[str, Any] = {"shape": self.shapes}
@@ -170,7 +170,7 @@ class Outcome:
             candidates=[c.to_json(self.names) for c in self.candidates],
             tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )
-        return tuning.Entry(
+        return tunables.Entry(
             chip=self.chip,
             dtypes=self.dtypes,
             bucket=self.bucket,
@@ -233,7 +233,7 @@ def measure_call(
     started = time.perf_counter()
     t = op.tunables
     shapes, dtypes, bucket = call_metadata(op, args, kwargs)
-    chip = tuning.chip_of(device.torch_device)
+    chip = tunables.chip_of(device.torch_device)
     cands = [Candidate(c) for c in candidates_for(op, kwargs)]
     step = on_step or (lambda what: None)
     base_kwargs = {k: v for k, v in kwargs.items() if k not in t.names}
@@ -490,7 +490,7 @@ def _check_in_interpreter(
     op: Any, args: tuple, kwargs: dict, cands: list[Candidate], notes: list[str], workers: int | None = None
 ) -> list:
     """Run and judge `cands` on the CPU (interpret.py); -> the shapes they were checked at."""
-    from tpu_kernels.tuner.interpret import check_inputs
+    from tpu_kernels.autotuner.interpret import check_inputs
 
     small_args, small_kwargs, shapes = check_inputs(args, kwargs)
     where = f"in the CPU interpreter at shapes {shapes}"

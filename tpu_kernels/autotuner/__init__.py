@@ -4,7 +4,7 @@
     print(result.report())                          # every candidate, measured or predicted
     # saved into each op's table; later calls (this process or another) use the tuned configs
 
-This package is the layer above the core that *finds* configs; the core (`tpu_kernels.tuning`)
+This package is the layer above the core that *finds* configs; the core (`tpu_kernels.tunables`)
 declares tunables, keeps the tables and looks configs up at call time. docs/autotuning.md has
 the whole story: declaring, tuning, committing, deploying, and what is measured vs predicted.
 """
@@ -17,13 +17,10 @@ from typing import Any
 
 import torch
 
-from tpu_kernels import tuning, wiring
-from tpu_kernels.bench import timing
-from tpu_kernels.bench.device import Device
-from tpu_kernels.bench.device import resolve as resolve_device
-from tpu_kernels.tuner import delegate
-from tpu_kernels.tuner.capture import Call, capture
-from tpu_kernels.tuner.point import (
+from tpu_kernels import tunables, wiring
+from tpu_kernels.autotuner import delegate
+from tpu_kernels.autotuner.capture import Call, capture
+from tpu_kernels.autotuner.point import (
     TUNING,
     CpuCheck,
     Outcome,
@@ -32,8 +29,11 @@ from tpu_kernels.tuner.point import (
     measure_call,
     predict_call,
 )
-from tpu_kernels.tuner.result import TuningResult
-from tpu_kernels.tuning import lookup
+from tpu_kernels.autotuner.result import TuningResult
+from tpu_kernels.bench import timing
+from tpu_kernels.bench.device import Device
+from tpu_kernels.bench.device import resolve as resolve_device
+from tpu_kernels.tunables import lookup
 
 
 class Progress:
@@ -65,7 +65,7 @@ class Lines(Progress):
 
 def _chips_for(call: Call, chips: Iterable[str] | None) -> tuple[str | None, list[str]]:
     """(the chip to measure on, or None; the TPU chips to predict for)."""
-    here = tuning.chip_of(call.device)
+    here = tunables.chip_of(call.device)
     if chips is None:
         return here, []
     chips = list(dict.fromkeys(chips))

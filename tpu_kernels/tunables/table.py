@@ -258,7 +258,7 @@ def _read_regular(p: Path) -> bytes:
         if max(st.st_size, size) > MAX_TABLE_BYTES:
             raise TuningTableError(
                 f"{p}: {max(st.st_size, size)} bytes, above the {MAX_TABLE_BYTES} bytes a tuning table may have "
-                "(tpu_kernels.tuning.table.MAX_TABLE_BYTES); not read."
+                "(tpu_kernels.tunables.table.MAX_TABLE_BYTES); not read."
             )
         return b"".join(chunks)
     finally:

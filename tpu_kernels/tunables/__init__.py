@@ -3,13 +3,13 @@ hold tuned configs per chip, dtypes and shape bucket (`table.py`), the chip a ca
 (`chip.py`) and the lookup a call makes before dispatch (`lookup.py`).
 
 Finding the configs (running candidates, checking them against the reference, timing them,
-predicting TPU rankings) is `tpu_kernels.tuner`, a layer above the core; docs/autotuning.md
+predicting TPU rankings) is `tpu_kernels.autotuner`, a layer above the core; docs/autotuning.md
 tells the whole story.
 """
 
-from tpu_kernels.tuning.chip import chip_of
-from tpu_kernels.tuning.declare import Tunables, bucket, declare, default_key
-from tpu_kernels.tuning.lookup import (
+from tpu_kernels.tunables.chip import chip_of
+from tpu_kernels.tunables.declare import Tunables, bucket, declare, default_key
+from tpu_kernels.tunables.lookup import (
     AUTOTUNE_ENV,
     TUNING_DIR_ENV,
     NoRightConfigError,
@@ -19,8 +19,8 @@ from tpu_kernels.tuning.lookup import (
     table_paths,
     write_path,
 )
-from tpu_kernels.tuning.provenance import PRINT_ENV, TunedConfig
-from tpu_kernels.tuning.table import Entry, Table, TuningTableError, read
+from tpu_kernels.tunables.provenance import PRINT_ENV, TunedConfig
+from tpu_kernels.tunables.table import Entry, Table, TuningTableError, read
 
 __all__ = [
     "AUTOTUNE_ENV",

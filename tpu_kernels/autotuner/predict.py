@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from tpu_kernels.autotuner import body
 from tpu_kernels.lowering import pallas_grid
-from tpu_kernels.tuner import body
 
 # From a TPU v5e's records by bench/chip_tuning.py (bench/reports/chip_v5e_tuning_fit.json),
 # least squares in log time on a grid: STEP_OVERHEAD_S and HBM_EFFICIENCY from the tuning

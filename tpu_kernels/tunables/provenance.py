@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_kernels.tuning import table as tables
+from tpu_kernels.tunables import table as tables
 
 PRINT_ENV = "TPU_KERNELS_PRINT_TUNING"
 

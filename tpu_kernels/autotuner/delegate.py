@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.tuner.capture import Call
-from tpu_kernels.tuning import table as tables
+from tpu_kernels.autotuner.capture import Call
+from tpu_kernels.tunables import table as tables
 
 
 def tune_tokamax(calls: Sequence[Call]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from tpu_kernels.tuning import capture as hook
+from tpu_kernels.tunables import recording as hook
 
 
 @dataclass

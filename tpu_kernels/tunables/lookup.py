@@ -8,7 +8,7 @@ kernel caches all see a static like any other. A tunable the caller passes is ne
 given, defaults as declared.
 
 Where a call's config comes from, in order:
-1. the innermost `with result:` of a `tpu_kernels.tuner.TuningResult` (this thread's);
+1. the innermost `with result:` of a `tpu_kernels.autotuner.TuningResult` (this thread's);
 2. the op's tables: `$TPU_KERNELS_TUNING_DIR/<file>` (if set), then `<file>` beside the module
    that defines the kernel (`table.filename`), the first taking precedence key by key. Each
    file is read once per process, at the op's first call that looks (`reload()` reads again);
@@ -33,7 +33,7 @@ torch.compile the bucket of a symbolic size is found by comparisons, so the grap
 recompiling once per bucket, and only for ops with entries on this chip.
 
 With `TPU_KERNELS_AUTOTUNE=1`, an eager call with no entry for its key tunes the op right
-there (the registered online tuner, `tpu_kernels.tuner`), writes the table and uses the
+there (the registered online tuner, `tpu_kernels.autotuner`), writes the table and uses the
 result; otherwise nothing is ever tuned implicitly.
 """
 
@@ -55,11 +55,11 @@ from tpu_kernels import _compat, wiring
 from tpu_kernels.dispatch.autocast import dtype_under
 from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.runtime import precision
-from tpu_kernels.tuning import capture
-from tpu_kernels.tuning import table as tables
-from tpu_kernels.tuning.chip import chip_of
-from tpu_kernels.tuning.declare import Tunables, default_key, key_arguments
-from tpu_kernels.tuning.provenance import (
+from tpu_kernels.tunables import recording
+from tpu_kernels.tunables import table as tables
+from tpu_kernels.tunables.chip import chip_of
+from tpu_kernels.tunables.declare import Tunables, default_key, key_arguments
+from tpu_kernels.tunables.provenance import (
     PRINT_ENV,
     Looked,
     TunedConfig,
@@ -603,7 +603,7 @@ class Tuned:
     def _borrow_check(self, args: tuple, kwargs: dict) -> str:
         """Why the borrowed config in `kwargs` is not right at this call ("" when it is, or
         when nothing can check it: no checker registered, or a tuning run is capturing calls)."""
-        if capture.ACTIVE or self.online_target is None:
+        if recording.ACTIVE or self.online_target is None:
             return ""
         return wiring.hook("borrow_check")(self.online_target, args, kwargs)  # the tuner's (wiring.HOOKS)
 

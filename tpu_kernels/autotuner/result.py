@@ -1,6 +1,6 @@
 """What a tuning run found: per op, chip and shape bucket, every candidate's fate and the winner.
 
-A `TuningResult` is saved into each op's table (`save()`; `tpu_kernels.tuning.table` says
+A `TuningResult` is saved into each op's table (`save()`; `tpu_kernels.tunables.table` says
 where and how), printed as a report (`report()`), and is a context manager, as Tokamax's
 `AutotuningResult` is: inside `with result:` this thread's calls use its configs first, without
 anything written to disk.
@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpu_kernels import tuning
+from tpu_kernels import tunables
+from tpu_kernels.autotuner.point import Outcome
 from tpu_kernels.bench.stats import fmt_time
-from tpu_kernels.tuner.point import Outcome
-from tpu_kernels.tuning import lookup
-from tpu_kernels.tuning import table as tables
+from tpu_kernels.tunables import lookup
+from tpu_kernels.tunables import table as tables
 
 
 @dataclass
@@ -31,9 +31,9 @@ class TuningResult:
     _ops: dict[str, Any] = field(default_factory=dict, repr=False)  # op name -> KernelOp
     _tokens: list[Any] = field(default_factory=list, repr=False)
 
-    def entries(self) -> dict[str, list[tuning.Entry]]:
+    def entries(self) -> dict[str, list[tunables.Entry]]:
         """The table entries, by op name (outcomes where no candidate survived give none)."""
-        out: dict[str, list[tuning.Entry]] = {}
+        out: dict[str, list[tunables.Entry]] = {}
         for o in self.outcomes:
             e = o.entry()
             if e is not None:
@@ -68,7 +68,7 @@ class TuningResult:
             lookup.added(name, entries)
             written.append(path)
         if self.tokamax:
-            from tpu_kernels.tuner import delegate
+            from tpu_kernels.autotuner import delegate
 
             written += delegate.save_tokamax(self.tokamax, directory)
         return written
