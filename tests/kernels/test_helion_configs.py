@@ -124,3 +124,22 @@ def test_the_tpus_kernel_bakes_statics_in_and_copies_no_scalar_per_call():
     for alpha in (0.5, -2.0, 3):
         torch.testing.assert_close(as_on_tpu(x, y, alpha), x + alpha * y)
     assert constants((x, True, 2))[1:] == (hl.constexpr(True), hl.constexpr(2))
+
+
+def test_the_tpus_kernel_leaves_an_autotuned_kernels_tiles_to_helion(monkeypatch):
+    """An op declared with autotune=True runs the config Helion's tuning chooses, so the first
+    config's tiling is no reason to refuse its call (the check would read the wrong blocks)."""
+    from tpu_kernels.runtime.sources.helion import ByShape
+
+    op = tpu_kernel("test_helion_configs::scale_rows_tuned", autotune=True)(_scale_rows)
+    source = op.source
+    checked = []
+    monkeypatch.setattr(source, "check_tiles", lambda values: checked.append(values))
+    ran = []
+    monkeypatch.setattr(source, "variants", lambda where, index: lambda *a: ran.append((where, index)))
+    ByShape(source, "tpu")(rand(68, 128), 2.0)
+    assert checked == [] and ran == [("tpu", 0)]
+    monkeypatch.setattr(scale_rows.source, "variants", lambda where, index: lambda *a: ran.append((where, index)))
+    monkeypatch.setattr(scale_rows.source, "check_tiles", lambda values: checked.append(values))
+    ByShape(scale_rows.source, "tpu")(rand(72, 128), 2.0)
+    assert len(checked) == 1 and ran[-1] == ("tpu", 1)

@@ -585,8 +585,8 @@ class HelionSource:
 
 class ByShape:
     """A device's Pallas kernel that runs, per call, the source's config for the call's shapes
-    (`HelionSource.config_index`) at torch's precision now, after `check_tiles`, with its
-    statics baked in (`constants`)."""
+    (`HelionSource.config_index`) at torch's precision now, after `check_tiles` (not for a kernel
+    Helion autotunes: its tiles are the tuned config's), with its statics baked in (`constants`)."""
 
     def __init__(self, source: HelionSource, device: str) -> None:
         self.source, self.device = source, device
@@ -596,7 +596,8 @@ class ByShape:
         key = _shape_key(list(values))
         variants = self._ready.get(key)
         if variants is None:  # a new shape: checked and chosen once
-            self.source.check_tiles(list(values))
+            if not self.source.autotune_enabled:  # a tuned config is Helion's to choose (and check)
+                self.source.check_tiles(list(values))
             variants = self.source.variants(self.device, self.source.config_index(list(values)))
             if len(self._ready) >= 1024:  # bounded, like the executors' caches
                 self._ready.clear()
