@@ -111,3 +111,38 @@ def test_helion_twin_speed_is_recorded_beside_its_pallas_op(family, tpu, figures
         normwise_helion_vs_pallas=float((b.cpu().double() - a.cpu().double()).norm() / a.cpu().double().norm()),
     )
     assert figures["normwise_helion_vs_pallas"] < 2e-2, figures
+
+
+VISIBLE = sorted(
+    n for n in TWINS if getattr(FAMILIES[n].helion_op().source, "visible", None) is not None
+)
+
+
+@pytest.mark.parametrize("family", VISIBLE)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_a_plain_twin_call_launches_its_visible_kernel_and_gives_the_full_kernels_output(family, dtype, tpu):
+    """A twin with `visible_kernel=` (rmsnorm's: the forward without inv_rms): a plain call (no
+    gradient) goes through the eager shortcut to that kernel, and gives the full kernel's
+    visible output (a call needing a gradient runs the full kernel) within the dtype's
+    tolerance (two programs of the same arithmetic), at row counts each config runs and one
+    that pads to a bucket (the padded call runs the full kernel)."""
+    from tests.tpu.test_ops import SUITES
+    from tpu_kernels.dispatch.eager import DECLINED
+
+    fam, suite = FAMILIES[family], SUITES[family]
+    op = fam.helion_op()
+    inner = op.device_kernel("PrivateUse1")
+    inner = getattr(inner, "kernel", inner)
+    assert inner.visible_only
+    shortcut = op._eager_tpu
+    assert shortcut is not None and shortcut.launch == inner.launch_visible
+    cols = SHAPES[family][-1]
+    for name, shape in {"32-row blocks": SHAPES[family], "8-row blocks": (8, cols), "padded": (40, cols)}.items():
+        host = suite.inputs(shape, dtype)
+        tensors = [t.to(tpu) for t in host]
+        plain = shortcut.try_call(tuple(tensors), dict(fam.kwargs))
+        assert plain is not DECLINED, name
+        full = op(*[t.requires_grad_(True) for t in tensors], **fam.kwargs)
+        full = full[0] if isinstance(full, (tuple, list)) else full
+        assert plain.shape == full.shape and plain.dtype == full.dtype, name
+        assert_close(plain.cpu(), full.detach().cpu(), dtype, what=f"{op.name} {name}")

@@ -1,6 +1,7 @@
 """The Helion twin of rmsnorm as torch ops (importing this module imports Helion):
-`tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)`, which returns inv_rms as a residual,
-and its explicit backward, two Helion kernels `rmsnorm_helion_dx` and `rmsnorm_helion_dweight`."""
+`tpu_kernels::rmsnorm_helion(x, weight, eps=1e-6)`, which returns inv_rms as a residual
+(a TPU call that needs no gradient runs `helion_kernel.rmsnorm_visible`, without it), and its
+explicit backward, two Helion kernels `rmsnorm_helion_dx` and `rmsnorm_helion_dweight`."""
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,7 @@ rmsnorm_helion = tpu_kernel(
     float_only=("x", "weight"),  # the shipped ops' integer rule (docs/dtypes.md): the same error
     outputs=("y", "inv_rms"),
     residuals=("inv_rms",),
+    visible_kernel=helion_kernel.rmsnorm_visible,
     examples=lambda: [((_X, _W), {})],
     autocast="fp32",
     sharding=rms_sharding.rmsnorm_sharding,

@@ -1,5 +1,7 @@
-"""RMSNorm as Helion kernels: the forward (which returns the inverse RMS), and
-the backward as two kernels, one per gradient.
+"""RMSNorm as Helion kernels: the forward (which returns the inverse RMS), the same without
+it (`rmsnorm_visible`: the op's `visible_kernel=`, which a TPU call needing no gradient
+launches; a second output costs torch_tpu's launch about as much as the first), and the
+backward as two kernels, one per gradient.
 
 Why two backward kernels: dx reduces along rows (a tile is a block of full
 rows) and dweight along columns (a tile is a block of full columns). One
@@ -35,6 +37,17 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tuple[t
         out[tile_m, :] = (xf * r[:, None] * weight[:].to(torch.float32)).to(out.dtype)
         inv_rms[tile_m] = r
     return out, inv_rms
+
+
+@helion.kernel(backend="pallas", configs=ROWS)
+def rmsnorm_visible(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    m, _ = x.size()
+    out = torch.empty_like(x)
+    for tile_m in hl.tile(m):
+        xf = x[tile_m, :].to(torch.float32)
+        r = torch.rsqrt(torch.mean(xf * xf, dim=-1) + eps)
+        out[tile_m, :] = (xf * r[:, None] * weight[:].to(torch.float32)).to(out.dtype)
+    return out
 
 
 @helion.kernel(backend="pallas", configs=ROWS)

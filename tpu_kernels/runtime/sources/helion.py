@@ -75,7 +75,10 @@ recognizes = is_helion_kernel  # the language registry's hooks (tpu_kernels.runt
 
 
 def make_source(op_name: str, fn: Any, options: Any) -> HelionSource:
-    return HelionSource(op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only))
+    return HelionSource(
+        op_name, fn, autotune=options.autotune, float_only=frozenset(options.float_only),
+        visible_kernel=options.visible_kernel,
+    )
 
 
 def _check_mode(mode: str) -> str:
@@ -280,11 +283,14 @@ class HelionSource:
     kind = "helion"
 
     def __init__(
-        self, name: str, kernel: Any, *, autotune: bool = False, float_only: frozenset[str] = frozenset()
+        self, name: str, kernel: Any, *, autotune: bool = False, float_only: frozenset[str] = frozenset(),
+        visible_kernel: Any = None,
     ) -> None:
         from helion.runtime.settings import RefMode
 
         _require_source(name, kernel.fn)
+        # the kernel a TPU call that needs no gradient launches: the visible outputs alone
+        self.visible = _visible_source(name, kernel, visible_kernel, autotune, float_only)
         helion_eager.install()  # hl.dot in reference mode on CPU tensors (helion_eager says why)
         self.name = name
         self.kernel = kernel
@@ -490,13 +496,21 @@ class HelionSource:
             spec.reference,
         )
         out: dict[str, Callable] = {devices.get("cpu").dispatch_key: cpu}
+        if self.visible is not None and spec.n_visible == spec.signature.n_outputs:
+            raise OpDefinitionError(
+                f"{spec.name}: visible_kernel= is the kernel without the op's residuals, but the op "
+                "declares none (residuals=)."
+            )
         for name, backend in HELION_BACKENDS.items():  # the devices Helion has a backend for
             device = devices.get(name)
             variants = self.device_variants[name]
+            visible = None
             if isinstance(variants, PerPrecision):  # Pallas: the config by the call's shapes
                 variants = ByShape(self, name)
+                if self.visible is not None:
+                    visible = TorchKernel(spec.name, spec.signature, ByShape(self.visible, name), device.name, self)
             kernel = TorchKernel(spec.name, spec.signature, variants, device.name, self)
-            out[device.dispatch_key] = _BackendChecked(kernel, backend)
+            out[device.dispatch_key] = _BackendChecked(kernel, backend, visible, spec.n_visible)
         return out
 
     def fake(self, sig: Any, values: list[Any]) -> Any:
@@ -655,17 +669,68 @@ def _host_like(values: list[Any]) -> tuple:
 
 class _BackendChecked:
     """A device's kernel that checks on its first call that its Helion backend can run in
-    this process (the device's backend may be absent here)."""
+    this process (the device's backend may be absent here).
 
-    def __init__(self, kernel: TorchKernel, backend: str) -> None:
+    With a `visible` kernel (the op's `visible_kernel=`, on a Pallas-backend device), a call
+    that needs no gradient can launch it instead (`launch_visible`, which the eager shortcut
+    takes where `visible_only` is set, as for `TpuKernel`): its `n_visible` outputs alone."""
+
+    def __init__(
+        self, kernel: TorchKernel, backend: str, visible: TorchKernel | None = None, n_visible: int = 1
+    ) -> None:
         self.kernel, self.backend = kernel, backend
         self.checked = False
+        self.visible, self.n_visible = visible, n_visible
+        self.visible_only = visible is not None
+        params = kernel.sig.params
+        self._n_positional = sum(not p.keyword_only for p in params)
+        self._keywords = tuple(p.name for p in params[self._n_positional :])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.checked:
             _require_backend(self.backend, self.kernel.op, self.kernel.device_type)
             self.checked = True
         return self.kernel(*args, **kwargs)
+
+    def launch_visible(self, values: tuple, key: tuple) -> Any:
+        """The visible outputs of a call of one value per parameter, in order (the eager
+        shortcut's call), from the visible kernel; `key` (its statics, shapes and dtypes) is
+        unused: Helion keys its own launches."""
+        if self.visible is None:
+            raise ValueError(f"{self.kernel.op}: the op has no visible_kernel")
+        if not self.checked:
+            _require_backend(self.backend, self.kernel.op, self.kernel.device_type)
+            self.checked = True
+        n = self._n_positional
+        out = self.visible(*values[:n], **dict(zip(self._keywords, values[n:])))
+        got = len(out) if isinstance(out, (tuple, list)) else 1
+        if got != self.n_visible:
+            raise OpDefinitionError(
+                f"{self.kernel.op}: its visible_kernel returned {got} output(s), but the op has "
+                f"{self.n_visible} visible output(s) (its outputs less its residuals)."
+            )
+        return out[0] if isinstance(out, (tuple, list)) and self.n_visible == 1 else out
+
+
+def _visible_source(
+    name: str, kernel: Any, visible: Any, autotune: bool, float_only: frozenset[str]
+) -> HelionSource | None:
+    """The source of an op's `visible_kernel=` (None when it has none), after checking that it
+    is a Helion kernel with the kernel's parameters."""
+    if visible is None:
+        return None
+    if not is_helion_kernel(visible):
+        raise OpDefinitionError(
+            f"{name}: visible_kernel= must be a helion.Kernel (the kernel without its residuals), "
+            f"got {type(visible).__name__}."
+        )
+    ours, theirs = _param_names(kernel.fn), _param_names(visible.fn)
+    if ours != theirs:
+        raise OpDefinitionError(
+            f"{name}: visible_kernel= takes parameters {theirs}, but the kernel takes {ours}; "
+            "give it the kernel's parameters, in order."
+        )
+    return HelionSource(name, visible, autotune=autotune, float_only=float_only)
 
 
 def _param_names(fn: Callable) -> list[str]:

@@ -51,6 +51,11 @@ def make_source(op_name: str, fn: Any, options: Any) -> JaxSource:
             f"{op_name}: float_only= applies to Helion kernels only; a JAX body checks its "
             "dtypes itself (it can raise while traced)."
         )
+    if options.visible_kernel is not None:
+        raise OpDefinitionError(
+            f"{op_name}: visible_kernel= applies to Helion kernels only; a JAX body's kernel "
+            "without its residuals is derived from the body."
+        )
     if not callable(fn):
         raise OpDefinitionError(f"{op_name}: expected a JAX/Pallas function or a helion.Kernel, got {fn!r}.")
     return JaxSource(fn)
