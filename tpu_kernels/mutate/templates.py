@@ -414,7 +414,7 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "flash_attention",
         "acc-not-rescaled",
-        "acc_sc[...] = rescale * acc_sc[...] + pv",
+        "acc_sc[...] = _lanes(rescale, d) * acc_sc[...] + pv",
         "acc_sc[...] = acc_sc[...] + pv",
         "the online softmax's accumulator not rescaled when the running max grows",
     ),
@@ -428,8 +428,8 @@ TEMPLATES: tuple[TemplateMutant, ...] = (
     _p(
         "flash_attention",
         "lse-without-max",
-        "lse_ref[...] = (m_sc[...] + jnp.log(total)).astype(lse_ref.dtype)",
-        "lse_ref[...] = jnp.log(total).astype(lse_ref.dtype)",
+        "lse_ref[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(lse_ref.dtype)",
+        "lse_ref[...] = jnp.log(total)[:, :1].astype(lse_ref.dtype)",
         "the log-sum-exp residual forgets the running max: the backward's probabilities are wrong",
     ),
     _p(

@@ -1,0 +1,181 @@
+"""Where a decoder layer's gap to XLA comes from, piece by piece: a probe, JAX alone.
+
+The drawn record (bench/reports/chip_v5e_drawn.json, `drawn_layer`) has the chip runner's layer
+(tpu_kernels/chip/layer.py) behind the same layer from XLA's matmuls and rmsnorm and JAX's flash
+attention, the narrower the model the further. This probe times each piece of that layer on
+its own, ours against XLA's, at a layer's dims, forward and forward + backward (the same
+`jax.custom_vjp` pieces the runner's layer uses):
+
+  rmsnorm [T, d]; the matmuls h Wq ([T, d] x [d, d]), h Wg ([T, d] x [d, ffn]) and the down
+  projection ([T, ffn] x [ffn, d]); causal attention [1, heads, T, head_dim]; and the whole layer.
+
+Pieces that appear several times in the layer (four [d, d] projections, two rmsnorms, two FFN
+up matmuls) count once here: `layer_share` weights each by its count, so the shares say which
+piece the layer's gap is in. For each matmul it also times the cost model's next-cheapest
+default candidates (`blocks.choose`'s pool) forward, to see whether another block would do
+better there.
+
+Each time: n calls, one wait, the minimum of `--rounds` rounds (tpu_kernels.chip.measure). Writes
+JSON lines to $OUT/layer_pieces_probe.jsonl (or --out).
+
+    python3 bench/chip_layer_pieces_probe.py [--only pieces,blocks] [--dims T,d,heads,hd,ffn;...]
+        [--out FILE] [--quick --interpret]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tpu_kernels.chip import drawn, layer, load, measure, probes  # noqa: E402
+
+SECTIONS = {"pieces": "each piece ours against XLA's", "blocks": "each matmul at the model's next candidates"}
+SEED = 211739  # the drawn record's seed: its three layer configs
+COUNTS = {"rmsnorm": 2, "proj": 4, "ffn_up": 2, "ffn_down": 1, "attention": 1}
+"""How many times each piece runs in the layer (chip/layer.py)."""
+
+
+def _dims(text: str | None, quick: bool) -> list[dict]:
+    if quick:
+        return [dict(tokens=256, d=256, heads=2, head_dim=128, ffn=512, model="quick")]
+    if not text:
+        return drawn.layers(SEED)
+    out = []
+    for part in text.split(";"):
+        t, d, h, hd, f = (int(v) for v in part.split(","))
+        out.append(dict(tokens=t, d=d, heads=h, head_dim=hd, ffn=f, model=f"T{t}_d{d}"))
+    return out
+
+
+def _bf16(rng: np.random.Generator, shape, scale: float = 1.0) -> jax.Array:
+    return jax.device_put((rng.standard_normal(shape, dtype=np.float32) * scale).astype(jnp.bfloat16))
+
+
+def _pieces(dims: dict, rng: np.random.Generator) -> dict[str, tuple]:
+    """name -> (ours, xla, args): each piece as the layer calls it."""
+    t, d, f, h, hd = dims["tokens"], dims["d"], dims["ffn"], dims["heads"], dims["head_dim"]
+    mm, rms, attn = layer._kernels({})
+    xmm, xrms, xattn = layer._xla_kernels()
+    x, w = _bf16(rng, (t, d)), _bf16(rng, (d,))
+    q = [_bf16(rng, (1, h, t, hd)) for _ in range(3)]
+    return {
+        "rmsnorm": (rms, xrms, (x, w)),
+        "proj": (mm, xmm, (x, _bf16(rng, (d, h * hd), d**-0.5))),
+        "ffn_up": (mm, xmm, (x, _bf16(rng, (d, f), d**-0.5))),
+        "ffn_down": (mm, xmm, (_bf16(rng, (t, f)), _bf16(rng, (f, d), f**-0.5))),
+        "attention": (attn, xattn, tuple(q)),
+    }
+
+
+def _fwd_bwd(fn, cot):
+    def run(*args):
+        _, vjp = jax.vjp(fn, *args)
+        return vjp(cot)
+
+    return run
+
+
+def _time(fn, args, rounds: int) -> dict:
+    compiled, _, error = measure.compile_fn(fn, args)
+    if error is not None:
+        return {"error": error}
+    try:
+        return {"us": round(measure.timed(compiled, args, rounds=rounds, round_s=0.15) * 1e6, 1)}
+    except Exception as e:  # a runtime failure is a verdict too
+        return {"error": measure.error_text(e)}
+
+
+def pieces(dims: dict, rounds: int, write) -> None:
+    rng = np.random.default_rng(0)
+    found = {}
+    for name, (ours, xla, args) in _pieces(dims, rng).items():
+        for mode in ("fwd", "fwd_bwd"):
+            if mode == "fwd":
+                fo, fx = ours, xla
+            else:
+                cot = _bf16(rng, jax.eval_shape(xla, *args).shape)
+                fo, fx = _fwd_bwd(ours, cot), _fwd_bwd(xla, cot)
+            a, b = _time(fo, args, rounds), _time(fx, args, rounds)
+            row = {"section": "pieces", "model": dims["model"], "dims": dims, "piece": name, "mode": mode,
+                   "count": COUNTS[name], "ours_us": a.get("us"), "xla_us": b.get("us")}
+            row.update({f"{k}_error": v["error"] for k, v in (("ours", a), ("xla", b)) if "error" in v})
+            if a.get("us") and b.get("us"):
+                row["speed_vs_xla"] = round(b["us"] / a["us"], 3)
+                row["gap_us_in_layer"] = round((a["us"] - b["us"]) * COUNTS[name], 1)
+                found[(name, mode)] = row
+            write(row)
+    whole_args = layer._inputs({k: dims[k] for k in ("tokens", "d", "heads", "head_dim", "ffn")}, rng)
+    whole_args = [jax.device_put(v) for v in whole_args]
+    ours_l = layer._layer(*layer._kernels({}), dims["heads"], dims["head_dim"])
+    xla_l = layer._layer(*layer._xla_kernels(), dims["heads"], dims["head_dim"])
+    cot = _bf16(rng, whole_args[0].shape)
+    for mode, (fo, fx) in (("fwd", (ours_l, xla_l)), ("fwd_bwd", (_fwd_bwd(ours_l, cot), _fwd_bwd(xla_l, cot)))):
+        a, b = _time(fo, whole_args, rounds), _time(fx, whole_args, rounds)
+        row = {"section": "pieces", "model": dims["model"], "dims": dims, "piece": "layer", "mode": mode,
+               "ours_us": a.get("us"), "xla_us": b.get("us")}
+        if a.get("us") and b.get("us"):
+            row["speed_vs_xla"] = round(b["us"] / a["us"], 3)
+            gaps = {p: r["gap_us_in_layer"] for (p, m), r in found.items() if m == mode}
+            row["gap_us"] = round(a["us"] - b["us"], 1)
+            row["pieces_gap_us"] = gaps
+            row["glue_gap_us"] = round(row["gap_us"] - sum(gaps.values()), 1)
+        write(row)
+
+
+def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
+    """Each matmul of the layer at the cost model's `top` cheapest candidates that fit, forward."""
+    mm = load.family("matmul")
+    bl = mm.pallas.blocks
+    rng = np.random.default_rng(1)
+    t, d, f, width = dims["tokens"], dims["d"], dims["ffn"], dims["heads"] * dims["head_dim"]
+    xmm = layer._xla_kernels()[0]
+    for name, (m, k, n) in (("proj", (t, d, width)), ("ffn_up", (t, d, f)), ("ffn_down", (t, f, d))):
+        a, b = _bf16(rng, (m, k)), _bf16(rng, (k, n), k**-0.5)
+        chosen = bl.choose(m, k, n, 2)
+        pool = sorted(
+            (bl.seconds(m, k, n, bm, bn, bk, 2), bm, bn, bk)
+            for bm in bl.candidates(m, 128, bl.BLOCK_CAP["m"])
+            for bn in bl.candidates(n, 128, bl.BLOCK_CAP["n"])
+            for bk in bl.candidates(k, 128, bl.BLOCK_CAP["k"])
+            if mm.pallas._vmem.fits(bl.vmem_need(bm, bn, bk, 2))
+        )[:top]
+        tried = {(chosen.m, chosen.n, chosen.k)} | {(bm, bn, bk) for _, bm, bn, bk in pool}
+        xla_us = _time(xmm, (a, b), rounds).get("us")
+        for bm, bn, bk in sorted(tried):
+            r = _time(lambda x, y, bm=bm, bn=bn, bk=bk: mm.pallas.matmul(x, y, block_m=bm, block_n=bn, block_k=bk),
+                      (a, b), rounds)
+            row = {"section": "blocks", "model": dims["model"], "piece": name, "shape": [m, k, n],
+                   "blocks": [bm, bn, bk], "default": (bm, bn, bk) == (chosen.m, chosen.n, chosen.k),
+                   "predicted_us": round(bl.seconds(m, k, n, bm, bn, bk, 2) * 1e6, 1), "us": r.get("us"),
+                   "xla_us": xla_us}
+            if "error" in r:
+                row["error"] = r["error"]
+            if r.get("us") and xla_us:
+                row["speed_vs_xla"] = round(xla_us / r["us"], 3)
+            write(row)
+
+
+def main(argv=None) -> None:
+    ap = probes.arguments(__doc__, "layer_pieces_probe.jsonl", SECTIONS)
+    ap.add_argument("--dims", default=None, help="T,d,heads,head_dim,ffn;... (default: the drawn record's layers)")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    if args.interpret:
+        probes.use_interpreter()
+    only = set(args.only.split(","))
+    with probes.lines(args.out, shown=300) as write:
+        write({"section": "meta", "device": str(jax.devices()[0].device_kind), "jax": jax.__version__})
+        for dims in _dims(args.dims, args.quick):
+            if "pieces" in only:
+                pieces(dims, args.rounds, write)
+            if "blocks" in only:
+                blocks(dims, args.rounds, write)
+
+
+if __name__ == "__main__":
+    main()
