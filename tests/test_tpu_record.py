@@ -64,6 +64,29 @@ def test_counts_match_the_outcomes_and_every_test_function_is_in_the_record(reco
         assert t["outcome"] != "failed" or t.get("error"), t  # a failure carries its error
 
 
+def test_reruns_name_their_commit_files_and_tests(record):
+    """Tests run again at a later commit (a part of the suite, where the device time allowed no
+    more) carry that commit, which a rerun entry names with its files and reason."""
+    reruns = {r["commit"]: r for r in record.get("reruns", [])}
+    later = {k: t for k, t in record["tests"].items() if "commit" in t}
+    for commit, rerun in reruns.items():
+        ours = [k for k, t in later.items() if t["commit"] == commit]
+        assert len(ours) == rerun["tests"] and rerun["why"]
+        assert {k.split("::")[0] for k in ours} == set(rerun["files"])
+        out = subprocess.run(["git", "cat-file", "-t", commit], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode != 0 and "not a git repository" in out.stderr or out.stdout.strip() == "commit"
+    assert all(t["commit"] in reruns for t in later.values())
+
+
+def test_each_helion_twin_ran_within_issue_57s_bound_of_its_pallas_op(record):
+    """Issue 57's target for the Helion twins, read from the record (no test times anything):
+    at most 1.5x their Pallas ops per call through torch on the chip."""
+    runs = {k: t for k, t in record["tests"].items() if "test_helion_twin_speed_is_recorded" in k}
+    assert len(runs) == 4
+    for key, t in runs.items():
+        assert t["outcome"] == "passed" and t["figures"]["helion_over_pallas"] <= 1.5, (key, t["figures"])
+
+
 @pytest.mark.parametrize("failure", sorted(FAILURE_TESTS))
 def test_each_of_issue_57s_failures_has_a_test_that_passed_on_the_chip(record, failure):
     name = FAILURE_TESTS[failure]
