@@ -186,8 +186,8 @@ def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
 def _program(op, args: tuple, kwargs: dict) -> str:
     """The `pallas_call`s a call traces to for a v5e, as text: two configs with one program
     (a block capped at its dimension, the default's blocks) are one candidate on the chip."""
-    from tpu_kernels.lowering.chips import chip as tpu_chip
     from tpu_kernels.lowering.export import flat_kernel, lowering_for_tpu, x64_scope
+    from tpu_kernels.lowering.target import chip as tpu_chip
     from tpu_kernels.lowering_check import vmem
 
     flat, specs, x64 = flat_kernel(op, args, kwargs)

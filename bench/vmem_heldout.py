@@ -19,9 +19,9 @@ from __future__ import annotations
 import itertools
 
 from tpu_kernels.chip import corpus
-from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
-from tpu_kernels.lowering_check import chip_record, scratch, temporaries, vmem
+from tpu_kernels.lowering.target import chip
+from tpu_kernels.lowering_check import corpus_verdicts, scratch, temporaries, vmem
 
 MiB = 2**20
 UPCAST = (0.5, 0.75, 1.0)  # the largest upcast of a block read
@@ -57,7 +57,7 @@ def _kernel(eqn, target):
 def features():
     target = chip("v5e")
     by_id = {c.id: c for c in corpus.calls()}
-    record = chip_record.load(chip_record.record_path("v5e"))
+    record = corpus_verdicts.load(corpus_verdicts.record_path("v5e"))
     rows = []
     for entry in record["calls"]:
         call = by_id.get(entry["id"])

@@ -197,7 +197,8 @@ def test_only_op_py_reads_a_kernel_ops_private_fields():
 def test_the_check_has_one_name():
     """The check lives in `lowering_check/` only (issue 61: `check/` read as a near-synonym of
     `verification/`): no alias of its old package name, nor of the modules that moved from it
-    into the core (`tpu_kernels.lowering.chips`, `tpu_kernels.lowering.export`)."""
+    into the core (its `chips.py`, now `tpu_kernels.lowering.target`, and `export.py`, now
+    `tpu_kernels.lowering.export`)."""
     import sys
 
     import tpu_kernels.lowering_check
@@ -206,6 +207,26 @@ def test_the_check_has_one_name():
     assert not list((PACKAGE / "check").rglob("*.py")) and not (PACKAGE / "check.py").exists()
     assert not any(m == "tpu_kernels.check" or m.startswith("tpu_kernels.check.") for m in sys.modules)
     assert not hasattr(tpu_kernels.lowering_check, "chips") and not hasattr(tpu_kernels.lowering_check, "export")
+
+
+# The modules that carried "chip" in their names for other ideas (issue 61), by their new names.
+RENAMED_FROM_CHIP = {
+    "tunables/chip.py": "tunables/chip_name.py",  # the chip a call runs on, as tuning tables name it
+    "lowering/chips.py": "lowering/target.py",  # the TPU generation a lowering targets, and its VMEM
+    "lowering_check/chip_record.py": "lowering_check/corpus_verdicts.py",  # the check beside a TPU's verdicts
+}
+
+
+def test_the_chip_has_one_name():
+    """The word "chip" names the chip runner (`tpu_kernels/chip/`) only (issue 61): the modules
+    that named other ideas so have their own names, and no alias module keeps an old one importable."""
+    import importlib.util
+
+    assert (PACKAGE / "chip" / "__init__.py").is_file()
+    for old, new in RENAMED_FROM_CHIP.items():
+        assert (PACKAGE / new).is_file() and not (PACKAGE / old).exists(), (old, new)
+        dotted = "tpu_kernels." + old.removesuffix(".py").replace("/", ".")
+        assert importlib.util.find_spec(dotted) is None, f"{dotted} is still importable"
 
 
 # The optional libraries an integration wraps: only its own folder may import them.

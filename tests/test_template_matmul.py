@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpu_kernels import scaffold
-from tpu_kernels.lowering.chips import chip, targeting
+from tpu_kernels.lowering.target import chip, targeting
 from tpu_kernels.lowering_check import vmem
 from tpu_kernels.testing import assert_close, dot_scale
 

@@ -176,7 +176,7 @@ _ENTRIES: dict[str, Private] = {
     "mosaic_lowering_rules": Private(
         "jax._src.pallas.mosaic.lowering:lowering_rules", "Mosaic's lowering rule per primitive", None
     ),
-    # ---- TPU generations: lowering/chips.py and devices/tpu.py (ChipVersion and
+    # ---- TPU generations: lowering/target.py and devices/tpu.py (ChipVersion and
     # get_tpu_info_for_chip are public in jax.experimental.pallas.tpu).
     "chip_version_from_device_kind": Private(
         "jax._src.tpu_info:chip_version_from_device_kind",

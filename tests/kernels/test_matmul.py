@@ -16,7 +16,7 @@ from tpu_kernels.autotuner.predict import ChipFigures
 from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import matmul
 from tpu_kernels.kernels.matmul import pallas
-from tpu_kernels.lowering.chips import TARGET_CHIPS
+from tpu_kernels.lowering.target import TARGET_CHIPS
 from tpu_kernels.lowering_check.vmem import memref_shape, traced_pallas_calls
 from tpu_kernels.testing import dot_scale
 

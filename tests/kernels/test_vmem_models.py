@@ -29,8 +29,8 @@ from tpu_kernels.kernels._blocks import RowFootprint
 from tpu_kernels.kernels.rmsnorm import pallas as rms
 from tpu_kernels.kernels.scale_add import pallas as sa
 from tpu_kernels.kernels.softmax import pallas as sm
-from tpu_kernels.lowering.chips import chip
-from tpu_kernels.lowering_check import chip_record, temporaries, vmem
+from tpu_kernels.lowering.target import chip
+from tpu_kernels.lowering_check import corpus_verdicts, temporaries, vmem
 
 MIB = 2**20
 S = jax.ShapeDtypeStruct
@@ -225,7 +225,7 @@ def chip_refusals() -> list[tuple[str, str, int, int, int, int]]:
     """(kernel, dtype, rows, cols, block_rows, bytes the chip allocated) of every shipped row
     kernel's body the v5e refused under its 16 MiB default limit, from the committed record."""
     found = []
-    for call in chip_record.load(chip_record.record_path("v5e"))["calls"]:
+    for call in corpus_verdicts.load(corpus_verdicts.record_path("v5e"))["calls"]:
         m, allocated = BODY_ID.match(call["id"]), ALLOCATED.search(call.get("error") or "")
         if m and not call["compiles"] and allocated:
             dtype = {"bf16": "bfloat16", "f32": "float32"}[m[2]]

@@ -8,8 +8,8 @@ import jax
 import pytest
 
 from tpu_kernels.chip import corpus
-from tpu_kernels.lowering.chips import chip, targeting
-from tpu_kernels.lowering_check import chip_record
+from tpu_kernels.lowering.target import chip, targeting
+from tpu_kernels.lowering_check import corpus_verdicts
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_the_chips_record_measured_calls_of_this_corpus(calls):
     """Every call of the committed chip record is a call the corpus makes now, by id (the kernel,
     the shape and every static): a corpus that sizes its blocks, or sets its statics, otherwise
     than when the chip measured it is held to verdicts on other calls."""
-    record = chip_record.load(chip_record.record_path("v5e"))
+    record = corpus_verdicts.load(corpus_verdicts.record_path("v5e"))
     ids = {c.id for c in calls}
     missing = [e["id"] for e in record["calls"] if e["id"] not in ids]
     assert not missing, f"{len(missing)} of the record's calls are not in the corpus, e.g. {missing[:3]}"
@@ -154,7 +154,7 @@ def _tuning_sweep_facts() -> dict:
     """The v5e's verdicts on the shipped rmsnorm at bf16[8192, 4096] with 8- to 2048-row blocks,
     from the committed tuning record (its wrapper then kept the default limit, so its calls are
     the corpus's plain-body calls)."""
-    record = json.loads((chip_record.REPORTS / "chip_v5e_tune.json").read_text())
+    record = json.loads((corpus_verdicts.REPORTS / "chip_v5e_tune.json").read_text())
     names = {"rmsnorm": "body_rmsnorm", "rmsnorm_backward": "body_rmsnorm_bwd"}
     found = []
     for row in record["tune"]["rows"]:
@@ -167,10 +167,10 @@ def _tuning_sweep_facts() -> dict:
 
 
 def _held_to(record: dict, calls: list[corpus.Call]) -> dict:
-    rows, missing = chip_record.compare(record, calls)
+    rows, missing = corpus_verdicts.compare(record, calls)
     if missing:  # a record of an older corpus: calls since dropped (e.g. blocks a wrapper now refuses)
         print(f"{len(missing)} record ids not in the corpus, e.g. {missing[:3]}")
-    result = chip_record.summary(rows)
+    result = corpus_verdicts.summary(rows)
     for r in rows:
         if not r.agrees:
             print("disagrees:", r.describe())
@@ -190,16 +190,16 @@ def test_the_check_agrees_with_the_chips_tuning_sweep(calls):
     assert result["agree"] == result["calls"] == 18
 
 
-@pytest.mark.skipif(not chip_record.record_path("v5e").exists(), reason="no chip record committed yet")
+@pytest.mark.skipif(not corpus_verdicts.record_path("v5e").exists(), reason="no chip record committed yet")
 def test_the_check_agrees_with_the_chips_record(calls):
     """>= 99% of the corpus agrees with the v5e's verdicts, and no call passes that the chip refused."""
-    result = _held_to(chip_record.load(chip_record.record_path("v5e")), calls)
+    result = _held_to(corpus_verdicts.load(corpus_verdicts.record_path("v5e")), calls)
     assert result["calls"] >= 300
     assert not result["false_passes"], [r.describe() for r in result["false_passes"]]
     assert result["agreement"] >= 0.99
 
 
-def test_the_runners_own_corpus_record_loads_as_a_chip_record(tmp_path):
+def test_the_runners_own_corpus_record_loads_as_corpus_verdicts(tmp_path):
     """`python -m tpu_kernels.chip --sections corpus --out bench/reports/chip_corpus_v5e.json`
     writes the runner's record shape; the check's calibration reads it as {"chip", "calls"}."""
     import json
@@ -209,5 +209,5 @@ def test_the_runners_own_corpus_record_loads_as_a_chip_record(tmp_path):
     path.write_text(
         json.dumps({"meta": {"device_kind": "TPU v5 lite", "jax": "0.10.2"}, "corpus": {"rows": rows}})
     )
-    record = chip_record.load(path)
+    record = corpus_verdicts.load(path)
     assert record["chip"] == "v5e" and record["calls"] == rows

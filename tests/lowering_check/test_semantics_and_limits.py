@@ -12,7 +12,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels import tpu_kernel
 from tpu_kernels.cli import main
-from tpu_kernels.lowering.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS
+from tpu_kernels.lowering.target import SCOPED_VMEM_BYTES, TARGET_CHIPS
 from tpu_kernels.lowering_check import DEFAULT_MODULE, check_op, chip, ops_of
 from tpu_kernels.lowering_check.examples import odd_tiles
 from tpu_kernels.lowering_check.semantics import check_semantics

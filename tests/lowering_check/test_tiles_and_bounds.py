@@ -13,8 +13,8 @@ from jax.experimental import pallas as pl
 import tpu_kernels
 from tests.lowering_check import demo_kernels as demo
 from tpu_kernels.cli import main
-from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.lowering.target import chip
 from tpu_kernels.lowering_check import check_op, tiling
 from tpu_kernels.lowering_check.examples import random_arrays, scale_down
 from tpu_kernels.verification import bounds, checked_mode

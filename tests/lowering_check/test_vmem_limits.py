@@ -7,7 +7,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.lowering.chips import SCOPED_VMEM_BYTES, TARGET_CHIPS, chip
+from tpu_kernels.lowering.target import SCOPED_VMEM_BYTES, TARGET_CHIPS, chip
 from tpu_kernels.lowering_check import kernel_footprints
 
 MIB = 2**20
@@ -15,7 +15,7 @@ MIB = 2**20
 # Mosaic's default scoped VMEM limit (XLA's --xla_tpu_scoped_vmem_limit_kib default) per
 # generation. Sources: JAX's Pallas TPU docs (16 MiB up to v5e and v5p); Tokamax 0.0.17,
 # ops/proj_and_save_state/pallas_mosaic_tpu.py ("XLA's default 32 MiB scoped VMEM limit") for
-# v6e on; the 8th generation's is not published (32 MiB assumed, lowering/chips.py).
+# v6e on; the 8th generation's is not published (32 MiB assumed, lowering/target.py).
 DOCUMENTED = {
     **dict.fromkeys(("v2", "v3", "v4i", "v4", "v5e", "v5p"), 16 * MIB),
     **dict.fromkeys(("v6e", "7", "7x", "8i", "8t"), 32 * MIB),

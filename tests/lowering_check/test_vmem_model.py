@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from tpu_kernels.lowering.chips import chip
+from tpu_kernels.lowering.target import chip
 from tpu_kernels.lowering_check import temporaries, vmem
 
 MIB = 2**20

@@ -244,7 +244,7 @@ def measure_call(
     for c in cands:
         _refuse_if_invalid(op, args, config_kwargs(c), c)
     if device.type == "tpu":
-        from tpu_kernels.lowering.chips import chip as tpu_chip
+        from tpu_kernels.lowering.target import chip as tpu_chip
 
         target = tpu_chip(chip) if chip != "tpu" else None
         for c in cands:
@@ -352,7 +352,7 @@ def predict_call(
     the CPU interpreter (`interpret.check_inputs`: at a smaller shape when the call's is too big)
     and is judged as a measured one is. `checked` keeps those verdicts across the chips one call
     is predicted for, so each config runs once. `workers`: the threads that build those ahead."""
-    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.target import chip as tpu_chip
 
     started = time.perf_counter()
     t = op.tunables
@@ -424,7 +424,7 @@ def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:
     """One config of `op` (its tunables in `kwargs`) at one call for the TPU `chip`, as
     `predict_call` ranks it, results unchecked: refused, pruned by the lowering check, or
     predicted (`.prediction`). `args` may be `jax.ShapeDtypeStruct`s: nothing runs."""
-    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.target import chip as tpu_chip
 
     t = op.tunables
     c = Candidate(t.config_of({n: kwargs[n] for n in t.names if n in kwargs}))
@@ -520,7 +520,7 @@ def _refuse_if_invalid(op: Any, args: tuple, kwargs: dict, c: Candidate) -> None
 
 
 def _prune_for(op: Any, args: tuple, kwargs: dict, target: Any, c: Candidate) -> None:
-    from tpu_kernels.lowering.chips import chip as tpu_chip
+    from tpu_kernels.lowering.target import chip as tpu_chip
     from tpu_kernels.lowering_check.lowering import check_call
 
     result = check_call(op, args, kwargs, target or tpu_chip())

@@ -1,7 +1,7 @@
 """VMEM budgets of the shipped kernels: when a kernel raises Mosaic's scoped VMEM limit.
 
 Mosaic compiles a kernel against a scoped VMEM limit: 16 MiB by default on v5e and v5p, 32
-MiB from v6e on (lowering/chips.py). Past it the compile fails (`CompileTimeScopedVmemOom`),
+MiB from v6e on (lowering/target.py). Past it the compile fails (`CompileTimeScopedVmemOom`),
 and on a v5e buffers of exactly 16.0 MiB compile for a plain copy but fail where the body holds
 temporaries (a bf16 block upcast to float32, a dot's float32 result): they need room beside the
 pipeline buffers. So each shipped kernel estimates its own need, `need_bytes` (its pipeline

@@ -18,7 +18,7 @@ import jax
 from tpu_kernels import cpu_client
 from tpu_kernels.definition import dtypes
 from tpu_kernels.errors import KernelError
-from tpu_kernels.lowering.chips import Chip, targeting
+from tpu_kernels.lowering.target import Chip, targeting
 
 if TYPE_CHECKING:
     from tpu_kernels.definition.protocol import Op
@@ -44,7 +44,7 @@ def cross_compiling() -> contextlib.AbstractContextManager:
 
     Tokamax refuses its TPU kernels ("Not supported on cpu") unless its
     `cross_compile` option is set; with it, Tokamax ops lower their Mosaic
-    kernels for the chip of the abstract mesh (`chips.targeting`).
+    kernels for the chip of the abstract mesh (`lowering.target.targeting`).
     """
     if "tokamax" not in sys.modules:  # no op of this process uses Tokamax
         return contextlib.nullcontext()
@@ -74,7 +74,7 @@ def export_kernel(
     """Export `kop`'s kernel for `platform` at the shapes of the example arguments.
 
     For "tpu", `chip` is the generation to lower for (default: the attached TPU, or
-    chips.DEFAULT_CHIP on a machine without one)."""
+    lowering.target.DEFAULT_CHIP on a machine without one)."""
     flat, specs, x64 = flat_kernel(kop, args, kwargs)
     target = lowering_for_tpu(chip) if platform == "tpu" else contextlib.nullcontext()
     cpu_client.synchronous()  # jax.export makes JAX's clients, the CPU one too

@@ -12,15 +12,15 @@
 - `lowering.py`: `check_op`, the per-op report.
 - `modules.py`: the ops a module defines (for `tpu-kernels check MODULE`).
 
-It builds on the core's `tpu_kernels.lowering.chips` (TPU generations: the lowering's target and
+It builds on the core's `tpu_kernels.lowering.target` (TPU generations: the lowering's target and
 its VMEM) and `tpu_kernels.lowering.export` (`jax.export` of a kernel for platform "tpu", Pallas ->
 Mosaic, which `KernelOp.lower` uses too); the core never imports this package.
 
 See docs/tpu-lowering-check.md.
 """
 
-from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.lowering.export import export_kernel
+from tpu_kernels.lowering.target import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.lowering_check.explain import Explanation, explain
 from tpu_kernels.lowering_check.lowering import ExampleResult, OpReport, check_call, check_op
 from tpu_kernels.lowering_check.modules import DEFAULT_MODULE, ops_of

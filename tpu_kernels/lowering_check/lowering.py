@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpu_kernels.lowering.chips import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.lowering.export import export_kernel, flat_kernel, lowering_for_tpu, x64_scope
+from tpu_kernels.lowering.target import DEFAULT_CHIP, Chip, chip
 from tpu_kernels.lowering_check import aliasing, coverage, semantics, tiling, vmem
 from tpu_kernels.lowering_check import examples as ex
 from tpu_kernels.lowering_check.explain import (

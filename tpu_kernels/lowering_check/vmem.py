@@ -38,7 +38,7 @@ import numpy as np
 from tpu_kernels.lowering import jaxprs
 from tpu_kernels.lowering_check import scratch, temporaries, tiling
 
-# Mosaic's default scoped VMEM limit varies by chip (lowering/chips.py: SCOPED_VMEM_BYTES); this
+# Mosaic's default scoped VMEM limit varies by chip (lowering/target.py: SCOPED_VMEM_BYTES); this
 # is the smallest, kept for callers that have no target chip.
 DEFAULT_SCOPED_LIMIT = 16 * 2**20
 
@@ -172,7 +172,7 @@ class Verdict:
 
 
 def verdict(k: KernelFootprint, target: Any) -> Verdict:
-    """Whether `k` fits on `target` (a `chips.Chip`): its estimate within the kernel's own
+    """Whether `k` fits on `target` (a `lowering.target.Chip`): its estimate within the kernel's own
     vmem_limit_bytes, or else the chip's default scoped limit; an estimate beyond the core's
     VMEM is compared with that (no limit can help). On a v5e, buffers of exactly the limit
     compile (16.0 of 16.0 MiB, 32.0 of 32.0, 64.0 of 64.0): the compiler keeps no headroom."""

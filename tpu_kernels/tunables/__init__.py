@@ -1,13 +1,13 @@
 """Tuned statics, the core's part: what an op declares tunable (`declare.py`), the tables that
 hold tuned configs per chip, dtypes and shape bucket (`table.py`), the chip a call runs on
-(`chip.py`) and the lookup a call makes before dispatch (`lookup.py`).
+(`chip_name.py`) and the lookup a call makes before dispatch (`lookup.py`).
 
 Finding the configs (running candidates, checking them against the reference, timing them,
 predicting TPU rankings) is `tpu_kernels.autotuner`, a layer above the core; docs/autotuning.md
 tells the whole story.
 """
 
-from tpu_kernels.tunables.chip import chip_of
+from tpu_kernels.tunables.chip_name import chip_of
 from tpu_kernels.tunables.declare import Tunables, bucket, declare, default_key
 from tpu_kernels.tunables.lookup import (
     AUTOTUNE_ENV,

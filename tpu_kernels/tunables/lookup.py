@@ -57,7 +57,7 @@ from tpu_kernels.errors import TpuKernelsError
 from tpu_kernels.runtime import precision
 from tpu_kernels.tunables import recording
 from tpu_kernels.tunables import table as tables
-from tpu_kernels.tunables.chip import chip_of
+from tpu_kernels.tunables.chip_name import chip_of
 from tpu_kernels.tunables.declare import Tunables, default_key, key_arguments
 from tpu_kernels.tunables.provenance import (
     PRINT_ENV,

@@ -90,7 +90,7 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _toolkit(
         "chips-v5p-scoped-32-mib",
-        "tpu_kernels/lowering/chips.py",
+        "tpu_kernels/lowering/target.py",
         '    "v5p": 16 * _MIB,',
         '    "v5p": 32 * _MIB,',
         "v5p's default scoped VMEM limit taken as 32 MiB: kernels that fail to compile there pass the check",

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from tpu_kernels.mutate.catalogue.base import (
     BODY,
-    CHIP,
+    CHIP_NAME,
     CHIP_TUNING,
     LOOKUP,
     POINT,
     PREDICT,
     SELECT,
-    T_CHIP,
     T_CHIP_FIT,
+    T_CHIP_NAME,
     T_LOOKUP,
     T_MATMUL_BLOCKS,
     T_SELECT,
@@ -186,11 +186,11 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _toolkit(
         "chip-v5litepod-is-v5p",
-        CHIP,
+        CHIP_NAME,
         '"v5litepod": "v5e",',
         '"v5litepod": "v5p",',
         "a v5e Cloud VM (v5litepod-N) reads v5p's entries",
-        T_CHIP,
+        T_CHIP_NAME,
     ),
     # ---- issue 47: float32 "high" as three bf16 passes in a kernel body ----
     _toolkit(

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpu_kernels.lowering.chips import chip
 from tpu_kernels.lowering.export import lowering_for_tpu
+from tpu_kernels.lowering.target import chip
 from tpu_kernels.lowering_check import vmem
 
 REPORTS = Path(__file__).resolve().parents[2] / "bench" / "reports"

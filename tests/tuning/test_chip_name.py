@@ -1,10 +1,10 @@
-"""The chip a tuning entry is for (`tunables/chip.py`): every TPU generation's names, as JAX
+"""The chip a tuning entry is for (`tunables/chip_name.py`): every TPU generation's names, as JAX
 reports them (device_kind) and as Cloud TPU VMs do (TPU_ACCELERATOR_TYPE), and their order."""
 
 import pytest
 import torch
 
-from tpu_kernels.tunables import chip
+from tpu_kernels.tunables import chip_name
 
 # jax.Device.device_kind on each generation (jax._src.tpu_info.chip_version_from_device_kind)
 DEVICE_KINDS = {
@@ -43,34 +43,34 @@ ACCELERATOR_TYPES = {
 
 @pytest.mark.parametrize(("kind", "name"), DEVICE_KINDS.items())
 def test_every_generation_jax_reports_has_its_chip_name(kind, name):
-    assert chip.device_kind_chip(kind) == name
+    assert chip_name.device_kind_chip(kind) == name
 
 
 @pytest.mark.parametrize(("accelerator", "name"), ACCELERATOR_TYPES.items())
 def test_every_cloud_accelerator_type_has_its_chip_name(accelerator, name):
-    assert chip.accelerator_type_chip(accelerator) == name
+    assert chip_name.accelerator_type_chip(accelerator) == name
 
 
 @pytest.mark.parametrize("unknown", ["", "v9z-8", "cpu", "gpu-a100", "v5litepod-x", "TPU v5 lite"])
 def test_an_unknown_name_is_no_chip(unknown):
-    assert chip.accelerator_type_chip(unknown) is None
-    assert chip.device_kind_chip(unknown.replace("TPU v5 lite", "tpu v5 lite")) is None
+    assert chip_name.accelerator_type_chip(unknown) is None
+    assert chip_name.device_kind_chip(unknown.replace("TPU v5 lite", "tpu v5 lite")) is None
 
 
 def test_the_generation_comes_from_the_override_then_jax_then_the_accelerator_type(monkeypatch):
-    chip._detected_tpu.cache_clear()
+    chip_name._detected_tpu.cache_clear()
     try:
         monkeypatch.delenv("TPU_KERNELS_CHIP", raising=False)
         monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
-        assert chip.chip_of("tpu") == "tpu"  # nothing says: only entries tuned for "tpu" apply
-        chip._detected_tpu.cache_clear()
+        assert chip_name.chip_of("tpu") == "tpu"  # nothing says: only entries tuned for "tpu" apply
+        chip_name._detected_tpu.cache_clear()
         monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-16")
-        assert chip.chip_of("tpu") == "v5e"
-        monkeypatch.setattr(chip, "_jax_tpu", lambda: "v6e")
-        chip._detected_tpu.cache_clear()
-        assert chip.chip_of("tpu") == "v6e"  # what JAX sees comes first
+        assert chip_name.chip_of("tpu") == "v5e"
+        monkeypatch.setattr(chip_name, "_jax_tpu", lambda: "v6e")
+        chip_name._detected_tpu.cache_clear()
+        assert chip_name.chip_of("tpu") == "v6e"  # what JAX sees comes first
         monkeypatch.setenv("TPU_KERNELS_CHIP", "7x")
-        assert chip.chip_of("tpu") == "7x"  # the override, always
+        assert chip_name.chip_of("tpu") == "7x"  # the override, always
     finally:
-        chip._detected_tpu.cache_clear()
-    assert chip.chip_of("cpu") == "cpu" and chip.chip_of(torch.device("cpu")) == "cpu"
+        chip_name._detected_tpu.cache_clear()
+    assert chip_name.chip_of("cpu") == "cpu" and chip_name.chip_of(torch.device("cpu")) == "cpu"
