@@ -101,9 +101,9 @@ ISSUE_46_SURVIVORS = {  # and its faults 5 and 6 (tuning tables)
     "table-types-by-isinstance",
     "table-open-blocks",
     "table-reads-any-file-kind",
-    "chip-v5litepod-is-v5p",
+    "chip-name-v5litepod-is-v5p",
     "vmem-whole-array-double-buffered",
-    "chips-v5p-scoped-32-mib",
+    "target-v5p-scoped-32-mib",
 }
 
 

@@ -89,7 +89,7 @@ MUTANTS: tuple[Mutation, ...] = (
         T_VMEM_MODEL,
     ),
     _toolkit(
-        "chips-v5p-scoped-32-mib",
+        "target-v5p-scoped-32-mib",
         "tpu_kernels/lowering/target.py",
         '    "v5p": 16 * _MIB,',
         '    "v5p": 32 * _MIB,',

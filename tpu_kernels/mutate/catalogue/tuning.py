@@ -185,7 +185,7 @@ MUTANTS: tuple[Mutation, ...] = (
         T_TABLE,
     ),
     _toolkit(
-        "chip-v5litepod-is-v5p",
+        "chip-name-v5litepod-is-v5p",
         CHIP_NAME,
         '"v5litepod": "v5e",',
         '"v5litepod": "v5p",',
