@@ -215,3 +215,14 @@ def test_the_layers_pieces_are_its_kernels_at_its_dims():
         for side in ("torch", "jax"):
             assert 0 < row[f"{side}_forward_us"] < row[f"{side}_forward_backward_us"], (name, side)
         assert 0 < row["torch_forward_host_us"] and 0 < row["torch_forward_backward_host_us"], name
+
+
+def test_the_headline_names_the_suites_commit_and_its_reruns(record):
+    """README's torch-on-TPU headline (bench/torch_on_tpu.py's `headline`) says the suite's
+    commit and, for tests run again later, how many and at which commit."""
+    from tpu_kernels.docs_perf import script  # README's generator loads it so
+
+    text = script("torch_on_tpu").headline(json.loads(PER_CALL.read_text()), record)
+    assert f"tpu_kernels {record['commit'][:10]}" in text
+    for rerun in record.get("reruns", []):
+        assert f"{rerun['tests']} tests rerun at {rerun['commit'][:10]}" in text
