@@ -8,7 +8,7 @@ import functools
 import pytest
 import torch
 
-from tests.kernels import test_matmul, test_rmsnorm, test_scale_add, test_softmax
+from tests.kernels import test_attention, test_matmul, test_rmsnorm, test_scale_add, test_softmax
 from tpu_kernels.kernels import FAMILIES
 from tpu_kernels.runtime import precision
 from tpu_kernels.testing import assert_close, compile_counted
@@ -16,6 +16,7 @@ from tpu_kernels.testing import assert_close, compile_counted
 SUITES = {
     c.family: c()
     for c in (
+        test_attention.TestAttention,
         test_matmul.TestMatmul,
         test_rmsnorm.TestRmsnorm,
         test_scale_add.TestScaleAdd,

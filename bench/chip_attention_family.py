@@ -1,0 +1,233 @@
+"""The shipped attention family (tpu_kernels/kernels/attention) on a TPU, at shapes drawn from
+public model configs: against JAX's Pallas flash attention, XLA's attention, and, through torch,
+torch_tpu's scaled_dot_product_attention.
+
+Draws (`draws(seed)`): models from the chip runner's table (`tpu_kernels.chip.drawn.MODELS`,
+which gives heads, kv heads and head_dim: GQA 1:1 to 8:1, head_dim 64 to 256), sequences
+log-uniform in 1024-32768 rounded to 128, batch 1, causal. A point's kv heads are cut (the
+group kept) until its forward is at most MAX_FLOPS; the record keeps the cut. Besides the
+draws: two sequences no 128 divides, and two sliding windows of 4096 (Mistral's and Gemma 2's
+local layers).
+
+Sections:
+  jax    the family's JAX half (pallas.attention, and attention_backward after it) against
+         JAX's flash attention at 512-blocks (where 512, 256 or 128 divides the sequence; it has
+         no GQA, so k and v are repeated inside its program, and its gradients summed back) and
+         XLA's `jax.nn.dot_product_attention` (GQA native; where its float32 scores fit in
+         XLA_SCORES bytes). Forward, and forward + backward. Error: normwise against XLA's, or
+         JAX flash's where XLA does not run.
+  torch  the torch op (torch.ops.tpu_kernels.attention on TPU tensors) against torch_tpu's
+         `F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=True)`: forward, and
+         forward + backward (out.backward), n calls then one wait, each call's result read.
+
+    python3 bench/chip_attention_family.py [--only jax,torch] [--seed N] [--out FILE] [--quick --interpret]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tpu_kernels.chip import drawn, probes  # noqa: E402
+
+SECTIONS = {"jax": "the JAX half against JAX flash and XLA", "torch": "the torch op against torch_tpu's SDPA"}
+SEED = 604317
+COUNT = 10
+SEQ = (1024, 32768)
+MAX_FLOPS = 3e12  # a forward's matmul flops (causal half): ~20 ms at the v5e's bf16 peak
+XLA_SCORES = 4 << 30  # bytes of XLA's float32 [heads, T, T] scores it may hold
+EXTRA = (  # (model, tokens, window): ragged sequences, and sliding windows
+    ("llama-3-8b", 3000, None),
+    ("qwen2.5-1.5b", 5333, None),
+    ("mistral-7b", 8192, 4096),
+    ("gemma-2-2b", 12288, 4096),
+)
+
+
+def draws(seed: int = SEED) -> list[dict]:
+    """The draw of `seed` (COUNT points, then EXTRA): model, tokens, window, and the shape after
+    the cut (batch 1; kv heads cut, the group kept, until the forward is at most MAX_FLOPS)."""
+    rng = np.random.default_rng(seed)
+    picks = []
+    for _ in range(COUNT):
+        model = drawn.MODELS[int(rng.integers(len(drawn.MODELS)))]
+        t = math.exp(rng.uniform(math.log(SEQ[0]), math.log(SEQ[1])))
+        picks.append((model.name, int(round(t / 128)) * 128, None))
+    out = []
+    for name, t, window in [*picks, *EXTRA]:
+        m = next(x for x in drawn.MODELS if x.name == name)
+        group, kv = m.heads // m.kv_heads, m.kv_heads
+        while kv > 1 and flops(group * kv, t, m.head_dim, window) > MAX_FLOPS:
+            kv //= 2
+        out.append({
+            "model": name, "tokens": t, "window": window, "heads": group * kv, "kv_heads": kv,
+            "head_dim": m.head_dim, "cut": kv != m.kv_heads,
+        })
+    return out
+
+
+def flops(heads: int, t: int, d: int, window: int | None) -> float:
+    """A causal forward's matmul flops (q k^T and p v over the visible keys)."""
+    seen = t * (t + 1) / 2 if window is None else sum(min(i + 1, window) for i in range(0, t, 1))
+    return 4.0 * heads * seen * d
+
+
+def _tag(p: dict, dtype: str) -> str:
+    w = f"/window={p['window']}" if p["window"] else ""
+    return f"{p['model']}/{dtype}[1,{p['heads']},{p['kv_heads']},{p['tokens']},{p['head_dim']}]{w}"
+
+
+# ---- JAX ------------------------------------------------------------------------------------
+
+
+def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure, points
+    from tpu_kernels.kernels.attention import pallas
+    from tpu_kernels.kernels.attention.jax_reference import attention_xla
+
+    for idx, p in enumerate(ps):
+        dt = dtypes.get(idx, "bf16")
+        dtype = jnp.bfloat16 if dt == "bf16" else jnp.float32
+        h, hk, t, d, w = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"], p["window"]
+        group, scale = h // hk, 1.0 / math.sqrt(d)
+        key = jax.random.PRNGKey(idx)
+        kq, kk, kv, kd = jax.random.split(key, 4)
+        q = jax.random.normal(kq, (1, h, t, d), jnp.float32).astype(dtype)
+        k = jax.random.normal(kk, (1, hk, t, d), jnp.float32).astype(dtype)
+        v = jax.random.normal(kv, (1, hk, t, d), jnp.float32).astype(dtype)
+        do = jax.random.normal(kd, (1, h, t, d), jnp.float32).astype(dtype)
+
+        def ours(q, k, v):
+            return pallas.attention(q, k, v, causal=True, window=w)[0]
+
+        def ours_grad(q, k, v, do):
+            out, lse = pallas.attention(q, k, v, causal=True, window=w)
+            return pallas.attention_backward(q, k, v, out, lse, do, causal=True, window=w)
+
+        impls = {"ours": ours}
+        flash_block = next((b for b in (512, 256, 128) if t % b == 0), None)
+        if w is None and flash_block:
+            flash = points._jax_flash(True, scale, flash_block)
+            impls["jax_flash"] = lambda q, k, v: flash(q, jnp.repeat(k, group, 1), jnp.repeat(v, group, 1))
+        if h * t * t * 4 <= XLA_SCORES:
+            impls["xla"] = lambda q, k, v: attention_xla(q, k, v, causal=True, scale=scale, window=w)
+        grads = {name: points._grad_of(f) for name, f in impls.items() if name != "ours"}
+        grads["ours"] = ours_grad
+        fl = flops(h, t, d, w)
+        for what, fns, args, work in (("forward", impls, (q, k, v), fl), ("forward+backward", grads, (q, k, v, do), 3.5 * fl)):
+            row = {"section": "jax", "id": f"attention/{what}/{_tag(p, dt)}", "point": p, "dtype": dt, "what": what}
+            outs, times = {}, {}
+            for name, fn in fns.items():
+                compiled, compile_s, err = measure.compile_fn(fn, args)
+                if err:
+                    row[f"{name}_error"] = err
+                    continue
+                times[name] = measure.timed(compiled, args, rounds=rounds)
+                row[f"{name}_us"] = round(times[name] * 1e6, 1)
+                row[f"{name}_spread"] = None if times[name].spread is None else round(times[name].spread, 3)
+                outs[name] = compiled(*args)
+            for base in ("jax_flash", "xla"):
+                if "ours" in times and base in times:
+                    row[f"vs_{base}"] = round(times[base] / times["ours"], 3)
+            ref = "xla" if "xla" in outs else "jax_flash"
+            if "ours" in outs and ref in outs:
+                mine = outs["ours"] if isinstance(outs["ours"], tuple) else (outs["ours"],)
+                theirs = outs[ref] if isinstance(outs[ref], tuple) else (outs[ref],)
+                row["err_vs"] = ref
+                row["err"] = max(measure.normwise(a, np.asarray(b, np.float64)) for a, b in zip(mine, theirs))
+            if "ours" in times:
+                row["ours_tflops"] = round(work / times["ours"] / 1e12, 1)
+            write(row)
+
+
+# ---- torch ----------------------------------------------------------------------------------
+
+
+def _torch_section(ps: list[dict], write, rounds: int) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from torch_on_tpu import per_call_us, read_first
+
+    from tpu_kernels.kernels import attention
+
+    dev = torch.device("tpu")
+    for idx, p in enumerate(ps):
+        h, hk, t, d, w = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"], p["window"]
+        if w is not None:
+            continue  # torch's SDPA takes a window only as a mask tensor
+        torch.manual_seed(idx)
+        q = torch.randn(1, h, t, d, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, hk, t, d, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, hk, t, d, device=dev, dtype=torch.bfloat16)
+        g = torch.randn(1, h, t, d, device=dev, dtype=torch.bfloat16)
+        impls = {
+            "ours": lambda q, k, v: attention(q, k, v, causal=True),
+            "torch_tpu_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hk != h),
+        }
+        fl = flops(h, t, d, None)
+        n = max(2, min(20, int(0.25 / max(fl / 150e12, 1e-5))))
+        row_f = {"section": "torch", "id": f"attention/forward/{_tag(p, 'bf16')}", "point": p, "what": "forward"}
+        row_b = {"section": "torch", "id": f"attention/forward+backward/{_tag(p, 'bf16')}", "point": p,
+                 "what": "forward+backward"}
+        outs = {}
+        for name, fn in impls.items():
+            try:
+                row_f[f"{name}_us"] = round(per_call_us(lambda: fn(q, k, v), n=n, rounds=rounds, settle=read_first), 1)
+                outs[name] = fn(q, k, v).float().cpu()
+                leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+
+                def step(fn=fn, leaves=leaves):
+                    for x in leaves:
+                        x.grad = None
+                    fn(*leaves).backward(g)
+                    return [x.grad for x in leaves]
+
+                row_b[f"{name}_us"] = round(per_call_us(step, n=n, rounds=rounds, settle=read_first), 1)
+            except Exception as e:  # a failure is recorded, not raised
+                row_f[f"{name}_error"] = f"{type(e).__name__}: {e}"[:600]
+        for row in (row_f, row_b):
+            if "ours_us" in row and "torch_tpu_sdpa_us" in row:
+                row["vs_torch_tpu_sdpa"] = round(row["torch_tpu_sdpa_us"] / row["ours_us"], 3)
+        if len(outs) == 2:
+            a, b = outs["ours"].double(), outs["torch_tpu_sdpa"].double()
+            row_f["err"] = float((a - b).norm() / b.norm())
+        write(row_f)
+        write(row_b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = probes.arguments(__doc__, "chip_attention_family.jsonl", SECTIONS)
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args(argv)
+    if args.interpret:
+        probes.use_interpreter()
+    ps = draws(args.seed)
+    if args.quick:  # the machinery at CPU sizes
+        ps = [dict(p, heads=2, kv_heads=1, tokens=256, window=(128 if p["window"] else None)) for p in ps[:1] + ps[-1:]]
+    dtypes = {0: "f32", 1: "f32"}  # the first two draws also in float32 (below: each draw's bf16 first)
+    only = args.only.split(",")
+    rounds = 2 if args.quick else 5
+    start = time.time()
+    with probes.lines(args.out, shown=400) as write:
+        write({"section": "meta", "seed": args.seed, "draws": ps, "started": start})
+        if "jax" in only:
+            _jax_section(ps, {}, write, rounds)
+            _jax_section(ps[:2], dtypes, write, rounds)
+        if "torch" in only:
+            _torch_section(ps, write, rounds)
+        write({"section": "meta", "seconds": round(time.time() - start, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""attention: flash forward and backward kernels with grouped kv heads, a causal mask and
+a sliding window, against float64 references."""
+
+import itertools
+
+import jax
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.helpers import assert_close, hypothesis_settings, rand
+from tests.kernels.base import KernelFamilyTests
+from tests.kernels.checks import lowers_for_tpu, opcheck
+from tpu_kernels.errors import InvalidArgumentError
+from tpu_kernels.kernels import attention
+from tpu_kernels.kernels.attention import pallas, reference, scaled_dot_product_attention
+
+
+class TestAttention(KernelFamilyTests):
+    family = "attention"  # its registered kwargs call it causal
+    kernel_kwargs = {"block_q": 64, "block_k": 128}  # "tiled" spans 4 x 2 blocks; "longer_keys" pads 200 keys to 256
+    small_shape = "grouped"
+    gradcheck_shape = (1, 2, 1, 16, 16, 8)
+    zero_size_shapes = [(0, 2, 1, 8, 8, 8), (1, 2, 1, 0, 8, 8), (1, 2, 1, 8, 0, 8), (1, 2, 2, 8, 8, 0)]
+    compile_shapes = [(1, 2, 1, 64, 64, 32), (1, 4, 2, 100, 100, 16), (2, 2, 2, 40, 40, 16)]
+
+    def out_scale(self, shape, dtype):
+        return 3  # weighted means of unit-normal values
+
+
+def _qkv(b, h, hk, sq, sk, d, dtype=torch.float32, requires_grad=False):
+    return (
+        rand(b, h, sq, d, dtype=dtype, requires_grad=requires_grad),
+        rand(b, hk, sk, d, dtype=dtype, requires_grad=requires_grad),
+        rand(b, hk, sk, d, dtype=dtype, requires_grad=requires_grad),
+    )
+
+
+def _check_against_float64(shape, dtype=torch.float32, **kw):
+    """Forward and every gradient against the float64 reference, with a fresh cotangent."""
+    q, k, v = _qkv(*shape, dtype=dtype, requires_grad=True)
+    statics = {name: kw.pop(name) for name in ("causal", "scale", "window") if name in kw}
+    out = attention(q, k, v, **statics, **kw)
+    wide = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    want = reference.attention(*wide, **statics)
+    assert_close(out, want, dtype, scale=3, what=f"out {shape} {statics}")
+    g = torch.randn(out.shape, dtype=torch.float64)
+    got = torch.autograd.grad((out * g.to(dtype)).sum(), (q, k, v))
+    ref = torch.autograd.grad((want * g.to(dtype).double()).sum(), wide)
+    group = shape[1] // shape[2]
+    for name, a, b in zip("qkv", got, ref):
+        scale = 3 * (group * shape[3] / shape[4]) ** 0.5 if name != "q" else 3
+        assert a.shape == b.shape and a.dtype == dtype
+        assert_close(a, b, dtype, scale=max(scale, 3), what=f"d{name} {shape} {statics}")
+
+
+@pytest.mark.parametrize(
+    "shape, statics",
+    [
+        ((1, 2, 2, 128, 128, 32), {"causal": False}),
+        ((1, 4, 2, 256, 256, 32), {"causal": True, "window": 100}),  # window inside one block
+        ((1, 4, 1, 256, 256, 32), {"causal": True, "window": 200}),  # MQA, window across blocks
+        ((1, 2, 1, 300, 300, 16), {"causal": True, "window": 7}),  # padded, a narrow band
+        ((2, 6, 2, 72, 72, 64), {"causal": True, "scale": 0.3}),
+        ((1, 2, 1, 96, 200, 32), {"causal": False}),  # padded keys, not causal
+    ],
+    ids=str,
+)
+def test_masks_groups_and_padding_against_float64(shape, statics):
+    _check_against_float64(shape, **statics, block_q=64, block_k=128)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_head_dims_against_float64(head_dim, dtype):
+    _check_against_float64((1, 4, 2, 128, 128, head_dim), dtype, causal=True, block_q=64)
+
+
+def test_default_blocks_pad_a_sequence_no_block_divides():
+    """1100 keys and queries: past 1024 the default pads to a multiple of 128 (1152, 128-blocks)."""
+    assert pallas._block("block_k", 1100, None, 128) == (128, 1152)
+    assert pallas._block("block_q", 1000, None, 8) == (1000, 1000)  # up to 1024: one whole block
+    assert pallas._block("block_q", 4096, None, 8) == (1024, 4096)
+    assert pallas._block("block_q", 1536, None, 8) == (512, 1536)
+    _check_against_float64((1, 1, 1, 1100, 1100, 8), causal=True, window=300)
+
+
+def test_the_residual_is_each_rows_log_sum_exp():
+    q, k, v = _qkv(1, 4, 2, 64, 128, 32)
+    out, lse = attention.overload(q, k, v, causal=True)
+    s = (q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)) / 32**0.5
+    s = s.masked_fill(~reference.visible(64, 128, causal=True, window=None), float("-inf"))
+    assert lse.dtype == torch.float32 and lse.shape == (1, 4, 64)
+    assert_close(lse, torch.logsumexp(s, -1), torch.float32, scale=3)
+
+
+# ---- which blocks the grids visit ---------------------------------------------------------
+
+
+def _visited(plan, outer, kv_inner):
+    steps = plan.kv_steps if kv_inner else plan.q_steps
+    first, last, block = (
+        (plan.first_kv, plan.last_kv, plan.kv_block) if kv_inner else (plan.first_q, plan.last_q, plan.q_block)
+    )
+    return {int(block(outer, s)) for s in range(steps) if int(first(outer)) + s <= int(last(outer))}
+
+
+def _needed(plan, seq_q):
+    """(q block, kv block) pairs with a visible (query, key) pair, by brute force."""
+    seen = reference.visible(plan.sq, plan.sk, causal=plan.causal, window=plan.window)
+    if seen is None:
+        seen = torch.ones(plan.sq, plan.sk, dtype=torch.bool)
+    seen[:, plan.seq_k :] = False
+    return {(i, j) for i in range(plan.nq) for j in range(plan.nk)
+            if seen[i * plan.bq:(i + 1) * plan.bq, j * plan.bk:(j + 1) * plan.bk].any()}
+
+
+@given(
+    bq=st.sampled_from([8, 16, 64]),
+    bk=st.sampled_from([8, 32, 128]),
+    nq=st.integers(1, 9),
+    extra_k=st.integers(0, 3),
+    causal=st.booleans(),
+    window=st.one_of(st.none(), st.integers(1, 300)),
+)
+@hypothesis_settings(200, 1000)
+def test_each_grid_visits_exactly_the_blocks_its_mask_reaches(bq, bk, nq, extra_k, causal, window):
+    """The forward and dQ grids give each q block every kv block with a visible key, once, and
+    no other; the dK/dV grid the converse. With a window the inner axis is the band's width."""
+    window = window if causal else None
+    sq = nq * bq
+    sk = -(-sq // bk) * bk + extra_k * bk
+    plan = pallas.Plan(sk, sq, sk, bq, bk, 1, causal, window)
+    needed = _needed(plan, sq)
+    for i in range(plan.nq):
+        assert _visited(plan, i, True) == {j for (a, j) in needed if a == i}, (i, plan)
+    for j in range(plan.nk):
+        assert _visited(plan, j, False) == {i for (i, b) in needed if b == j}, (j, plan)
+
+
+# ---- SDPA's call shape ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sdpa_call_shape_matches_torch(is_causal):
+    q, k, v = _qkv(2, 4, 2, 48, 48, 16)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=True)
+    got = scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "argument 'attn_mask' must be None"),
+        ({"dropout_p": 0.1}, "argument 'dropout_p' must be 0.0"),
+        ({}, "pass enable_gqa=True"),
+    ],
+)
+def test_sdpa_refuses_what_it_would_otherwise_ignore(kwargs, match):
+    q, k, v = _qkv(1, 4, 2, 8, 8, 8)
+    with pytest.raises(InvalidArgumentError, match=match):
+        scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+# ---- argument errors name the op and what it expected -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shapes, kwargs, match",
+    [
+        (((1, 3, 8, 8), (1, 2, 8, 8), (1, 2, 8, 8)), {}, "k and v have 2 heads, which must divide q's 3"),
+        (((1, 2, 8, 8), (1, 2, 8, 8), (1, 2, 9, 8)), {}, "of one shape"),
+        (((1, 2, 8, 8), (1, 2, 8, 16), (1, 2, 8, 16)), {}, "differ in batch or head_dim"),
+        (((1, 2, 8, 8),) * 3, {"window": 4}, "window=4 needs causal=True"),
+        (((1, 2, 8, 8),) * 3, {"causal": True, "window": 0}, "window must be a positive int"),
+        (((1, 2, 16, 8), (1, 2, 8, 8), (1, 2, 8, 8)), {"causal": True, "window": 4}, "needs seq_q <= seq_k"),
+        (((1, 2, 256, 8),) * 3, {"block_q": 12}, "block_q=12 must be a positive multiple of 8"),
+        (((1, 2, 256, 8),) * 3, {"block_k": 64}, "block_k=64 must be a positive multiple of 128"),
+    ],
+)
+def test_argument_errors(shapes, kwargs, match):
+    with pytest.raises(InvalidArgumentError, match=f"attention: .*{match}"):
+        attention(*(rand(*s) for s in shapes), **kwargs)
+
+
+def test_opcheck_grouped_with_a_window():
+    q, k, v = _qkv(1, 4, 2, 64, 64, 16, requires_grad=True)
+    opcheck(attention, (q, k, v), {"causal": True, "window": 24, "block_q": 32})
+
+
+# ---- the TPU lowering, at the shapes the model tables draw ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, kwargs",
+    [
+        ((1, 32, 8, 2048, 2048, 64), {"causal": True}),
+        ((1, 16, 2, 4096, 4096, 256), {"causal": True, "window": 1024}),
+        ((2, 8, 8, 1000, 1000, 128), {}),
+        ((1, 8, 1, 1500, 1500, 128), {"causal": True}),  # padded to 1536, 512-blocks
+    ],
+    ids=str,
+)
+def test_forward_and_backward_lower_for_tpu(shape, kwargs):
+    b, h, hk, sq, sk, d = shape
+    q = jax.ShapeDtypeStruct((b, h, sq, d), "bfloat16")
+    kv = jax.ShapeDtypeStruct((b, hk, sk, d), "bfloat16")
+    lowers_for_tpu(attention, q, kv, kv, **kwargs)
+    lse = jax.ShapeDtypeStruct((b, h, sq), "float32")
+    lowers_for_tpu(attention.backward_op, q, kv, kv, q, lse, q, **kwargs)

@@ -1,0 +1,451 @@
+"""Attention as Pallas TPU kernels: flash forward (online softmax) and backward, with
+grouped kv heads, a causal mask and a sliding window.
+
+q: [batch, heads, seq_q, head_dim]; k, v: [batch, kv_heads, seq_k, head_dim], where
+kv_heads divides heads (GQA; MQA at one kv head). q head h reads kv head
+h // (heads // kv_heads) through the kernels' index maps: k and v are never repeated in
+memory. A query at position i sees the key at j when
+
+    causal=False:  every j;
+    causal=True:   j <= i (top-left aligned, as torch's scaled_dot_product_attention);
+    window=w:      also i - w < j (w keys including its own; needs causal=True).
+
+Forward, grid (batch, heads, q blocks, kv steps): for one q block the kv blocks it needs
+stream past while VMEM scratch holds the running row max m, the running sum l of
+exp(s - m) (both lane-dense: each row's value in all 128 lanes, which the broadcasts
+against the scores and the accumulator need; (block_q, 1) scratch costs a lane broadcast
+per use, bench/reports/chip_v5e_attention_probe.json) and the float32 accumulator of
+p @ v. The last step writes out = acc / l and lse = m + log(l), which the backward
+uses to recompute p = exp(s - lse).
+
+Backward, from q, k, v, out, lse and d_out, with delta = rowsum(d_out * out):
+    p  = exp(q k^T * scale - lse)         dv = p^T d_out
+    dp = d_out v^T   ds = p * (dp - delta)
+    dq = ds k * scale                      dk = ds^T q * scale
+as two kernels accumulating in float32 VMEM along their last ("arbitrary") axis: dK/dV
+per kv block over the q blocks of every q head of its group (so a kv head's gradient sums
+its group's heads without a second pass), dQ per q block over the kv blocks.
+
+The kv steps of a q block (and the q steps of a kv block) cover only the blocks its mask
+can reach: with a window the inner axis is as long as the band is wide, not the whole
+sequence. Steps past the last block it needs repeat that block's index (Pallas copies
+nothing in) and skip the body.
+
+Sequences that no block divides are padded up to one (keys past seq_k are masked; queries
+past seq_q are sliced off, and get a log-sum-exp of +inf in the backward so they add
+nothing to dK and dV). Left unset, a block is the whole sequence up to 1024, else the
+largest of 1024, 512, 256 and 128 that divides the (padded) sequence.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import export
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from tpu_kernels.kernels import _vmem
+from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
+
+KERNEL = "attention"  # error messages start with it
+MASK = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: exp(MASK - m) is 0, never NaN
+SEMANTICS = ("parallel", "parallel", "parallel", "arbitrary")
+DEFAULT_BLOCKS = (1024, 512, 256, 128)  # tried in order when a block is left unset
+TUNE = {"block_q": [128, 256, 512, 1024], "block_k": [128, 256, 512, 1024]}
+
+
+def _acc(dtype) -> jnp.dtype:
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One call's static layout: blocks, padded lengths, the mask, and what each step reads."""
+
+    seq_k: int  # keys past it (padding) are masked
+    sq: int  # padded lengths
+    sk: int
+    bq: int
+    bk: int
+    group: int  # q heads per kv head
+    causal: bool
+    window: int | None
+
+    @property
+    def nq(self) -> int:
+        return self.sq // self.bq
+
+    @property
+    def nk(self) -> int:
+        return self.sk // self.bk
+
+    @property
+    def kv_steps(self) -> int:
+        """Inner steps of a q block: every kv block, or as many as its window's band can touch."""
+        if self.window is None or export.is_symbolic_dim(self.nk):  # symbolic: shapes only
+            return self.nk
+        return min(self.nk, -(-(self.bq + self.window - 1) // self.bk) + 1)
+
+    @property
+    def q_steps(self) -> int:
+        """q blocks a kv block can be seen by (per q head of its group)."""
+        if self.window is None or export.is_symbolic_dim(self.nq):
+            return self.nq
+        return min(self.nq, -(-(self.bk + self.window - 1) // self.bq) + 1)
+
+    @property
+    def padded_keys(self) -> bool:
+        return self.sk != self.seq_k
+
+    # the kv blocks q block i needs, first to last, and the q blocks kv block j is needed by
+    def first_kv(self, i):
+        if self.window is None:
+            return 0
+        return jnp.maximum(i * self.bq - self.window + 1, 0) // self.bk
+
+    def last_kv(self, i):
+        if not self.causal:
+            return self.nk - 1
+        return jnp.minimum((i * self.bq + self.bq - 1) // self.bk, self.nk - 1)
+
+    def first_q(self, j):
+        return (j * self.bk) // self.bq if self.causal else 0
+
+    def last_q(self, j):
+        if self.window is None:
+            return self.nq - 1
+        return jnp.minimum((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)
+
+    def kv_block(self, i, step):
+        return jnp.minimum(self.first_kv(i) + step, self.last_kv(i))
+
+    def q_block(self, j, step):
+        return jnp.minimum(self.first_q(j) + step, self.last_q(j))
+
+
+def _scores(q, k, scale: float, plan: Plan, q_start, k_start):
+    """s = q k^T * scale for one (q block, kv block), masked where a query may not see a key."""
+    s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=_acc(q.dtype))
+    s = s * scale
+    if plan.causal or plan.padded_keys:
+        rows = q_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
+        cols = k_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+        seen = None
+        if plan.causal:
+            seen = cols <= rows
+        if plan.window is not None:
+            seen = seen & (cols > rows - plan.window)
+        if plan.padded_keys:
+            real = cols < plan.seq_k
+            seen = real if seen is None else seen & real
+        s = jnp.where(seen, s, MASK)
+    return s
+
+
+def _lanes(x: jax.Array, n: int) -> jax.Array:
+    """A (rows, 128) lane-replicated value as (rows, n): its first n lanes, whole vregs
+    repeated, or (n neither, or symbolic: shapes only) its first lane broadcast."""
+    if not export.is_symbolic_dim(n):
+        if n <= LANES:
+            return x[:, :n]
+        if n % LANES == 0:
+            return jnp.tile(x, (1, n // LANES))
+    return jnp.broadcast_to(x[:, :1], (x.shape[0], n))
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scale, plan: Plan):
+    block_k, d = k_ref.shape[0], acc_sc.shape[1]
+    i, step = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(step == 0)
+    def _init():
+        m_sc[...] = jnp.full_like(m_sc, -jnp.inf)
+        l_sc[...] = jnp.zeros_like(l_sc)
+        acc_sc[...] = jnp.zeros_like(acc_sc)
+
+    @pl.when(plan.first_kv(i) + step <= plan.last_kv(i))
+    def _step():
+        k_start = plan.kv_block(i, step) * block_k
+        s = _scores(q_ref[...], k_ref[...], scale, plan, i * plan.bq, k_start)
+        m_prev = m_sc[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+        rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
+        p = jnp.exp(s - _lanes(m_new, block_k))
+        l_sc[...] = rescale * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
+        v = v_ref[...]
+        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=acc_sc.dtype)
+        acc_sc[...] = _lanes(rescale, d) * acc_sc[...] + pv
+        m_sc[...] = m_new
+
+    @pl.when(step == pl.num_programs(3) - 1)
+    def _finish():
+        total = l_sc[...]
+        o_ref[...] = (acc_sc[...] / _lanes(total, d)).astype(o_ref.dtype)
+        lse_ref[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(lse_ref.dtype)
+
+
+def _dkv_kernel(
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc, *, scale, plan: Plan
+):
+    """One kv block (program axis 2) accumulating over its group's q heads and their q blocks (axis 3)."""
+    j, t = pl.program_id(2), pl.program_id(3)
+    step = t % plan.q_steps
+
+    @pl.when(t == 0)
+    def _init():
+        dk_sc[...] = jnp.zeros_like(dk_sc)
+        dv_sc[...] = jnp.zeros_like(dv_sc)
+
+    @pl.when(plan.first_q(j) + step <= plan.last_q(j))
+    def _step():
+        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        acc = dk_sc.dtype
+        s = _scores(q, k, scale, plan, plan.q_block(j, step) * plan.bq, j * plan.bk)
+        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
+        transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
+        dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
+        dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
+        ds = p * (dp - delta_ref[...])
+        dk_sc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, transposed_lhs, preferred_element_type=acc)
+
+    @pl.when(t == pl.num_programs(3) - 1)
+    def _finish():
+        dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
+        dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *, scale, plan: Plan):
+    """One q block (program axis 2) accumulating over the kv blocks it needs (axis 3)."""
+    i, step = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(step == 0)
+    def _init():
+        dq_sc[...] = jnp.zeros_like(dq_sc)
+
+    @pl.when(plan.first_kv(i) + step <= plan.last_kv(i))
+    def _step():
+        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        acc = dq_sc.dtype
+        s = _scores(q, k, scale, plan, i * plan.bq, plan.kv_block(i, step) * plan.bk)
+        p = jnp.exp(s - lse_ref[...])
+        dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
+        ds = p * (dp - delta_ref[...])
+        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=acc)
+
+    @pl.when(step == pl.num_programs(3) - 1)
+    def _finish():
+        dq_ref[...] = (dq_sc[...] * scale).astype(dq_ref.dtype)
+
+
+# ---- blocks, padding and checks -------------------------------------------------------------
+
+
+def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
+    """(block, padded length) along a sequence. Symbolic lengths (torch.compile's dynamic
+    shapes: the fake traces shapes only) take the block unpadded."""
+    if block is not None:
+        check_aligned(f"{KERNEL}: {what}", block, multiple)
+    if export.is_symbolic_dim(seq):
+        return (block or DEFAULT_BLOCKS[0]), seq
+    if block is not None:
+        return (seq, seq) if seq <= block else (block, -(-seq // block) * block)
+    if seq <= DEFAULT_BLOCKS[0]:
+        return seq, seq  # one block: a whole dimension needs no tiling
+    padded = -(-seq // LANES) * LANES
+    return next(b for b in DEFAULT_BLOCKS if padded % b == 0), padded
+
+
+def _check(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window: int | None) -> None:
+    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape:
+        raise ValueError(
+            f"{KERNEL}: expected q [batch, heads, seq_q, head_dim] and k, v [batch, kv_heads, seq_k, "
+            f"head_dim] of one shape, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+        )
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"{KERNEL}: q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim.")
+    h, hk = q.shape[1], k.shape[1]
+    if not any(export.is_symbolic_dim(n) for n in (h, hk)) and (hk == 0 or h % hk):
+        raise ValueError(
+            f"{KERNEL}: k and v have {hk} heads, which must divide q's {h} (grouped-query attention)."
+        )
+    if not q.dtype == k.dtype == v.dtype:  # as torch's scaled_dot_product_attention
+        raise ValueError(f"{KERNEL}: q, k and v must have one dtype, got {q.dtype}, {k.dtype} and {v.dtype}.")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"{KERNEL}: window must be a positive int (keys a query sees), got {window!r}.")
+        if not causal:
+            raise ValueError(f"{KERNEL}: window={window} needs causal=True (it bounds how far back a query sees).")
+        sq, sk = q.shape[2], k.shape[2]
+        if not any(export.is_symbolic_dim(n) for n in (sq, sk)) and sq > sk:
+            raise ValueError(
+                f"{KERNEL}: window needs seq_q <= seq_k (got {sq} and {sk}): later queries would see no key."
+            )
+
+
+def _scale(q: jax.Array, scale: float | None) -> float:
+    if scale is not None:
+        return scale
+    d = q.shape[-1]
+    return 1.0 if export.is_symbolic_dim(d) or d == 0 else 1.0 / math.sqrt(d)  # symbolic: shapes only
+
+
+def _plan(q, k, causal, window, block_q, block_k) -> Plan:
+    bq, sq = _block("block_q", q.shape[2], block_q, SUBLANES)
+    bk, sk = _block("block_k", k.shape[2], block_k, LANES)
+    group = 1 if export.is_symbolic_dim(q.shape[1]) else q.shape[1] // k.shape[1]
+    return Plan(k.shape[2], sq, sk, bq, bk, group, causal, window)
+
+
+def _pad(x: jax.Array, length, value: float = 0.0) -> jax.Array:
+    """x padded along its sequence axis (2) to `length`."""
+    extra = length - x.shape[2]
+    if export.is_symbolic_dim(extra) or extra == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[2] = (0, extra)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _params(plan: Plan, d: int, itemsize: int) -> pltpu.CompilerParams:
+    """The grid's semantics, and a raised scoped VMEM limit when the blocks need one: six q- or
+    kv-shaped blocks double-buffered, the float32 scratch, and about four (block_q, block_k)
+    float32 temporaries of the body (scores, probabilities, their masks and products)."""
+    lanes = -(-d // LANES) * LANES
+    need = 12 * max(plan.bq, plan.bk) * lanes * itemsize + 3 * plan.bq * lanes * 4
+    need += 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
+    return _vmem.compiler_params(SEMANTICS, need)
+
+
+def _dense(q, k, v, scale, causal, window):
+    """Attention in plain JAX, for zero-size inputs: what the torch reference gives (an empty
+    key sequence: zero output and a log-sum-exp of -inf)."""
+    from tpu_kernels.kernels.attention.jax_reference import attention_jax
+
+    return attention_jax(q, k, v, causal=causal, scale=scale, window=window)
+
+
+# ---- the op's two functions ---------------------------------------------------------------
+
+
+def attention(
+    q: jax.Array,  # [batch, heads, seq_q, head_dim]
+    k: jax.Array,  # [batch, kv_heads, seq_k, head_dim]
+    v: jax.Array,  # [batch, kv_heads, seq_k, head_dim]
+    *,
+    causal: bool = False,
+    scale: float | None = None,  # default 1 / sqrt(head_dim)
+    window: int | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """-> (out [batch, heads, seq_q, head_dim], lse [batch, heads, seq_q] float32)."""
+    require_float(KERNEL, q=q, k=k, v=v)
+    _check(q, k, v, causal, window)
+    if is_empty(q, k, v):
+        return _dense(q, k, v, _scale(q, scale), causal, window)
+    b, h, seq_q, d = q.shape
+    plan = _plan(q, k, causal, window, block_q, block_k)
+    acc = _acc(q.dtype)
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
+    kv_spec = pl.BlockSpec(
+        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
+    )
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
+    itemsize = jnp.dtype(q.dtype).itemsize
+    out, lse = pl.pallas_call(
+        functools.partial(_fwd_kernel, scale=_scale(q, scale), plan=plan),
+        out_shape=(
+            jax.ShapeDtypeStruct((b, h, plan.sq, d), q.dtype),
+            jax.ShapeDtypeStruct((b, h, plan.sq, 1), acc),
+        ),
+        grid=(b, h, plan.nq, plan.kv_steps),
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=(q_spec, row_spec),
+        scratch_shapes=[
+            pltpu.VMEM((plan.bq, LANES), acc),
+            pltpu.VMEM((plan.bq, LANES), acc),
+            pltpu.VMEM((plan.bq, d), acc),
+        ],
+        compiler_params=_params(plan, d, itemsize),
+        cost_estimate=cost(
+            4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
+        ),
+    )(_pad(q, plan.sq), _pad(k, plan.sk), _pad(v, plan.sk))
+    return out[:, :, :seq_q], lse[:, :, :seq_q, 0]
+
+
+def attention_backward(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    out: jax.Array,
+    lse: jax.Array,  # the forward's residual
+    grad_out: jax.Array,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """-> (dq, dk, dv)."""
+    sm_scale = _scale(q, scale)
+    if is_empty(q, k, v):
+        _, vjp = jax.vjp(lambda q, k, v: _dense(q, k, v, sm_scale, causal, window)[0], q, k, v)
+        return vjp(grad_out.astype(q.dtype))
+    b, h, seq_q, d = q.shape
+    hk, seq_k = k.shape[1], k.shape[2]
+    plan = _plan(q, k, causal, window, block_q, block_k)
+    acc = _acc(q.dtype)
+    do = grad_out.astype(q.dtype)
+    delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1]
+    # padded queries: lse +inf makes their probabilities 0, so they add nothing to dK and dV
+    qp, dop, deltap = _pad(q, plan.sq), _pad(do, plan.sq), _pad(delta, plan.sq)
+    lsep = _pad(lse[..., None].astype(acc), plan.sq, float("inf"))
+    kp, vp = _pad(k, plan.sk), _pad(v, plan.sk)
+    itemsize = jnp.dtype(q.dtype).itemsize
+    params = _params(plan, d, itemsize)
+    steps = plan.q_steps
+
+    def q_of_kv(b_, hk_, j, t):  # the dK/dV grid walks its group's heads, then their q blocks
+        return (b_, hk_ * plan.group + t // steps, plan.q_block(j, t % steps), 0)
+
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), q_of_kv)
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), q_of_kv)
+    kv_spec = pl.BlockSpec((None, None, plan.bk, d), lambda b_, hk_, j, t: (b_, hk_, j, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_kernel, scale=sm_scale, plan=plan),
+        out_shape=(
+            jax.ShapeDtypeStruct((b, hk, plan.sk, d), k.dtype),
+            jax.ShapeDtypeStruct((b, hk, plan.sk, d), v.dtype),
+        ),
+        grid=(b, hk, plan.nk, plan.group * steps),
+        in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
+        out_specs=(kv_spec, kv_spec),
+        scratch_shapes=[pltpu.VMEM((plan.bk, d), acc), pltpu.VMEM((plan.bk, d), acc)],
+        compiler_params=params,
+    )(qp, kp, vp, dop, lsep, deltap)
+
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
+    kv_spec = pl.BlockSpec(
+        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
+    )
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, scale=sm_scale, plan=plan),
+        out_shape=jax.ShapeDtypeStruct((b, h, plan.sq, d), q.dtype),
+        grid=(b, h, plan.nq, plan.kv_steps),
+        in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
+        out_specs=q_spec,
+        scratch_shapes=[pltpu.VMEM((plan.bq, d), acc)],
+        compiler_params=params,
+    )(qp, kp, vp, dop, lsep, deltap)
+    return dq[:, :, :seq_q], dk[:, :, :seq_k], dv[:, :, :seq_k]
+
+
+__all__ = ["KERNEL", "Plan", "TUNE", "attention", "attention_backward"]

@@ -1,0 +1,20 @@
+"""Named shapes for attention, shared by tests and benchmarks:
+(batch, heads, kv_heads, seq_q, seq_k, head_dim)."""
+
+TEST = {
+    "tiled": (1, 2, 2, 256, 256, 64),
+    "grouped": (1, 4, 1, 128, 128, 32),  # MQA: one kv head for four q heads
+    "ragged": (2, 2, 1, 40, 40, 16),  # shorter than a block: whole-sequence blocks
+    "longer_keys": (1, 2, 2, 64, 200, 32),
+}
+
+BENCH = {
+    "2k_gqa4": (1, 32, 8, 2048, 2048, 128),
+    "4k": (1, 32, 32, 4096, 4096, 128),
+    "8k_gqa8": (1, 32, 4, 8192, 8192, 128),
+}
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "2k_gqa4"
+# The BENCH sizes of a CPU's default run, where the kernels run in Pallas' interpreter.
+REDUCED = ("2k_gqa4",)
