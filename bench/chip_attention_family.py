@@ -25,6 +25,7 @@ Sections:
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -64,10 +65,17 @@ def draws(seed: int = SEED) -> list[dict]:
         group, kv = m.heads // m.kv_heads, m.kv_heads
         while kv > 1 and flops(group * kv, t, m.head_dim, window) > MAX_FLOPS:
             kv //= 2
-        out.append({
-            "model": name, "tokens": t, "window": window, "heads": group * kv, "kv_heads": kv,
-            "head_dim": m.head_dim, "cut": kv != m.kv_heads,
-        })
+        out.append(
+            {
+                "model": name,
+                "tokens": t,
+                "window": window,
+                "heads": group * kv,
+                "kv_heads": kv,
+                "head_dim": m.head_dim,
+                "cut": kv != m.kv_heads,
+            }
+        )
     return out
 
 
@@ -83,6 +91,13 @@ def _tag(p: dict, dtype: str) -> str:
 
 
 # ---- JAX ------------------------------------------------------------------------------------
+
+
+def _repeated(flash, group: int, q, k, v):
+    """JAX's flash attention (no GQA) on k and v repeated to q's heads, in its program."""
+    import jax.numpy as jnp
+
+    return flash(q, jnp.repeat(k, group, 1), jnp.repeat(v, group, 1))
 
 
 def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> None:
@@ -105,10 +120,10 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
         v = jax.random.normal(kv, (1, hk, t, d), jnp.float32).astype(dtype)
         do = jax.random.normal(kd, (1, h, t, d), jnp.float32).astype(dtype)
 
-        def ours(q, k, v):
+        def ours(q, k, v, w=w):
             return pallas.attention(q, k, v, causal=True, window=w)[0]
 
-        def ours_grad(q, k, v, do):
+        def ours_grad(q, k, v, do, w=w):
             out, lse = pallas.attention(q, k, v, causal=True, window=w)
             return pallas.attention_backward(q, k, v, out, lse, do, causal=True, window=w)
 
@@ -116,14 +131,23 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
         flash_block = next((b for b in (512, 256, 128) if t % b == 0), None)
         if w is None and flash_block:
             flash = points._jax_flash(True, scale, flash_block)
-            impls["jax_flash"] = lambda q, k, v: flash(q, jnp.repeat(k, group, 1), jnp.repeat(v, group, 1))
+            impls["jax_flash"] = functools.partial(_repeated, flash, group)
         if h * t * t * 4 <= XLA_SCORES:
-            impls["xla"] = lambda q, k, v: attention_xla(q, k, v, causal=True, scale=scale, window=w)
+            impls["xla"] = functools.partial(attention_xla, causal=True, scale=scale, window=w)
         grads = {name: points._grad_of(f) for name, f in impls.items() if name != "ours"}
         grads["ours"] = ours_grad
         fl = flops(h, t, d, w)
-        for what, fns, args, work in (("forward", impls, (q, k, v), fl), ("forward+backward", grads, (q, k, v, do), 3.5 * fl)):
-            row = {"section": "jax", "id": f"attention/{what}/{_tag(p, dt)}", "point": p, "dtype": dt, "what": what}
+        for what, fns, args, work in (
+            ("forward", impls, (q, k, v), fl),
+            ("forward+backward", grads, (q, k, v, do), 3.5 * fl),
+        ):
+            row = {
+                "section": "jax",
+                "id": f"attention/{what}/{_tag(p, dt)}",
+                "point": p,
+                "dtype": dt,
+                "what": what,
+            }
             outs, times = {}, {}
             for name, fn in fns.items():
                 compiled, compile_s, err = measure.compile_fn(fn, args)
@@ -172,21 +196,33 @@ def _torch_section(ps: list[dict], write, rounds: int) -> None:
         g = torch.randn(1, h, t, d, device=dev, dtype=torch.bfloat16)
         impls = {
             "ours": lambda q, k, v: attention(q, k, v, causal=True),
-            "torch_tpu_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hk != h),
+            "torch_tpu_sdpa": functools.partial(
+                F.scaled_dot_product_attention, is_causal=True, enable_gqa=hk != h
+            ),
         }
         fl = flops(h, t, d, None)
         n = max(2, min(20, int(0.25 / max(fl / 150e12, 1e-5))))
-        row_f = {"section": "torch", "id": f"attention/forward/{_tag(p, 'bf16')}", "point": p, "what": "forward"}
-        row_b = {"section": "torch", "id": f"attention/forward+backward/{_tag(p, 'bf16')}", "point": p,
-                 "what": "forward+backward"}
+        row_f = {
+            "section": "torch",
+            "id": f"attention/forward/{_tag(p, 'bf16')}",
+            "point": p,
+            "what": "forward",
+        }
+        row_b = {
+            "section": "torch",
+            "id": f"attention/forward+backward/{_tag(p, 'bf16')}",
+            "point": p,
+            "what": "forward+backward",
+        }
         outs = {}
         for name, fn in impls.items():
             try:
-                row_f[f"{name}_us"] = round(per_call_us(lambda: fn(q, k, v), n=n, rounds=rounds, settle=read_first), 1)
+                call = functools.partial(fn, q, k, v)
+                row_f[f"{name}_us"] = round(per_call_us(call, n=n, rounds=rounds, settle=read_first), 1)
                 outs[name] = fn(q, k, v).float().cpu()
                 leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
 
-                def step(fn=fn, leaves=leaves):
+                def step(fn=fn, leaves=leaves, g=g):
                     for x in leaves:
                         x.grad = None
                     fn(*leaves).backward(g)
@@ -213,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         probes.use_interpreter()
     ps = draws(args.seed)
     if args.quick:  # the machinery at CPU sizes
-        ps = [dict(p, heads=2, kv_heads=1, tokens=256, window=(128 if p["window"] else None)) for p in ps[:1] + ps[-1:]]
+        ps = [
+            dict(p, heads=2, kv_heads=1, tokens=256, window=(128 if p["window"] else None))
+            for p in ps[:1] + ps[-1:]
+        ]
     dtypes = {0: "f32", 1: "f32"}  # the first two draws also in float32 (below: each draw's bf16 first)
     only = args.only.split(",")
     rounds = 2 if args.quick else 5

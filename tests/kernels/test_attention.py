@@ -1,15 +1,11 @@
 """attention: flash forward and backward kernels with grouped kv heads, a causal mask and
 a sliding window, against float64 references."""
 
-import itertools
-
 import jax
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
-from tests.helpers import assert_close, hypothesis_settings, rand
+from tests.helpers import assert_close, rand
 from tests.kernels.base import KernelFamilyTests
 from tests.kernels.checks import lowers_for_tpu, opcheck
 from tpu_kernels.errors import InvalidArgumentError
@@ -19,7 +15,10 @@ from tpu_kernels.kernels.attention import pallas, reference, scaled_dot_product_
 
 class TestAttention(KernelFamilyTests):
     family = "attention"  # its registered kwargs call it causal
-    kernel_kwargs = {"block_q": 64, "block_k": 128}  # "tiled" spans 4 x 2 blocks; "longer_keys" pads 200 keys to 256
+    kernel_kwargs = {
+        "block_q": 64,
+        "block_k": 128,
+    }  # "tiled" spans 4 x 2 blocks; "longer_keys" pads 200 keys to 256
     small_shape = "grouped"
     gradcheck_shape = (1, 2, 1, 16, 16, 8)
     zero_size_shapes = [(0, 2, 1, 8, 8, 8), (1, 2, 1, 0, 8, 8), (1, 2, 1, 8, 0, 8), (1, 2, 2, 8, 8, 0)]
@@ -95,57 +94,15 @@ def test_the_residual_is_each_rows_log_sum_exp():
     assert_close(lse, torch.logsumexp(s, -1), torch.float32, scale=3)
 
 
-# ---- which blocks the grids visit ---------------------------------------------------------
-
-
-def _visited(plan, outer, kv_inner):
-    steps = plan.kv_steps if kv_inner else plan.q_steps
-    first, last, block = (
-        (plan.first_kv, plan.last_kv, plan.kv_block) if kv_inner else (plan.first_q, plan.last_q, plan.q_block)
-    )
-    return {int(block(outer, s)) for s in range(steps) if int(first(outer)) + s <= int(last(outer))}
-
-
-def _needed(plan, seq_q):
-    """(q block, kv block) pairs with a visible (query, key) pair, by brute force."""
-    seen = reference.visible(plan.sq, plan.sk, causal=plan.causal, window=plan.window)
-    if seen is None:
-        seen = torch.ones(plan.sq, plan.sk, dtype=torch.bool)
-    seen[:, plan.seq_k :] = False
-    return {(i, j) for i in range(plan.nq) for j in range(plan.nk)
-            if seen[i * plan.bq:(i + 1) * plan.bq, j * plan.bk:(j + 1) * plan.bk].any()}
-
-
-@given(
-    bq=st.sampled_from([8, 16, 64]),
-    bk=st.sampled_from([8, 32, 128]),
-    nq=st.integers(1, 9),
-    extra_k=st.integers(0, 3),
-    causal=st.booleans(),
-    window=st.one_of(st.none(), st.integers(1, 300)),
-)
-@hypothesis_settings(200, 1000)
-def test_each_grid_visits_exactly_the_blocks_its_mask_reaches(bq, bk, nq, extra_k, causal, window):
-    """The forward and dQ grids give each q block every kv block with a visible key, once, and
-    no other; the dK/dV grid the converse. With a window the inner axis is the band's width."""
-    window = window if causal else None
-    sq = nq * bq
-    sk = -(-sq // bk) * bk + extra_k * bk
-    plan = pallas.Plan(sk, sq, sk, bq, bk, 1, causal, window)
-    needed = _needed(plan, sq)
-    for i in range(plan.nq):
-        assert _visited(plan, i, True) == {j for (a, j) in needed if a == i}, (i, plan)
-    for j in range(plan.nk):
-        assert _visited(plan, j, False) == {i for (i, b) in needed if b == j}, (j, plan)
-
-
 # ---- SDPA's call shape ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_sdpa_call_shape_matches_torch(is_causal):
     q, k, v = _qkv(2, 4, 2, 48, 48, 16)
-    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=True)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=True
+    )
     got = scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.2, enable_gqa=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 

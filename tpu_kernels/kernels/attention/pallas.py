@@ -279,7 +279,9 @@ def _check(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window: int |
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"{KERNEL}: window must be a positive int (keys a query sees), got {window!r}.")
         if not causal:
-            raise ValueError(f"{KERNEL}: window={window} needs causal=True (it bounds how far back a query sees).")
+            raise ValueError(
+                f"{KERNEL}: window={window} needs causal=True (it bounds how far back a query sees)."
+            )
         sq, sk = q.shape[2], k.shape[2]
         if not any(export.is_symbolic_dim(n) for n in (sq, sk)) and sq > sk:
             raise ValueError(
