@@ -11,6 +11,7 @@ from tests.kernels.checks import lowers_for_tpu, opcheck
 from tpu_kernels.errors import InvalidArgumentError
 from tpu_kernels.kernels import attention
 from tpu_kernels.kernels.attention import pallas, reference, scaled_dot_product_attention
+from tpu_kernels.testing import dot_scale
 
 
 class TestAttention(KernelFamilyTests):
@@ -26,6 +27,12 @@ class TestAttention(KernelFamilyTests):
 
     def out_scale(self, shape, dtype):
         return 3  # weighted means of unit-normal values
+
+    def grad_scales(self, shape, dtype):
+        """The project's rule for a K-term sum (`dot_scale`): dq sums over the keys, dk and dv
+        over their group's queries (reference.CHECK's grad_reduces)."""
+        _, h, hk, sq, sk, d = shape
+        return [3 * dot_scale(max(sk, d), dtype)] + [3 * dot_scale(max(sq * h // hk, d), dtype)] * 2
 
 
 def _qkv(b, h, hk, sq, sk, d, dtype=torch.float32, requires_grad=False):
@@ -76,12 +83,25 @@ def test_head_dims_against_float64(head_dim, dtype):
     _check_against_float64((1, 4, 2, 128, 128, head_dim), dtype, causal=True, block_q=64)
 
 
-def test_default_blocks_pad_a_sequence_no_block_divides():
-    """1100 keys and queries: past 1024 the default pads to a multiple of 128 (1152, 128-blocks)."""
-    assert pallas._block("block_k", 1100, None, 128) == (128, 1152)
-    assert pallas._block("block_q", 1000, None, 8) == (1000, 1000)  # up to 1024: one whole block
-    assert pallas._block("block_q", 4096, None, 8) == (1024, 4096)
-    assert pallas._block("block_q", 1536, None, 8) == (512, 1536)
+@pytest.mark.parametrize(
+    "seq, expected",
+    [
+        (1000, (1000, 1000)),  # up to 1024: one whole block
+        (4096, (1024, 4096)),
+        (1536, (512, 1536)),
+        (1408, (512, 1536)),  # 11 x 128: padded to 512-blocks, not run in 128-blocks
+        (2944, (1024, 3072)),  # 23 x 128
+        (4352, (512, 4608)),  # 17 x 256
+        (1100, (512, 1536)),
+    ],
+)
+def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected):
+    assert pallas._block("block_q", seq, None, 8) == expected
+    assert pallas._block("block_k", seq, None, 128) == expected
+
+
+def test_a_padded_default_call_matches_float64():
+    """1100 keys and queries: padded to 1536 in 512-blocks, the padded keys masked."""
     _check_against_float64((1, 1, 1, 1100, 1100, 8), causal=True, window=300)
 
 

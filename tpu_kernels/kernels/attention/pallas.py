@@ -33,8 +33,8 @@ nothing in) and skip the body.
 
 Sequences that no block divides are padded up to one (keys past seq_k are masked; queries
 past seq_q are sliced off, and get a log-sum-exp of +inf in the backward so they add
-nothing to dK and dV). Left unset, a block is the whole sequence up to 1024, else the
-largest of 1024, 512, 256 and 128 that divides the (padded) sequence.
+nothing to dK and dV). Left unset, a block is the whole sequence up to 1024, else 1024, 512,
+256 or 128, whichever costs least with its padding (`_block`).
 """
 
 from __future__ import annotations
@@ -245,9 +245,19 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *
 # ---- blocks, padding and checks -------------------------------------------------------------
 
 
+# Seconds per padded position, relative to 1024-blocks, of the blocks a default may take: on a
+# v5e a causal forward at 256-blocks ran 2-3x and at 128-blocks ~8x slower per flop than at 512
+# or 1024 (bench/reports/chip_v5e_attention_family.json, the first run's points at lengths that
+# only 256 or 128 divide), so a default pads a length up to a 512 or 1024 multiple rather than
+# take a small block that divides it.
+BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
+
+
 def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
-    """(block, padded length) along a sequence. Symbolic lengths (torch.compile's dynamic
-    shapes: the fake traces shapes only) take the block unpadded."""
+    """(block, padded length) along a sequence. Unset: the whole sequence up to 1024 (one
+    block needs no tiling), else the block of DEFAULT_BLOCKS with the least padded length x
+    BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only)
+    take the block unpadded."""
     if block is not None:
         check_aligned(f"{KERNEL}: {what}", block, multiple)
     if export.is_symbolic_dim(seq):
@@ -255,9 +265,9 @@ def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
     if block is not None:
         return (seq, seq) if seq <= block else (block, -(-seq // block) * block)
     if seq <= DEFAULT_BLOCKS[0]:
-        return seq, seq  # one block: a whole dimension needs no tiling
-    padded = -(-seq // LANES) * LANES
-    return next(b for b in DEFAULT_BLOCKS if padded % b == 0), padded
+        return seq, seq
+    best = min(DEFAULT_BLOCKS, key=lambda b: (-(-seq // b) * b * BLOCK_COST[b], -b))
+    return best, -(-seq // best) * best
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window: int | None) -> None:
