@@ -104,9 +104,10 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
     import jax
     import jax.numpy as jnp
 
-    from tpu_kernels.chip import measure, points
-    from tpu_kernels.kernels.attention import pallas
-    from tpu_kernels.kernels.attention.jax_reference import attention_xla
+    from tpu_kernels.chip import load, measure, points
+
+    half = load.family("attention")  # torch-free, as the chip runner loads it
+    pallas, attention_xla = half.pallas, half.jax_reference.attention_xla
 
     for idx, p in enumerate(ps):
         dt = dtypes.get(idx, "bf16")
@@ -228,9 +229,13 @@ def _torch_section(ps: list[dict], write, rounds: int) -> None:
                     fn(*leaves).backward(g)
                     return [x.grad for x in leaves]
 
-                row_b[f"{name}_us"] = round(per_call_us(step, n=n, rounds=rounds, settle=read_first), 1)
             except Exception as e:  # a failure is recorded, not raised
                 row_f[f"{name}_error"] = f"{type(e).__name__}: {e}"[:600]
+                continue
+            try:
+                row_b[f"{name}_us"] = round(per_call_us(step, n=n, rounds=rounds, settle=read_first), 1)
+            except Exception as e:
+                row_b[f"{name}_error"] = f"{type(e).__name__}: {e}"[:600]
         for row in (row_f, row_b):
             if "ours_us" in row and "torch_tpu_sdpa_us" in row:
                 row["vs_torch_tpu_sdpa"] = round(row["torch_tpu_sdpa_us"] / row["ours_us"], 3)
@@ -239,6 +244,69 @@ def _torch_section(ps: list[dict], write, rounds: int) -> None:
             row_f["err"] = float((a - b).norm() / b.norm())
         write(row_f)
         write(row_b)
+
+
+# ---- the record's tables (docs/performance.md, "Attention") ----------------------------------
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "- | - | -"
+    v = sorted(values)
+    p10 = v[int(0.1 * (len(v) - 1))]
+    return f"{v[0]:.2f}x | {p10:.2f}x | {v[len(v) // 2]:.2f}x"
+
+
+def summary(record: dict) -> str:
+    """Markdown: the last JAX run's speeds against each baseline by pass and dtype (min, p10,
+    median, worst point), the torch run's against torch_tpu's SDPA, and the points whose default
+    blocks the first run chose differently, before and after."""
+    runs = {(r["section"], r["commit"]): r for r in record["runs"]}
+    jax_run = [r for r in record["runs"] if r["section"] == "jax"][-1]
+    torch_run = [r for r in record["runs"] if r["section"] == "torch"][-1]
+    lines = [
+        "| pass | dtype | against | points | min | p10 | median | worst point |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple, list[dict]] = {}
+    for row in jax_run["rows"]:
+        groups.setdefault((row["what"], row["dtype"]), []).append(row)
+    for (what, dt), rows in groups.items():
+        for base in ("jax_flash", "xla"):
+            got = [r for r in rows if f"vs_{base}" in r]
+            if got:
+                worst = min(got, key=lambda r: r[f"vs_{base}"])["id"].split("/", 2)[2]
+                lines.append(
+                    f"| {what} | {dt} | {base} | {len(got)} | {_spread([r[f'vs_{base}'] for r in got])} | {worst} |"
+                )
+        alone = [r for r in rows if not any(f"vs_{b}" in r for b in ("jax_flash", "xla"))]
+        for r in alone:
+            lines.append(
+                f"| {what} | {dt} | - (no baseline runs it) | 1 | {r['ours_tflops']} TF/s | | | {r['id'].split('/', 2)[2]} |"
+            )
+    lines += [
+        "",
+        "| pass (torch, bf16) | points | vs torch_tpu SDPA: min | p10 | median | torch_tpu SDPA failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for what in ("forward", "forward+backward"):
+        rows = [r for r in torch_run["rows"] if r["what"] == what]
+        vs = [r["vs_torch_tpu_sdpa"] for r in rows if "vs_torch_tpu_sdpa" in r]
+        failed = sum("torch_tpu_sdpa_error" in r for r in rows)
+        lines.append(f"| {what} | {len(rows)} | {_spread(vs)} | {failed} |")
+    first = record["runs"][0]
+    if first is not jax_run:
+        before = {r["id"]: r for r in first["rows"] if "ours_us" in r}
+        changed = []
+        for r in jax_run["rows"]:
+            b = before.get(r["id"])
+            if b and "ours_us" in r and b["ours_us"] > 1.15 * r["ours_us"]:
+                changed.append((r["id"].split("/", 2)[2], r["what"], b["ours_us"], r["ours_us"]))
+        if changed:
+            lines += ["", f"| point | pass | {first['commit']} | {jax_run['commit']} |", "|---|---|---|---|"]
+            lines += [f"| {pid} | {what} | {b:.0f} us | {a:.0f} us |" for pid, what, b, a in changed]
+    del runs
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in ps[:1] + ps[-1:]
         ]
     dtypes = {0: "f32", 1: "f32"}  # the first two draws also in float32 (below: each draw's bf16 first)
-    only = args.only.split(",")
+    only = [s for s in args.only.split(",") if not (args.interpret and s == "torch")]  # torch: a TPU
     rounds = 2 if args.quick else 3
     start = time.time()
     with probes.lines(args.out, shown=400) as write:

@@ -340,6 +340,7 @@ def _module(path: Path, source: str, name: str, blocks: types.ModuleType | None 
     _blocks module its `from tpu_kernels.kernels._blocks import ...` gets instead."""
     module = types.ModuleType(name)
     module.__file__ = str(path)
+    sys.modules[name] = module  # a dataclass in the source looks its module up while it is built
     saved = sys.modules.get(BLOCKS)
     if blocks is not None:
         sys.modules[BLOCKS] = blocks

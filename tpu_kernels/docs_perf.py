@@ -438,6 +438,21 @@ def chip_drawn_table() -> str:
     return "\n".join(parts) + "\n"
 
 
+def attention_family_table() -> str:
+    """bench/chip_attention_family.py's record (bench/reports/chip_v5e_attention_family.json): the
+    attention family against JAX's flash attention, XLA and torch_tpu's SDPA at drawn shapes."""
+    record = _read("chip_v5e_attention_family")
+    runs = ", ".join(f"{r['commit']} ({r['section']}, {len(r['rows'])} rows)" for r in record["runs"])
+    v = record["versions"]
+    return (
+        f"Seed {record['seed']}: {len(record['draws'])} points, each forward and forward + backward; "
+        "speed is the baseline's time over the kernel's.\n\n"
+        + script("chip_attention_family").summary(record)
+        + f"\n\n_Measured by `{record['command']}` on one {record['device']} (JAX {v['jax']}, Python "
+        f"{v['python']}, torch {v['torch']}, torch_tpu {v['torch_tpu']}), tpu_kernels {runs}._\n"
+    )
+
+
 def chip_headline() -> str:
     from tpu_kernels.chip import report
 
@@ -503,6 +518,7 @@ GENERATORS = {
     "perf-varlen": varlen_table,
     "perf-chip": chip_tables,
     "perf-chip-drawn": chip_drawn_table,
+    "perf-attention-family": attention_family_table,
     "perf-chip-headline": chip_headline,
     "perf-torch-tpu-headline": torch_tpu_headline,
     "perf-generate": generate_table,
