@@ -30,9 +30,11 @@ from tpu_kernels.integrations.transformers.patch import (
     apply_tpu_kernels_to,
     remove_tpu_kernels_from,
 )
+from tpu_kernels.integrations.transformers.shipped_attention import SHIPPED
 
 __all__ = [
     "FAMILIES",
+    "SHIPPED",
     "MIN_BUCKET",
     "NAME",
     "UNPADDED",

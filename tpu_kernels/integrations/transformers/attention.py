@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from tpu_kernels.dispatch.buckets import bucket_size, powers_of_two
-from tpu_kernels.tokamax import dot_product_attention
 
 NAME = "tpu_kernels"  # padded to buckets
 UNPADDED = "tpu_kernels_unpadded"
@@ -110,6 +109,8 @@ def attention_forward(
                 bias = F.pad(bias, (0, kv_pad, 0, q_pad), value=torch.finfo(bias.dtype).min)
     # each torch call here is paid per layer and per decode step: only the ones that do work
     query, key, value = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
+    from tpu_kernels.tokamax import dot_product_attention  # here: the package imports without Tokamax
+
     out = dot_product_attention(query, key, value, bias, mask, scale=scaling, logits_soft_cap=softcap)
     # Padded query rows (all keys masked) hold the mean of value; they are dropped here.
     return (out if out.shape[1] == q_len else out[:, :q_len].contiguous()), None
@@ -131,9 +132,14 @@ def mask_function(*args, **kwargs):
 
 
 def register() -> None:
-    """Registers "tpu_kernels" and "tpu_kernels_unpadded" with HF's attention and mask interfaces."""
+    """Registers "tpu_kernels" and "tpu_kernels_unpadded" (Tokamax's attention) and
+    "tpu_kernels_attention" (tpu_kernels' own kernels, shipped_attention.py) with HF's attention and mask interfaces."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
+
+    from tpu_kernels.integrations.transformers import shipped_attention
+
+    shipped_attention.register()
 
     AttentionInterface.register(NAME, attention_forward)
     AttentionInterface.register(UNPADDED, attention_forward_unpadded)

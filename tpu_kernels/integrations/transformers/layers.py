@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from tpu_kernels.dispatch.buckets import bucket_size, powers_of_two
-from tpu_kernels.tokamax import gated_linear_unit, layer_norm
 
 # Token rows of the norms and gated MLPs, padded like the shipped kernels' rows
 # (docs/buckets.md): a prefill's rows to a power of two up to 128 (at least the dtype's
@@ -61,6 +60,21 @@ def on_padded_rows(
     else:
         out = fn(F.pad(flat, (0, 0, 0, size - rows)), *args, **kwargs)[:rows]
     return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def layer_norm(*args, **kwargs):
+    """tpu_kernels.tokamax.layer_norm, imported at the first call: the package imports without
+    Tokamax (Python 3.11), where only the attention of tpu_kernels' own kernels is offered."""
+    from tpu_kernels.tokamax import layer_norm as op
+
+    return op(*args, **kwargs)
+
+
+def gated_linear_unit(*args, **kwargs):
+    """tpu_kernels.tokamax.gated_linear_unit, imported at the first call (as `layer_norm`)."""
+    from tpu_kernels.tokamax import gated_linear_unit as op
+
+    return op(*args, **kwargs)
 
 
 def llama_rms_norm_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

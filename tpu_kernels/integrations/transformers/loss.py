@@ -10,8 +10,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tpu_kernels.tokamax import linear_softmax_cross_entropy_loss
-
 
 def causal_lm_loss(
     hidden_states: torch.Tensor,  # [batch, seq, hidden]
@@ -44,6 +42,8 @@ def causal_lm_loss(
         )
     # nn.Linear's [vocab, hidden] as it is: the op transposes inside its JAX function, where
     # XLA folds it into the matmul; lm_head_weight.T would copy the whole LM head per step.
+    from tpu_kernels.tokamax import linear_softmax_cross_entropy_loss  # the package imports without Tokamax
+
     per_row = linear_softmax_cross_entropy_loss(
         x, safe, lm_head_weight, reduction="none", weight_layout="out_in"
     )

@@ -7,6 +7,7 @@ import functools
 import torch
 
 from tpu_kernels.integrations.transformers import attention as _attention
+from tpu_kernels.integrations.transformers import shipped_attention as _shipped
 from tpu_kernels.integrations.transformers.families import family, family_of_config
 from tpu_kernels.integrations.transformers.layers import (
     gated_mlp_forward,
@@ -83,11 +84,24 @@ def _bind(module: torch.nn.Module, fn) -> None:
     module.forward = functools.partial(fn, module)
 
 
+def _require_tokamax(needed: bool) -> None:
+    """The norms, MLP, loss and "tpu_kernels" attention run Tokamax's ops: say so before swapping."""
+    import importlib.util
+
+    if needed and importlib.util.find_spec("tokamax") is None:
+        raise ModuleNotFoundError(
+            "apply_tpu_kernels: the norms, MLP, loss and attention=True run Tokamax's ops, and the tokamax "
+            "package is not installed (tokamax>=0.0.17 needs Python >= 3.12). Without it: "
+            "apply_tpu_kernels(model, rms_norm=False, mlp=False, loss=False, attention='shipped') runs the "
+            "attention on tpu_kernels' own kernels."
+        )
+
+
 def apply_tpu_kernels(
     model: torch.nn.Module,
     *,
     rms_norm: bool = True,
-    attention: bool = True,
+    attention: bool | str = True,
     mlp: bool = True,
     loss: bool = True,
     buckets: bool = True,
@@ -100,7 +114,9 @@ def apply_tpu_kernels(
       rms_norm: every RMSNorm -> tokamax.layer_norm(subtract_mean=False), keeping
         the family's cast order.
       attention: attn_implementation "tpu_kernels" (Tokamax attention with HF's
-        boolean mask), padded to buckets, or "tpu_kernels_unpadded" with buckets=False.
+        boolean mask), padded to buckets, or "tpu_kernels_unpadded" with buckets=False;
+        "shipped": "tpu_kernels_attention" instead (the shipped attention kernels for calls
+        with no mask, HF's sdpa for the rest; no Tokamax needed: shipped_attention.py).
       mlp: each gated MLP's gate and up projections -> tokamax.gated_linear_unit,
         when the activation is one the op has and the projections have no bias.
       loss: the causal-LM loss -> tokamax.linear_softmax_cross_entropy_loss (not
@@ -139,9 +155,15 @@ def apply_tpu_kernels(
         elif loss and isinstance(module, lm_cls) and loss_swappable(module) and lm_cls not in _ORIGINALS:
             _bind(module, causal_lm_forward)
             counts["loss"] += 1
+    if attention not in (True, False, "shipped"):
+        raise ValueError(f"apply_tpu_kernels: attention must be True, False or 'shipped', got {attention!r}.")
+    _require_tokamax(rms_norm or mlp or loss or attention is True)
     if attention:
         _attention.register()
-        model.set_attn_implementation(_attention.NAME if buckets else _attention.UNPADDED)
+        if attention == "shipped":
+            model.set_attn_implementation(_shipped.SHIPPED)
+        else:
+            model.set_attn_implementation(_attention.NAME if buckets else _attention.UNPADDED)
         counts["attention"] = 1
     return counts
 
