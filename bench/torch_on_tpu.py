@@ -404,7 +404,7 @@ def headline(record: dict[str, Any], suite: dict[str, Any]) -> str:
     if suite.get("lost"):  # scripts/tpu_suite_lost.py: a process's record rebuilt from its log
         lost = f"; {suite['lost']['tests']} from the run's log, figures lost"
     # tests run again at a later commit (tests/test_tpu_record.py checks the record's reruns)
-    reruns = "".join(f", {r['tests']} tests rerun at {r['commit'][:10]}" for r in suite.get("reruns", []))
+    reruns = "".join(f", {r['tests']} rerun at {r['commit'][:10]}" for r in suite.get("reruns", []))
     total = c["passed"] + c["failed"] + c["skipped"]
     # a failure is said with its test file, not folded into the count
     files = sorted({k.split("::")[0].rsplit("/", 1)[-1] for k, v in suite.get("tests", {}).items()
@@ -426,7 +426,7 @@ def headline(record: dict[str, Any], suite: dict[str, Any]) -> str:
     lines += [
         "",
         f"_By `scripts/tpu-suite` on a {suite['device']} (torch {v.get('torch')}, torch_tpu "
-        f"{v.get('torch_tpu')}, JAX {v.get('jax')}), tpu_kernels {suite['commit'][:10]}{reruns}; "
+        f"{v.get('torch_tpu')}, JAX {v.get('jax')}), tests at {suite['commit'][:10]}{reruns}; "
         "[devices](docs/devices.md#tpu-the-tpu-suite-through-torch-on-a-chip-scriptstpu-suite)._",
     ]
     return "\n".join(lines) + "\n"

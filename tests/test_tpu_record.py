@@ -223,6 +223,6 @@ def test_the_headline_names_the_suites_commit_and_its_reruns(record):
     from tpu_kernels.docs_perf import script  # README's generator loads it so
 
     text = script("torch_on_tpu").headline(json.loads(PER_CALL.read_text()), record)
-    assert f"tpu_kernels {record['commit'][:10]}" in text
+    assert f"tests at {record['commit'][:10]}" in text
     for rerun in record.get("reruns", []):
-        assert f"{rerun['tests']} tests rerun at {rerun['commit'][:10]}" in text
+        assert f"{rerun['tests']} rerun at {rerun['commit'][:10]}" in text
