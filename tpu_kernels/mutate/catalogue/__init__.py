@@ -22,7 +22,7 @@ figures, its corpus and fit, the three-pass dot's tracing hook, the layer's grad
 They name tests only: `tpu-kernels check` judges kernels, not these.
 
 Modules: `base` (`Mutation`, the paths, test files and filters they share); the families'
-`softmax`, `rmsnorm`, `scale_add`, `matmul` (its kernel and its block model) and `row_blocks`
+`softmax`, `rmsnorm`, `scale_add`, `matmul` (its kernel and its block model), `attention` and `row_blocks`
 (the row kernels' shared helper, `kernels/_blocks.py`); the toolkit's layers `dispatch`,
 `runtime`, `tuning`, `chip`, `check`, `verdicts` (the benchmark's correctness column and the
 distances) and `integrations`. A mutant lives where the file it edits lives.
@@ -31,6 +31,7 @@ distances) and `integrations`. A mutant lives where the file it edits lives.
 from __future__ import annotations
 
 from tpu_kernels.mutate.catalogue import (
+    attention,
     check,
     chip,
     dispatch,
@@ -47,7 +48,12 @@ from tpu_kernels.mutate.catalogue import (
 from tpu_kernels.mutate.catalogue.base import FAST, Mutation
 
 SHIPPED: tuple[Mutation, ...] = (
-    softmax.MUTANTS + rmsnorm.MUTANTS + scale_add.MUTANTS + matmul.MUTANTS + row_blocks.MUTANTS
+    softmax.MUTANTS
+    + rmsnorm.MUTANTS
+    + scale_add.MUTANTS
+    + matmul.MUTANTS
+    + attention.MUTANTS
+    + row_blocks.MUTANTS
 )
 """The shipped kernels' mutants: each family's module, then the row kernels' shared helper."""
 

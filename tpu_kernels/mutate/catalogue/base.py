@@ -30,6 +30,8 @@ SOFTMAX, RMSNORM, ELEMENTWISE, MATMUL, BLOCKS = (
     K + "_blocks.py",
 )
 MATMUL_BLOCKS, T_MATMUL_BLOCKS = K + "matmul/blocks.py", ("tests/kernels/test_matmul_blocks.py",)
+ATTENTION = K + "attention/pallas.py"
+T_ATTENTION = ("tests/kernels/test_attention.py", "tests/kernels/test_attention_grids.py")
 T_SOFTMAX, T_RMSNORM, T_ELEMENTWISE, T_MATMUL = (
     ("tests/kernels/test_softmax.py",),
     ("tests/kernels/test_rmsnorm.py",),
