@@ -354,12 +354,13 @@ def in_model_split_us(
     from tpu_kernels import registered_ops, tokamax
     from tpu_kernels.integrations.transformers import attention, layers
 
-    public = {id(getattr(tokamax, n)) for n in tokamax.__all__}
     with Clocks() as clocks:
         time_swapped_calls(model, clocks)
-        for module in (layers, attention):  # the public functions, as the patched forwards call them
+        # the public functions as the patched forwards call them: the modules' functions of the
+        # same names, which import Tokamax's at their first call
+        for module in (layers, attention):
             for n, v in list(vars(module).items()):
-                if id(v) in public:
+                if n in tokamax.__all__ and callable(v):
                     clocks.attr(module, n, "ops")
         for name in dict.fromkeys(ops):
             shortcut = registered_ops()[name]._eager_cpu

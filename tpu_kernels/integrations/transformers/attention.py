@@ -36,6 +36,14 @@ def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
     return bucket_size(n, spec)
 
 
+def dot_product_attention(*args, **kwargs):
+    """tpu_kernels.tokamax.dot_product_attention, imported at the first call: the package
+    imports without Tokamax (Python 3.11), where shipped_attention.py runs instead."""
+    from tpu_kernels.tokamax import dot_product_attention as op
+
+    return op(*args, **kwargs)
+
+
 def _default_mask(query: torch.Tensor, key: torch.Tensor, is_causal: bool) -> torch.Tensor:
     """The mask HF's sdpa path means when it passes None: causal top-left (it crops the keys
     to q_len, and key j > i is masked either way) for a prefill, else every key."""
@@ -109,8 +117,6 @@ def attention_forward(
                 bias = F.pad(bias, (0, kv_pad, 0, q_pad), value=torch.finfo(bias.dtype).min)
     # each torch call here is paid per layer and per decode step: only the ones that do work
     query, key, value = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
-    from tpu_kernels.tokamax import dot_product_attention  # here: the package imports without Tokamax
-
     out = dot_product_attention(query, key, value, bias, mask, scale=scaling, logits_soft_cap=softcap)
     # Padded query rows (all keys masked) hold the mean of value; they are dropped here.
     return (out if out.shape[1] == q_len else out[:, :q_len].contiguous()), None

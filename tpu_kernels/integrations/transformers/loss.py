@@ -11,6 +11,14 @@ import torch
 import torch.nn.functional as F
 
 
+def linear_softmax_cross_entropy_loss(*args, **kwargs):
+    """tpu_kernels.tokamax.linear_softmax_cross_entropy_loss, imported at the first call: the
+    package imports without Tokamax (Python 3.11)."""
+    from tpu_kernels.tokamax import linear_softmax_cross_entropy_loss as op
+
+    return op(*args, **kwargs)
+
+
 def causal_lm_loss(
     hidden_states: torch.Tensor,  # [batch, seq, hidden]
     lm_head_weight: torch.Tensor,  # [vocab, hidden] (nn.Linear's layout)
@@ -42,8 +50,6 @@ def causal_lm_loss(
         )
     # nn.Linear's [vocab, hidden] as it is: the op transposes inside its JAX function, where
     # XLA folds it into the matmul; lm_head_weight.T would copy the whole LM head per step.
-    from tpu_kernels.tokamax import linear_softmax_cross_entropy_loss  # the package imports without Tokamax
-
     per_row = linear_softmax_cross_entropy_loss(
         x, safe, lm_head_weight, reduction="none", weight_layout="out_in"
     )
