@@ -261,7 +261,6 @@ def summary(record: dict) -> str:
     """Markdown: the last JAX run's speeds against each baseline by pass and dtype (min, p10,
     median, worst point), the torch run's against torch_tpu's SDPA, and the points whose default
     blocks the first run chose differently, before and after."""
-    runs = {(r["section"], r["commit"]): r for r in record["runs"]}
     jax_run = [r for r in record["runs"] if r["section"] == "jax"][-1]
     torch_run = [r for r in record["runs"] if r["section"] == "torch"][-1]
     lines = [
@@ -305,7 +304,6 @@ def summary(record: dict) -> str:
         if changed:
             lines += ["", f"| point | pass | {first['commit']} | {jax_run['commit']} |", "|---|---|---|---|"]
             lines += [f"| {pid} | {what} | {b:.0f} us | {a:.0f} us |" for pid, what, b, a in changed]
-    del runs
     return "\n".join(lines)
 
 

@@ -148,6 +148,27 @@ def test_the_route_declines_what_the_kernels_do_not_do():
     assert not runs(q, k, None, 0.0, True, {"softcap": 30.0})
 
 
+def test_a_sliding_layer_that_falls_back_to_sdpa_keeps_its_window():
+    """shipped_mask skips a sliding layer's mask for the kernels; a call the kernels decline
+    (here dropout, from one seed on every call) runs sdpa with the window's mask rebuilt, not
+    plain causal attention."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = tiny("mistral").model.layers[0].self_attn
+    q, k, v = torch.randn(1, 4, 14, 16), torch.randn(1, 2, 14, 16), torch.randn(1, 2, 14, 16)
+
+    def seeded(fn, *args, **kwargs):
+        torch.manual_seed(3)
+        return fn(module, q, k, v, *args, dropout=0.25, **kwargs)[0]
+
+    got = seeded(shipped_attention.shipped_attention_forward, None, sliding_window=5)
+    seen = torch.ones(14, 14, dtype=torch.bool).tril() & torch.ones(14, 14, dtype=torch.bool).triu(-4)
+    want = seeded(sdpa_attention_forward, seen[None, None])
+    plain = seeded(sdpa_attention_forward, None)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(got, plain, atol=1e-3)
+
+
 def test_attention_must_be_a_known_route():
     with pytest.raises(ValueError, match="attention must be True, False or 'shipped'"):
         apply_tpu_kernels(tiny("llama"), rms_norm=False, mlp=False, loss=False, attention="sdpa")

@@ -54,6 +54,9 @@ def shipped_attention_forward(
 
     if sliding_window is not None:
         kwargs["sliding_window"] = sliding_window
+        if attention_mask is None and causal and query.shape[2] == key.shape[2]:
+            # shipped_mask skipped this sliding layer's mask for the kernels; sdpa needs it back
+            attention_mask = _window_mask(query.shape[2], sliding_window, query.device)
     return sdpa_attention_forward(
         module,
         query,
@@ -67,12 +70,26 @@ def shipped_attention_forward(
     )
 
 
+def _window_mask(n: int, window: int, device) -> torch.Tensor:
+    """[1, 1, n, n] True where query i sees key j: i - window < j <= i (HF's sliding causal mask)."""
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    return ((j <= i) & (j > i - window))[None, None]
+
+
 def shipped_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, *args, local_size=None, **kwargs):
     """HF's sdpa mask, and no mask for a sliding layer where a plain causal one would be
     skipped and the queries are the keys (the kernels apply the window themselves)."""
     from transformers.masking_utils import sdpa_mask
 
-    if local_size is not None and q_length == kv_length and not _offset(q_offset) and not _offset(kv_offset):
+    # a positional argument past the offsets (a mask function, a padding mask) leaves HF's mask as it is
+    if (
+        not args
+        and local_size is not None
+        and q_length == kv_length
+        and not _offset(q_offset)
+        and not _offset(kv_offset)
+    ):
         plain = dict(kwargs, allow_is_causal_skip=True)
         plain.pop("mask_function", None)
         if sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, **plain) is None:

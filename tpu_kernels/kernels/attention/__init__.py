@@ -35,7 +35,6 @@ def _examples():
 def _sharding_examples():
     """Concrete calls the sharding simulation runs the rule at (tests/test_sharding_sim.py):
     grouped heads that split evenly over 2 and 3 shards, MQA, and one head per kv head."""
-    import torch
 
     def call(h, hk, causal, **kw):
         gen = torch.Generator().manual_seed(h * 10 + hk)
