@@ -163,6 +163,17 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DISPATCHED = "dispatched"  # heads the launch keys of calls through the dispatcher (TpuKernel.__call__)
 
 
+def _narrowed(values: tuple) -> tuple:
+    """`values` with each int64 tensor as int32: torch_tpu's `jax_op` fails on an int64 input
+    ("a required argument is in a failed state", torch_tpu 0.2.0), and JAX on a TPU computes
+    integers in 32 bits anyway (its 64-bit mode is off), so the kernel sees what it would have
+    seen. Class labels and indices fit; a value past int32 would wrap (docs/dtypes.md). The
+    caller's tensors are not touched: the narrowing is a new tensor."""
+    if not any(type(v) in _PLAIN and v.dtype == torch.int64 for v in values):
+        return values
+    return tuple(v.to(torch.int32) if type(v) in _PLAIN and v.dtype == torch.int64 else v for v in values)
+
+
 def _key_part(value: Any) -> Any:
     """A value's part of a launch key: a tensor's shape and dtype, a static's `static_key`."""
     if isinstance(value, torch.Tensor):
@@ -298,6 +309,7 @@ class TpuKernel:
         return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _narrowed(args), dict(zip(kwargs, _narrowed(tuple(kwargs.values()))))
         plain = True
         for t in (*args, *kwargs.values()):
             if type(t) in _PLAIN:
@@ -305,7 +317,12 @@ class TpuKernel:
                     self._refuse_device(args, kwargs)
             elif isinstance(t, (torch.Tensor, list, tuple)):
                 plain = False  # a tensor subclass, or a list: torch_tpu's op takes it
-        if plain and not self.mutated and len(args) == self._n_positional and kwargs.keys() <= self._keyword_set:
+        if (
+            plain
+            and not self.mutated
+            and len(args) == self._n_positional
+            and kwargs.keys() <= self._keyword_set
+        ):
             # the dispatcher's call (autograd's redispatch, torch.compile's eager fallback): the
             # positional parameters in order, keyword-only ones by name where given (the kernel
             # takes the defaults of the others), so it has a launch key too
@@ -322,6 +339,7 @@ class TpuKernel:
         A key seen before launches torch_tpu's kernel directly (`tpu_launch.DirectLaunch`);
         a new one goes through `JaxCallable`, which is then remembered under the key, once
         `tpu_memory.MemoryCheck` has found that it can fit the chip's memory."""
+        values = _narrowed(values)
         p = precision.current()
         direct = self._direct.get(p)
         launch = direct.known(key) if direct is not None else None
@@ -345,6 +363,7 @@ class TpuKernel:
         gradient is needed): the visible outputs alone, as the op's call returns them, from
         the kernel that returns only those (`visible_op`). The kernel computes the residuals
         all the same; torch_tpu is spared their output buffers."""
+        values = _narrowed(values)
         p = precision.current()
         fn = self._visible_callable.get(p)
         if fn is None:
