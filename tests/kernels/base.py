@@ -42,17 +42,27 @@ _JAX_NAMES = {torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8", 
 
 
 def _leaves(inputs: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> list[torch.Tensor]:
-    """Fresh leaves that require grad (in `dtype` if given): the caller's inputs stay as they were."""
-    return [t.detach().to(dtype or t.dtype).clone().requires_grad_(True) for t in inputs]
+    """Fresh leaves that require grad (in `dtype` if given): the caller's inputs stay as they
+    were. Integer inputs (class labels) pass through as they are: they have no gradient."""
+    return [
+        t.detach().to(dtype or t.dtype).clone().requires_grad_(True) if t.is_floating_point() else t
+        for t in inputs
+    ]
+
+
+def _wide(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The float inputs in float64 (the references' precision); integer ones as they are."""
+    return [t.double() if t.is_floating_point() else t for t in inputs]
 
 
 def _forward_backward(fn: Any, inputs: Sequence[torch.Tensor], **kwargs: Any):
-    """fn's output, and each input's gradient of out.sum() (the zero-size tests: any cotangent is empty)."""
+    """fn's output, and each float input's gradient of out.sum() (the zero-size tests: any
+    cotangent is empty)."""
     leaves = _leaves(inputs)
     out = fn(*leaves, **kwargs)
     g = torch.ones_like(out)  # zero-size outputs: any cotangent is empty
     out.backward(g)
-    return out.detach(), [t.grad for t in leaves]
+    return out.detach(), [t.grad for t in leaves if t.requires_grad]
 
 
 class KernelFamilyTests:
@@ -99,7 +109,7 @@ class KernelFamilyTests:
         gradient is a sum over the broadcast rows). A family whose gradients are dot
         products (matmul) overrides it."""
         inputs = self.inputs(shape)
-        out = self.reference(*(t.double() for t in inputs))
+        out = self.reference(*_wide(inputs))
         return [
             self.out_scale(shape, dtype) * max(1.0, out.numel() / max(t.numel(), 1)) ** 0.5 for t in inputs
         ]
@@ -107,6 +117,11 @@ class KernelFamilyTests:
     def tensor_names(self) -> list[str]:
         """The op's tensor parameters, in order (the names its errors use)."""
         return [p.name for p in self.fam.op.spec.signature.tensor_params]
+
+    def float_names(self) -> list[str]:
+        """The tensor parameters the family's inputs give floats (not class labels)."""
+        inputs = self.inputs(self.fam.shapes.TEST[self.small_shape])
+        return [n for n, t in zip(self.tensor_names(), inputs) if t.is_floating_point()]
 
     def helion_call(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.fam.helion_op()(*inputs, **self.fam.kwargs)
@@ -137,7 +152,7 @@ class KernelFamilyTests:
         shape = self.fam.shapes.TEST[shape_name]
         inputs = self.inputs(shape, dtype)
         out = self.call(*inputs)
-        expected = self.reference(*(t.double() for t in inputs))
+        expected = self.reference(*_wide(inputs))
         assert out.dtype == dtype and out.shape == expected.shape, (out.dtype, out.shape, expected.shape)
         assert_close(
             out, expected, dtype, scale=self.out_scale(shape, dtype), what=f"{self.family} {shape_name}"
@@ -146,12 +161,17 @@ class KernelFamilyTests:
     def test_gradients_match_float64_reference(self, shape_name, grad_dtype):
         shape = self.fam.shapes.TEST[shape_name]
         inputs = self.inputs(shape, grad_dtype)
-        ours, wide = _leaves(inputs), _leaves(inputs, torch.float64)
+        ours, wide = _leaves(inputs), _leaves(_wide(inputs))
         out = self.call(*ours)
         g = torch.randn(out.shape, dtype=torch.float64)  # fresh, never zeros
-        got = torch.autograd.grad((out * g.to(grad_dtype)).sum(), ours)
-        want = torch.autograd.grad((self.reference(*wide) * g.to(grad_dtype).double()).sum(), wide)
-        for i, (a, b, s) in enumerate(zip(got, want, self.grad_scales(shape, grad_dtype))):
+        floats = [i for i, t in enumerate(ours) if t.requires_grad]
+        got = torch.autograd.grad((out * g.to(grad_dtype)).sum(), [ours[i] for i in floats])
+        want = torch.autograd.grad(
+            (self.reference(*wide) * g.to(grad_dtype).double()).sum(), [wide[i] for i in floats]
+        )
+        scales = self.grad_scales(shape, grad_dtype)
+        for i, a, b in zip(floats, got, want):
+            s = scales[i]
             assert a.dtype == grad_dtype and a.shape == ours[i].shape
             assert_close(a, b, grad_dtype, scale=s, what=f"{self.family} {shape_name} grad of input {i}")
 
@@ -188,7 +208,7 @@ class KernelFamilyTests:
             inputs = self.inputs(shape)
             eager = self.fam.op(*inputs, **self.fam.kwargs)
             torch.testing.assert_close(compiled(*inputs), eager, rtol=0, atol=0, msg=str(shape))
-            expected = self.reference(*(t.double() for t in inputs))
+            expected = self.reference(*_wide(inputs))
             assert_close(eager, expected, torch.float32, scale=self.out_scale(shape, torch.float32))
 
     def test_helion_twin_default_compile_agrees_with_its_eager_call(self):
@@ -217,7 +237,7 @@ class KernelFamilyTests:
     def test_lowers_for_tpu_at_the_quick_benchmark_size(self):
         """The quick benchmark's size in bfloat16 lowers with a Mosaic kernel that fits VMEM."""
         specs = [
-            jax.ShapeDtypeStruct(tuple(t.shape), "bfloat16")
+            jax.ShapeDtypeStruct(tuple(t.shape), "bfloat16" if t.is_floating_point() else "int32")
             for t in self.fam.inputs(self.fam.quick_shape(), torch.bfloat16, torch.device("meta"))
         ]
         lowers_for_tpu(self.fam.op, *specs, **self.fam.kwargs)
@@ -238,11 +258,13 @@ class KernelFamilyTests:
         """Each tensor argument in turn is integer (the others float): the error names the op,
         that argument, its dtype and what is accepted. Before the rule, rmsnorm(int32) returned
         truncated integers and scale_add and matmul rounded through float32."""
-        self._assert_integer_refusal(self.fam.op, self.call, self.tensor_names(), int_dtype)
+        self._assert_integer_refusal(self.fam.op, self.call, self.float_names(), int_dtype)
 
     def _assert_integer_refusal(self, op: Any, call: Any, names: list[str], int_dtype: torch.dtype) -> None:
         shape = self.fam.shapes.TEST[self.small_shape]
-        for i, arg in enumerate(names):
+        positions = [p.name for p in op.spec.signature.tensor_params]
+        for arg in names:
+            i = positions.index(arg)
             inputs = list(self.inputs(shape))
             inputs[i] = inputs[i].to(int_dtype)
             with pytest.raises(InvalidArgumentTypeError) as info:
@@ -263,7 +285,7 @@ class KernelFamilyTests:
             inputs = self.inputs(shape, dtype)
             with tpu_kernels.helion_cpu_mode(mode):
                 out = self.helion_call(*inputs)
-            expected = self.reference(*(t.double() for t in inputs))
+            expected = self.reference(*_wide(inputs))
             assert out.dtype == dtype and out.shape == expected.shape
             assert_close(
                 out, expected, dtype, scale=self.out_scale(shape, dtype), what=f"{self.fam.helion} {mode}"

@@ -8,7 +8,15 @@ import functools
 import pytest
 import torch
 
-from tests.kernels import test_attention, test_matmul, test_rmsnorm, test_scale_add, test_softmax
+from tests.kernels import (
+    test_attention,
+    test_linear_cross_entropy,
+    test_matmul,
+    test_rmsnorm,
+    test_scale_add,
+    test_softmax,
+)
+from tests.kernels.base import _wide
 from tpu_kernels.kernels import FAMILIES
 from tpu_kernels.runtime import precision
 from tpu_kernels.testing import assert_close, compile_counted
@@ -17,6 +25,7 @@ SUITES = {
     c.family: c()
     for c in (
         test_attention.TestAttention,
+        test_linear_cross_entropy.TestLinearCrossEntropy,
         test_matmul.TestMatmul,
         test_rmsnorm.TestRmsnorm,
         test_scale_add.TestScaleAdd,
@@ -24,6 +33,15 @@ SUITES = {
     )
 }
 DTYPES = [torch.bfloat16, torch.float32]
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    """A float input that requires grad; an integer one (class labels) as it is."""
+    return t.requires_grad_(True) if t.is_floating_point() else t
+
+
+def _floats(ts) -> list[torch.Tensor]:
+    return [t for t in ts if t.requires_grad]
 
 
 @pytest.fixture(autouse=True)
@@ -51,17 +69,17 @@ def test_forward_and_backward_match_float64_on_the_host(family, dtype, tpu, figu
     suite, fam = SUITES[family], FAMILIES[family]
     for name, shape in fam.shapes.TEST.items():
         host = suite.inputs(shape, dtype)
-        leaves = [t.to(tpu).requires_grad_(True) for t in host]
+        leaves = [_leaf(t.to(tpu)) for t in host]
         out = fam.op(*leaves, **fam.kwargs)
         assert out.device == leaves[0].device and out.dtype == dtype
-        wide = [t.double().requires_grad_(True) for t in host]
+        wide = [_leaf(t) for t in _wide(host)]
         expected = suite.reference(*wide)
         assert_close(
             out.cpu(), expected.detach(), dtype, scale=suite.out_scale(shape, dtype), what=f"{family} {name}"
         )
         g = torch.randn(expected.shape, dtype=torch.float64)
-        got = torch.autograd.grad((out * g.to(dtype).to(tpu)).sum(), leaves)
-        want = torch.autograd.grad((expected * g.to(dtype).double()).sum(), wide)
+        got = torch.autograd.grad((out * g.to(dtype).to(tpu)).sum(), _floats(leaves))
+        want = torch.autograd.grad((expected * g.to(dtype).double()).sum(), _floats(wide))
         for i, (a, b, s) in enumerate(zip(got, want, suite.grad_scales(shape, dtype))):
             assert a.device == leaves[i].device and a.dtype == dtype and a.shape == leaves[i].shape
             assert_close(a.cpu(), b, dtype, scale=s, what=f"{family} {name} grad {i}")
@@ -132,7 +150,7 @@ def test_plain_calls_skip_the_dispatcher_and_give_its_result(family, tpu):
             for a, b in zip(took, registered, strict=True):
                 assert a.device == b.device and a.shape == b.shape and a.dtype == b.dtype
                 assert torch.equal(a.cpu(), b.cpu()), (name, dtype)
-    leaves = [t.requires_grad_(True) for t in tensors]
+    leaves = [_leaf(t) for t in tensors]
     assert shortcut.try_call(tuple(leaves), dict(fam.kwargs)) is DECLINED
     with torch.no_grad():
         assert shortcut.try_call(tuple(leaves), dict(fam.kwargs)) is not DECLINED
@@ -156,11 +174,14 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
     if kernel.visible_only:  # the shortcut's calls launch the kernel without its residuals
         kernel.visible_op()
         directs.append(kernel._visible_direct[precision.current()])
-    assert None not in directs, "torch_tpu's launch functions did not resolve: every call takes JaxCallable's path"
+    assert None not in directs, (
+        "torch_tpu's launch functions did not resolve: every call takes JaxCallable's path"
+    )
     ran = []
     for direct in directs:
-        direct.run = functools.partial(lambda real, launch, values: ran.append(launch) or real(launch, values),
-                                       direct.run)
+        direct.run = functools.partial(
+            lambda real, launch, values: ran.append(launch) or real(launch, values), direct.run
+        )
     try:
         for name, shape in fam.shapes.TEST.items():
             for dtype in DTYPES:
@@ -171,8 +192,10 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
                 padded = shortcut.padded is not None and len(ran) == before
                 assert len(ran) == before + 1 or padded, (name, dtype)
                 registered = fam.op._visible(fam.op.overload(*tensors, **fam.kwargs))  # the dispatcher's
-                for a, b, c in zip(*(o if isinstance(o, (tuple, list)) else (o,) for o in (first, again, registered)),
-                                   strict=True):
+                for a, b, c in zip(
+                    *(o if isinstance(o, (tuple, list)) else (o,) for o in (first, again, registered)),
+                    strict=True,
+                ):
                     assert a.shape == b.shape == c.shape and a.dtype == b.dtype == c.dtype
                     assert torch.equal(a.cpu(), b.cpu()) and torch.equal(b.cpu(), c.cpu()), (name, dtype)
         # through the dispatcher (an input needs a gradient: autograd's redispatch), forward
@@ -181,10 +204,10 @@ def test_a_repeated_call_launches_directly_and_gives_the_same_bits(family, tpu, 
         grads = []
         for _ in range(2):
             before = len(ran)
-            leaves = [t.to(tpu).requires_grad_(True) for t in host]
+            leaves = [_leaf(t.to(tpu)) for t in host]
             out = fam.op(*leaves, **fam.kwargs)
             out = out[0] if isinstance(out, (tuple, list)) else out
-            grads.append([g.cpu() for g in torch.autograd.grad(out.square().sum(), leaves)])
+            grads.append([g.cpu() for g in torch.autograd.grad(out.square().sum(), _floats(leaves))])
         figures["dispatched_direct_launches"] = len(ran) - before
         assert len(ran) > before, "a dispatched call never launched directly"
         for a, b in zip(*grads, strict=True):
@@ -208,7 +231,7 @@ def test_opcheck_on_tpu_tensors(family, tpu, figures):
     three here; the registration it checks is per dispatch key, not per device, and the CPU
     suite's opcheck runs it on every op."""
     suite, fam = SUITES[family], FAMILIES[family]
-    inputs = [t.to(tpu).requires_grad_(True) for t in suite.inputs(fam.shapes.TEST[suite.small_shape])]
+    inputs = [_leaf(t.to(tpu)) for t in suite.inputs(fam.shapes.TEST[suite.small_shape])]
     tests = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     results = torch.library.opcheck(fam.op.overload, tuple(inputs), {**fam.kwargs}, test_utils=tests)
     figures.update(results)
@@ -229,13 +252,13 @@ def test_compile_tpu_backend_fullgraph_three_shapes(family, tpu, figures):
     shapes = list(fam.shapes.TEST.values())[:3]
     for shape in shapes:
         host = suite.inputs(shape)
-        eager_in = [t.to(tpu).requires_grad_(True) for t in host]
-        comp_in = [t.to(tpu).requires_grad_(True) for t in host]
+        eager_in = [_leaf(t.to(tpu)) for t in host]
+        comp_in = [_leaf(t.to(tpu)) for t in host]
         e, c = model(*eager_in), compiled(*comp_in)
         e.backward()
         c.backward()
         torch.testing.assert_close(c.cpu(), e.cpu(), rtol=1e-4, atol=1e-5)
-        for a, b in zip(comp_in, eager_in):
+        for a, b in zip(_floats(comp_in), _floats(eager_in)):
             torch.testing.assert_close(a.grad.cpu(), b.grad.cpu(), rtol=1e-4, atol=1e-5)
     figures["graphs"] = counter.frame_count
     assert counter.frame_count == len(shapes)  # one graph per static shape, no break

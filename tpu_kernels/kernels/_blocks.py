@@ -176,6 +176,17 @@ def parallel_rows() -> pltpu.CompilerParams:
     return pltpu.CompilerParams(dimension_semantics=("parallel",))
 
 
+def lanes(x: jax.Array, n: int) -> jax.Array:
+    """A (rows, 128) lane-replicated value as (rows, n): its first n lanes, whole vregs
+    repeated, or (n neither, or symbolic: shapes only) its first lane broadcast."""
+    if not export.is_symbolic_dim(n):
+        if n <= LANES:
+            return x[:, :n]
+        if n % LANES == 0:
+            return jnp.tile(x, (1, n // LANES))
+    return jnp.broadcast_to(x[:, :1], (x.shape[0], n))
+
+
 def cost(flops, transcendentals, bytes_accessed) -> pl.CostEstimate | None:
     """A CostEstimate for XLA's scheduler and the benchmark roofline; None while
     the sizes are symbolic (CostEstimate takes ints only)."""

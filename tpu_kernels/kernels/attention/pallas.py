@@ -50,7 +50,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
-from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
+from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, lanes, require_float
 
 KERNEL = "attention"  # error messages start with it
 MASK = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: exp(MASK - m) is 0, never NaN
@@ -147,17 +147,6 @@ def _scores(q, k, scale: float, plan: Plan, q_start, k_start):
     return s
 
 
-def _lanes(x: jax.Array, n: int) -> jax.Array:
-    """A (rows, 128) lane-replicated value as (rows, n): its first n lanes, whole vregs
-    repeated, or (n neither, or symbolic: shapes only) its first lane broadcast."""
-    if not export.is_symbolic_dim(n):
-        if n <= LANES:
-            return x[:, :n]
-        if n % LANES == 0:
-            return jnp.tile(x, (1, n // LANES))
-    return jnp.broadcast_to(x[:, :1], (x.shape[0], n))
-
-
 def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scale, plan: Plan):
     block_k, d = k_ref.shape[0], acc_sc.shape[1]
     i, step = pl.program_id(2), pl.program_id(3)
@@ -175,17 +164,17 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scal
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
-        p = jnp.exp(s - _lanes(m_new, block_k))
+        p = jnp.exp(s - lanes(m_new, block_k))
         l_sc[...] = rescale * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
         v = v_ref[...]
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=acc_sc.dtype)
-        acc_sc[...] = _lanes(rescale, d) * acc_sc[...] + pv
+        acc_sc[...] = lanes(rescale, d) * acc_sc[...] + pv
         m_sc[...] = m_new
 
     @pl.when(step == pl.num_programs(3) - 1)
     def _finish():
         total = l_sc[...]
-        o_ref[...] = (acc_sc[...] / _lanes(total, d)).astype(o_ref.dtype)
+        o_ref[...] = (acc_sc[...] / lanes(total, d)).astype(o_ref.dtype)
         lse_ref[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(lse_ref.dtype)
 
 

@@ -22,7 +22,8 @@ figures, its corpus and fit, the three-pass dot's tracing hook, the layer's grad
 They name tests only: `tpu-kernels check` judges kernels, not these.
 
 Modules: `base` (`Mutation`, the paths, test files and filters they share); the families'
-`softmax`, `rmsnorm`, `scale_add`, `matmul` (its kernel and its block model), `attention` and `row_blocks`
+`softmax`, `rmsnorm`, `scale_add`, `matmul` (its kernel and its block model), `attention`,
+`linear_cross_entropy` and `row_blocks`
 (the row kernels' shared helper, `kernels/_blocks.py`); the toolkit's layers `dispatch`,
 `runtime`, `tuning`, `chip`, `check`, `verdicts` (the benchmark's correctness column and the
 distances) and `integrations`. A mutant lives where the file it edits lives.
@@ -36,6 +37,7 @@ from tpu_kernels.mutate.catalogue import (
     chip,
     dispatch,
     integrations,
+    linear_cross_entropy,
     matmul,
     rmsnorm,
     row_blocks,
@@ -53,6 +55,7 @@ SHIPPED: tuple[Mutation, ...] = (
     + scale_add.MUTANTS
     + matmul.MUTANTS
     + attention.MUTANTS
+    + linear_cross_entropy.MUTANTS
     + row_blocks.MUTANTS
 )
 """The shipped kernels' mutants: each family's module, then the row kernels' shared helper."""

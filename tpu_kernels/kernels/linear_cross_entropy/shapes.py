@@ -1,0 +1,20 @@
+"""Named shapes for linear_cross_entropy, shared by tests and benchmarks:
+(tokens, d, vocabulary)."""
+
+TEST = {
+    "tiled": (64, 128, 512),
+    "ragged_vocab": (40, 64, 300),  # no 128-block divides the vocabulary
+    "odd_tokens": (37, 32, 100),  # fewer classes than a block, tokens no tile divides
+    "wide": (16, 256, 1000),
+}
+
+BENCH = {
+    "1k_32k": (1024, 2048, 32000),
+    "8k_128k": (8192, 4096, 128256),
+    "8k_256k": (8192, 3072, 256000),
+}
+
+# The one BENCH size of a `tpu-kernels bench --quick` run.
+QUICK = "1k_32k"
+# The BENCH sizes of a CPU's default run, where the kernels run in Pallas' interpreter.
+REDUCED = ("1k_32k",)
