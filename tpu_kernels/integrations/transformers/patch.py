@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -40,10 +41,15 @@ def _hf_forward(cls: type):
 
 
 def loss_swappable(model: torch.nn.Module) -> bool:
-    """The fused loss computes plain x @ W logits: no final logit soft-capping (Gemma2 and
-    Gemma3 configs may set it) and no LM-head bias."""
-    config = model.config
-    return getattr(config, "final_logit_softcapping", None) is None and model.lm_head.bias is None
+    """The fused loss computes x @ W logits: no LM-head bias, and (Tokamax's loss) no final
+    logit soft-capping (Gemma2 and Gemma3 configs may set it; the shipped loss applies it)."""
+    if model.lm_head.bias is not None:
+        return False
+    return _shipped_loss(model) or getattr(model.config, "final_logit_softcapping", None) is None
+
+
+def _shipped_loss(model: torch.nn.Module) -> bool:
+    return getattr(model, "_tpu_kernels_loss", None) == "shipped"
 
 
 def causal_lm_forward(self, *args, **kwargs):
@@ -58,7 +64,6 @@ def causal_lm_forward(self, *args, **kwargs):
     if (kwargs.get("labels") is None and kwargs.get("shift_labels") is None) or not loss_swappable(self):
         return hf_forward(self, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
-    from transformers.modeling_utils import slice_logits_to_keep
 
     labels = kwargs.pop("labels", None)
     logits_to_keep = kwargs.pop("logits_to_keep", 0)
@@ -68,6 +73,9 @@ def causal_lm_forward(self, *args, **kwargs):
     loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
     outputs = self.model(**kwargs)
     hidden = outputs.last_hidden_state
+    if _shipped_loss(self):
+        softcap = getattr(self.config, "final_logit_softcapping", None)
+        loss_kwargs.update(shipped=True, softcap=softcap)
     loss = causal_lm_loss(hidden, self.lm_head.weight, labels, **loss_kwargs)
     logits = None if self.training else self.lm_head(slice_logits_to_keep(hidden, logits_to_keep))
     # The inner model's other outputs carry over by name (the cache field is `cache` in
@@ -75,6 +83,19 @@ def causal_lm_forward(self, *args, **kwargs):
     rest = {k: v for k, v in outputs.items() if k != "last_hidden_state"}
     out = CausalLMOutputWithPast(loss=loss, logits=logits, **rest)
     return out if return_dict else out.to_tuple()
+
+
+def slice_logits_to_keep(hidden: torch.Tensor, logits_to_keep: Any) -> torch.Tensor:
+    """The positions whose logits HF's forward returns: `transformers.modeling_utils`'s function
+    of this name where it has one (transformers 5.24: an int keeps the last n, 0 all; a 1-D
+    tensor indexes positions; 2-D ones are positions or a mask), else the models' own slice
+    before it existed (transformers 5.17, the TPU host's: an int or a 1-D index)."""
+    try:
+        from transformers.modeling_utils import slice_logits_to_keep as hf
+    except ImportError:
+        index = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        return hidden[:, index, :]
+    return hf(hidden, logits_to_keep)
 
 
 def _bind(module: torch.nn.Module, fn) -> None:
@@ -92,8 +113,8 @@ def _require_tokamax(needed: bool) -> None:
         raise ModuleNotFoundError(
             "apply_tpu_kernels: the norms, MLP, loss and attention=True run Tokamax's ops, and the tokamax "
             "package is not installed (tokamax>=0.0.17 needs Python >= 3.12). Without it: "
-            "apply_tpu_kernels(model, rms_norm=False, mlp=False, loss=False, attention='shipped') runs the "
-            "attention on tpu_kernels' own kernels."
+            "apply_tpu_kernels(model, rms_norm=False, mlp=False, loss='shipped', attention='shipped') runs "
+            "the attention and the loss on tpu_kernels' own kernels."
         )
 
 
@@ -103,7 +124,7 @@ def apply_tpu_kernels(
     rms_norm: bool = True,
     attention: bool | str = True,
     mlp: bool = True,
-    loss: bool = True,
+    loss: bool | str = True,
     buckets: bool = True,
 ) -> dict[str, int]:
     """Swaps a loaded HF causal LM's layers for tpu_kernels ops, in place.
@@ -120,7 +141,8 @@ def apply_tpu_kernels(
       mlp: each gated MLP's gate and up projections -> tokamax.gated_linear_unit,
         when the activation is one the op has and the projections have no bias.
       loss: the causal-LM loss -> tokamax.linear_softmax_cross_entropy_loss (not
-        with final-logit soft-capping or an LM-head bias).
+        with final-logit soft-capping or an LM-head bias); "shipped": tpu_kernels'
+        linear_cross_entropy instead (no Tokamax needed; soft-capping applied).
       buckets: pad key/value lengths (attention) and token rows (norms, MLP) to
         buckets: one compile per bucket in generation instead of one per token
         (attention) or per prompt length (norms, MLP); see docs/transformers.md.
@@ -136,6 +158,10 @@ def apply_tpu_kernels(
             f"apply_tpu_kernels: model must be a transformers PreTrainedModel (with a .config); got "
             f"{type(model).__name__}."
         )
+    for name, value in (("attention", attention), ("loss", loss)):
+        if value not in (True, False, "shipped"):
+            raise ValueError(f"apply_tpu_kernels: {name} must be True, False or 'shipped', got {value!r}.")
+    _require_tokamax(rms_norm or mlp or loss is True or attention is True)
     fam = family_of_config(config)
     norm_cls, mlp_cls, lm_cls = fam.classes()
     norm_fn = llama_rms_norm_forward if fam.norm_kind == "llama" else gemma_rms_norm_forward
@@ -152,12 +178,12 @@ def apply_tpu_kernels(
                 module._tpu_kernels_buckets = buckets
                 _bind(module, gated_mlp_forward)
                 counts["mlp"] += 1
-        elif loss and isinstance(module, lm_cls) and loss_swappable(module) and lm_cls not in _ORIGINALS:
-            _bind(module, causal_lm_forward)
-            counts["loss"] += 1
-    if attention not in (True, False, "shipped"):
-        raise ValueError(f"apply_tpu_kernels: attention must be True, False or 'shipped', got {attention!r}.")
-    _require_tokamax(rms_norm or mlp or loss or attention is True)
+        elif loss and isinstance(module, lm_cls) and lm_cls not in _ORIGINALS:
+            if loss == "shipped":
+                module._tpu_kernels_loss = "shipped"
+            if loss_swappable(module):
+                _bind(module, causal_lm_forward)
+                counts["loss"] += 1
     if attention:
         _attention.register()
         if attention == "shipped":
