@@ -453,6 +453,22 @@ def attention_family_table() -> str:
     )
 
 
+def linear_cross_entropy_table() -> str:
+    """bench/chip_linear_cross_entropy.py's record (bench/reports/chip_v5e_linear_cross_entropy.json):
+    the fused LM head and loss against the unfused loss in JAX and through torch, its memory, and
+    bench/chip_train_llama.py's 20 steps."""
+    record = _read("chip_v5e_linear_cross_entropy")
+    runs = ", ".join(f"{r['commit']} ({r['section']}, {len(r['rows'])} rows)" for r in record["runs"])
+    v = record["versions"]
+    return (
+        f"Seed {record['seed']}: {len(record['points'])} points; speed is the unfused time over the fused.\n\n"
+        + script("chip_linear_cross_entropy").summary(record)
+        + f"\n\n_Measured by `{record['command']}` on one {record['device']} (JAX {v['jax']}, Python "
+        f"{v['python']}, torch {v['torch']}, torch_tpu {v['torch_tpu']}), tpu_kernels {runs}; "
+        f"{record['tree_note']}_\n"
+    )
+
+
 def chip_headline() -> str:
     from tpu_kernels.chip import report
 
@@ -519,6 +535,7 @@ GENERATORS = {
     "perf-chip": chip_tables,
     "perf-chip-drawn": chip_drawn_table,
     "perf-attention-family": attention_family_table,
+    "perf-linear-cross-entropy": linear_cross_entropy_table,
     "perf-chip-headline": chip_headline,
     "perf-torch-tpu-headline": torch_tpu_headline,
     "perf-generate": generate_table,
