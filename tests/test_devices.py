@@ -144,12 +144,18 @@ def test_a_tpu_pallas_kernel_on_a_gpu_device_is_a_clear_error():
 def _tpu_inner_call(op, values: dict, mode: FakeTensorMode):
     """Call `op`'s torch_tpu inner op the way torch_tpu's own dispatch does: every
     schema argument in order, positionally where the schema allows (keyword-only
-    ones by name), on fake tensors, so torch_tpu's fake exports the body for the TPU."""
+    ones by name), on fake tensors, so torch_tpu's fake exports the body for the TPU. The export
+    targets the default chip (`lowering.target.targeting`), as it targets the attached one on a
+    TPU host: a kernel whose lowering asks for the chip (Mosaic's rule for `sign`, which integer
+    floor division uses: attention's grids) failed here when this ran before anything else set
+    a target, and passed after."""
+    from tpu_kernels.lowering.target import targeting
+
     inner = op._kernels["PrivateUse1"].inner_op("default")
     fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
     args = [fake[p.name] for p in op.signature.params if not p.keyword_only]
     kwargs = {p.name: fake[p.name] for p in op.signature.params if p.keyword_only and p.name in fake}
-    with mode:
+    with mode, targeting(None):
         return inner(*args, **kwargs)
 
 
