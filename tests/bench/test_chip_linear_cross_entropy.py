@@ -121,3 +121,22 @@ def test_the_training_probe_runs_on_the_cpu(tmp_path):
     got = json.loads(out.read_text())
     assert [len(got[k]) for k in ("hf_eager", "tpu_kernels")] == [2, 2]
     assert got["swapped"]["loss"] == 1 and got["max_abs_loss_difference"] < 0.05
+
+
+def test_every_block_pair_the_vmem_estimate_passes_compiled_on_the_chip(record):
+    """The kernels' VMEM estimates (pallas._forward_need, _backward_need) against the chip: each
+    (block_t, block_v) they call fitting compiled there, and each that exceeded the chip's scoped
+    VMEM they call too big (the estimate may be cautious the other way: 1024 x 256 forward
+    compiled at d = 4096 where it asks for more than the cap)."""
+    from tpu_kernels.kernels import _vmem
+    from tpu_kernels.kernels.linear_cross_entropy import pallas
+
+    rows = [r for r in _runs(record, "blocks")[-1]["rows"] if r["block_t"] is not None]
+    assert rows
+    for r in rows:
+        d = r["point"]["d"]
+        for what, need in (("forward", pallas._forward_need), ("backward", pallas._backward_need)):
+            fits = _vmem.fits(need(r["block_t"], r["block_v"], d, 2))
+            compiled = f"{what}_us" in r
+            assert compiled or not fits, (r["id"], what)
+            assert fits or compiled or "VmemOom" in r[f"{what}_error"], (r["id"], what)
