@@ -57,11 +57,13 @@ class OpOptions:
         integer or bool input raises the shipped ops' TypeError naming the op and the
         argument (docs/dtypes.md). Helion's host code cannot raise; a JAX body checks
         dtypes itself while traced.
-      visible_kernel: Helion kernels with `residuals` only: a Helion kernel of the same
-        parameters that returns the visible outputs alone (the residuals left uncomputed). A
-        TPU call that needs no gradient launches it in place of the full kernel: each output of
-        a launch costs torch_tpu about as much as the call (docs/devices.md). A JAX body's
-        visible-only kernel is derived from it, so a JAX op takes none.
+      visible_kernel: ops with `residuals` only: a kernel of the same parameters (a Helion
+        kernel for a Helion op, a JAX function for a JAX body) that returns the visible outputs
+        alone (the residuals left uncomputed). A TPU call that needs no gradient launches it in
+        place of the full kernel: each output of a launch costs torch_tpu about as much as the
+        call (docs/devices.md), and the residuals' work is spared where it is not free
+        (linear_cross_entropy's hidden gradient is a second matmul). Without one, a JAX body's
+        visible-only kernel is derived from it: the residuals computed and dropped.
       autocast: what the op does inside `torch.autocast`: "keep" (default: runs
         in its inputs' dtypes, as torch does for custom ops), "lower_precision_fp"
         (floating inputs cast to the autocast dtype, like aten.mm), "fp32" (cast
@@ -102,7 +104,7 @@ class OpOptions:
     cost: Callable[..., float] | None = None
     autotune: bool = False
     float_only: Sequence[str] = ()
-    visible_kernel: Any = None  # a helion.Kernel
+    visible_kernel: Any = None  # a helion.Kernel, or a JAX function for a JAX body
     autocast: str = "keep"
     sharding: Any = None
     sharding_examples: Callable[[], Sequence[tuple[tuple, dict]]] | None = None

@@ -17,6 +17,8 @@ softmax), picks the label's logit where it falls in the tile, and accumulates
 so that the last step has lse = m + log(s) and acc / s = sum_j p_j z'_j W_j, the softmax half
 of d(loss_t)/d(hidden_t). The label half, -z'_y * W[y], is a gather outside the kernel. The
 forward thus returns each token's loss and its hidden gradient: the backward only scales it.
+`linear_cross_entropy_loss` is the same kernel without that second matmul, the op's
+`visible_kernel` (a TPU call needing no gradient, such as an evaluation, runs it).
 
 Backward (the weight's gradient), grid (vocabulary blocks, token blocks): a weight block
 stays in VMEM while the token blocks stream past, the logits are recomputed tile by tile,
@@ -120,17 +122,20 @@ def _tile(h, w, j, plan: Plan, acc):
     return logits, slope, cols, valid
 
 
-def _fwd_kernel(h_ref, w_ref, y_ref, lse_ref, target_ref, dh_ref, m_sc, s_sc, t_sc, *, plan: Plan):
-    """One token block (program axis 0) over the vocabulary blocks (axis 1)."""
+def _fwd_kernel(h_ref, w_ref, y_ref, lse_ref, target_ref, *refs, plan: Plan, grad: bool):
+    """One token block (program axis 0) over the vocabulary blocks (axis 1); with `grad`, its
+    outputs end with the hidden gradient's block (the second matmul), else the loss alone."""
+    dh_ref, (m_sc, s_sc, t_sc) = (refs[0], refs[1:]) if grad else (None, refs)
     j = pl.program_id(1)
-    d = dh_ref.shape[1]
+    d = h_ref.shape[1]
 
     @pl.when(j == 0)
     def _init():
         m_sc[...] = jnp.full_like(m_sc, -jnp.inf)
         s_sc[...] = jnp.zeros_like(s_sc)
         t_sc[...] = jnp.zeros_like(t_sc)
-        dh_ref[...] = jnp.zeros_like(dh_ref)
+        if grad:
+            dh_ref[...] = jnp.zeros_like(dh_ref)
 
     h, w = h_ref[...], _weight(w_ref, j, plan)
     z, slope, cols, valid = _tile(h, w, j, plan, m_sc.dtype)
@@ -144,10 +149,11 @@ def _fwd_kernel(h_ref, w_ref, y_ref, lse_ref, target_ref, dh_ref, m_sc, s_sc, t_
     if plan.smoothing:
         target += (plan.smoothing / plan.vocab) * (z if valid is None else jnp.where(valid, z, 0.0))
     t_sc[...] += jnp.sum(target, axis=-1, keepdims=True)
-    q = p if slope is None else p * slope
-    dh_ref[...] = lanes(rescale, d) * dh_ref[...] + jnp.dot(
-        q.astype(w.dtype), w, preferred_element_type=dh_ref.dtype
-    )
+    if grad:
+        q = p if slope is None else p * slope
+        dh_ref[...] = lanes(rescale, d) * dh_ref[...] + jnp.dot(
+            q.astype(w.dtype), w, preferred_element_type=dh_ref.dtype
+        )
     m_sc[...] = m_new
 
     @pl.when(j == pl.num_programs(1) - 1)
@@ -155,7 +161,8 @@ def _fwd_kernel(h_ref, w_ref, y_ref, lse_ref, target_ref, dh_ref, m_sc, s_sc, t_
         total = s_sc[...]
         lse_ref[...] = (m_sc[...] + jnp.log(total))[:, :1]
         target_ref[...] = t_sc[...][:, :1]
-        dh_ref[...] = dh_ref[...] / lanes(total, d)
+        if grad:
+            dh_ref[...] = dh_ref[...] / lanes(total, d)
 
 
 def _dw_kernel(h_ref, w_ref, y_ref, lse_ref, g_ref, dw_ref, acc_sc, *, plan: Plan):
@@ -293,21 +300,11 @@ def _flat(hidden, labels):
 # ---- the op's two functions ---------------------------------------------------------------
 
 
-def linear_cross_entropy(
-    hidden: jax.Array,  # [..., d]
-    weight: jax.Array,  # [vocabulary, d]
-    labels: jax.Array,  # [...] integers
-    *,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-    softcap: float | None = None,
-    label_smoothing: float = 0.0,
-    block_t: int | None = None,
-    block_v: int | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """-> (loss, lse [tokens] float32, dhidden [tokens, d] float32): the loss in hidden's dtype
-    (a scalar, or labels' shape for reduction="none"); each token's log-sum-exp over the
-    vocabulary; and d(token loss)/d(hidden), which the backward scales."""
+def _forward(
+    hidden, weight, labels, ignore_index, reduction, softcap, label_smoothing, block_t, block_v, grad
+):
+    """-> (loss, lse, dhidden or None): the forward kernel, with the hidden gradient's matmul
+    when `grad`."""
     _check(hidden, weight, labels, ignore_index, reduction, softcap, label_smoothing)
     acc = _acc(hidden.dtype)
     h, y = _flat(hidden, labels)
@@ -323,52 +320,90 @@ def linear_cross_entropy(
             softcap=softcap,
             label_smoothing=label_smoothing,
         )
-        return loss, lse.reshape(-1), jnp.zeros(h.shape, acc)
+        return loss, lse.reshape(-1), jnp.zeros(h.shape, acc) if grad else None
     itemsize = jnp.dtype(hidden.dtype).itemsize
     plan = _plan(
         tokens, vocab, d, itemsize, block_t, block_v, softcap, label_smoothing, FORWARD_BLOCKS, _forward_need
     )
     row = pl.BlockSpec((plan.bt, 1), lambda i, j: (i, 0))
     tokens_spec = pl.BlockSpec((plan.bt, d), lambda i, j: (i, 0))
-    lse, target, soft = pl.pallas_call(
-        functools.partial(_fwd_kernel, plan=plan),
-        out_shape=(
-            jax.ShapeDtypeStruct((plan.tp, 1), acc),
-            jax.ShapeDtypeStruct((plan.tp, 1), acc),
-            jax.ShapeDtypeStruct((plan.tp, d), acc),
-        ),
+    stat = jax.ShapeDtypeStruct((plan.tp, 1), acc)
+    outs = pl.pallas_call(
+        functools.partial(_fwd_kernel, plan=plan, grad=grad),
+        out_shape=(stat, stat, jax.ShapeDtypeStruct((plan.tp, d), acc)) if grad else (stat, stat),
         grid=(plan.nt, plan.nv),
         in_specs=[tokens_spec, pl.BlockSpec((plan.bv, d), lambda i, j: (j, 0)), row],
-        out_specs=(row, row, tokens_spec),
+        out_specs=(row, row, tokens_spec) if grad else (row, row),
         scratch_shapes=[pltpu.VMEM((plan.bt, LANES), acc) for _ in range(3)],
         compiler_params=_vmem.compiler_params(SEMANTICS, _forward_need(plan.bt, plan.bv, d, itemsize)),
         cost_estimate=cost(
-            4 * plan.tp * vocab * d,
+            (4 if grad else 2) * plan.tp * vocab * d,
             plan.tp * vocab * (2 if softcap is not None else 1),
-            (plan.nt * vocab * d + plan.tp * d) * itemsize + plan.tp * d * 4,
+            (plan.nt * vocab * d + plan.tp * d) * itemsize + (plan.tp * d * 4 if grad else 0),
         ),
     )(_pad_rows(h, plan.tp), weight, _pad_rows(y, plan.tp, -1))
-    lse, target, soft = lse[:tokens, 0], target[:tokens, 0], soft[:tokens]
+    lse, target = outs[0][:tokens, 0], outs[1][:tokens, 0]
     labels_flat = y[:, 0]
     ignored = labels_flat == ignore_index
     in_range = (labels_flat >= 0) & (labels_flat < vocab)
     losses = jnp.where(ignored, 0.0, jnp.where(in_range, lse - target, jnp.nan))
-    # the label's half of each token's hidden gradient: -(1 - smoothing) * z'_y * W[y], and the
-    # smoothing's -smoothing / vocabulary * sum_j W_j
-    coef = jnp.full_like(target, 1.0 - label_smoothing)
-    if softcap is not None:
-        coef = 1.0 - (target / softcap) ** 2
-    picked = jnp.take(weight, jnp.clip(labels_flat, 0, vocab - 1), axis=0).astype(acc)
-    dhidden = soft - coef[:, None] * picked
-    if label_smoothing:
-        dhidden -= label_smoothing / jnp.asarray(vocab, acc) * jnp.sum(weight.astype(acc), axis=0)
     if reduction == "none":
         loss = losses.reshape(labels.shape)
     else:
         loss = jnp.sum(losses)
         if reduction == "mean":
             loss = loss / jnp.sum(~ignored).astype(acc)
+    if not grad:
+        return loss.astype(hidden.dtype), lse, None
+    # the label's half of each token's hidden gradient: -(1 - smoothing) * z'_y * W[y], and the
+    # smoothing's -smoothing / vocabulary * sum_j W_j
+    coef = jnp.full_like(target, 1.0 - label_smoothing)
+    if softcap is not None:
+        coef = 1.0 - (target / softcap) ** 2
+    picked = jnp.take(weight, jnp.clip(labels_flat, 0, vocab - 1), axis=0).astype(acc)
+    dhidden = outs[2][:tokens] - coef[:, None] * picked
+    if label_smoothing:
+        dhidden -= label_smoothing / jnp.asarray(vocab, acc) * jnp.sum(weight.astype(acc), axis=0)
     return loss.astype(hidden.dtype), lse, dhidden
+
+
+def linear_cross_entropy(
+    hidden: jax.Array,  # [..., d]
+    weight: jax.Array,  # [vocabulary, d]
+    labels: jax.Array,  # [...] integers
+    *,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    label_smoothing: float = 0.0,
+    block_t: int | None = None,
+    block_v: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """-> (loss, lse [tokens] float32, dhidden [tokens, d] float32): the loss in hidden's dtype
+    (a scalar, or labels' shape for reduction="none"); each token's log-sum-exp over the
+    vocabulary; and d(token loss)/d(hidden), which the backward scales."""
+    return _forward(
+        hidden, weight, labels, ignore_index, reduction, softcap, label_smoothing, block_t, block_v, True
+    )
+
+
+def linear_cross_entropy_loss(
+    hidden: jax.Array,
+    weight: jax.Array,
+    labels: jax.Array,
+    *,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    label_smoothing: float = 0.0,
+    block_t: int | None = None,
+    block_v: int | None = None,
+) -> jax.Array:
+    """The loss alone, without the hidden gradient's matmul (half the forward's work): the op's
+    `visible_kernel`, which a TPU call needing no gradient (evaluation) runs."""
+    return _forward(
+        hidden, weight, labels, ignore_index, reduction, softcap, label_smoothing, block_t, block_v, False
+    )[0]
 
 
 def _shares(grad_loss, labels_flat, vocab: int, ignore_index: int, reduction: str, acc) -> jax.Array:
@@ -448,4 +483,11 @@ def linear_cross_entropy_backward(
     return grad_hidden, grad_weight
 
 
-__all__ = ["KERNEL", "TUNE", "Plan", "linear_cross_entropy", "linear_cross_entropy_backward"]
+__all__ = [
+    "KERNEL",
+    "TUNE",
+    "Plan",
+    "linear_cross_entropy",
+    "linear_cross_entropy_backward",
+    "linear_cross_entropy_loss",
+]

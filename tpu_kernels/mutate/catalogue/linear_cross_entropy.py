@@ -60,8 +60,8 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _lce(
         "lce-label-row-of-the-hidden-gradient-dropped",
-        "    dhidden = soft - coef[:, None] * picked",
-        "    dhidden = soft",
+        "    dhidden = outs[2][:tokens] - coef[:, None] * picked",
+        "    dhidden = outs[2][:tokens]",
         "the hidden gradient keeps the softmax half and loses the label's -W[y]",
     ),
 )

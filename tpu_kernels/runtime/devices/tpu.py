@@ -213,10 +213,12 @@ class TpuKernel:
         mutated: tuple[int, ...],
         returns_list: bool = False,
         n_visible: int | None = None,
+        visible_fn: Callable | None = None,
     ):
         self.qualname = qualname
         self.sig = sig
         self.fn = fn
+        self.visible_fn = visible_fn  # the op's visible_kernel= (None: derived from fn)
         self.n_outputs = n_outputs
         self.mutated = mutated
         self.returns_list = returns_list
@@ -265,11 +267,26 @@ class TpuKernel:
         with self._lock:
             op = self._visible_inner.get(p)
             if op is None:
-                full, n = precision.at_precision(self.fn, p), self.n_visible
+                n = self.n_visible
+                if self.visible_fn is not None:  # the op's own kernel without the residuals
+                    own, name = precision.at_precision(self.visible_fn, p), self.qualname
 
-                def visible(**kwargs: Any) -> Any:
-                    out = full(**kwargs)
-                    return out[0] if n == 1 else tuple(out[:n])
+                    def visible(**kwargs: Any) -> Any:
+                        out = own(**kwargs)
+                        outs = out if isinstance(out, (tuple, list)) else (out,)
+                        if len(outs) != n:
+                            raise ValueError(
+                                f"{name}: its visible_kernel returned {len(outs)} output(s), but the op "
+                                f"returns {n} without its residuals."
+                            )
+                        return outs[0] if n == 1 else tuple(outs)
+
+                else:
+                    full = precision.at_precision(self.fn, p)
+
+                    def visible(**kwargs: Any) -> Any:
+                        out = full(**kwargs)
+                        return out[0] if n == 1 else tuple(out[:n])
 
                 visible.__name__ = f"{getattr(self.fn, '__name__', 'kernel')}_visible"
                 body = inner_function(self.sig, visible, n)
@@ -498,6 +515,7 @@ SPEC = devices.register(
             mutated=spec.mutated,
             returns_list=spec.returns_list,
             n_visible=spec.n_visible,
+            visible_fn=getattr(spec.source, "visible_body", None),
         ),
         available=_available,
         synchronize=lambda: torch.accelerator.synchronize(),
