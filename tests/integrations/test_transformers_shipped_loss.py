@@ -15,7 +15,11 @@ transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from tests.integrations.test_transformers_shipped_attention import COMMON, tiny  # noqa: E402
-from tpu_kernels.integrations.transformers import apply_tpu_kernels  # noqa: E402
+from tpu_kernels.integrations.transformers import (  # noqa: E402
+    apply_tpu_kernels,
+    apply_tpu_kernels_to,
+    remove_tpu_kernels_from,
+)
 
 
 def _gemma2():
@@ -86,3 +90,32 @@ def test_a_bad_loss_choice_is_refused_before_anything_is_swapped():
     with pytest.raises(ValueError, match="loss must be True, False or 'shipped', got 'fused'"):
         apply_tpu_kernels(model, rms_norm=False, mlp=False, attention=False, loss="fused")
     assert "forward" not in vars(model)
+
+
+def test_the_class_patch_takes_the_shipped_loss_and_undoes_it():
+    """apply_tpu_kernels_to(name, loss="shipped"): models of the family, built before or after,
+    compute the loss on the shipped op, as HF's; remove_tpu_kernels_from restores HF's forward."""
+    import tpu_kernels.kernels as kernels
+
+    model = tiny("llama").train()
+    ids, labels = _batch(model.config.vocab_size)
+    want, want_grads = _step(model, ids, labels)
+    calls = []
+    real = kernels.linear_cross_entropy
+    kernels.linear_cross_entropy = lambda *a, **k: calls.append(k) or real(*a, **k)
+    try:
+        apply_tpu_kernels_to("llama", rms_norm=False, mlp=False, attention=False, loss="shipped")
+        try:
+            got, got_grads = _step(model, ids, labels)
+        finally:
+            remove_tpu_kernels_from("llama")
+        again, _ = _step(model, ids, labels)
+    finally:
+        kernels.linear_cross_entropy = real
+    assert len(calls) == 1 and got.logits is None and again.logits is not None
+    assert "_tpu_kernels_loss" not in vars(type(model))
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
+    for n, g in want_grads.items():
+        torch.testing.assert_close(got_grads[n], g, rtol=1e-4, atol=1e-6, msg=n)
+    with pytest.raises(ValueError, match="loss must be True, False or 'shipped', got 'fused'"):
+        apply_tpu_kernels_to("llama", loss="fused")

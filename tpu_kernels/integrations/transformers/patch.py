@@ -207,15 +207,24 @@ def _class_mlp_forward(self, x):
 
 
 def apply_tpu_kernels_to(
-    name: str, *, rms_norm: bool = True, attention: bool = True, mlp: bool = True, loss: bool = True
+    name: str,
+    *,
+    rms_norm: bool = True,
+    attention: bool | str = True,
+    mlp: bool = True,
+    loss: bool | str = True,
 ) -> None:
     """Patches a model family's classes before loading (like Liger's apply_liger_kernel_to_llama):
     every model of that family built afterwards (and those already built) uses the ops.
 
-    Attention is registered as "tpu_kernels"; choose it when loading, with
-    `from_pretrained(..., attn_implementation="tpu_kernels")`. Undo with
-    `remove_tpu_kernels_from(name)`.
+    Attention is registered as "tpu_kernels" and "tpu_kernels_attention" (the shipped kernels,
+    no Tokamax); choose one when loading, with `from_pretrained(..., attn_implementation=...)`.
+    `loss="shipped"` computes the loss with the shipped linear_cross_entropy (no Tokamax; Gemma
+    2's soft-capping applied). Undo with `remove_tpu_kernels_from(name)`.
     """
+    for flag, value in (("attention", attention), ("loss", loss)):
+        if value not in (True, False, "shipped"):
+            raise ValueError(f"apply_tpu_kernels_to: {flag} must be True, False or 'shipped', got {value!r}.")
     fam = family(name)
     norm_cls, mlp_cls, lm_cls = fam.classes()
     norm_fn = llama_rms_norm_forward if fam.norm_kind == "llama" else gemma_rms_norm_forward
@@ -230,6 +239,8 @@ def apply_tpu_kernels_to(
             cls.forward = fn
     if mlp:
         mlp_cls._tpu_kernels_family = fam
+    if loss == "shipped":
+        lm_cls._tpu_kernels_loss = "shipped"  # causal_lm_forward reads it off the instance
     if attention:
         _attention.register()
 
@@ -239,5 +250,6 @@ def remove_tpu_kernels_from(name: str) -> None:
     for cls in family(name).classes():
         if cls in _ORIGINALS:
             cls.forward = _ORIGINALS.pop(cls)
-        if "_tpu_kernels_family" in cls.__dict__:
-            del cls._tpu_kernels_family
+        for attr in ("_tpu_kernels_family", "_tpu_kernels_loss"):
+            if attr in cls.__dict__:
+                delattr(cls, attr)
