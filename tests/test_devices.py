@@ -341,3 +341,16 @@ def test_a_tpu_call_that_cannot_fit_the_chips_memory_is_refused_before_it_launch
     finally:
         kernel.memory.memory = before
     assert chip_bytes() is None  # no TPU here: no check at all
+
+
+def test_int64_arguments_reach_a_tpu_kernel_as_new_int32_tensors():
+    """torch_tpu's jax_op fails on an int64 input (seen on the v5e with class labels): the TPU
+    kernel narrows each int64 tensor to a new int32 one, leaving the caller's as it was, and
+    passes every other value through as the same object."""
+    from tpu_kernels.runtime.devices.tpu import _narrowed
+
+    labels, x, n = torch.tensor([3, -100, 7]), torch.randn(3), 5
+    assert _narrowed((x, n)) == (x, n)
+    got = _narrowed((x, labels, n))
+    assert got[0] is x and got[2] == n and got[1].dtype == torch.int32
+    assert got[1].tolist() == [3, -100, 7] and labels.dtype == torch.int64 and got[1] is not labels

@@ -168,7 +168,8 @@ def _narrowed(values: tuple) -> tuple:
     ("a required argument is in a failed state", torch_tpu 0.2.0), and JAX on a TPU computes
     integers in 32 bits anyway (its 64-bit mode is off), so the kernel sees what it would have
     seen. Class labels and indices fit; a value past int32 would wrap (docs/dtypes.md). The
-    caller's tensors are not touched: the narrowing is a new tensor."""
+    caller's tensors are not touched: the narrowing is a new tensor, so an op that updates an
+    argument in place is not narrowed (its update would land in the copy)."""
     if not any(type(v) in _PLAIN and v.dtype == torch.int64 for v in values):
         return values
     return tuple(v.to(torch.int32) if type(v) in _PLAIN and v.dtype == torch.int64 else v for v in values)
@@ -326,7 +327,8 @@ class TpuKernel:
         return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = _narrowed(args), dict(zip(kwargs, _narrowed(tuple(kwargs.values()))))
+        if not self.mutated:  # a mutated argument must stay the caller's tensor: its update lands there
+            args, kwargs = _narrowed(args), dict(zip(kwargs, _narrowed(tuple(kwargs.values()))))
         plain = True
         for t in (*args, *kwargs.values()):
             if type(t) in _PLAIN:
