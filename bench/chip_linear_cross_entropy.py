@@ -10,8 +10,9 @@ label is ignored (-100), as padding is in a batch.
 Sections:
   jax     the family's JAX half (pallas.linear_cross_entropy, then _backward) against XLA's
           unfused path (jax_reference.linear_cross_entropy_xla under jax.value_and_grad):
-          forward + backward (the training step), and forward alone (ours still computes the
-          hidden gradient there: it is one pass with the loss). Error: normwise against the
+          forward + backward (the training step), and forward alone (ours: the loss without the
+          hidden gradient, `linear_cross_entropy_loss`, which an evaluation call runs; records
+          before 6c80fae timed the full forward, hidden gradient included). Error: normwise against the
           unfused path's loss and gradients.
   blocks  each kernel alone at a few (block_t, block_v), at two points.
   memory  peak HBM of one forward + backward, each side in its own process (run before the
@@ -92,8 +93,8 @@ def _sides(half):
 
     pallas, xla = half.pallas, half.jax_reference.linear_cross_entropy_xla
 
-    def ours_fwd(h, w, y):
-        return pallas.linear_cross_entropy(h, w, y)[0]
+    def ours_fwd(h, w, y):  # the loss alone: what a call needing no gradient runs (visible_kernel)
+        return pallas.linear_cross_entropy_loss(h, w, y)
 
     def ours_step(h, w, y):
         loss, lse, dh = pallas.linear_cross_entropy(h, w, y)
