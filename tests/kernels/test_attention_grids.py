@@ -49,7 +49,7 @@ def test_each_grid_visits_exactly_the_blocks_its_mask_reaches(bq, bk, nq, extra_
     window = window if causal else None
     sq = nq * bq
     sk = -(-sq // bk) * bk + extra_k * bk
-    plan = pallas.Plan(sk, sq, sk, bq, bk, 1, causal, window)
+    plan = pallas.Plan(sq, sk, sq, sk, bq, bk, 1, causal, window)
     needed = _needed(plan)
     for i in range(plan.nq):
         assert _visited(plan, i, True) == {j for (a, j) in needed if a == i}, (i, plan)

@@ -76,3 +76,25 @@ def test_the_tpu_kernel_runs_the_visible_kernel_for_a_call_needing_no_gradient()
         out = visible(*fakes)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     assert [tuple(o.shape) for o in outs] == [()]
+
+
+def test_attention_without_its_residual_writes_no_lse_and_gives_the_ops_output():
+    """attention's visible kernel: the forward's one pallas_call with out alone (lse is the
+    backward's residual), equal to the op's output at a ragged, grouped, windowed shape; the
+    TPU kernel keeps it."""
+    from tpu_kernels.kernels import attention
+    from tpu_kernels.kernels.attention import pallas as attn
+
+    spec = jax.ShapeDtypeStruct((1, 4, 200, 32), "bfloat16")
+    kv = jax.ShapeDtypeStruct((1, 2, 200, 32), "bfloat16")
+    assert _pallas_outputs(attn.attention, spec, kv, kv, causal=True) == [2]
+    assert _pallas_outputs(attn.attention_out, spec, kv, kv, causal=True) == [1]
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = torch.randn(1, 4, 200, 32, generator=gen), *torch.randn(2, 1, 2, 200, 32, generator=gen)
+    for statics in ({"causal": True}, {"causal": True, "window": 50, "block_q": 64, "block_k": 128}, {}):
+        want = attention(q, k, v, **statics)
+        with pallas_interpret(True):
+            got = attn.attention_out(*(jax.numpy.asarray(t.numpy()) for t in (q, k, v)), **statics)
+        torch.testing.assert_close(torch.from_numpy(jax.device_get(got).copy()), want, rtol=1e-5, atol=1e-5)
+    kernel = FAMILIES["attention"].op._kernels["PrivateUse1"]
+    assert kernel.visible_fn is attn.attention_out and kernel.visible_only

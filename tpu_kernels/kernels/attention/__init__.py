@@ -5,7 +5,8 @@ q is [batch, heads, seq_q, head_dim]; k and v are [batch, kv_heads, seq_k, head_
 kv_heads dividing heads (grouped-query and multi-query attention, read in place). The op
 returns (out, lse); calling `attention(q, k, v)` returns out alone, and lse (each row's
 log-sum-exp) is the residual of the backward kernels, registered as
-torch.ops.tpu_kernels.attention_backward. `scaled_dot_product_attention` takes
+torch.ops.tpu_kernels.attention_backward. A call on TPU tensors that needs no gradient runs
+`pallas.attention_out`, the forward without lse. `scaled_dot_product_attention` takes
 `torch.nn.functional.scaled_dot_product_attention`'s arguments.
 """
 
@@ -51,6 +52,7 @@ attention = tpu_kernel(
     "tpu_kernels::attention",
     outputs=("out", "lse"),
     residuals=("lse",),
+    visible_kernel=pallas.attention_out,  # a call needing no gradient: no lse output
     examples=_examples,
     autocast="lower_precision_fp",
     sharding=attention_sharding,

@@ -31,10 +31,16 @@ can reach: with a window the inner axis is as long as the band is wide, not the 
 sequence. Steps past the last block it needs repeat that block's index (Pallas copies
 nothing in) and skip the body.
 
-Sequences that no block divides are padded up to one (keys past seq_k are masked; queries
-past seq_q are sliced off, and get a log-sum-exp of +inf in the backward so they add
-nothing to dK and dV). Left unset, a block is the whole sequence up to 1024, else 1024, 512,
-256 or 128, whichever costs least with its padding (`_block`).
+A sequence that no block divides is not padded in memory: its last block runs past the
+array's end, Pallas reads unspecified values there and writes only the rows inside it. The
+kernels make those rows harmless: keys past seq_k are masked out of the scores, and their k
+and v rows zeroed before a product could carry them into a real row (0 x NaN is NaN);
+queries past seq_q affect only their own rows in the forward and dQ, and in dK/dV are
+zeroed with a log-sum-exp of +inf, so they add nothing. (A copy of q, k and v padded to the
+blocks, and of the outputs sliced back, cost 7-10% of a forward through torch at lengths
+512 does not divide: bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
+is the whole sequence up to 1024, else 1024, 512, 256 or 128, whichever costs least with
+the rows its last block runs past (`_block`).
 """
 
 from __future__ import annotations
@@ -65,10 +71,12 @@ def _acc(dtype) -> jnp.dtype:
 
 @dataclass(frozen=True)
 class Plan:
-    """One call's static layout: blocks, padded lengths, the mask, and what each step reads."""
+    """One call's static layout: blocks, the lengths the blocks cover, the mask, and what each
+    step reads."""
 
-    seq_k: int  # keys past it (padding) are masked
-    sq: int  # padded lengths
+    seq_q: int  # the real lengths: rows past them (the last block's overhang) are unspecified
+    seq_k: int
+    sq: int  # the lengths the blocks cover: whole blocks, up to one block past the real lengths
     sk: int
     bq: int
     bk: int
@@ -100,7 +108,13 @@ class Plan:
 
     @property
     def padded_keys(self) -> bool:
+        """The last kv block runs past seq_k: its overhang is masked and its k, v rows zeroed."""
         return self.sk != self.seq_k
+
+    @property
+    def ragged_q(self) -> bool:
+        """The last q block runs past seq_q: dK/dV zero its overhang's rows."""
+        return self.sq != self.seq_q
 
     # the kv blocks q block i needs, first to last, and the q blocks kv block j is needed by
     def first_kv(self, i):
@@ -147,7 +161,16 @@ def _scores(q, k, scale: float, plan: Plan, q_start, k_start):
     return s
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scale, plan: Plan):
+def _real_rows(x, start: int, length: int):
+    """x (a block starting at row `start` of an array `length` rows long) with the rows past
+    the array's end zeroed: Pallas leaves them unspecified (NaN in the interpreter)."""
+    rows = start + jax.lax.broadcasted_iota(jnp.int32, x.shape, 0)
+    return jnp.where(rows < length, x, jnp.zeros_like(x))
+
+
+def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, *refs, scale, plan: Plan):
+    """refs: (lse_ref, m_sc, l_sc, acc_sc), or without lse_ref (`attention_out`)."""
+    *lse_ref, m_sc, l_sc, acc_sc = refs
     block_k, d = k_ref.shape[0], acc_sc.shape[1]
     i, step = pl.program_id(2), pl.program_id(3)
 
@@ -166,7 +189,7 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scal
         rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
         p = jnp.exp(s - lanes(m_new, block_k))
         l_sc[...] = rescale * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
-        v = v_ref[...]
+        v = _real_rows(v_ref[...], k_start, plan.seq_k) if plan.padded_keys else v_ref[...]
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=acc_sc.dtype)
         acc_sc[...] = lanes(rescale, d) * acc_sc[...] + pv
         m_sc[...] = m_new
@@ -175,7 +198,8 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, lse_ref, m_sc, l_sc, acc_sc, *, scal
     def _finish():
         total = l_sc[...]
         o_ref[...] = (acc_sc[...] / lanes(total, d)).astype(o_ref.dtype)
-        lse_ref[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(lse_ref.dtype)
+        for r in lse_ref:
+            r[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(r.dtype)
 
 
 def _dkv_kernel(
@@ -193,13 +217,21 @@ def _dkv_kernel(
     @pl.when(plan.first_q(j) + step <= plan.last_q(j))
     def _step():
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        lse, delta = lse_ref[...], delta_ref[...]
         acc = dk_sc.dtype
-        s = _scores(q, k, scale, plan, plan.q_block(j, step) * plan.bq, j * plan.bk)
-        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
+        q_start = plan.q_block(j, step) * plan.bq
+        if plan.ragged_q:  # queries past seq_q: q and dO zero, lse +inf, so p = 0 and ds = 0
+            q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
+            real = q_start + jax.lax.broadcasted_iota(jnp.int32, lse.shape, 0) < plan.seq_q
+            lse, delta = jnp.where(real, lse, jnp.inf), jnp.where(real, delta, 0.0)
+        s = _scores(q, k, scale, plan, q_start, j * plan.bk)
+        p = jnp.exp(s - lse)  # (block_q, block_k); masked entries give 0
         transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
         dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
+        # keys past seq_k: their dp (and ds) columns may be NaN, but reach only their own dK
+        # rows, which are never written
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
-        ds = p * (dp - delta_ref[...])
+        ds = p * (dp - delta)
         dk_sc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, transposed_lhs, preferred_element_type=acc)
 
     @pl.when(t == pl.num_programs(3) - 1)
@@ -220,7 +252,10 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *
     def _step():
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
         acc = dq_sc.dtype
-        s = _scores(q, k, scale, plan, i * plan.bq, plan.kv_block(i, step) * plan.bk)
+        k_start = plan.kv_block(i, step) * plan.bk
+        if plan.padded_keys:  # keys past seq_k: p is 0 there, and zero k, v keep ds and dq finite
+            k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
+        s = _scores(q, k, scale, plan, i * plan.bq, k_start)
         p = jnp.exp(s - lse_ref[...])
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
         ds = p * (dp - delta_ref[...])
@@ -231,20 +266,20 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *
         dq_ref[...] = (dq_sc[...] * scale).astype(dq_ref.dtype)
 
 
-# ---- blocks, padding and checks -------------------------------------------------------------
+# ---- blocks and checks -------------------------------------------------------------------
 
 
-# Seconds per padded position, relative to 1024-blocks, of the blocks a default may take: on a
+# Seconds per covered position, relative to 1024-blocks, of the blocks a default may take: on a
 # v5e a causal forward at 256-blocks ran 2-3x and at 128-blocks ~8x slower per flop than at 512
 # or 1024 (bench/reports/chip_v5e_attention_family.json, the first run's points at lengths that
-# only 256 or 128 divide), so a default pads a length up to a 512 or 1024 multiple rather than
-# take a small block that divides it.
+# only 256 or 128 divide), so a default runs a length in 512- or 1024-blocks, the last one past
+# its end, rather than take a small block that divides it.
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
 
 
 def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
-    """(block, padded length) along a sequence. Unset: the whole sequence up to 1024 (one
-    block needs no tiling), else the block of DEFAULT_BLOCKS with the least padded length x
+    """(block, the length its blocks cover) along a sequence. Unset: the whole sequence up to
+    1024 (one block needs no tiling), else the block of DEFAULT_BLOCKS with the least covered length x
     BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only)
     take the block unpadded."""
     if block is not None:
@@ -299,17 +334,7 @@ def _plan(q, k, causal, window, block_q, block_k) -> Plan:
     bq, sq = _block("block_q", q.shape[2], block_q, SUBLANES)
     bk, sk = _block("block_k", k.shape[2], block_k, LANES)
     group = 1 if export.is_symbolic_dim(q.shape[1]) else q.shape[1] // k.shape[1]
-    return Plan(k.shape[2], sq, sk, bq, bk, group, causal, window)
-
-
-def _pad(x: jax.Array, length, value: float = 0.0) -> jax.Array:
-    """x padded along its sequence axis (2) to `length`."""
-    extra = length - x.shape[2]
-    if export.is_symbolic_dim(extra) or extra == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[2] = (0, extra)
-    return jnp.pad(x, widths, constant_values=value)
+    return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
 
 
 def _params(plan: Plan, d: int, itemsize: int) -> pltpu.CompilerParams:
@@ -333,6 +358,44 @@ def _dense(q, k, v, scale, causal, window):
 # ---- the op's two functions ---------------------------------------------------------------
 
 
+def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
+    require_float(KERNEL, q=q, k=k, v=v)
+    _check(q, k, v, causal, window)
+    if is_empty(q, k, v):
+        out, lse = _dense(q, k, v, _scale(q, scale), causal, window)
+        return (out, lse) if with_lse else (out,)
+    b, h, seq_q, d = q.shape
+    plan = _plan(q, k, causal, window, block_q, block_k)
+    acc = _acc(q.dtype)
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
+    kv_spec = pl.BlockSpec(
+        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
+    )
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
+    itemsize = jnp.dtype(q.dtype).itemsize
+    out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype)], [q_spec]
+    if with_lse:
+        out_shape.append(jax.ShapeDtypeStruct((b, h, seq_q, 1), acc))
+        out_specs.append(row_spec)
+    outs = pl.pallas_call(
+        functools.partial(_fwd_kernel, scale=_scale(q, scale), plan=plan),
+        out_shape=tuple(out_shape),
+        grid=(b, h, plan.nq, plan.kv_steps),
+        in_specs=[q_spec, kv_spec, kv_spec],
+        out_specs=tuple(out_specs),
+        scratch_shapes=[
+            pltpu.VMEM((plan.bq, LANES), acc),
+            pltpu.VMEM((plan.bq, LANES), acc),
+            pltpu.VMEM((plan.bq, d), acc),
+        ],
+        compiler_params=_params(plan, d, itemsize),
+        cost_estimate=cost(
+            4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
+        ),
+    )(q, k, v)
+    return (outs[0], outs[1][..., 0]) if with_lse else (outs[0],)
+
+
 def attention(
     q: jax.Array,  # [batch, heads, seq_q, head_dim]
     k: jax.Array,  # [batch, kv_heads, seq_k, head_dim]
@@ -345,39 +408,24 @@ def attention(
     block_k: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """-> (out [batch, heads, seq_q, head_dim], lse [batch, heads, seq_q] float32)."""
-    require_float(KERNEL, q=q, k=k, v=v)
-    _check(q, k, v, causal, window)
-    if is_empty(q, k, v):
-        return _dense(q, k, v, _scale(q, scale), causal, window)
-    b, h, seq_q, d = q.shape
-    plan = _plan(q, k, causal, window, block_q, block_k)
-    acc = _acc(q.dtype)
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
-    kv_spec = pl.BlockSpec(
-        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
-    )
-    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
-    itemsize = jnp.dtype(q.dtype).itemsize
-    out, lse = pl.pallas_call(
-        functools.partial(_fwd_kernel, scale=_scale(q, scale), plan=plan),
-        out_shape=(
-            jax.ShapeDtypeStruct((b, h, plan.sq, d), q.dtype),
-            jax.ShapeDtypeStruct((b, h, plan.sq, 1), acc),
-        ),
-        grid=(b, h, plan.nq, plan.kv_steps),
-        in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=(q_spec, row_spec),
-        scratch_shapes=[
-            pltpu.VMEM((plan.bq, LANES), acc),
-            pltpu.VMEM((plan.bq, LANES), acc),
-            pltpu.VMEM((plan.bq, d), acc),
-        ],
-        compiler_params=_params(plan, d, itemsize),
-        cost_estimate=cost(
-            4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
-        ),
-    )(_pad(q, plan.sq), _pad(k, plan.sk), _pad(v, plan.sk))
-    return out[:, :, :seq_q], lse[:, :, :seq_q, 0]
+    return _forward(q, k, v, causal, scale, window, block_q, block_k, True)
+
+
+def attention_out(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    window: int | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> jax.Array:
+    """-> out alone: the same kernel without the log-sum-exp output, the op's `visible_kernel`,
+    which a TPU call needing no gradient runs (each output buffer a call returns costs host
+    time through torch_tpu: bench/reports/torch_tpu_outputs_v5e.json)."""
+    return _forward(q, k, v, causal, scale, window, block_q, block_k, False)[0]
 
 
 def attention_backward(
@@ -405,10 +453,7 @@ def attention_backward(
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
     delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1]
-    # padded queries: lse +inf makes their probabilities 0, so they add nothing to dK and dV
-    qp, dop, deltap = _pad(q, plan.sq), _pad(do, plan.sq), _pad(delta, plan.sq)
-    lsep = _pad(lse[..., None].astype(acc), plan.sq, float("inf"))
-    kp, vp = _pad(k, plan.sk), _pad(v, plan.sk)
+    lse = lse[..., None].astype(acc)
     itemsize = jnp.dtype(q.dtype).itemsize
     params = _params(plan, d, itemsize)
     steps = plan.q_steps
@@ -422,15 +467,15 @@ def attention_backward(
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, scale=sm_scale, plan=plan),
         out_shape=(
-            jax.ShapeDtypeStruct((b, hk, plan.sk, d), k.dtype),
-            jax.ShapeDtypeStruct((b, hk, plan.sk, d), v.dtype),
+            jax.ShapeDtypeStruct((b, hk, seq_k, d), k.dtype),
+            jax.ShapeDtypeStruct((b, hk, seq_k, d), v.dtype),
         ),
         grid=(b, hk, plan.nk, plan.group * steps),
         in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
         out_specs=(kv_spec, kv_spec),
         scratch_shapes=[pltpu.VMEM((plan.bk, d), acc), pltpu.VMEM((plan.bk, d), acc)],
         compiler_params=params,
-    )(qp, kp, vp, dop, lsep, deltap)
+    )(q, k, v, do, lse, delta)
 
     q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
     row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
@@ -439,14 +484,14 @@ def attention_backward(
     )
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, scale=sm_scale, plan=plan),
-        out_shape=jax.ShapeDtypeStruct((b, h, plan.sq, d), q.dtype),
+        out_shape=jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype),
         grid=(b, h, plan.nq, plan.kv_steps),
         in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
         out_specs=q_spec,
         scratch_shapes=[pltpu.VMEM((plan.bq, d), acc)],
         compiler_params=params,
-    )(qp, kp, vp, dop, lsep, deltap)
-    return dq[:, :, :seq_q], dk[:, :, :seq_k], dv[:, :, :seq_k]
+    )(q, k, v, do, lse, delta)
+    return dq, dk, dv
 
 
-__all__ = ["KERNEL", "Plan", "TUNE", "attention", "attention_backward"]
+__all__ = ["KERNEL", "Plan", "TUNE", "attention", "attention_backward", "attention_out"]

@@ -1,5 +1,5 @@
 """attention's mutants (tpu_kernels/kernels/attention/pallas.py): the masks, the grouped heads'
-index maps, the grids' bands, the padding and the scale."""
+index maps, the grids' bands, the last blocks' overhang and the scale."""
 
 from __future__ import annotations
 
@@ -39,9 +39,6 @@ MUTANTS: tuple[Mutation, ...] = (
         "        return min(self.nk, -(-(self.bq + self.window - 1) // self.bk))",
         "a windowed q block's kv steps stop a block short of the band when it straddles a boundary",
     ),
-    # (Padding lse with 0 instead of +inf, or the padded queries' cotangent with ones instead of
-    # zeros, is each an equivalent mutant: the other keeps the padded rows' probabilities or
-    # cotangents zero, so they add nothing to dK and dV either way.)
     _attention(
         "attention-dkv-band-ends-a-block-early",
         "        return jnp.minimum((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)",
@@ -50,9 +47,27 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-padded-keys-unmasked",
-        "    def padded_keys(self) -> bool:\n        return self.sk != self.seq_k",
-        "    def padded_keys(self) -> bool:\n        return False",
-        "keys past seq_k (the padding's zeros) are attended",
+        'overhang is masked and its k, v rows zeroed."""\n        return self.sk != self.seq_k',
+        'overhang is masked and its k, v rows zeroed."""\n        return False',
+        "keys past seq_k (the last kv block's unspecified overhang) are attended",
+    ),
+    _attention(
+        "attention-forward-keeps-the-v-overhang",
+        "        v = _real_rows(v_ref[...], k_start, plan.seq_k) if plan.padded_keys else v_ref[...]",
+        "        v = v_ref[...]",
+        "the forward's p @ v reads the last kv block's unspecified v rows (p is 0 there, but 0 x NaN is NaN)",
+    ),
+    _attention(
+        "attention-dkv-keeps-the-query-overhang",
+        "        if plan.ragged_q:  # queries past seq_q",
+        "        if False:  # queries past seq_q",
+        "dK and dV sum the last q block's unspecified rows into every key's gradient",
+    ),
+    _attention(
+        "attention-dq-keeps-the-key-overhang",
+        "        if plan.padded_keys:  # keys past seq_k: p is 0 there",
+        "        if False:  # keys past seq_k: p is 0 there",
+        "dQ multiplies the last kv block's unspecified k and v rows by zero probabilities (NaN stays NaN)",
     ),
     _attention(
         "attention-dq-scale-dropped",
