@@ -31,13 +31,15 @@ can reach: with a window the inner axis is as long as the band is wide, not the 
 sequence. Steps past the last block it needs repeat that block's index (Pallas copies
 nothing in) and skip the body.
 
-A sequence that no block divides is not padded in memory: its last block runs past the
-array's end, Pallas reads unspecified values there and writes only the rows inside it. The
-kernels make those rows harmless: keys past seq_k are masked out of the scores, and their k
-and v rows zeroed before a product could carry them into a real row (0 x NaN is NaN);
-queries past seq_q affect only their own rows in the forward and dQ, and in dK/dV are
-zeroed with a log-sum-exp of +inf, so they add nothing. (A copy of q, k and v padded to the
-blocks, and of the outputs sliced back, cost 7-10% of a forward through torch at lengths
+A sequence that no block divides is not padded in memory: the last block of q, k, v and the
+outputs runs past the array's end, Pallas reads unspecified values there and writes only the
+rows inside it. The kernels make those rows harmless: keys past seq_k are masked out of the
+scores, and their k and v rows zeroed before a product could carry them into a real row
+(0 x NaN is NaN); queries past seq_q affect only their own rows in the forward and dQ, and in
+dK/dV their q and dO rows are zeroed. The per-row arrays (lse, delta: [.., seq, 1], a lane
+each) are small and keep whole blocks: lse is written to the blocks' length and sliced, and
+the backward pads it with +inf (and delta with 0), so a query past seq_q has p = 0 there. (A copy of q, k and v padded to the
+blocks, and of the outputs sliced back, cost 7-12% of a forward through torch at lengths
 512 does not divide: bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
 is the whole sequence up to 1024, else 1024, 512, 256 or 128, whichever costs least with
 the rows its last block runs past (`_block`).
@@ -74,7 +76,7 @@ class Plan:
     """One call's static layout: blocks, the lengths the blocks cover, the mask, and what each
     step reads."""
 
-    seq_q: int  # the real lengths: rows past them (the last block's overhang) are unspecified
+    seq_q: int  # the real lengths: rows of q, k, v past them (the last block's overhang) are unspecified
     seq_k: int
     sq: int  # the lengths the blocks cover: whole blocks, up to one block past the real lengths
     sk: int
@@ -113,7 +115,7 @@ class Plan:
 
     @property
     def ragged_q(self) -> bool:
-        """The last q block runs past seq_q: dK/dV zero its overhang's rows."""
+        """The last q block runs past seq_q: dK/dV zero its overhang's q and dO rows."""
         return self.sq != self.seq_q
 
     # the kv blocks q block i needs, first to last, and the q blocks kv block j is needed by
@@ -217,21 +219,18 @@ def _dkv_kernel(
     @pl.when(plan.first_q(j) + step <= plan.last_q(j))
     def _step():
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        lse, delta = lse_ref[...], delta_ref[...]
         acc = dk_sc.dtype
         q_start = plan.q_block(j, step) * plan.bq
-        if plan.ragged_q:  # queries past seq_q: q and dO zero, lse +inf, so p = 0 and ds = 0
+        if plan.ragged_q:  # queries past seq_q: q and dO zero, and their padded lse +inf: p = 0, ds = 0
             q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
-            real = q_start + jax.lax.broadcasted_iota(jnp.int32, lse.shape, 0) < plan.seq_q
-            lse, delta = jnp.where(real, lse, jnp.inf), jnp.where(real, delta, 0.0)
         s = _scores(q, k, scale, plan, q_start, j * plan.bk)
-        p = jnp.exp(s - lse)  # (block_q, block_k); masked entries give 0
+        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
         transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
         dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
         # keys past seq_k: their dp (and ds) columns may be NaN, but reach only their own dK
         # rows, which are never written
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
-        ds = p * (dp - delta)
+        ds = p * (dp - delta_ref[...])
         dk_sc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, transposed_lhs, preferred_element_type=acc)
 
     @pl.when(t == pl.num_programs(3) - 1)
@@ -358,6 +357,14 @@ def _dense(q, k, v, scale, causal, window):
 # ---- the op's two functions ---------------------------------------------------------------
 
 
+def _pad(x: jax.Array, length, value: float) -> jax.Array:
+    """A per-row array [batch, heads, seq, 1] padded along its sequence axis to `length`."""
+    extra = length - x.shape[2]
+    if export.is_symbolic_dim(extra) or extra == 0:
+        return x
+    return jnp.pad(x, [(0, 0), (0, 0), (0, extra), (0, 0)], constant_values=value)
+
+
 def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
     require_float(KERNEL, q=q, k=k, v=v)
     _check(q, k, v, causal, window)
@@ -374,8 +381,8 @@ def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
     row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
     itemsize = jnp.dtype(q.dtype).itemsize
     out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype)], [q_spec]
-    if with_lse:
-        out_shape.append(jax.ShapeDtypeStruct((b, h, seq_q, 1), acc))
+    if with_lse:  # whole blocks (a lane per row): sliced below, a few KiB
+        out_shape.append(jax.ShapeDtypeStruct((b, h, plan.sq, 1), acc))
         out_specs.append(row_spec)
     outs = pl.pallas_call(
         functools.partial(_fwd_kernel, scale=_scale(q, scale), plan=plan),
@@ -393,7 +400,7 @@ def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
             4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
         ),
     )(q, k, v)
-    return (outs[0], outs[1][..., 0]) if with_lse else (outs[0],)
+    return (outs[0], outs[1][:, :, :seq_q, 0]) if with_lse else (outs[0],)
 
 
 def attention(
@@ -453,7 +460,8 @@ def attention_backward(
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
     delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1]
-    lse = lse[..., None].astype(acc)
+    # the per-row arrays in whole blocks: queries past seq_q get lse +inf (p = 0) and delta 0
+    lse, delta = _pad(lse[..., None].astype(acc), plan.sq, jnp.inf), _pad(delta, plan.sq, 0.0)
     itemsize = jnp.dtype(q.dtype).itemsize
     params = _params(plan, d, itemsize)
     steps = plan.q_steps
