@@ -121,8 +121,8 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
         v = jax.random.normal(kv, (1, hk, t, d), jnp.float32).astype(dtype)
         do = jax.random.normal(kd, (1, h, t, d), jnp.float32).astype(dtype)
 
-        def ours(q, k, v, w=w):
-            return pallas.attention(q, k, v, causal=True, window=w)[0]
+        def ours(q, k, v, w=w):  # out alone, as JAX's flash returns it (runs before 3424560: attention()[0])
+            return pallas.attention_out(q, k, v, causal=True, window=w)
 
         def ours_grad(q, k, v, do, w=w):
             out, lse = pallas.attention(q, k, v, causal=True, window=w)
@@ -261,7 +261,7 @@ def summary(record: dict) -> str:
     """Markdown: the last JAX run's speeds against each baseline by pass and dtype (min, p10,
     median, worst point), the torch run's against torch_tpu's SDPA, and the points whose default
     blocks the first run chose differently, before and after."""
-    jax_run = [r for r in record["runs"] if r["section"] == "jax"][-1]
+    jax_run = [r for r in record["runs"] if r["section"] == "jax" and not r.get("partial")][-1]
     torch_run = [r for r in record["runs"] if r["section"] == "torch"][-1]
     lines = [
         "| pass | dtype | against | points | min | p10 | median | worst point |",
@@ -304,7 +304,30 @@ def summary(record: dict) -> str:
         if changed:
             lines += ["", f"| point | pass | {first['commit']} | {jax_run['commit']} |", "|---|---|---|---|"]
             lines += [f"| {pid} | {what} | {b:.0f} us | {a:.0f} us |" for pid, what, b, a in changed]
+    lines += _later(record, jax_run)
     return "\n".join(lines)
+
+
+def _later(record: dict, jax_run: dict) -> list[str]:
+    """Markdown lines: each point of a partial JAX run after `jax_run`, and of the last torch
+    run, against the run of its section before it (ours, microseconds)."""
+    runs = record["runs"]
+    pairs = [(jax_run, r) for r in runs[runs.index(jax_run) + 1 :] if r["section"] == "jax"]
+    torch_runs = [r for r in runs if r["section"] == "torch"]
+    pairs += [tuple(torch_runs[-2:])] if len(torch_runs) > 1 else []
+    if not pairs:
+        return []
+    lines = ["", "| section | point | pass | before | after | speed-up |", "|---|---|---|---|---|---|"]
+    for before, after in pairs:
+        was = {r["id"]: r["ours_us"] for r in before["rows"] if "ours_us" in r}
+        for r in after["rows"]:
+            if r["id"] in was and "ours_us" in r:
+                lines.append(
+                    f"| {after['section']} | {r['id'].split('/', 2)[2]} | {r['what']} | {was[r['id']]:.0f} us "
+                    f"({before['commit']}) | {r['ours_us']:.0f} us ({after['commit']}) | "
+                    f"{was[r['id']] / r['ours_us']:.2f}x |"
+                )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,7 @@ def test_the_record_is_its_seeds_draw(probe, record):
 
 
 def test_the_last_runs_measured_every_drawn_point(probe, record):
-    jax_run = [r for r in record["runs"] if r["section"] == "jax"][-1]
+    jax_run = [r for r in record["runs"] if r["section"] == "jax" and not r.get("partial")][-1]
     torch_run = [r for r in record["runs"] if r["section"] == "torch"][-1]
     bf16 = {(r["id"].split("/", 2)[2], r["what"]) for r in jax_run["rows"] if r["dtype"] == "bf16" and "ours_us" in r}
     for p in record["draws"]:
@@ -65,7 +65,8 @@ def test_the_default_blocks_cite_the_first_runs_small_blocks(record):
     faster at every such point of the draw."""
     from tpu_kernels.kernels.attention import pallas
 
-    first, last = record["runs"][0], [r for r in record["runs"] if r["section"] == "jax"][-1]
+    first = record["runs"][0]
+    last = [r for r in record["runs"] if r["section"] == "jax" and not r.get("partial")][-1]
     before = {r["id"]: r["ours_us"] for r in first["rows"] if "ours_us" in r}
     compared = 0
     for r in last["rows"]:
@@ -75,3 +76,30 @@ def test_the_default_blocks_cite_the_first_runs_small_blocks(record):
             assert r["ours_us"] < before[r["id"]], r["id"]
             compared += 1
     assert compared >= 4
+
+
+def test_the_torch_op_gained_from_dropping_the_padded_copies_where_the_kernels_say(record):
+    """The attention kernels' docstring (no padded copies at lengths no block divides) and the
+    visible kernel (no lse for a call needing no gradient): through torch, the run at 56a9a6c
+    is faster than 78939db's at 10 or more of the 12 points in each pass, and by 3% or more at
+    every point no 512-block divides whose call took over 0.5 ms (below that a call is mostly
+    host time, and two forwards moved by 1-2% either way); the least speed against torch_tpu's
+    SDPA rose from 0.80x to 0.85x or more. Every row of the partial JAX run after it agrees with
+    XLA or JAX flash."""
+    torch_runs = [r for r in record["runs"] if r["section"] == "torch"]
+    before, after = ({r["id"]: r for r in run["rows"]} for run in torch_runs[-2:])
+    assert torch_runs[-1]["commit"] == "56a9a6c"
+    for what in ("forward", "forward+backward"):
+        ids = [i for i, r in after.items() if r["what"] == what]
+        assert len(ids) == 12
+        faster = [i for i in ids if after[i]["ours_us"] < before[i]["ours_us"]]
+        assert len(faster) >= 10, (what, len(faster))
+        for i in ids:
+            t = after[i]["point"]["tokens"]
+            if t > 1024 and t % 512 and before[i]["ours_us"] > 500:
+                assert after[i]["ours_us"] * 1.03 <= before[i]["ours_us"], i
+    vs = [r["vs_torch_tpu_sdpa"] for r in after.values() if "vs_torch_tpu_sdpa" in r]
+    was = [r["vs_torch_tpu_sdpa"] for r in before.values() if "vs_torch_tpu_sdpa" in r]
+    assert round(min(was), 2) == 0.80 and min(vs) >= 0.85 and len(vs) == 12
+    partial = [r for r in record["runs"] if r.get("partial")]
+    assert partial and all(r.get("err", 1) < 1e-2 for run in partial for r in run["rows"])
