@@ -48,7 +48,7 @@ def test_the_runner_runs_its_grid_in_the_interpreter(tmp_path):
     """Every point of the quick grid compiles, runs and matches float64 within its dtype's
     rounding, and the report renders (the same code a TPU host runs, without torch)."""
     out_file = tmp_path / "chip.json"
-    out = run_chip(out_file, "--quick", "--interpret", "--sections", "grid,precision", "--grid", "rows,matmul,attention",
+    out = run_chip(out_file, "--quick", "--interpret", "--sections", "grid,precision", "--grid", "rows,matmul,attention,loss",
                    "--rounds", "1")
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads(out_file.read_text())
@@ -341,3 +341,22 @@ def test_the_record_cycles_inputs_exactly_where_a_side_prefetches_across_calls(r
         assert r["xla"]["time_same_inputs_s"] < 0.7 * r["xla"]["time_s"]
         assert abs(r["pallas"]["time_same_inputs_s"] / r["pallas"]["time_s"] - 1) < 0.05
         assert r["speed_vs_xla"] > 1.0
+
+
+def test_the_grid_holds_the_attention_family_and_the_fused_loss_at_their_chip_shapes():
+    """Each family's `shapes.CHIP` (beside its TEST and BENCH shapes) is the runner's grid for
+    it: the attention family forward and forward + backward (bf16, and the first shape in
+    float32), with JAX's flash attention only where a block divides the sequence; the fused
+    loss forward and forward + backward against XLA's unfused head."""
+    from tpu_kernels.chip import load, points
+
+    grid = points.grid(sections=("attention", "loss"))
+    ids = {p.id for p in grid}
+    for b, h, hk, s, _, d in load.family("attention").shapes.CHIP.values():
+        for kind in ("attention", "attention_fwd_bwd"):
+            (p,) = [p for p in grid if p.id == f"{kind}/bf16[{b},{h},{hk},{s},{d}]/causal"]
+            assert ("jax_flash" in p.xla) == (s % 128 == 0) and "xla" in p.xla, p.id
+    assert sum(i.startswith("attention") and "/f32[" in i for i in ids) == 2
+    for t, d, v in load.family("linear_cross_entropy").shapes.CHIP.values():
+        assert {f"linear_cross_entropy/bf16[{t},{d},{v}]", f"linear_cross_entropy_fwd_bwd/bf16[{t},{d},{v}]"} <= ids
+    assert {p.section for p in grid} == {"attention", "loss"}

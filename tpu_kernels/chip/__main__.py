@@ -32,7 +32,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tpu_kernels.chip", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/reports/chip_v5e.json", help="the JSON record to write")
     ap.add_argument("--sections", default="grid,precision,layer", help=f"comma-separated, of {', '.join(SECTIONS)}")
-    ap.add_argument("--grid", default="rows,matmul,attention,template", help="the grid's kinds of point")
+    ap.add_argument("--grid", default="rows,matmul,attention,loss,template", help="the grid's kinds of point")
     ap.add_argument("--quick", action="store_true", help="a few small points of each kind")
     ap.add_argument("--interpret", action="store_true", help="no TPU: run Pallas in its CPU interpreter")
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds per function (min is kept)")

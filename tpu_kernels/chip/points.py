@@ -8,8 +8,9 @@ Pallas flash attention), a float64 host check of an output, and its flops and by
 Shapes (`grid()`): row widths of real models' hidden and FFN sizes (2048-16384: Llama 3 8B
 4096/14336, 13B-class 5120, 70B 8192) at 16 to 16k rows; vocabulary rows 32k-256k; matmuls
 2048^3-8192^3, projection and FFN shapes, decode shapes (M = 1-64); attention at sequence
-1k-8k with head_dim 64 and 128, causal or not; bfloat16 and float32; and matmuls at widths no
-default block divides (MATMUL_RAGGED_*). `quick=True` gives a few
+1k-8k with head_dim 64 and 128, causal or not; the shipped attention family (grouped kv heads)
+and the fused LM head + loss (section "loss") at the grids their shapes.py names (`CHIP`);
+bfloat16 and float32; and matmuls at widths no default block divides (MATMUL_RAGGED_*). `quick=True` gives a few
 small points of each kind (the CPU test of the runner, in interpret mode).
 """
 
@@ -32,7 +33,7 @@ DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
 @dataclass
 class Point:
     id: str
-    section: str  # "rows", "matmul", "attention", "template"
+    section: str  # "rows", "matmul", "attention", "loss", "template"
     kernel: str  # "rmsnorm", "rmsnorm_backward", "template.flash_attention", ...
     dtype: str  # "bf16" / "f32"
     shape: tuple
@@ -411,6 +412,129 @@ def attention_points(fa: Any, shapes, dtypes, causals, statics: dict, *, backwar
     return points
 
 
+def _repeated(fn: Callable, group: int) -> Callable:
+    """fn(q, k, v) of equal head counts, called with k and v repeated to q's heads (a baseline
+    without grouped kv heads: JAX's flash attention)."""
+
+    def run(q, k, v):
+        return fn(q, jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1))
+
+    return run
+
+
+def _attention_family_points(h: load.JaxHalf, shapes, dtypes) -> list[Point]:
+    """The shipped attention family (grouped kv heads read in place), causal: the forward
+    (`attention_out`, the output alone) and forward + backward, against XLA's attention
+    (grouped natively) and JAX's flash attention with k and v repeated where a 512-, 256- or
+    128-block divides the sequence. The host checks head 0's output, and its dq, in float64."""
+    points = []
+    for b, hds, hk, s, _, d in shapes:
+        group, scale = hds // hk, 1.0 / np.sqrt(d)
+        for dt in dtypes:
+            tag = f"{dt}[{b},{hds},{hk},{s},{d}]/causal"
+            flops = 4 * b * hds * s * s * d * 0.5
+            nbytes = 2 * b * (hds + hk) * s * d * _itemsize(dt)
+            block = next((x for x in (512, 256, 128) if s % x == 0), None)
+            fwd_xla = {"xla": functools.partial(h.jax_reference.attention_xla, causal=True, scale=scale)}
+            if block:
+                fwd_xla["jax_flash"] = _repeated(_jax_flash(True, scale, block), group)
+
+            def fwd(q, k, v):
+                return h.pallas.attention_out(q, k, v, causal=True)
+
+            def make(rng, b=b, hds=hds, hk=hk, s=s, d=d, dt=dt):
+                return _randn(rng, (b, hds, s, d), dt), *(_randn(rng, (b, hk, s, d), dt) for _ in range(2))
+
+            def check(inputs, out, scale=scale):
+                q, k, v = (a[0, 0] for a in inputs)
+                return _err(np.asarray(out)[0, 0], attention64(q, k, v, True, scale)[0])
+
+            points.append(Point(f"attention/{tag}", "attention", "attention", dt, (b, hds, hk, s, d), make, fwd,
+                                fwd_xla, check, flops, nbytes, {"causal": True}))
+
+            def grad(q, k, v, do):
+                out, lse = h.pallas.attention(q, k, v, causal=True)
+                return h.pallas.attention_backward(q, k, v, out, lse, do, causal=True)
+
+            def make_b(rng, b=b, hds=hds, hk=hk, s=s, d=d, dt=dt):
+                q, k, v = make(rng, b, hds, hk, s, d, dt)
+                return q, k, v, _randn(rng, (b, hds, s, d), dt)
+
+            def check_b(inputs, out, scale=scale):
+                q, k, v, do = (a[0, 0] for a in inputs)
+                return _err(np.asarray(out[0])[0, 0], attention_bwd64(q, k, v, do, True, scale)[0])
+
+            points.append(Point(f"attention_fwd_bwd/{tag}", "attention", "attention_fwd_bwd", dt,
+                                (b, hds, hk, s, d), make_b, grad, {n: _grad_of(f) for n, f in fwd_xla.items()},
+                                check_b, 3.5 * flops, 2 * nbytes, {"causal": True}, "forward + backward, each side"))
+    return points
+
+
+# ---------------------------------------------------------------- the fused LM head and loss
+CHECK_TOKENS = 64  # tokens whose loss (and hidden gradient) the host checks in float64
+
+
+def _lce64(h, w, y, tokens: int):
+    """The first `tokens` tokens' losses and hidden gradients of a mean loss over all `y`'s
+    non-ignored (-100) labels, in float64: [tokens], [tokens, d]."""
+    hf, wf, yy = _f64(h[:tokens]), _f64(w), np.asarray(y[:tokens])
+    z = hf @ wf.T
+    m = z.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(-1, keepdims=True)))[:, 0]
+    kept = yy != -100
+    picked = z[np.arange(tokens), np.where(kept, yy, 0)]
+    p = np.exp(z - lse[:, None])
+    p[np.arange(tokens), np.where(kept, yy, 0)] -= 1.0
+    dh = np.where(kept[:, None], p @ wf, 0.0) / max(int(np.sum(np.asarray(y) != -100)), 1)
+    return np.where(kept, lse - picked, 0.0), dh
+
+
+def _lce_points(h: load.JaxHalf, shapes, dtypes) -> list[Point]:
+    """linear_cross_entropy (hidden [tokens, d], weight [vocabulary, d], labels, every fifth
+    ignored) against XLA's unfused `cross_entropy(hidden @ weight.T, labels)`: the loss alone
+    (`linear_cross_entropy_loss`, each token's: reduction "none") and the mean loss with its
+    gradients for hidden and weight. Flops are the unfused path's (one matmul forward, three
+    forward + backward). The host checks the first CHECK_TOKENS tokens' losses (and hidden
+    gradients) in float64."""
+    points = []
+    for tokens, d, vocab in shapes:
+        for dt in dtypes:
+            tag = f"{dt}[{tokens},{d},{vocab}]"
+            unit = 2.0 * tokens * d * vocab
+            nbytes = (tokens * d + vocab * d) * _itemsize(dt) + 4 * tokens
+
+            def make(rng, tokens=tokens, d=d, vocab=vocab, dt=dt):
+                y = rng.integers(0, vocab, tokens).astype(np.int32)
+                y[::5] = -100
+                return _randn(rng, (tokens, d), dt), _randn(rng, (vocab, d), dt, 1.0 / np.sqrt(d)), y
+
+            def fwd(x, w, y):
+                return h.pallas.linear_cross_entropy_loss(x, w, y, reduction="none")
+
+            def check(inputs, out):
+                return _err(np.asarray(out)[:CHECK_TOKENS], _lce64(*inputs, CHECK_TOKENS)[0])
+
+            xla = functools.partial(h.jax_reference.linear_cross_entropy_xla, reduction="none")
+            points.append(Point(f"linear_cross_entropy/{tag}", "loss", "linear_cross_entropy", dt,
+                                (tokens, d, vocab), make, fwd, {"xla": xla}, check, unit, nbytes))
+
+            def step(x, w, y):
+                loss, lse, dh = h.pallas.linear_cross_entropy(x, w, y)
+                return loss, *h.pallas.linear_cross_entropy_backward(x, w, y, loss, lse, dh, jnp.ones_like(loss))
+
+            def xla_step(x, w, y):
+                loss, grads = jax.value_and_grad(h.jax_reference.linear_cross_entropy_xla, argnums=(0, 1))(x, w, y)
+                return loss, *grads
+
+            def check_b(inputs, out):
+                return _err(np.asarray(out[1])[:CHECK_TOKENS], _lce64(*inputs, CHECK_TOKENS)[1])
+
+            points.append(Point(f"linear_cross_entropy_fwd_bwd/{tag}", "loss", "linear_cross_entropy_fwd_bwd", dt,
+                                (tokens, d, vocab), make, step, {"xla": xla_step}, check_b, 3 * unit, 2 * nbytes,
+                                {}, "forward + backward (mean loss), each side"))
+    return points
+
+
 # ---------------------------------------------------------------- templates (besides attention)
 def _template_points(shapes_rows, mm_shapes, dtypes) -> list[Point]:
     points = []
@@ -491,7 +615,7 @@ TEMPLATE_ROWS = [(8192, 4096)]
 TEMPLATE_MM = [(4096, 4096, 4096)]
 
 
-def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", "attention", "template"),
+def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", "attention", "loss", "template"),
          statics: dict[str, dict] | None = None) -> list[Point]:
     """Every point of the runner's grid (or, `quick`, a few small ones of each kind).
     `statics` overrides a kernel's defaults by family name (e.g. {"matmul": {"block_m": 256}})."""
@@ -518,6 +642,14 @@ def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", 
         fa = load.template("flash_attention")
         points += attention_points(fa, attn, ("bf16",), (False, True), statics.get("flash_attention", {}))
         points += attention_points(fa, attn[1:2], ("f32",), (True,), statics.get("flash_attention", {}))
+        family = load.family("attention")
+        chip = [(1, 2, 1, 200, 200, 128)] if quick else list(family.shapes.CHIP.values())
+        points += _attention_family_points(family, chip, ("bf16",))
+        points += _attention_family_points(family, chip[:1], ("f32",))
+    if "loss" in sections:
+        family = load.family("linear_cross_entropy")
+        chip = [(72, 128, 300)] if quick else list(family.shapes.CHIP.values())
+        points += _lce_points(family, chip, ("bf16",))
     if "template" in sections:
         points += _template_points(t_rows, t_mm, dtypes)
     return points

@@ -24,7 +24,7 @@ class Context:
     deadline: float
     quick: bool = False
     statics: dict = field(default_factory=dict)
-    grid: tuple = ("rows", "matmul", "attention", "template")
+    grid: tuple = ("rows", "matmul", "attention", "loss", "template")
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
     only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it, the
     # drawn layers whose model name does (all if empty)
