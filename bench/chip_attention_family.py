@@ -93,13 +93,6 @@ def _tag(p: dict, dtype: str) -> str:
 # ---- JAX ------------------------------------------------------------------------------------
 
 
-def _repeated(flash, group: int, q, k, v):
-    """JAX's flash attention (no GQA) on k and v repeated to q's heads, in its program."""
-    import jax.numpy as jnp
-
-    return flash(q, jnp.repeat(k, group, 1), jnp.repeat(v, group, 1))
-
-
 def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> None:
     import jax
     import jax.numpy as jnp
@@ -132,7 +125,7 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
         flash_block = next((b for b in (512, 256, 128) if t % b == 0), None)
         if w is None and flash_block:
             flash = points._jax_flash(True, scale, flash_block)
-            impls["jax_flash"] = functools.partial(_repeated, flash, group)
+            impls["jax_flash"] = points.repeated(flash, group)  # no GQA: k and v repeated in its program
         if h * t * t * 4 <= XLA_SCORES:
             impls["xla"] = functools.partial(attention_xla, causal=True, scale=scale, window=w)
         grads = {name: points._grad_of(f) for name, f in impls.items() if name != "ours"}

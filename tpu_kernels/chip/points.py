@@ -412,7 +412,7 @@ def attention_points(fa: Any, shapes, dtypes, causals, statics: dict, *, backwar
     return points
 
 
-def _repeated(fn: Callable, group: int) -> Callable:
+def repeated(fn: Callable, group: int) -> Callable:
     """fn(q, k, v) of equal head counts, called with k and v repeated to q's heads (a baseline
     without grouped kv heads: JAX's flash attention)."""
 
@@ -437,7 +437,7 @@ def _attention_family_points(h: load.JaxHalf, shapes, dtypes) -> list[Point]:
             block = next((x for x in (512, 256, 128) if s % x == 0), None)
             fwd_xla = {"xla": functools.partial(h.jax_reference.attention_xla, causal=True, scale=scale)}
             if block:
-                fwd_xla["jax_flash"] = _repeated(_jax_flash(True, scale, block), group)
+                fwd_xla["jax_flash"] = repeated(_jax_flash(True, scale, block), group)
 
             def fwd(q, k, v):
                 return h.pallas.attention_out(q, k, v, causal=True)
@@ -655,4 +655,4 @@ def grid(*, quick: bool = False, sections: tuple[str, ...] = ("rows", "matmul", 
     return points
 
 
-__all__ = ["Point", "attention_points", "grid", "matmul_point", "row_points"]
+__all__ = ["Point", "attention_points", "grid", "matmul_point", "repeated", "row_points"]

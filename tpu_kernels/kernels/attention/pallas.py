@@ -38,9 +38,10 @@ scores, and their k and v rows zeroed before a product could carry them into a r
 (0 x NaN is NaN); queries past seq_q affect only their own rows in the forward and dQ, and in
 dK/dV their q and dO rows are zeroed. The per-row arrays (lse, delta: [.., seq, 1], a lane
 each) are small and keep whole blocks: lse is written to the blocks' length and sliced, and
-the backward pads it with +inf (and delta with 0), so a query past seq_q has p = 0 there. (A copy of q, k and v padded to the
-blocks, and of the outputs sliced back, cost 7-12% of a forward through torch at lengths
-512 does not divide: bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
+the backward pads it with +inf (and delta with 0), so a query past seq_q has p = 0 there.
+(Copies of q, k and v padded to the blocks, and of the outputs sliced back, cost 7-12% of a
+forward through torch at lengths 512 does not divide:
+bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
 is the whole sequence up to 1024, else 1024, 512, 256 or 128, whichever costs least with
 the rows its last block runs past (`_block`).
 """
@@ -76,7 +77,7 @@ class Plan:
     """One call's static layout: blocks, the lengths the blocks cover, the mask, and what each
     step reads."""
 
-    seq_q: int  # the real lengths: rows of q, k, v past them (the last block's overhang) are unspecified
+    seq_q: int  # the real lengths: rows past them (the last block's overhang) are unspecified
     seq_k: int
     sq: int  # the lengths the blocks cover: whole blocks, up to one block past the real lengths
     sk: int
@@ -278,8 +279,8 @@ BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
 
 def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
     """(block, the length its blocks cover) along a sequence. Unset: the whole sequence up to
-    1024 (one block needs no tiling), else the block of DEFAULT_BLOCKS with the least covered length x
-    BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only)
+    1024 (one block needs no tiling), else the block of DEFAULT_BLOCKS with the least covered
+    length x BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only)
     take the block unpadded."""
     if block is not None:
         check_aligned(f"{KERNEL}: {what}", block, multiple)

@@ -327,8 +327,6 @@ class TpuKernel:
         return inner_function(self.sig, precision.at_precision(self.fn, p), n_results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self.mutated:  # a mutated argument must stay the caller's tensor: its update lands there
-            args, kwargs = _narrowed(args), dict(zip(kwargs, _narrowed(tuple(kwargs.values()))))
         plain = True
         for t in (*args, *kwargs.values()):
             if type(t) in _PLAIN:
@@ -346,7 +344,9 @@ class TpuKernel:
             # positional parameters in order, keyword-only ones by name where given (the kernel
             # takes the defaults of the others), so it has a launch key too
             values = args + tuple(kwargs.get(n, d) for n, d in self._keyword_defaults)
-            return self.launch(values, (_DISPATCHED, *map(_key_part, values)))
+            return self.launch(values, (_DISPATCHED, *map(_key_part, values)))  # launch narrows
+        if not self.mutated:  # a mutated argument must stay the caller's tensor: its update lands there
+            args, kwargs = _narrowed(args), dict(zip(kwargs, _narrowed(tuple(kwargs.values()))))
         return self._run(args, kwargs, plain)
 
     def launch(self, values: tuple, key: tuple) -> Any:
