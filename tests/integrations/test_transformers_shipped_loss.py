@@ -119,3 +119,14 @@ def test_the_class_patch_takes_the_shipped_loss_and_undoes_it():
         torch.testing.assert_close(got_grads[n], g, rtol=1e-4, atol=1e-6, msg=n)
     with pytest.raises(ValueError, match="loss must be True, False or 'shipped', got 'fused'"):
         apply_tpu_kernels_to("llama", loss="fused")
+
+
+def test_applying_again_with_tokamaxs_loss_drops_the_shipped_mark():
+    """A model patched with loss="shipped" and then with loss=True computes Tokamax's loss, as
+    the second call asked: the instance's mark follows the latest call."""
+    pytest.importorskip("tokamax")
+    model = tiny("llama")
+    apply_tpu_kernels(model, rms_norm=False, mlp=False, attention=False, loss="shipped")
+    assert model._tpu_kernels_loss == "shipped"
+    apply_tpu_kernels(model, rms_norm=False, mlp=False, attention=False, loss=True)
+    assert "_tpu_kernels_loss" not in vars(model)

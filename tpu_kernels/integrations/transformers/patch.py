@@ -181,6 +181,8 @@ def apply_tpu_kernels(
         elif loss and isinstance(module, lm_cls) and lm_cls not in _ORIGINALS:
             if loss == "shipped":
                 module._tpu_kernels_loss = "shipped"
+            else:  # the latest call decides: loss=True after loss="shipped" is Tokamax's loss again
+                vars(module).pop("_tpu_kernels_loss", None)
             if loss_swappable(module):
                 _bind(module, causal_lm_forward)
                 counts["loss"] += 1
