@@ -2,6 +2,7 @@
 a sliding window, against float64 references."""
 
 import jax
+import jax.numpy as jnp
 import pytest
 import torch
 
@@ -98,6 +99,28 @@ def test_head_dims_against_float64(head_dim, dtype):
 def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected):
     assert pallas._block("block_q", seq, None, 8) == expected
     assert pallas._block("block_k", seq, None, 128) == expected
+
+
+@pytest.mark.parametrize(
+    "seq, expected",
+    [
+        (1000, (1000, 1000)),
+        (8192, (1024, 8192)),  # 1024-blocks divide, and 512's triangle saves less than its cost
+        (9472, (512, 9728)),  # 1024-blocks would cover 10240: the diagonal's waste decides
+        (4352, (512, 4608)),
+    ],
+)
+def test_a_causal_forward_prices_the_triangle_of_blocks_it_walks(seq, expected):
+    assert pallas._block("block_q", seq, None, 8, triangle=True) == expected
+
+
+def test_only_a_causal_forward_over_a_square_prices_the_triangle():
+    q = jax.ShapeDtypeStruct((1, 2, 9472, 64), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((1, 2, 9472, 64), jnp.bfloat16)
+    assert pallas._plan(q, k, True, None, None, None, forward=True).bq == 512
+    assert pallas._plan(q, k, True, None, None, None, forward=False).bq == 1024  # the backward
+    assert pallas._plan(q, k, False, None, None, None, forward=True).bq == 1024
+    assert pallas._plan(q, k, True, 4096, None, None, forward=True).bq == 1024  # a band, not a triangle
 
 
 def test_a_padded_default_call_matches_float64():

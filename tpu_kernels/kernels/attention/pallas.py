@@ -26,10 +26,14 @@ as two kernels accumulating in float32 VMEM along their last ("arbitrary") axis:
 per kv block over the q blocks of every q head of its group (so a kv head's gradient sums
 its group's heads without a second pass), dQ per q block over the kv blocks.
 
-The kv steps of a q block (and the q steps of a kv block) cover only the blocks its mask
-can reach: with a window the inner axis is as long as the band is wide, not the whole
-sequence. Steps past the last block it needs repeat that block's index (Pallas copies
-nothing in) and skip the body.
+A causal call's grid walks a table of exactly the (q block, kv block) pairs its mask reaches
+(`_table`, scalar-prefetched into SMEM; a window's band, or the diagonal's triangle), each step
+flagged first, last, or edge. Only edge blocks (the diagonal's, the window's far edge, the
+last blocks' overhang) run the masks; blocks wholly inside run without them. Without the table
+(not causal, or a walk over MAX_STEPS) the grid is the rectangle of (outer block, inner step):
+steps past an outer block's last needed block repeat its index (Pallas copies nothing in) and
+skip the body. (On a v5e the table made long causal calls 1.03-1.17x faster:
+bench/reports/chip_v5e_attention_walk.json.)
 
 A sequence that no block divides is not padded in memory: the last block of q, k, v and the
 outputs runs past the array's end, Pallas reads unspecified values there and writes only the
@@ -43,17 +47,20 @@ the backward pads it with +inf (and delta with 0), so a query past seq_q has p =
 forward through torch at lengths 512 does not divide:
 bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
 is the whole sequence up to 1024, else 1024, 512, 256 or 128, whichever costs least with
-the rows its last block runs past (`_block`).
+the rows its last block runs past, or for a causal forward the triangle of blocks it walks
+(`_block`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import export
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -70,6 +77,14 @@ TUNE = {"block_q": [128, 256, 512, 1024], "block_k": [128, 256, 512, 1024]}
 
 def _acc(dtype) -> jnp.dtype:
     return jnp.promote_types(dtype, jnp.float32)
+
+
+def _min(a, b):  # Python ints stay Python ints (the step tables); traced ones go through jnp
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else jnp.minimum(a, b)
+
+
+def _max(a, b):
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else jnp.maximum(a, b)
 
 
 @dataclass(frozen=True)
@@ -123,12 +138,12 @@ class Plan:
     def first_kv(self, i):
         if self.window is None:
             return 0
-        return jnp.maximum(i * self.bq - self.window + 1, 0) // self.bk
+        return _max(i * self.bq - self.window + 1, 0) // self.bk
 
     def last_kv(self, i):
         if not self.causal:
             return self.nk - 1
-        return jnp.minimum((i * self.bq + self.bq - 1) // self.bk, self.nk - 1)
+        return _min((i * self.bq + self.bq - 1) // self.bk, self.nk - 1)
 
     def first_q(self, j):
         return (j * self.bk) // self.bq if self.causal else 0
@@ -136,20 +151,156 @@ class Plan:
     def last_q(self, j):
         if self.window is None:
             return self.nq - 1
-        return jnp.minimum((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)
+        return _min((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)
 
     def kv_block(self, i, step):
-        return jnp.minimum(self.first_kv(i) + step, self.last_kv(i))
+        return _min(self.first_kv(i) + step, self.last_kv(i))
 
     def q_block(self, j, step):
-        return jnp.minimum(self.first_q(j) + step, self.last_q(j))
+        return _min(self.first_q(j) + step, self.last_q(j))
 
 
-def _scores(q, k, scale: float, plan: Plan, q_start, k_start):
-    """s = q k^T * scale for one (q block, kv block), masked where a query may not see a key."""
+# ---- walks: the (outer block, inner block) pairs a kernel's grid visits ------------------------
+
+MAX_STEPS = 1 << 14  # a table's steps (two int32 scalars each in SMEM): longer walks take the rectangle
+FIRST, LAST, EDGE, RUN = 1, 2, 4, 8  # a table step's flags
+
+
+def _table(plan: Plan, q_major: bool) -> np.ndarray | None:
+    """A causal call's walk as a table [2, steps] int32, one column per grid step: (outer block
+    << 16 | inner block, member << 4 | flags), in order. q_major (forward, dQ): each q block's kv
+    blocks; else (dK/dV) each kv block's q blocks of every q head (member) of its group. Only the
+    pairs the mask reaches are steps; a rectangle grid would also step through the blocks past
+    the diagonal, about half of them, each costing a step's overhead with nothing to compute.
+    (A kv block no query sees gets one step that runs nothing, so its gradient is written as
+    zeros.) None: the rectangle (not causal, symbolic lengths, or more than MAX_STEPS)."""
+    if not plan.causal or any(export.is_symbolic_dim(n) for n in (plan.sq, plan.sk)):
+        return None
+    if max(plan.nq, plan.nk) >= 1 << 16:
+        return None
+    outer_n, members = (plan.nq, 1) if q_major else (plan.nk, plan.group)
+    first, last = (plan.first_kv, plan.last_kv) if q_major else (plan.first_q, plan.last_q)
+    pairs, extras = [], []
+    for o in range(outer_n):
+        lo, hi = first(o), last(o)
+        if lo > hi:  # dK/dV only: keys past every query
+            pairs.append(o << 16 | (plan.nq - 1))
+            extras.append(FIRST | LAST)
+            continue
+        for m in range(members):
+            for n in range(lo, hi + 1):
+                q_start, k_start = (o * plan.bq, n * plan.bk) if q_major else (n * plan.bq, o * plan.bk)
+                flags = RUN | (EDGE if _edge(plan, q_start, k_start, ragged_rows=not q_major) else 0)
+                flags |= (FIRST if m == 0 and n == lo else 0) | (LAST if m == members - 1 and n == hi else 0)
+                pairs.append(o << 16 | n)
+                extras.append(m << 4 | flags)
+        if len(pairs) > MAX_STEPS:
+            return None
+    return np.array([pairs, extras], np.int32)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One kernel's grid past (batch, heads): a table's steps (one axis, its two scalar-prefetch
+    rows read by the index maps and the body), or the rectangle (outer blocks, inner steps),
+    whose steps past an outer block's last inner block repeat that block and skip the body."""
+
+    plan: Plan
+    q_major: bool
+    table: np.ndarray | None
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        if self.table is not None:
+            return (self.table.shape[1],)
+        if self.q_major:
+            return (self.plan.nq, self.plan.kv_steps)
+        return (self.plan.nk, self.plan.group * self.plan.q_steps)
+
+    @property
+    def semantics(self) -> tuple[str, ...]:
+        return SEMANTICS if self.table is None else (*SEMANTICS[:2], "arbitrary")
+
+    @property
+    def prefetch(self) -> tuple[jax.Array, ...]:
+        return () if self.table is None else (jnp.asarray(self.table[0]), jnp.asarray(self.table[1]))
+
+    def blocks(self, *ids):
+        """(outer block, inner block, member) of the step whose grid ids (and tables) are ids."""
+        if self.table is not None:
+            p, pairs, extras = ids[2], ids[3], ids[4]
+            return pairs[p] >> 16, pairs[p] & 0xFFFF, extras[p] >> 4
+        o, t = ids[2], ids[3]
+        if self.q_major:
+            return o, self.plan.kv_block(o, t), 0
+        steps = self.plan.q_steps
+        return o, self.plan.q_block(o, t % steps), t // steps
+
+    def step(self, tables):
+        """Inside a body: (outer, inner, member, first, last, run, edge) of this step; edge is
+        None where no block of the call needs the masks."""
+        plan = self.plan
+        starts = (
+            (lambda o, n: (o * plan.bq, n * plan.bk))
+            if self.q_major
+            else (lambda o, n: (n * plan.bq, o * plan.bk))
+        )
+        any_edge = _edge(plan, 0, 0, ragged_rows=not self.q_major) is not None
+        if self.table is not None:
+            p = pl.program_id(2)
+            pairs, extras = tables
+            o, n, m, x = pairs[p] >> 16, pairs[p] & 0xFFFF, extras[p] >> 4, extras[p]
+            edge = (x & EDGE) != 0 if any_edge else None
+            return o, n, m, (x & FIRST) != 0, (x & LAST) != 0, (x & RUN) != 0, edge
+        o, t = pl.program_id(2), pl.program_id(3)
+        o, n, m = self.blocks(0, 0, o, t)
+        s = t if self.q_major else t % plan.q_steps
+        run = (plan.first_kv(o) if self.q_major else plan.first_q(o)) + s <= (
+            plan.last_kv(o) if self.q_major else plan.last_q(o)
+        )
+        edge = _edge(plan, *starts(o, n), ragged_rows=not self.q_major)
+        return o, n, m, t == 0, t == pl.num_programs(3) - 1, run, edge
+
+
+def _walk(plan: Plan, q_major: bool) -> Walk:
+    return Walk(plan, q_major, _table(plan, q_major))
+
+
+def _edge(plan: Plan, q_start, k_start, *, ragged_rows: bool = False):
+    """Whether the (q block, kv block) starting at these rows needs the masks (a traced bool), or
+    None where no block of the call does: a block the causal diagonal or the window's far edge
+    crosses, the last kv block where it runs past seq_k, and (ragged_rows, for dK/dV) the last
+    q block where it runs past seq_q. The blocks inside the mask, most of a long causal
+    sequence's, run a body without the mask's compares and selects on every score."""
+    q_last, k_last = q_start + plan.bq - 1, k_start + plan.bk - 1
+    crossed = []
+    if plan.causal:
+        crossed.append(k_last > q_start)
+    if plan.window is not None:
+        crossed.append(k_start <= q_last - plan.window)
+    if plan.padded_keys:
+        crossed.append(k_last >= plan.seq_k)
+    if ragged_rows and plan.ragged_q:
+        crossed.append(q_last >= plan.seq_q)
+    return functools.reduce(operator.or_, crossed) if crossed else None
+
+
+def _when(run, edge, body) -> None:
+    """body(masked) where run holds: masked at the blocks `edge` marks, unmasked elsewhere (two
+    compiled bodies, one taken per step)."""
+    if edge is None:
+        pl.when(run)(lambda: body(False))
+    else:
+        pl.when(run & edge)(lambda: body(True))
+        pl.when(run & jnp.logical_not(edge))(lambda: body(False))
+
+
+def _scores(q, k, scale: float, plan: Plan, q_start, k_start, masked: bool):
+    """s = q k^T * scale for one (q block, kv block); masked (an edge block): -inf-like where a
+    query may not see a key."""
     s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=_acc(q.dtype))
     s = s * scale
-    if plan.causal or plan.padded_keys:
+    if masked and (plan.causal or plan.padded_keys):
         rows = q_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
         cols = k_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
         seen = None
@@ -171,33 +322,37 @@ def _real_rows(x, start: int, length: int):
     return jnp.where(rows < length, x, jnp.zeros_like(x))
 
 
-def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, *refs, scale, plan: Plan):
-    """refs: (lse_ref, m_sc, l_sc, acc_sc), or without lse_ref (`attention_out`)."""
-    *lse_ref, m_sc, l_sc, acc_sc = refs
+def _fwd_kernel(*refs, scale, walk: Walk):
+    """refs: the walk's tables (if any), q, k, v, out, (lse, without it for `attention_out`),
+    and the scratch m, l, acc."""
+    tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
+    q_ref, k_ref, v_ref, o_ref, *lse_ref, m_sc, l_sc, acc_sc = refs
+    plan = walk.plan
     block_k, d = k_ref.shape[0], acc_sc.shape[1]
-    i, step = pl.program_id(2), pl.program_id(3)
+    i, j, _, first, last, run, edge = walk.step(tables)
+    k_start = j * block_k
 
-    @pl.when(step == 0)
+    @pl.when(first)
     def _init():
         m_sc[...] = jnp.full_like(m_sc, -jnp.inf)
         l_sc[...] = jnp.zeros_like(l_sc)
         acc_sc[...] = jnp.zeros_like(acc_sc)
 
-    @pl.when(plan.first_kv(i) + step <= plan.last_kv(i))
-    def _step():
-        k_start = plan.kv_block(i, step) * block_k
-        s = _scores(q_ref[...], k_ref[...], scale, plan, i * plan.bq, k_start)
+    def _step(masked: bool):
+        s = _scores(q_ref[...], k_ref[...], scale, plan, i * plan.bq, k_start, masked)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
         p = jnp.exp(s - lanes(m_new, block_k))
         l_sc[...] = rescale * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
-        v = _real_rows(v_ref[...], k_start, plan.seq_k) if plan.padded_keys else v_ref[...]
+        v = _real_rows(v_ref[...], k_start, plan.seq_k) if masked and plan.padded_keys else v_ref[...]
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=acc_sc.dtype)
         acc_sc[...] = lanes(rescale, d) * acc_sc[...] + pv
         m_sc[...] = m_new
 
-    @pl.when(step == pl.num_programs(3) - 1)
+    _when(run, edge, _step)
+
+    @pl.when(last)
     def _finish():
         total = l_sc[...]
         o_ref[...] = (acc_sc[...] / lanes(total, d)).astype(o_ref.dtype)
@@ -205,26 +360,25 @@ def _fwd_kernel(q_ref, k_ref, v_ref, o_ref, *refs, scale, plan: Plan):
             r[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(r.dtype)
 
 
-def _dkv_kernel(
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc, *, scale, plan: Plan
-):
-    """One kv block (program axis 2) accumulating over its group's q heads and their q blocks (axis 3)."""
-    j, t = pl.program_id(2), pl.program_id(3)
-    step = t % plan.q_steps
+def _dkv_kernel(*refs, scale, walk: Walk):
+    """One kv block accumulating over its group's q heads and their q blocks."""
+    tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs
+    plan = walk.plan
+    j, i, _, first, last, run, edge = walk.step(tables)
+    q_start = i * plan.bq
 
-    @pl.when(t == 0)
+    @pl.when(first)
     def _init():
         dk_sc[...] = jnp.zeros_like(dk_sc)
         dv_sc[...] = jnp.zeros_like(dv_sc)
 
-    @pl.when(plan.first_q(j) + step <= plan.last_q(j))
-    def _step():
+    def _step(masked: bool):
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
         acc = dk_sc.dtype
-        q_start = plan.q_block(j, step) * plan.bq
-        if plan.ragged_q:  # queries past seq_q: q and dO zero, and their padded lse +inf: p = 0, ds = 0
+        if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
             q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
-        s = _scores(q, k, scale, plan, q_start, j * plan.bk)
+        s = _scores(q, k, scale, plan, q_start, j * plan.bk, masked)
         p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
         transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
         dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
@@ -234,34 +388,40 @@ def _dkv_kernel(
         ds = p * (dp - delta_ref[...])
         dk_sc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, transposed_lhs, preferred_element_type=acc)
 
-    @pl.when(t == pl.num_programs(3) - 1)
+    _when(run, edge, _step)
+
+    @pl.when(last)
     def _finish():
         dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *, scale, plan: Plan):
-    """One q block (program axis 2) accumulating over the kv blocks it needs (axis 3)."""
-    i, step = pl.program_id(2), pl.program_id(3)
+def _dq_kernel(*refs, scale, walk: Walk):
+    """One q block accumulating over the kv blocks it needs."""
+    tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc = refs
+    plan = walk.plan
+    i, j, _, first, last, run, edge = walk.step(tables)
+    k_start = j * plan.bk
 
-    @pl.when(step == 0)
+    @pl.when(first)
     def _init():
         dq_sc[...] = jnp.zeros_like(dq_sc)
 
-    @pl.when(plan.first_kv(i) + step <= plan.last_kv(i))
-    def _step():
+    def _step(masked: bool):
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
         acc = dq_sc.dtype
-        k_start = plan.kv_block(i, step) * plan.bk
-        if plan.padded_keys:  # keys past seq_k: p is 0 there, and zero k, v keep ds and dq finite
+        if masked and plan.padded_keys:  # keys past seq_k: p is 0 there, and zero k, v keep ds and dq finite
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
-        s = _scores(q, k, scale, plan, i * plan.bq, k_start)
+        s = _scores(q, k, scale, plan, i * plan.bq, k_start, masked)
         p = jnp.exp(s - lse_ref[...])
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
         ds = p * (dp - delta_ref[...])
         dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=acc)
 
-    @pl.when(step == pl.num_programs(3) - 1)
+    _when(run, edge, _step)
+
+    @pl.when(last)
     def _finish():
         dq_ref[...] = (dq_sc[...] * scale).astype(dq_ref.dtype)
 
@@ -273,15 +433,21 @@ def _dq_kernel(q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dq_ref, dq_sc, *
 # v5e a causal forward at 256-blocks ran 2-3x and at 128-blocks ~8x slower per flop than at 512
 # or 1024 (bench/reports/chip_v5e_attention_family.json, the first run's points at lengths that
 # only 256 or 128 divide), so a default runs a length in 512- or 1024-blocks, the last one past
-# its end, rather than take a small block that divides it.
+# its end, rather than take a small block that divides it. A causal forward walks only the
+# blocks on and below the diagonal (`_table`), so its cost is the triangle of blocks it covers,
+# where smaller blocks waste less of the diagonal: there the forward takes the least triangle x
+# BLOCK_COST (at 9472 tokens 512-blocks ran 1.08x faster than 1024-blocks, which the covered
+# length picks: bench/reports/chip_v5e_attention_walk.json). The backward ran slower at 512 there
+# (its per-block work is larger), so it keeps the covered length.
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
 
 
-def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
+def _block(what: str, seq, block: int | None, multiple: int, triangle: bool = False) -> tuple[int, int]:
     """(block, the length its blocks cover) along a sequence. Unset: the whole sequence up to
     1024 (one block needs no tiling), else the block of DEFAULT_BLOCKS with the least covered
-    length x BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only)
-    take the block unpadded."""
+    length x BLOCK_COST, or with `triangle` (a causal forward) the least area of the blocks on
+    and below the diagonal x BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the
+    fake traces shapes only) take the block unpadded."""
     if block is not None:
         check_aligned(f"{KERNEL}: {what}", block, multiple)
     if export.is_symbolic_dim(seq):
@@ -290,7 +456,12 @@ def _block(what: str, seq, block: int | None, multiple: int) -> tuple[int, int]:
         return (seq, seq) if seq <= block else (block, -(-seq // block) * block)
     if seq <= DEFAULT_BLOCKS[0]:
         return seq, seq
-    best = min(DEFAULT_BLOCKS, key=lambda b: (-(-seq // b) * b * BLOCK_COST[b], -b))
+
+    def price(b: int) -> float:
+        n = -(-seq // b)
+        return (n * (n + 1) // 2 * b * b if triangle else n * b) * BLOCK_COST[b]
+
+    best = min(DEFAULT_BLOCKS, key=lambda b: (price(b), -b))
     return best, -(-seq // best) * best
 
 
@@ -330,21 +501,24 @@ def _scale(q: jax.Array, scale: float | None) -> float:
     return 1.0 if export.is_symbolic_dim(d) or d == 0 else 1.0 / math.sqrt(d)  # symbolic: shapes only
 
 
-def _plan(q, k, causal, window, block_q, block_k) -> Plan:
-    bq, sq = _block("block_q", q.shape[2], block_q, SUBLANES)
-    bk, sk = _block("block_k", k.shape[2], block_k, LANES)
+def _plan(q, k, causal, window, block_q, block_k, *, forward: bool) -> Plan:
+    seq_q, seq_k = q.shape[2], k.shape[2]
+    # a causal forward over one square of queries and keys prices its blocks' triangle
+    triangle = forward and causal and window is None and not export.is_symbolic_dim(seq_q) and seq_q == seq_k
+    bq, sq = _block("block_q", seq_q, block_q, SUBLANES, triangle)
+    bk, sk = _block("block_k", seq_k, block_k, LANES, triangle)
     group = 1 if export.is_symbolic_dim(q.shape[1]) else q.shape[1] // k.shape[1]
     return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
 
 
-def _params(plan: Plan, d: int, itemsize: int) -> pltpu.CompilerParams:
+def _params(walk: Walk, d: int, itemsize: int) -> pltpu.CompilerParams:
     """The grid's semantics, and a raised scoped VMEM limit when the blocks need one: six q- or
     kv-shaped blocks double-buffered, the float32 scratch, and about four (block_q, block_k)
     float32 temporaries of the body (scores, probabilities, their masks and products)."""
-    lanes = -(-d // LANES) * LANES
+    plan, lanes = walk.plan, -(-d // LANES) * LANES
     need = 12 * max(plan.bq, plan.bk) * lanes * itemsize + 3 * plan.bq * lanes * 4
     need += 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
-    return _vmem.compiler_params(SEMANTICS, need)
+    return _vmem.compiler_params(walk.semantics, need)
 
 
 def _dense(q, k, v, scale, causal, window):
@@ -373,34 +547,38 @@ def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
         out, lse = _dense(q, k, v, _scale(q, scale), causal, window)
         return (out, lse) if with_lse else (out,)
     b, h, seq_q, d = q.shape
-    plan = _plan(q, k, causal, window, block_q, block_k)
+    plan = _plan(q, k, causal, window, block_q, block_k, forward=True)
+    walk = _walk(plan, q_major=True)
     acc = _acc(q.dtype)
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
     kv_spec = pl.BlockSpec(
-        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
+        (None, None, plan.bk, d), lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)
     )
-    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
     itemsize = jnp.dtype(q.dtype).itemsize
     out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype)], [q_spec]
     if with_lse:  # whole blocks (a lane per row): sliced below, a few KiB
         out_shape.append(jax.ShapeDtypeStruct((b, h, plan.sq, 1), acc))
         out_specs.append(row_spec)
     outs = pl.pallas_call(
-        functools.partial(_fwd_kernel, scale=_scale(q, scale), plan=plan),
+        functools.partial(_fwd_kernel, scale=_scale(q, scale), walk=walk),
         out_shape=tuple(out_shape),
-        grid=(b, h, plan.nq, plan.kv_steps),
-        in_specs=[q_spec, kv_spec, kv_spec],
-        out_specs=tuple(out_specs),
-        scratch_shapes=[
-            pltpu.VMEM((plan.bq, LANES), acc),
-            pltpu.VMEM((plan.bq, LANES), acc),
-            pltpu.VMEM((plan.bq, d), acc),
-        ],
-        compiler_params=_params(plan, d, itemsize),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(walk.prefetch),
+            grid=(b, h, *walk.grid),
+            in_specs=[q_spec, kv_spec, kv_spec],
+            out_specs=tuple(out_specs),
+            scratch_shapes=[
+                pltpu.VMEM((plan.bq, LANES), acc),
+                pltpu.VMEM((plan.bq, LANES), acc),
+                pltpu.VMEM((plan.bq, d), acc),
+            ],
+        ),
+        compiler_params=_params(walk, d, itemsize),
         cost_estimate=cost(
             4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
         ),
-    )(q, k, v)
+    )(*walk.prefetch, q, k, v)
     return (outs[0], outs[1][:, :, :seq_q, 0]) if with_lse else (outs[0],)
 
 
@@ -457,50 +635,57 @@ def attention_backward(
         return vjp(grad_out.astype(q.dtype))
     b, h, seq_q, d = q.shape
     hk, seq_k = k.shape[1], k.shape[2]
-    plan = _plan(q, k, causal, window, block_q, block_k)
+    plan = _plan(q, k, causal, window, block_q, block_k, forward=False)
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
     delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1]
     # the per-row arrays in whole blocks: queries past seq_q get lse +inf (p = 0) and delta 0
     lse, delta = _pad(lse[..., None].astype(acc), plan.sq, jnp.inf), _pad(delta, plan.sq, 0.0)
     itemsize = jnp.dtype(q.dtype).itemsize
-    params = _params(plan, d, itemsize)
-    steps = plan.q_steps
+    walk = _walk(plan, q_major=False)
 
-    def q_of_kv(b_, hk_, j, t):  # the dK/dV grid walks its group's heads, then their q blocks
-        return (b_, hk_ * plan.group + t // steps, plan.q_block(j, t % steps), 0)
+    def q_of_kv(*ids):  # the dK/dV grid walks its group's heads, then their q blocks
+        j, i, member = walk.blocks(*ids)
+        return (ids[0], ids[1] * plan.group + member, i, 0)
 
     q_spec = pl.BlockSpec((None, None, plan.bq, d), q_of_kv)
     row_spec = pl.BlockSpec((None, None, plan.bq, 1), q_of_kv)
-    kv_spec = pl.BlockSpec((None, None, plan.bk, d), lambda b_, hk_, j, t: (b_, hk_, j, 0))
+    kv_spec = pl.BlockSpec((None, None, plan.bk, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
     dk, dv = pl.pallas_call(
-        functools.partial(_dkv_kernel, scale=sm_scale, plan=plan),
+        functools.partial(_dkv_kernel, scale=sm_scale, walk=walk),
         out_shape=(
             jax.ShapeDtypeStruct((b, hk, seq_k, d), k.dtype),
             jax.ShapeDtypeStruct((b, hk, seq_k, d), v.dtype),
         ),
-        grid=(b, hk, plan.nk, plan.group * steps),
-        in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
-        out_specs=(kv_spec, kv_spec),
-        scratch_shapes=[pltpu.VMEM((plan.bk, d), acc), pltpu.VMEM((plan.bk, d), acc)],
-        compiler_params=params,
-    )(q, k, v, do, lse, delta)
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(walk.prefetch),
+            grid=(b, hk, *walk.grid),
+            in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
+            out_specs=(kv_spec, kv_spec),
+            scratch_shapes=[pltpu.VMEM((plan.bk, d), acc), pltpu.VMEM((plan.bk, d), acc)],
+        ),
+        compiler_params=_params(walk, d, itemsize),
+    )(*walk.prefetch, q, k, v, do, lse, delta)
 
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda b_, h_, i, s: (b_, h_, i, 0))
-    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))
+    walk = _walk(plan, q_major=True)
+    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
     kv_spec = pl.BlockSpec(
-        (None, None, plan.bk, d), lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)
+        (None, None, plan.bk, d), lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)
     )
     dq = pl.pallas_call(
-        functools.partial(_dq_kernel, scale=sm_scale, plan=plan),
+        functools.partial(_dq_kernel, scale=sm_scale, walk=walk),
         out_shape=jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype),
-        grid=(b, h, plan.nq, plan.kv_steps),
-        in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
-        out_specs=q_spec,
-        scratch_shapes=[pltpu.VMEM((plan.bq, d), acc)],
-        compiler_params=params,
-    )(q, k, v, do, lse, delta)
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(walk.prefetch),
+            grid=(b, h, *walk.grid),
+            in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
+            out_specs=q_spec,
+            scratch_shapes=[pltpu.VMEM((plan.bq, d), acc)],
+        ),
+        compiler_params=_params(walk, d, itemsize),
+    )(*walk.prefetch, q, k, v, do, lse, delta)
     return dq, dk, dv
 
 
-__all__ = ["KERNEL", "Plan", "TUNE", "attention", "attention_backward", "attention_out"]
+__all__ = ["KERNEL", "MAX_STEPS", "Plan", "TUNE", "Walk", "attention", "attention_backward", "attention_out"]

@@ -22,15 +22,39 @@ MUTANTS: tuple[Mutation, ...] = (
         "a window of w sees w + 1 keys",
     ),
     _attention(
+        "attention-edge-misses-the-diagonal",
+        "        crossed.append(k_last > q_start)",
+        "        crossed.append(k_start > q_start)",
+        "a block on the causal diagonal counts as inside the mask: its queries see later keys",
+    ),
+    _attention(
+        "attention-edge-misses-the-last-q-block",
+        "        crossed.append(q_last >= plan.seq_q)",
+        "        crossed.append(q_last > plan.seq_q)",
+        "dK/dV take a last q block that runs one row past seq_q for a whole one: its overhang's q and dO rows stay",
+    ),
+    _attention(
+        "attention-table-never-masks",
+        "                flags = RUN | (EDGE if _edge(plan, q_start, k_start, ragged_rows=not q_major) else 0)",
+        "                flags = RUN",
+        "a causal call's tables mark no block as an edge: the diagonal blocks run unmasked",
+    ),
+    _attention(
+        "attention-table-skips-keys-no-query-sees",
+        "            pairs.append(o << 16 | (plan.nq - 1))\n            extras.append(FIRST | LAST)\n",
+        "",
+        "dK/dV never visit a kv block past every query: its gradient is never written (not zeros)",
+    ),
+    _attention(
         "attention-kv-head-modulo",
-        "lambda b_, h_, i, s: (b_, h_ // plan.group, plan.kv_block(i, s), 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))\n    itemsize",
-        "lambda b_, h_, i, s: (b_, h_ % max(k.shape[1], 1), plan.kv_block(i, s), 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda b_, h_, i, s: (b_, h_, i, 0))\n    itemsize",
+        "lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
+        "lambda *ids: (ids[0], ids[1] % max(k.shape[1], 1), walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
         "the forward pairs q head h with kv head h mod kv_heads (interleaved groups), not h // group",
     ),
     _attention(
         "attention-dkv-sums-one-head-of-the-group",
-        "        return (b_, hk_ * plan.group + t // steps, plan.q_block(j, t % steps), 0)",
-        "        return (b_, hk_ * plan.group, plan.q_block(j, t % steps), 0)",
+        "        return (ids[0], ids[1] * plan.group + member, i, 0)",
+        "        return (ids[0], ids[1] * plan.group, i, 0)",
         "dK and dV read the group's first q head for every member: the other heads' gradients are lost",
     ),
     _attention(
@@ -41,8 +65,8 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-dkv-band-ends-a-block-early",
-        "        return jnp.minimum((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)",
-        "        return jnp.minimum((j * self.bk + self.window - 1) // self.bq, self.nq - 1)",
+        "        return _min((j * self.bk + self.bk + self.window - 2) // self.bq, self.nq - 1)",
+        "        return _min((j * self.bk + self.window - 1) // self.bq, self.nq - 1)",
         "a kv block's band of queries is measured from its first key: dK and dV miss its last keys' queries",
     ),
     _attention(
@@ -53,19 +77,19 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-forward-keeps-the-v-overhang",
-        "        v = _real_rows(v_ref[...], k_start, plan.seq_k) if plan.padded_keys else v_ref[...]",
+        "        v = _real_rows(v_ref[...], k_start, plan.seq_k) if masked and plan.padded_keys else v_ref[...]",
         "        v = v_ref[...]",
         "the forward's p @ v reads the last kv block's unspecified v rows (p is 0 there, but 0 x NaN is NaN)",
     ),
     _attention(
         "attention-dkv-keeps-the-query-overhang",
-        "        if plan.ragged_q:  # queries past seq_q",
+        "        if masked and plan.ragged_q:  # queries past seq_q: zero q and dO",
         "        if False:  # queries past seq_q",
         "dK and dV sum the last q block's unspecified rows into every key's gradient",
     ),
     _attention(
         "attention-dq-keeps-the-key-overhang",
-        "        if plan.padded_keys:  # keys past seq_k: p is 0 there",
+        "        if masked and plan.padded_keys:  # keys past seq_k: p is 0 there",
         "        if False:  # keys past seq_k: p is 0 there",
         "dQ multiplies the last kv block's unspecified k and v rows by zero probabilities (NaN stays NaN)",
     ),
