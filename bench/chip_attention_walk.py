@@ -1,0 +1,132 @@
+"""The attention family's grid walk on a TPU: its JAX half at two kernel versions, or at several
+blocks, in one process, each variant timed twice in alternating order (min of each), at the
+attention family bench's draws (bench/chip_attention_family.py), bf16, causal.
+
+Sections:
+  ab        the tree's pallas.py against an earlier one (--before FILE, e.g. `git show
+            555d270:tpu_kernels/kernels/attention/pallas.py > before.py`), default blocks,
+            forward (attention_out) and forward + backward; the largest difference of their
+            outputs (0: bitwise equal).
+  blocks    the tree at its default blocks and at 512x512, 512x1024, 1024x512, at the draws
+            where torch_tpu's SDPA led (bench/reports/chip_v5e_attention_family.json).
+  triangle  a causal forward's default (the triangle of blocks it walks) against the blocks
+            the covered length alone would take, at the draws where the two differ.
+
+    python3 bench/chip_attention_walk.py --only ab --before before.py [--seconds S] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chip_attention_family as family  # noqa: E402
+
+from tpu_kernels.chip import probes  # noqa: E402
+
+SECTIONS = {"ab": "two kernel versions", "blocks": "blocks", "triangle": "the causal forward's blocks"}
+SDPA_LED = (("qwen2.5-32b", 9472), ("qwen2-7b", 4352), ("gemma-7b", 4096), ("gemma-7b", 28032))
+BLOCKS = ((None, None), (512, 512), (512, 1024), (1024, 512))
+
+
+def _module(path: str):
+    spec = importlib.util.spec_from_file_location("attention_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _variants(section: str, new, before, p: dict) -> dict:
+    """name -> (pallas module, block_q, block_k) for one draw; {} where the section skips it."""
+    if section == "ab":
+        return {"before": (before, None, None), "after": (new, None, None)}
+    if section == "blocks":
+        if (p["model"], p["tokens"]) not in SDPA_LED:
+            return {}
+        return {f"{bq}x{bk}": (new, bq, bk) for bq, bk in BLOCKS}
+    t = p["tokens"]
+    tri, covered = new._block("q", t, None, 8, True)[0], new._block("q", t, None, 8, False)[0]
+    if tri == covered or p["window"] is not None:
+        return {}
+    return {"covered": (new, covered, covered), "triangle": (new, None, None)}
+
+
+def _section(section: str, new, before, write, deadline: float) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure
+
+    for idx, p in enumerate(family.draws()):
+        variants = _variants(section, new, before, p)
+        if not variants:
+            continue
+        if time.time() > deadline:
+            write({"section": section, "cut": p["model"], "tokens": p["tokens"]})
+            return
+        h, hk, t, d, w = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"], p["window"]
+        keys = jax.random.split(jax.random.PRNGKey(idx), 4)
+        q, k, v, do = (
+            jax.random.normal(key, (1, n, t, d), jnp.float32).astype(jnp.bfloat16)
+            for key, n in zip(keys, (h, hk, hk, h))
+        )
+        for what in ("forward",) if section == "triangle" else ("forward", "forward+backward"):
+            row = {"section": section, "point": family._tag(p, "bf16"), "what": what}
+            outs, names = {}, list(variants)
+            for rep, order in enumerate((names, names[::-1])):
+                for name in order:
+                    mod, bq, bk = variants[name]
+                    kw = dict(causal=True, window=w, block_q=bq, block_k=bk)
+                    if what == "forward":
+                        args = (q, k, v)
+
+                        def fn(q, k, v, mod=mod, kw=kw):
+                            return mod.attention_out(q, k, v, **kw)
+                    else:
+                        args = (q, k, v, do)
+
+                        def fn(q, k, v, do, mod=mod, kw=kw):
+                            out, lse = mod.attention(q, k, v, **kw)
+                            return mod.attention_backward(q, k, v, out, lse, do, **kw)
+
+                    compiled, _, err = measure.compile_fn(fn, args)
+                    if err:
+                        row[f"{name}_error"] = err[:300]
+                        continue
+                    row[f"{name}_us{rep}"] = round(measure.timed(compiled, args, rounds=5) * 1e6, 1)
+                    if rep == 0:
+                        out = compiled(*args)
+                        outs[name] = out if isinstance(out, tuple) else (out,)
+            for name in names[1:]:
+                if name in outs and names[0] in outs:
+                    row[f"{name}_maxdiff"] = max(
+                        float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))
+                        for a, b in zip(outs[name], outs[names[0]])
+                    )
+            write(row)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = probes.arguments(__doc__, "chip_attention_walk.jsonl", SECTIONS)
+    ap.add_argument("--before", help="an earlier pallas.py (section ab)")
+    ap.add_argument("--seconds", type=float, default=280.0, help="start no draw after this long")
+    args = ap.parse_args(argv)
+    from tpu_kernels.chip import load
+
+    new = load.family("attention").pallas  # torch-free, as the chip runner loads it
+    before = _module(args.before) if args.before else None
+    deadline = time.time() + args.seconds
+    with probes.lines(args.out, shown=600) as write:
+        for section in args.only.split(","):
+            if section == "ab" and before is None:
+                raise SystemExit("chip_attention_walk: section ab needs --before FILE (an earlier pallas.py)")
+            _section(section, new, before, write, deadline)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
