@@ -32,7 +32,7 @@ flagged first, last, or edge. Only edge blocks (the diagonal's, the window's far
 last blocks' overhang) run the masks; blocks wholly inside run without them. Without the table
 (not causal, or a walk over MAX_STEPS) the grid is the rectangle of (outer block, inner step):
 steps past an outer block's last needed block repeat its index (Pallas copies nothing in) and
-skip the body. (On a v5e the table made long causal calls 1.03-1.17x faster:
+skip the body. (The table's speed against the rectangle on a v5e:
 bench/reports/chip_v5e_attention_walk.json.)
 
 A sequence that no block divides is not padded in memory: the last block of q, k, v and the
@@ -436,9 +436,9 @@ def _dq_kernel(*refs, scale, walk: Walk):
 # its end, rather than take a small block that divides it. A causal forward walks only the
 # blocks on and below the diagonal (`_table`), so its cost is the triangle of blocks it covers,
 # where smaller blocks waste less of the diagonal: there the forward takes the least triangle x
-# BLOCK_COST (at 9472 tokens 512-blocks ran 1.08x faster than 1024-blocks, which the covered
-# length picks: bench/reports/chip_v5e_attention_walk.json). The backward ran slower at 512 there
-# (its per-block work is larger), so it keeps the covered length.
+# BLOCK_COST (at 9472 tokens 512-blocks ran the forward faster than the 1024-blocks the covered
+# length picks: bench/reports/chip_v5e_attention_walk.json). The backward ran slower at 512 there,
+# so it keeps the covered length.
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
 
 
