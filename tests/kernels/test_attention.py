@@ -78,6 +78,23 @@ def test_masks_groups_and_padding_against_float64(shape, statics):
     _check_against_float64(shape, **statics, block_q=64, block_k=128)
 
 
+@pytest.mark.parametrize(
+    "shape, statics",
+    [
+        ((1, 4, 1, 264, 264, 32), {"causal": True, "window": 200}),  # MQA, a band across blocks
+        ((1, 2, 1, 308, 308, 16), {"causal": True}),  # padded q and keys
+        ((1, 2, 2, 64, 328, 32), {"causal": True}),  # keys past every query: zero gradients
+    ],
+    ids=str,
+)
+def test_a_causal_call_too_long_for_a_table_walks_the_rectangle(shape, statics, monkeypatch):
+    """Past MAX_STEPS a causal call walks the rectangle grid (steps past a block's band skip the
+    body): right against float64 there too. (Shapes no other test takes: the op caches its
+    programs by shape.)"""
+    monkeypatch.setattr(pallas, "MAX_STEPS", 0)
+    _check_against_float64(shape, **statics, block_q=64, block_k=128)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_head_dims_against_float64(head_dim, dtype):

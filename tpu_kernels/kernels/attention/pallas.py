@@ -162,7 +162,7 @@ class Plan:
 
 # ---- walks: the (outer block, inner block) pairs a kernel's grid visits ------------------------
 
-MAX_STEPS = 1 << 14  # a table's steps (two int32 scalars each in SMEM): longer walks take the rectangle
+MAX_STEPS = 1 << 14  # a table's steps, two int32 scalars each in SMEM (a v5e core has 1 MiB): longer walks take the rectangle
 FIRST, LAST, EDGE, RUN = 1, 2, 4, 8  # a table step's flags
 
 

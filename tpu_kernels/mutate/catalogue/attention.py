@@ -46,6 +46,12 @@ MUTANTS: tuple[Mutation, ...] = (
         "dK/dV never visit a kv block past every query: its gradient is never written (not zeros)",
     ),
     _attention(
+        "attention-rectangle-runs-every-step",
+        "        return o, n, m, t == 0, t == pl.num_programs(3) - 1, run, edge",
+        "        return o, n, m, t == 0, t == pl.num_programs(3) - 1, run | True, edge",
+        "a walk past MAX_STEPS runs the steps past a block's band too, each repeating its last block",
+    ),
+    _attention(
         "attention-kv-head-modulo",
         "lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
         "lambda *ids: (ids[0], ids[1] % max(k.shape[1], 1), walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
