@@ -97,7 +97,7 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
     import jax
     import jax.numpy as jnp
 
-    from tpu_kernels.chip import load, measure, points
+    from tpu_kernels.chip import load, measure, point
 
     half = load.family("attention")  # torch-free, as the chip runner loads it
     pallas, attention_xla = half.pallas, half.jax_reference.attention_xla
@@ -124,11 +124,11 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
         impls = {"ours": ours}
         flash_block = next((b for b in (512, 256, 128) if t % b == 0), None)
         if w is None and flash_block:
-            flash = points._jax_flash(True, scale, flash_block)
-            impls["jax_flash"] = points.repeated(flash, group)  # no GQA: k and v repeated in its program
+            flash = point.jax_flash(True, scale, flash_block)
+            impls["jax_flash"] = point.repeated(flash, group)  # no GQA: k and v repeated in its program
         if h * t * t * 4 <= XLA_SCORES:
             impls["xla"] = functools.partial(attention_xla, causal=True, scale=scale, window=w)
-        grads = {name: points._grad_of(f) for name, f in impls.items() if name != "ours"}
+        grads = {name: point.grad_of(f) for name, f in impls.items() if name != "ours"}
         grads["ours"] = ours_grad
         fl = flops(h, t, d, w)
         for what, fns, args, work in (

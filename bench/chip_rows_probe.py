@@ -48,7 +48,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tpu_kernels.chip import load, measure, points, probes, run  # noqa: E402
+from tpu_kernels.chip import grid, load, measure, probes, run  # noqa: E402
+from tpu_kernels.chip.point import Point  # noqa: E402
 
 LIMIT = 100 * 2**20
 
@@ -57,7 +58,7 @@ def _peaks():
     return measure.peaks(jax.devices()[0].device_kind)
 
 
-def _variants(base: points.Point, variants: dict, floor_s: float, rounds: int, baselines: bool = True):
+def _variants(base: Point, variants: dict, floor_s: float, rounds: int, baselines: bool = True):
     """Each variant function of `base`'s inputs, on one set of inputs (so the float64 reference
     is computed once): rows of the runner's own format, with `variant` named."""
     ready = run.prepare(base, 0)
@@ -69,8 +70,8 @@ def _variants(base: points.Point, variants: dict, floor_s: float, rounds: int, b
         yield row
 
 
-def _point(family: str, kernel: str, rows: int, d: int, dt: str) -> points.Point:
-    (p,) = [q for q in points.row_points(family, [(rows, d)], (dt,), {}) if q.kernel == kernel]
+def _point(family: str, kernel: str, rows: int, d: int, dt: str) -> Point:
+    (p,) = [q for q in grid.family_points(family, [(rows, d)], (dt,), {}) if q.kernel == kernel]
     return p
 
 
@@ -557,7 +558,7 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
     attn = [(1, 2, 256, 128)] if quick else [(1, 8, 1024, 128), (1, 8, 2048, 128)]
     for b, h, s, d in attn:
         for causal in (False, True):
-            (p, _) = points.attention_points(fa, [(b, h, s, d)], ("bf16",), (causal,), {})
+            (p, _) = grid.attention_points(fa, [(b, h, s, d)], ("bf16",), (causal,), {})
             fwd = functools.partial(fa.flash_attention, causal=causal)
             jf = p.xla["jax_flash"]
             variants = {

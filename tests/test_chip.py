@@ -30,11 +30,11 @@ def run_chip(out_file, *args: str, timeout: float = 400) -> subprocess.Completed
 def test_every_jax_half_and_pallas_template_imports_without_torch():
     out = _python(
         "from tpu_kernels.chip import load\n"
-        "import tpu_kernels.chip.points, tpu_kernels.chip.corpus, tpu_kernels.chip.sections\n"
+        "import tpu_kernels.chip.grid, tpu_kernels.chip.corpus, tpu_kernels.chip.sections\n"
         "import tpu_kernels.chip.layer, tpu_kernels.chip.report, tpu_kernels.chip.tune\n"
         "import tpu_kernels.runtime.mosaic_precision\n"
         "halves = [load.family(f) for f in load.families()]\n"
-        "names = [(h.name, h.pallas.__name__, h.jax_reference.__name__, sorted(h.shapes.BENCH)) for h in halves]\n"
+        "names = [(h.name, h.pallas.__name__, h.chip.SECTION, sorted(h.shapes.BENCH)) for h in halves]\n"
         "templates = [load.template(t).__name__ for t in load.template_names()]\n"
         "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
         "print(len(names), len(templates))\n"
@@ -161,7 +161,7 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
     import numpy as np
 
     from tpu_kernels.chip import measure, run
-    from tpu_kernels.chip.points import Point
+    from tpu_kernels.chip.point import Point
 
     events, lock = [], threading.Lock()
 
@@ -272,7 +272,7 @@ def test_a_point_with_a_cross_program_prefetch_is_timed_over_copies_on_every_sid
     import numpy as np
 
     from tpu_kernels.chip import measure, run
-    from tpu_kernels.chip.points import Point
+    from tpu_kernels.chip.point import Point
 
     calls = []
 
@@ -348,9 +348,10 @@ def test_the_grid_holds_the_attention_family_and_the_fused_loss_at_their_chip_sh
     it: the attention family forward and forward + backward (bf16, and the first shape in
     float32), with JAX's flash attention only where a block divides the sequence; the fused
     loss forward and forward + backward against XLA's unfused head."""
-    from tpu_kernels.chip import load, points
+    from tpu_kernels.chip import grid as runner_grid
+    from tpu_kernels.chip import load
 
-    grid = points.grid(sections=("attention", "loss"))
+    grid = runner_grid.points(sections=("attention", "loss"))
     ids = {p.id for p in grid}
     for b, h, hk, s, _, d in load.family("attention").shapes.CHIP.values():
         for kind in ("attention", "attention_fwd_bwd"):
@@ -360,3 +361,82 @@ def test_the_grid_holds_the_attention_family_and_the_fused_loss_at_their_chip_sh
     for t, d, v in load.family("linear_cross_entropy").shapes.CHIP.values():
         assert {f"linear_cross_entropy/bf16[{t},{d},{v}]", f"linear_cross_entropy_fwd_bwd/bf16[{t},{d},{v}]"} <= ids
     assert {p.section for p in grid} == {"attention", "loss"}
+
+
+TOY_PALLAS = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def double(x):
+    return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+TOY_REFERENCE = "def double_jax(x):\n    return x * 2\n"
+TOY_SHAPES = "BENCH = {'small': (8, 128)}\nCHIP = [(64, 512)]\nCHIP_QUICK = [(8, 128)]\n"
+TOY_CHIP = """
+from tpu_kernels.chip.point import Point, err, f64, randn
+
+SECTION = "rows"
+
+
+def points(h, shapes, dtypes, statics):
+    made = []
+    for rows, d in shapes:
+        for dt in dtypes:
+            def make(rng, rows=rows, d=d, dt=dt):
+                return (randn(rng, (rows, d), dt),)
+
+            def check(inputs, out):
+                return err(out, 2 * f64(inputs[0]))
+
+            made.append(Point(f"toy_double/{dt}[{rows},{d}]", SECTION, "toy_double", dt, (rows, d), make,
+                              h.pallas.double, {"xla": h.jax_reference.double_jax}, check, rows * d, 4 * rows * d))
+    return made
+
+
+def grid(h, *, quick, statics):
+    return points(h, h.shapes.CHIP_QUICK if quick else h.shapes.CHIP, ("f32",), statics)
+"""
+
+
+def test_a_family_added_as_one_folder_joins_the_runners_grid(tmp_path, monkeypatch):
+    """Adding a family to the chip runner touches its own folder: a toy family (pallas.py,
+    jax_reference.py, shapes.py and chip.py) in a folder on the `tpu_kernels.kernels` package's
+    path is one of `load.families()`, and its points join its section of the grid, whose
+    float64 check passes on its interpreted kernel."""
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    import tpu_kernels.kernels as kernels
+    from tpu_kernels.chip import grid, load
+
+    folder = tmp_path / "toy_double"
+    folder.mkdir()
+    for name, text in (
+        ("pallas", TOY_PALLAS),
+        ("jax_reference", TOY_REFERENCE),
+        ("shapes", TOY_SHAPES),
+        ("chip", TOY_CHIP),
+    ):
+        (folder / f"{name}.py").write_text(text)
+    monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(tmp_path)])
+    for module in [m for m in sys.modules if m.startswith("tpu_kernels.kernels.toy_double")]:
+        monkeypatch.delitem(sys.modules, module)
+    try:
+        assert "toy_double" in load.families()
+        rows = grid.points(quick=True, sections=("rows",))
+        (toy,) = [p for p in rows if p.kernel == "toy_double"]
+        assert toy.id == "toy_double/f32[8,128]" and {"rmsnorm", "softmax", "scale_add"} <= {
+            p.kernel for p in rows
+        }
+        assert not [p for p in grid.points(quick=True, sections=("matmul",)) if p.kernel == "toy_double"]
+        inputs = toy.make(np.random.default_rng(0))
+        with pltpu.force_tpu_interpret_mode(True):
+            assert toy.check(inputs, toy.pallas(*inputs)) == 0.0
+    finally:
+        for module in [m for m in sys.modules if m.startswith("tpu_kernels.kernels.toy_double")]:
+            del sys.modules[module]

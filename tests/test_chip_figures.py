@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpu_kernels.chip import layer, measure, points, report, run
-from tpu_kernels.chip.points import Point
+from tpu_kernels.chip import grid, layer, measure, report, run
+from tpu_kernels.chip.point import Point
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "bench" / "reports"
@@ -47,7 +47,7 @@ def _one_point_per_kernel() -> list[Point]:
     """The quick grid's first point of each kernel (every kind of check the grid has), float32
     where it has one."""
     seen: dict[str, Point] = {}
-    for p in sorted(points.grid(quick=True), key=lambda p: p.dtype != "f32"):
+    for p in sorted(grid.points(quick=True), key=lambda p: p.dtype != "f32"):
         seen.setdefault(p.kernel, p)
     return list(seen.values())
 

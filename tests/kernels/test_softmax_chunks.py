@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from jax.experimental.pallas import tpu as pltpu
 
 from tests.kernels.test_vmem_defaults import _assert_softmax_matches_float64, _logits_and_grad
-from tpu_kernels.chip.points import SOFTMAX as CHIP_SHAPES
 from tpu_kernels.kernels.softmax import pallas as sm
+from tpu_kernels.kernels.softmax.shapes import CHIP as CHIP_SHAPES
 
 WIDEST = max(cols for _, cols in CHIP_SHAPES)  # 262144: 128 x 2048 lanes
 GROUPS = WIDEST // 128

@@ -1,6 +1,6 @@
 """Shapes nobody chose: the chip runner's points drawn at run time from public model configs.
 
-The grid (points.py) holds shapes its authors picked, and defaults tuned on it can fit them
+The grid (grid.py) holds shapes its authors picked, and defaults tuned on it can fit them
 alone. `draw(seed)` instead draws every point from `MODELS` (public configs: hidden width, FFN
 width, heads, kv heads, head_dim, vocabulary) and a token count, with a seed the record keeps,
 so a CPU test rebuilds the whole draw from the record (tests/test_chip_drawn.py):
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from tpu_kernels.chip import load, points
+from tpu_kernels.chip import grid, load
+from tpu_kernels.chip.point import Point
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def shape_of(d: Draw) -> tuple[tuple, dict[str, Any]]:
     return (1, heads, seq, m.head_dim), cut
 
 
-def build(seed: int, statics: dict | None = None, quick: bool = False) -> list[points.Point]:
+def build(seed: int, statics: dict | None = None, quick: bool = False) -> list[Point]:
     """The points of `draws(seed)`, each id prefixed with its draw's index, model, role and drawn
     tokens, in draw order; each point's `drawn` holds those and the cuts, for its row."""
     statics = statics or {}
@@ -178,13 +179,13 @@ def build(seed: int, statics: dict | None = None, quick: bool = False) -> list[p
     for i, d in picked:
         shape, cut = shape_of(d)
         if d.kind == "matmul":
-            made = [points.matmul_point(mm.pallas.matmul, {"xla": mm.jax_reference.matmul_jax}, "matmul", *shape,
+            made = [mm.chip.point(mm.pallas.matmul, {"xla": mm.jax_reference.matmul_jax}, "matmul", *shape,
                                         d.dtype, statics.get("matmul", {}), section="drawn")]
         elif d.kind in ("rows", "softmax"):
             family = d.role
-            made = points.row_points(family, [shape], (d.dtype,), statics.get(family, {}))
+            made = grid.family_points(family, [shape], (d.dtype,), statics.get(family, {}))
         else:
-            made = points.attention_points(load.template("flash_attention"), [shape], (d.dtype,), (True,),
+            made = grid.attention_points(load.template("flash_attention"), [shape], (d.dtype,), (True,),
                                            statics.get("flash_attention", {}))
         for p in made:
             p.id = f"drawn{i}/{d.model}/{d.role}/T={d.tokens}/" + p.id

@@ -2,11 +2,15 @@
 
 A TPU host may have JAX and no torch (the v5e development machine: Python 3.11, JAX 0.10.2,
 no torch installable). Each family folder's `pallas.py` (kernel, wrapper, block choice;
-matmul's `blocks.py` with its tuning space), `jax_reference.py` and `shapes.py` import only JAX, NumPy and torch-free parts of
-tpu_kernels; the folder's `__init__.py` registers the torch op and so imports torch. Where
-torch cannot be imported, `family()` puts bare package modules for `tpu_kernels.kernels` and
-the family folder into `sys.modules` (their `__init__`s are not run) and imports the three
-modules from them. With torch present the packages import as usual.
+matmul's `blocks.py` with its tuning space), `jax_reference.py`, `shapes.py` and `chip.py` (its
+points in the runner's grid) import only JAX, NumPy and torch-free parts of tpu_kernels; the
+folder's `__init__.py` registers the torch op and so imports torch. Where torch cannot be
+imported, `family()` puts bare package modules for `tpu_kernels.kernels` and the family folder
+into `sys.modules` (their `__init__`s are not run) and imports the four modules from them. With
+torch present the packages import as usual.
+
+A family is a folder with a `pallas.py` in any folder of the `tpu_kernels.kernels` package's
+path (`families()`): the shipped ones, and any folder a user's code appends to that path.
 
 A Pallas template (`templates/<name>/pallas/{{name}}/pallas.py.tmpl`) is rendered in memory
 with the template's placeholders and imported as a module of its own (`template()`).
@@ -55,11 +59,19 @@ class JaxHalf:
     pallas: types.ModuleType
     jax_reference: types.ModuleType
     shapes: types.ModuleType
+    chip: types.ModuleType  # SECTION, grid() and points(): the family's points in the runner
+
+
+def _roots() -> list[Path]:
+    """The folders of the `tpu_kernels.kernels` package's path (its own folder first)."""
+    package = sys.modules.get("tpu_kernels.kernels")
+    extra = [Path(p) for p in getattr(package, "__path__", [])]
+    return [KERNELS, *(p for p in extra if p.resolve() != KERNELS)]
 
 
 def families() -> list[str]:
-    """The shipped families: folders of tpu_kernels/kernels with a `pallas.py`."""
-    return sorted(p.parent.name for p in KERNELS.glob("*/pallas.py"))
+    """The families: folders with a `pallas.py` in the `tpu_kernels.kernels` package's path."""
+    return sorted({p.parent.name for root in _roots() for p in root.glob("*/pallas.py")})
 
 
 def shared(name: str) -> types.ModuleType:
@@ -71,15 +83,15 @@ def shared(name: str) -> types.ModuleType:
 
 
 def family(name: str) -> JaxHalf:
-    """The family `name`'s pallas, jax_reference and shapes modules, importing no torch when
-    torch is absent."""
+    """The family `name`'s pallas, jax_reference, shapes and chip modules, importing no torch
+    when torch is absent."""
     if name not in families():
         raise ValueError(f"tpu_kernels.chip: no shipped kernel family {name!r}; there are {families()}.")
     package = f"tpu_kernels.kernels.{name}"
     if not torch_available():
         _bare_package("tpu_kernels.kernels", KERNELS)
-        _bare_package(package, KERNELS / name)
-    modules = [wiring.registered(f"{package}.{m}") for m in ("pallas", "jax_reference", "shapes")]
+        _bare_package(package, next(r / name for r in _roots() if (r / name / "pallas.py").is_file()))
+    modules = [wiring.registered(f"{package}.{m}") for m in ("pallas", "jax_reference", "shapes", "chip")]
     return JaxHalf(name, *modules)
 
 

@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from tpu_kernels.chip import measure
-from tpu_kernels.chip.points import Point
+from tpu_kernels.chip.point import Point
 
 
 def _to_device(inputs: tuple) -> list:

@@ -12,8 +12,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from tpu_kernels.chip import load, points, run
+from tpu_kernels.chip import load, run
 from tpu_kernels.chip import tune as tuning
+from tpu_kernels.chip.grid import points as grid_points
+from tpu_kernels.chip.point import SECTIONS as GRID_SECTIONS
 
 
 @dataclass
@@ -24,7 +26,7 @@ class Context:
     deadline: float
     quick: bool = False
     statics: dict = field(default_factory=dict)
-    grid: tuple = ("rows", "matmul", "attention", "loss", "template")
+    grid: tuple = GRID_SECTIONS
     tune_only: tuple = ()  # the tuning groups to run (substrings of their labels); all if empty
     only: str = ""  # a regular expression: the grid points and corpus calls whose id matches it, the
     # drawn layers whose model name does (all if empty)
@@ -33,7 +35,7 @@ class Context:
 
 
 def grid(ctx: Context) -> list[dict[str, Any]]:
-    pts = points.grid(quick=ctx.quick, sections=ctx.grid, statics=ctx.statics)
+    pts = grid_points(quick=ctx.quick, sections=ctx.grid, statics=ctx.statics)
     if ctx.only:
         pts = [p for p in pts if re.search(ctx.only, p.id)]
     return run.run_points(pts, peaks=ctx.peaks, floor_s=ctx.floor_s, rounds=ctx.rounds, deadline=ctx.deadline,
@@ -120,7 +122,7 @@ def precision(ctx: Context) -> list[dict[str, Any]]:
                         return jnp.matmul(a, b, preferred_element_type=jnp.float32)
 
                 kernel = functools.partial(mm.pallas.matmul, **ctx.statics.get("matmul", {}))
-                p = points.matmul_point(_traced(kernel, setting, how), {"xla": xla}, "matmul", m, k, n, "f32", {},
+                p = load.family("matmul").chip.point(_traced(kernel, setting, how), {"xla": xla}, "matmul", m, k, n, "f32", {},
                                         section="precision")
                 p.id = f"matmul/f32[{m},{k},{n}]/precision={setting}/{how}"
                 p.note = f"kernel traced under {how}({setting!r}); XLA's jnp.matmul under jax.default_matmul_precision"

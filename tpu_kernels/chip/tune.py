@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 
-from tpu_kernels.chip import load, points
+from tpu_kernels.chip import grid, load
+from tpu_kernels.chip.point import Point
 
 # Large blocks beyond the op's own tuning space (matmul.blocks.SPACE): the MXU-filling shapes
 # the issue found fastest on a v5e (1024-class blocks with a raised scoped VMEM limit).
@@ -48,12 +49,12 @@ def matmul_configs(m: int, k: int, n: int, itemsize: int) -> list[dict[str, int]
     return configs
 
 
-def matmul_sweep(shapes: list[tuple[int, int, int, str]]) -> list[tuple[str, list[points.Point]]]:
+def matmul_sweep(shapes: list[tuple[int, int, int, str]]) -> list[tuple[str, list[Point]]]:
     mm = load.family("matmul")
     xla = {"xla": mm.jax_reference.matmul_jax}
     out = []
     for m, k, n, dt in shapes:
-        cands = [points.matmul_point(mm.pallas.matmul, xla, "matmul", m, k, n, dt, c, section="tune")
+        cands = [mm.chip.point(mm.pallas.matmul, xla, "matmul", m, k, n, dt, c, section="tune")
                  for c in matmul_configs(m, k, n, 2 if dt == "bf16" else 4)]
         out.append((f"matmul/{dt}[{m},{k},{n}]", cands))
     return out
@@ -62,14 +63,14 @@ def matmul_sweep(shapes: list[tuple[int, int, int, str]]) -> list[tuple[str, lis
 ROW_CANDIDATES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
-def row_sweep(shapes: list[tuple[str, int, int, str]]) -> list[tuple[str, list[points.Point]]]:
+def row_sweep(shapes: list[tuple[str, int, int, str]]) -> list[tuple[str, list[Point]]]:
     out = []
     for family, rows, d, dt in shapes:
         cands = []
         for br in ROW_CANDIDATES:
             if br > rows:
                 continue
-            cands += points.row_points(family, [(rows, d)], (dt,), {"block_rows": br})
+            cands += grid.family_points(family, [(rows, d)], (dt,), {"block_rows": br})
         out.append((f"{family}/{dt}[{rows},{d}]", cands))
     return out
 
@@ -82,7 +83,7 @@ def attention_sweep(shapes: list[tuple[int, int, int, int, bool]], dt: str = "bf
         for bq, bk in itertools.product((128, 256, 512, 1024), (128, 256, 512, 1024)):
             if bq > s or bk > s:
                 continue
-            cands += points.attention_points(fa, [(b, h, s, d)], (dt,), (causal,), {"block_q": bq, "block_k": bk},
+            cands += grid.attention_points(fa, [(b, h, s, d)], (dt,), (causal,), {"block_q": bq, "block_k": bk},
                                              baselines=False)
         out.append((f"flash_attention/{dt}[{b},{h},{s},{d}]" + ("/causal" if causal else ""), cands))
     return out

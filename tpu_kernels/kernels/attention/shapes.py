@@ -19,7 +19,7 @@ QUICK = "2k_gqa4"
 # The BENCH sizes of a CPU's default run, where the kernels run in Pallas' interpreter.
 REDUCED = ("2k_gqa4",)
 
-# The chip runner's grid (tpu_kernels/chip/points.py, section "attention"), causal: grouped kv
+# The chip runner's grid (kernels/attention/chip.py, section "attention"), causal: grouped kv
 # heads 4:1, a length 512 does not divide (the last block's overhang), head_dim 256 and 64.
 CHIP = {
     "2k_gqa4": (1, 32, 8, 2048, 2048, 128),
@@ -27,3 +27,5 @@ CHIP = {
     "4k_d256": (1, 16, 16, 4096, 4096, 256),
     "1408_d64": (1, 32, 8, 1408, 1408, 64),
 }
+# the chip runner's CPU test (interpret mode): a length no block divides
+CHIP_QUICK = {"ragged": (1, 2, 1, 200, 200, 128)}

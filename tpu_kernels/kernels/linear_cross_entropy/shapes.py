@@ -20,7 +20,7 @@ QUICK = "512_8k"
 # The BENCH sizes of a CPU's default run, where the kernels run in Pallas' interpreter.
 REDUCED = ("512_8k",)
 
-# The chip runner's grid (tpu_kernels/chip/points.py, section "loss"): Llama 2's and Llama 3's
+# The chip runner's grid (kernels/linear_cross_entropy/chip.py, section "loss"): Llama 2's and Llama 3's
 # vocabularies at 8192 tokens, Qwen2's (no 512-block divides it), and a short batch.
 CHIP = {
     "8k_32k": (8192, 4096, 32000),
@@ -28,3 +28,5 @@ CHIP = {
     "4k_152k": (4096, 3584, 152064),
     "1192_32k": (1192, 4096, 32000),
 }
+# the chip runner's CPU test (interpret mode): a length no block divides
+CHIP_QUICK = {"ragged": (72, 128, 300)}

@@ -19,3 +19,18 @@ QUICK = "4kx1k"
 REDUCED = ("4kx1k",)
 # where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
 OVERHEAD = (128, 256)
+
+# The chip runner's grid (kernels/rmsnorm/chip.py): row widths of real models' hidden and FFN
+# sizes (Llama 3 8B 4096/14336, 13B-class 5120, 70B 8192) at 16 to 16k rows; and a few small
+# ones for its CPU test (interpret mode).
+CHIP = [
+    (16, 4096),
+    (2048, 4096),
+    (8192, 4096),
+    (16384, 2048),
+    (4096, 5120),
+    (8192, 8192),
+    (4096, 14336),
+    (1024, 16384),
+]
+CHIP_QUICK = [(16, 256), (40, 512)]

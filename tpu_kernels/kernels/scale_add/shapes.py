@@ -22,3 +22,7 @@ QUICK = "1M"
 REDUCED = ("1M",)
 # where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
 OVERHEAD = ((128, 256), (128, 256))
+
+# The chip runner's grid (kernels/scale_add/chip.py), and its CPU test's.
+CHIP = [(16, 4096), (4096, 4096), (8192, 14336)]
+CHIP_QUICK = [(16, 256)]

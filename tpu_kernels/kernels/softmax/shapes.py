@@ -21,3 +21,8 @@ QUICK = "1kx1k"
 REDUCED = ("1kx1k",)
 # where bench/overhead.py times the op against its own JAX function (issue 24: 128x256)
 OVERHEAD = (128, 256)
+
+# The chip runner's grid (kernels/softmax/chip.py): attention-score and vocabulary rows (32k-256k);
+# and a few small ones for its CPU test.
+CHIP = [(4096, 1024), (4096, 4096), (8192, 8192), (2048, 32768), (512, 131072), (8, 131072), (256, 262144)]
+CHIP_QUICK = [(16, 256), (8, 1024)]
