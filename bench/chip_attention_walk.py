@@ -13,6 +13,7 @@ Sections:
             the covered length alone would take, at the draws where the two differ.
 
     python3 bench/chip_attention_walk.py --only ab --before before.py [--seconds S] [--out FILE]
+    python3 bench/chip_attention_walk.py --only ab --before before.py --quick --interpret  # CPU
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ BLOCKS = ((None, None), (512, 512), (512, 1024), (1024, 512))
 def _module(path: str):
     spec = importlib.util.spec_from_file_location("attention_before", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -55,13 +57,25 @@ def _variants(section: str, new, before, p: dict) -> dict:
     return {"covered": (new, covered, covered), "triangle": (new, None, None)}
 
 
-def _section(section: str, new, before, write, deadline: float) -> None:
+def _draws(quick: bool) -> list[dict]:
+    """The family bench's draws; quick: the first and the last at CPU sizes (2 heads, 1 kv
+    head, 256 tokens), for the machinery in Pallas' interpreter."""
+    ps = family.draws()
+    if quick:
+        ps = [
+            dict(p, heads=2, kv_heads=1, tokens=256, window=(128 if p["window"] else None))
+            for p in ps[:1] + ps[-1:]
+        ]
+    return ps
+
+
+def _section(section: str, new, before, write, deadline: float, quick: bool = False) -> None:
     import jax
     import jax.numpy as jnp
 
     from tpu_kernels.chip import measure
 
-    for idx, p in enumerate(family.draws()):
+    for idx, p in enumerate(_draws(quick)):
         variants = _variants(section, new, before, p)
         if not variants:
             continue
@@ -97,7 +111,8 @@ def _section(section: str, new, before, write, deadline: float) -> None:
                     if err:
                         row[f"{name}_error"] = err[:300]
                         continue
-                    row[f"{name}_us{rep}"] = round(measure.timed(compiled, args, rounds=5) * 1e6, 1)
+                    rounds = 1 if quick else 5
+                    row[f"{name}_us{rep}"] = round(measure.timed(compiled, args, rounds=rounds) * 1e6, 1)
                     if rep == 0:
                         out = compiled(*args)
                         outs[name] = out if isinstance(out, tuple) else (out,)
@@ -115,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", help="an earlier pallas.py (section ab)")
     ap.add_argument("--seconds", type=float, default=280.0, help="start no draw after this long")
     args = ap.parse_args(argv)
+    if args.interpret:
+        probes.use_interpreter()
     from tpu_kernels.chip import load
 
     new = load.family("attention").pallas  # torch-free, as the chip runner loads it
@@ -124,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         for section in args.only.split(","):
             if section == "ab" and before is None:
                 raise SystemExit("chip_attention_walk: section ab needs --before FILE (an earlier pallas.py)")
-            _section(section, new, before, write, deadline)
+            _section(section, new, before, write, deadline, args.quick)
     return 0
 
 

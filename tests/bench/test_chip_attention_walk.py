@@ -50,3 +50,56 @@ def test_512_blocks_pay_for_the_forward_not_the_backward_at_9472_tokens(record):
     assert _best(rows["forward+backward"], "NonexNone") / _best(rows["forward+backward"], "512x512") < 1.0
     assert pallas._block("block_q", 9472, None, 8, triangle=True)[0] == 512
     assert pallas._block("block_q", 9472, None, 8)[0] == 1024
+
+
+@pytest.mark.slow
+def test_the_probe_compares_two_kernel_files_without_torch(tmp_path):
+    """bench/chip_attention_walk.py --only ab at its CPU sizes, torch blocked, Pallas
+    interpreted: the tree against a copy of itself gives outputs bitwise equal."""
+    import os
+    import subprocess
+    import sys
+
+    root = RECORD.parents[2]
+    before = tmp_path / "before.py"
+    before.write_text((root / "tpu_kernels/kernels/attention/pallas.py").read_text())
+    out = tmp_path / "walk.jsonl"
+    argv = [
+        "chip_attention_walk.py",
+        "--only",
+        "ab",
+        "--before",
+        str(before),
+        "--quick",
+        "--interpret",
+        "--out",
+        str(out),
+    ]
+    code = f"import sys, runpy; sys.modules['torch'] = None; sys.argv = {argv!r}; runpy.run_path('bench/chip_attention_walk.py', run_name='__main__')"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["what"] for r in rows] == ["forward", "forward+backward"] * 2
+    for r in rows:
+        assert r["after_maxdiff"] == 0.0 and min(r["before_us0"], r["after_us0"]) > 0, r
+
+
+def test_each_section_takes_the_draws_it_names():
+    """blocks: the draws where torch_tpu's SDPA led; triangle: the draws (no window) where the
+    causal forward's two block rules differ."""
+    from tests.bench.probes import load
+
+    walk = load("chip_attention_walk.py")
+    draws = walk.family.draws()
+    blocks = [p for p in draws if walk._variants("blocks", pallas, None, p)]
+    assert {(p["model"], p["tokens"]) for p in blocks} == set(walk.SDPA_LED)
+    for p in draws:
+        chosen = walk._variants("triangle", pallas, None, p)
+        t = p["tokens"]
+        differ = pallas._block("q", t, None, 8, True)[0] != pallas._block("q", t, None, 8)[0]
+        assert bool(chosen) == (differ and p["window"] is None), p
+        if chosen:
+            assert chosen["covered"][1] == pallas._block("q", t, None, 8)[0] and chosen["triangle"][1] is None
