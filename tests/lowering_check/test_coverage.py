@@ -112,3 +112,36 @@ def test_large_grids_with_maps_the_model_does_not_fit_are_reported_as_unchecked(
     found, warnings = coverage.check_kernel(eqn)
     assert found == [] and len(warnings) == 2
     assert "coverage and bounds of input 0 not checked: its grid has 120300 points" in warnings[0]
+
+
+def _attention_kernels(seq=1280, block=256):
+    """The shipped attention's causal forward, its step table built at trace time."""
+    from tpu_kernels.kernels.attention import pallas
+
+    spec = jax.ShapeDtypeStruct((1, 2, seq, 64), jnp.bfloat16)
+    fn = lambda q, k, v: pallas.attention_out(q, k, v, causal=True, block_q=block, block_k=block)  # noqa: E731
+    return vmem.traced_kernels(fn, spec, spec, spec)
+
+
+def test_index_maps_that_read_a_step_table_fixed_at_trace_time_are_checked():
+    """Attention's causal walk reads its blocks from scalar-prefetch tables the trace fixed: the
+    check evaluates its index maps with them and finds every output block written. Without the
+    tables' values it cannot, and says nothing (as for any table read at run time)."""
+    ((eqn, operands),) = _attention_kernels()
+    assert coverage.check_kernel(eqn, operands) == ([], [])
+    assert coverage.check_kernel(eqn) == ([], [])
+
+
+def test_a_step_table_that_skips_a_q_block_leaves_its_output_unwritten(monkeypatch):
+    from tpu_kernels.kernels.attention import pallas
+
+    table = pallas._table
+
+    def short(plan, q_major):  # the last q block's steps dropped
+        t = table(plan, q_major)
+        return t[:, (t[0] >> 16) != plan.nq - 1] if t is not None and q_major else t
+
+    monkeypatch.setattr(pallas, "_table", short)
+    ((eqn, operands),) = _attention_kernels(seq=1024, block=256)
+    findings, _ = coverage.check_kernel(eqn, operands)
+    assert [f.kind for f in findings] == ["coverage"] and "never written" in findings[0].message

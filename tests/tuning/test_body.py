@@ -116,3 +116,25 @@ def test_a_predicate_read_from_memory_counts_every_branch_on_every_step():
 )
 def test_an_array_costs_its_native_tiles(shape, dtype, vregs):
     assert body._vregs(jax.ShapeDtypeStruct(shape, dtype)) == vregs
+
+
+@pytest.mark.parametrize("seq, block", [(2048, 512), (1280, 256)])
+def test_a_step_table_fixed_at_trace_time_is_read_so_each_dot_counts_where_it_runs(seq, block):
+    """The shipped attention's causal walk reads its steps from a scalar-prefetch table built
+    at trace time: given the trace's constants, the body reads the table, and each branch's dots
+    count on exactly the steps that take it (the masked body on the diagonal's blocks, the
+    unmasked one below it). Without them the predicates are unknown, and both branches count on
+    every step: an upper bound, said so (`evaluated` False)."""
+    from tpu_kernels.kernels.attention import pallas
+
+    spec = jax.ShapeDtypeStruct((1, 2, seq, 128), jnp.bfloat16)
+    fn = lambda q, k, v: pallas.attention_out(q, k, v, causal=True, block_q=block, block_k=block)  # noqa: E731
+    ((eqn, operands),) = vmem.traced_kernels(fn, spec, spec, spec)
+    n = seq // block
+    pairs, diagonal = 2 * n * (n + 1) // 2, 2 * n  # two heads
+    read = body.read(eqn, operands)
+    assert read.steps == pairs and read.evaluated
+    steps = sorted(d.steps for d in read.dots)
+    assert steps == [diagonal, diagonal, pairs - diagonal, pairs - diagonal]  # q k^T and p v in each body
+    unknown = body.read(eqn)
+    assert not unknown.evaluated and sorted(d.steps for d in unknown.dots) == [pairs] * 4

@@ -6,9 +6,11 @@ accumulator at k == 0 and writes it out at the last k, a causal flash attention 
 blocks above the diagonal. Their predicates are computed from the grid indices
 (`pl.program_id`, `pl.num_programs`) with scalar arithmetic, so they are evaluated here at every
 grid point at once (NumPy arrays, one element per step, `_Grid`): each equation of the body is
-counted on the steps whose predicates select it. A predicate computed from anything else (a
-value read from a ref, a primitive not in `_SCALAR`) is not evaluated, and every branch of that
-`cond` is counted on every step it could run (an upper bound). A `scan` counts its body once
+counted on the steps whose predicates select it. A scalar-prefetch table whose values the trace
+fixed (given to `read`: attention's causal walk builds its step table at trace time) is read
+too, at the indices the grid gives. A predicate computed from anything else (a value read from
+another ref, a primitive not in `_SCALAR`) is not evaluated, and every branch of that `cond` is
+counted on every step it could run (an upper bound). A `scan` counts its body once
 per trip; a `while` loop, whose trip count is not known, once.
 
 Vector work is counted in vreg operations: an array op's result (a reduction's operand, a ref
@@ -48,6 +50,9 @@ _SCALAR = {
     "not": lambda a: np.logical_not(a) if a.dtype == bool else np.invert(a),
     "div": lambda a, b: np.fix(a / b).astype(np.result_type(a, b)) if np.result_type(a, b).kind in "iu" else a / b,
     "rem": np.fmod,
+    "shift_right_arithmetic": np.right_shift,
+    "shift_right_logical": lambda a, b: (a.astype(np.uint32) >> b).astype(a.dtype),
+    "shift_left": np.left_shift,
 }
 # Array primitives that move no data through the vector unit: shapes only.
 _FREE = {"reshape", "squeeze", "expand_dims", "program_id", "num_programs"}
@@ -77,13 +82,28 @@ class Body:
     evaluated: bool = True  # every cond predicate was evaluated over the grid
 
 
-def read(eqn: Any) -> Body:
-    """The body of one `pallas_call` equation, counted over its grid."""
-    grid = tuple(int(g) for g in eqn.params["grid_mapping"].grid)
+def read(eqn: Any, operands: list[Any] | None = None) -> Body:
+    """The body of one `pallas_call` equation, counted over its grid. `operands`: the values of
+    its operands the trace fixed, None for the others (`lowering.jaxprs.constant_operands`);
+    its scalar-prefetch tables among them are read where the body reads them."""
+    gm = eqn.params["grid_mapping"]
+    grid = tuple(int(g) for g in gm.grid)
     g = _Grid(grid)
     body = Body(g.size)
-    _walk(_jaxpr(eqn.params["jaxpr"]), {}, np.ones(g.size, bool), g, body)
+    jaxpr = _jaxpr(eqn.params["jaxpr"])
+    env: dict = {}
+    for ref, value in zip(jaxpr.invars[: gm.num_index_operands], (operands or [])[: gm.num_index_operands]):
+        if value is not None:
+            env[ref] = _Table(np.asarray(value))
+    _walk(jaxpr, env, np.ones(g.size, bool), g, body)
     return body
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A scalar-prefetch ref whose values are known: a read of it at known indices is known."""
+
+    values: np.ndarray
 
 
 class _Grid:
@@ -144,6 +164,12 @@ def _walk(jaxpr: Any, env: dict, mask: np.ndarray, g: _Grid, body: Body, times: 
                     if val is not None:
                         env[out] = val
             continue
+        if name in _REF_READ and isinstance(env.get(eqn.invars[0]), _Table):
+            index = [_value(v, env) for v in eqn.invars[1:]]
+            table = env[eqn.invars[0]].values
+            if len(index) == table.ndim and all(i is not None for i in index):
+                at = tuple(np.clip(np.asarray(i), 0, n - 1) for i, n in zip(index, table.shape))
+                env[eqn.outvars[0]] = table[at]
         if name == "dot_general":
             body.dots.append(_dot(eqn, runs))
             body.vreg_ops += runs * _vregs(eqn.outvars[0].aval)

@@ -447,14 +447,15 @@ def _model(op: Any, args: tuple, kwargs: dict, target: Any, figures: predictor.C
         flat, specs, x64 = flat_kernel(op, args, kwargs)
         # at the matmul precision the op's calls run at now (its float32 dots' passes are priced)
         with x64_scope(x64), lowering_for_tpu(target), matmul_precision.traced(matmul_precision.current(), "tpu"):
-            eqns = vmem.traced_pallas_calls(flat, *specs)
+            kernels = vmem.traced_kernels(flat, *specs)
     except Exception as e:
         c.status, c.reason = "failed", _one_line(e)
         return
+    eqns = [eqn for eqn, _ in kernels]
     if not eqns:
         c.status, c.reason = "unmodelled", "no pallas_call in the traced kernel: the cost model has nothing to rank"
         return
-    c.prediction = predictor.predict(eqns, figures)
+    c.prediction = predictor.predict(eqns, figures, [operands for _, operands in kernels])
     cost = _cost(op)
     if cost is not None:  # the op's own model prices the call; the roofline's parts stay beside
         try:

@@ -163,11 +163,12 @@ class Prediction:
         }
 
 
-def predict(eqns: list[Any], chip: ChipFigures) -> Prediction:
-    """The cost model over the `pallas_call` equations of one traced call."""
+def predict(eqns: list[Any], chip: ChipFigures, operands: list[list[Any]] | None = None) -> Prediction:
+    """The cost model over the `pallas_call` equations of one traced call; `operands`, per
+    equation, the values of its operands the trace fixed (`body.read` reads its step tables)."""
     total = Prediction(0.0)
     weighted_util = 0.0
-    for eqn in eqns:
+    for n, eqn in enumerate(eqns):
         gm = eqn.params["grid_mapping"]
         grid = tuple(int(g) for g in gm.grid)
         steps = math.prod(grid) if grid else 1
@@ -184,7 +185,7 @@ def predict(eqns: list[Any], chip: ChipFigures) -> Prediction:
             traffic += copies * nbytes
             if i < gm.num_inputs:
                 prologue += nbytes
-        work = body.read(eqn)
+        work = body.read(eqn, operands[n] if operands else None)
         compute, flops = 0.0, 0.0
         for d in work.dots:
             f = 2.0 * d.m * d.n * d.k * d.batch * d.steps

@@ -24,6 +24,36 @@ def pallas_calls(jaxpr: Any) -> Iterator[Any]:
             yield from pallas_calls(sub)
 
 
+def constant_operands(jaxpr: Any) -> dict[int, list[Any]]:
+    """For each pallas_call equation in `jaxpr` (a Jaxpr or ClosedJaxpr; keyed by `id(eqn)`),
+    the value of each operand that is a constant of the trace (a literal, a closed jaxpr's
+    constant, or a nested call's input bound to one), None for the others: what reading a kernel
+    whose scalar-prefetch tables were built at trace time (attention's causal walk) needs."""
+    found: dict[int, list[Any]] = {}
+
+    def walk(j: Any, env: dict) -> None:
+        inner = j if hasattr(j, "eqns") else j.jaxpr
+        consts = getattr(j, "consts", None)  # a closed jaxpr's (or, in newer JAX, a jaxpr's own)
+        if consts:
+            env = {**env, **dict(zip(inner.constvars, consts))}
+        for eqn in inner.eqns:
+            values = [v.val if hasattr(v, "val") else env.get(v) for v in eqn.invars]
+            if eqn.primitive.name == "pallas_call":
+                found[id(eqn)] = values
+                continue
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    if not (hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns")):
+                        continue
+                    invars = (sub if hasattr(sub, "eqns") else sub.jaxpr).invars
+                    # a call taking this equation's operands as its inputs (jit, custom_vjp)
+                    bound = dict(zip(invars, values)) if len(invars) == len(values) else {}
+                    walk(sub, {k: v for k, v in bound.items() if v is not None})
+
+    walk(jaxpr, {})
+    return found
+
+
 def kernel_name(eqn: Any) -> str:
     """A pallas_call's kernel function name (or the call's `name=`)."""
     debug = getattr(eqn.params.get("jaxpr"), "debug_info", None)

@@ -295,14 +295,20 @@ def _check_large(op: _Operand, grid: tuple[int, ...], is_output: bool) -> tuple[
     return [f for f in found if f is not None], None
 
 
-def check_kernel(eqn: Any) -> tuple[list[Finding], list[str]]:
+def check_kernel(eqn: Any, operands: list[Any] | None = None) -> tuple[list[Finding], list[str]]:
     """The coverage and bounds findings of one `pallas_call` equation, and warnings for what
-    it could not check."""
+    it could not check. `operands`: the values of its operands the trace fixed
+    (`lowering.jaxprs.constant_operands`): index maps that read scalar-prefetch tables are
+    checked where the trace fixed the tables (attention's causal walk), at small grids."""
     from tpu_kernels.lowering_check.vmem import _memory_space
+    from tpu_kernels.verification.bounds import block_indices
 
     gm = eqn.params["grid_mapping"]
-    if gm.num_index_operands or gm.num_dynamic_grid_bounds:
-        return [], []  # index maps read scalar-prefetch values, or the grid is dynamic
+    if gm.num_dynamic_grid_bounds:
+        return [], []  # the grid is dynamic
+    prefetched = list(operands or [])[: gm.num_index_operands]
+    if gm.num_index_operands and (len(prefetched) < gm.num_index_operands or any(v is None for v in prefetched)):
+        return [], []  # index maps read scalar-prefetch values the trace did not fix
     grid = tuple(int(g) for g in gm.grid)
     aliased = {int(o) for _, o in eqn.params.get("input_output_aliases", ())}
     n_in = gm.num_inputs
@@ -322,12 +328,17 @@ def check_kernel(eqn: Any) -> tuple[list[Finding], list[str]]:
         jaxpr = bm.index_map_jaxpr
         jaxpr = jaxpr if hasattr(jaxpr, "eqns") else jaxpr.jaxpr
         op = _Operand(what, shape, dims[0], dims[1], jaxpr)
-        if not small:
+        if gm.num_index_operands:  # the tables' values are known: the block indices at every step
+            if not small:
+                continue
+            idx = block_indices(bm, points, prefetched)
+        elif not small:
             found, warning = _check_large(op, grid, is_output and (i - n_in) not in aliased)
             findings += found
             warnings += [warning] if warning else []
             continue
-        idx = _eval_index_map(op, points)
+        else:
+            idx = _eval_index_map(op, points)
         bad = _bounds(op, idx, points, grid)
         if bad is not None:
             findings.append(bad)

@@ -119,20 +119,21 @@ def check_call(op: KernelOp, args: tuple, kwargs: dict, target: Chip) -> Example
     try:
         flat, specs, x64 = flat_kernel(op, args, kwargs)
         with x64_scope(x64), lowering_for_tpu(target):
-            eqns = vmem.traced_pallas_calls(flat, *specs)
+            kernels = vmem.traced_kernels(flat, *specs)
     except Exception as e:  # the estimate is a bonus: never fail the check over it
         result.warnings.append(f"no VMEM estimate or coverage check: {type(e).__name__}: {e}")
-        eqns = []
+        kernels = []
     else:
         with x64_scope(x64), lowering_for_tpu(target):
             _check_aliasing(result, op, flat, specs)
+    eqns = [eqn for eqn, _ in kernels]
     try:
         result.kernels = [vmem.footprint(eqn) for eqn in eqns]
     except Exception as e:
         result.warnings.append(f"no VMEM estimate: {type(e).__name__}: {e}")
     _check_footprints(result, target)
-    for eqn in eqns:
-        _check_coverage(result, eqn)
+    for eqn, operands in kernels:
+        _check_coverage(result, eqn, operands)
         _check_semantics(result, eqn)
         _check_tiles(result, eqn)
     return result
@@ -188,11 +189,11 @@ def _check_aliasing(result: ExampleResult, op: KernelOp, flat: Any, specs: list[
             result.warnings.append(f.message)
 
 
-def _check_coverage(result: ExampleResult, eqn: Any) -> None:
+def _check_coverage(result: ExampleResult, eqn: Any, operands: list[Any] | None = None) -> None:
     """Output elements no grid step writes, blocks entirely outside their array: failures."""
     name = vmem._kernel_name(eqn)
     try:
-        findings, warnings = coverage.check_kernel(eqn)
+        findings, warnings = coverage.check_kernel(eqn, operands)
     except Exception as e:  # an index map this check cannot evaluate: say so, do not fail
         result.warnings.append(f"kernel {name}: no coverage check: {type(e).__name__}: {e}")
         return

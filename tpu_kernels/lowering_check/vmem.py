@@ -195,6 +195,14 @@ def traced_pallas_calls(fn: Callable, *specs: Any) -> list[Any]:
     return list(pallas_calls(jax.make_jaxpr(fn)(*specs)))
 
 
+def traced_kernels(fn: Callable, *specs: Any) -> list[tuple[Any, list[Any]]]:
+    """Trace `fn` at `specs`: each pallas_call equation with the values of its operands the
+    trace fixed (`lowering.jaxprs.constant_operands`: a step table built at trace time)."""
+    jaxpr = jax.make_jaxpr(fn)(*specs)
+    known = jaxprs.constant_operands(jaxpr)
+    return [(eqn, known.get(id(eqn), [])) for eqn in pallas_calls(jaxpr)]
+
+
 def kernel_footprints(fn: Callable, *specs: Any) -> list[KernelFootprint]:
     """Trace `fn` at `specs` (ShapeDtypeStructs) and estimate each of its Pallas kernels."""
     return [footprint(eqn) for eqn in traced_pallas_calls(fn, *specs)]
