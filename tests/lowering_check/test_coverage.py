@@ -145,3 +145,42 @@ def test_a_step_table_that_skips_a_q_block_leaves_its_output_unwritten(monkeypat
     ((eqn, operands),) = _attention_kernels(seq=1024, block=256)
     findings, _ = coverage.check_kernel(eqn, operands)
     assert [f.kind for f in findings] == ["coverage"] and "never written" in findings[0].message
+
+
+def test_a_table_sliced_by_a_scan_is_not_taken_for_the_whole_table():
+    """A constant a scan slices reaches its body as one row per trip: the body's kernel sees an
+    operand the trace did not fix (None), never the whole table in place of the row."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tpu_kernels.lowering import jaxprs
+
+    def copy_row(row, x):  # a kernel reading its block index from a prefetched row
+        def kernel(t_ref, x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1,
+                grid=(2,),
+                in_specs=[pl.BlockSpec((8, 128), lambda i, t: (t[i], 0))],
+                out_specs=pl.BlockSpec((8, 128), lambda i, t: (i, 0)),
+            ),
+        )(row, x)
+
+    table = jnp.asarray([[0, 1], [1, 0], [1, 1]], jnp.int32)
+    x = jax.ShapeDtypeStruct((16, 128), jnp.float32)
+
+    def f(x):
+        return jax.lax.scan(lambda c, row: (c, copy_row(row, x)), 0, table)[1]
+
+    row = jnp.asarray([0, 1], jnp.int32)
+
+    def g(x):  # the same kernel given a constant row through a jit: fixed, and found
+        return jax.jit(copy_row)(row, x)
+
+    ((scanned,),) = [list(jaxprs.constant_operands(jax.make_jaxpr(f)(x)).values())]
+    assert scanned[0] is None
+    ((called,),) = [list(jaxprs.constant_operands(jax.make_jaxpr(g)(x)).values())]
+    assert called[0] is not None and list(called[0]) == [0, 1]

@@ -24,6 +24,10 @@ def pallas_calls(jaxpr: Any) -> Iterator[Any]:
             yield from pallas_calls(sub)
 
 
+# Primitives whose body (param "jaxpr" or "call_jaxpr") is called with the equation's operands
+_CALLS = {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call", "custom_vjp_call"}
+
+
 def constant_operands(jaxpr: Any) -> dict[int, list[Any]]:
     """For each pallas_call equation in `jaxpr` (a Jaxpr or ClosedJaxpr; keyed by `id(eqn)`),
     the value of each operand that is a constant of the trace (a literal, a closed jaxpr's
@@ -41,13 +45,15 @@ def constant_operands(jaxpr: Any) -> dict[int, list[Any]]:
             if eqn.primitive.name == "pallas_call":
                 found[id(eqn)] = values
                 continue
-            for param in eqn.params.values():
+            for key, param in eqn.params.items():
                 for sub in param if isinstance(param, (tuple, list)) else (param,):
                     if not (hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns")):
                         continue
                     invars = (sub if hasattr(sub, "eqns") else sub.jaxpr).invars
-                    # a call taking this equation's operands as its inputs (jit, custom_vjp)
-                    bound = dict(zip(invars, values)) if len(invars) == len(values) else {}
+                    # only a call's body takes this equation's operands as its inputs, one for one
+                    # (a scan's body takes slices of them, a cond's branches all but the index)
+                    passed = eqn.primitive.name in _CALLS and key in ("jaxpr", "call_jaxpr")
+                    bound = dict(zip(invars, values)) if passed and len(invars) == len(values) else {}
                     walk(sub, {k: v for k, v in bound.items() if v is not None})
 
     walk(jaxpr, {})
