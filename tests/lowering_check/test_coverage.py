@@ -184,3 +184,10 @@ def test_a_table_sliced_by_a_scan_is_not_taken_for_the_whole_table():
     assert scanned[0] is None
     ((called,),) = [list(jaxprs.constant_operands(jax.make_jaxpr(g)(x)).values())]
     assert called[0] is not None and list(called[0]) == [0, 1]
+
+
+def test_a_step_table_on_a_grid_too_large_to_evaluate_is_said_to_be_unchecked(monkeypatch):
+    monkeypatch.setattr(coverage, "MAX_POINTS", 4)
+    ((eqn, operands),) = _attention_kernels()
+    findings, warnings = coverage.check_kernel(eqn, operands)
+    assert findings == [] and warnings and all("not checked" in w and "scalar-prefetch" in w for w in warnings)

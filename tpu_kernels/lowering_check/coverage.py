@@ -330,6 +330,10 @@ def check_kernel(eqn: Any, operands: list[Any] | None = None) -> tuple[list[Find
         op = _Operand(what, shape, dims[0], dims[1], jaxpr)
         if gm.num_index_operands:  # the tables' values are known: the block indices at every step
             if not small:
+                warnings.append(
+                    f"coverage and bounds of {op.what} not checked: its index map reads a scalar-prefetch "
+                    f"table and its grid has {math.prod(grid)} points (over {MAX_POINTS})"
+                )
                 continue
             idx = block_indices(bm, points, prefetched)
         elif not small:
