@@ -52,6 +52,24 @@ def test_512_blocks_pay_for_the_forward_not_the_backward_at_9472_tokens(record):
     assert pallas._block("block_q", 9472, None, 8)[0] == 1024
 
 
+def test_the_triangle_rule_is_faster_wherever_it_moves_the_forwards_blocks(record):
+    """The triangle section at 2247ea9: at every draw where a causal forward's triangle rule
+    picks other blocks than the covered length would, the rule's blocks run faster (by 4% or
+    more, both passes), and their outputs differ from the covered blocks' by summation order
+    only (a bf16 step or less)."""
+    from tests.bench.probes import load
+
+    walk = load("chip_attention_walk.py")
+    run = record["runs"][4]
+    assert run["section"] == "triangle" and run["after"] == "2247ea9"
+    rows = {r["point"]: r for r in run["rows"]}
+    moved = [walk.family._tag(p, "bf16") for p in walk.family.draws() if walk._variants("triangle", pallas, None, p)]
+    assert sorted(rows) == sorted(moved) and len(moved) == 6
+    for point, r in rows.items():
+        assert max(r["triangle_us0"], r["triangle_us1"]) * 1.04 <= min(r["covered_us0"], r["covered_us1"]), point
+        assert r["triangle_maxdiff"] <= 2**-9, point
+
+
 @pytest.mark.slow
 def test_the_probe_compares_two_kernel_files_without_torch(tmp_path):
     """bench/chip_attention_walk.py --only ab at its CPU sizes, torch blocked, Pallas
