@@ -1,7 +1,11 @@
-"""attention="shipped" (attn_implementation "tpu_kernels_attention") on TPU tensors: tiny Llama
-and Mistral models (random weights, nothing downloaded) against the same weights on torch_tpu's
-sdpa, a training step's loss and gradients, and that every layer ran the shipped kernels. Needs
-transformers, not Tokamax (the chip's Python 3.11 has no Tokamax): it skips without transformers."""
+"""The Hugging Face routes to shipped kernels on TPU tensors: attention="shipped" (attn_implementation
+"tpu_kernels_attention") in tiny Llama and Mistral models, and loss="shipped" (the fused LM head
+and cross-entropy) in a tiny Llama, each against the same weights on HF's eager attention and
+HF's own loss: a training step's loss and gradients, and that the shipped kernels ran. The
+reference is HF's eager attention, not torch_tpu's sdpa, whose backward does not compile on the
+chip (Mosaic: failed to legalize 'math.log2'; bench/reports/chip_v5e_attention_family.json).
+Needs transformers, not Tokamax (the chip's Python 3.11 has no Tokamax): it skips without
+transformers."""
 
 from __future__ import annotations
 
@@ -35,14 +39,26 @@ def _highest():
     torch.set_float32_matmul_precision(before)
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_a_training_step_matches_torch_tpu_sdpa(name, tpu, figures, monkeypatch):
-    from tpu_kernels.integrations.transformers import SHIPPED, register
-
+def _model(name: str):
     config_name, model_name, extra = MODELS[name]
     torch.manual_seed(0)
-    ref = getattr(transformers, model_name)(getattr(transformers, config_name)(**CONFIG, **extra)).train()
-    ref.set_attn_implementation("sdpa")
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**CONFIG, **extra)).train()
+    model.set_attn_implementation("eager")
+    return model
+
+
+def _normwise(ref, ours) -> float:
+    return max(
+        ((p.grad - q.grad).norm() / p.grad.norm().clamp_min(1e-30)).item()
+        for p, q in zip(ref.parameters(), ours.parameters())
+    )
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_training_step_matches_hf_eager_attention(name, tpu, figures, monkeypatch):
+    from tpu_kernels.integrations.transformers import SHIPPED, register
+
+    ref = _model(name)
     ours = copy.deepcopy(ref)
     register()
     ours.set_attn_implementation(SHIPPED)
@@ -56,13 +72,36 @@ def test_a_training_step_matches_torch_tpu_sdpa(name, tpu, figures, monkeypatch)
     a.loss.backward()
     b.loss.backward()
     assert len(calls) == CONFIG["num_hidden_layers"] and b.logits.device.type == tpu.type
-    grads = max(
-        ((p.grad - q.grad).norm() / p.grad.norm().clamp_min(1e-30)).item()
-        for p, q in zip(ref.parameters(), ours.parameters())
-    )
+    grads = _normwise(ref, ours)
     figures.update(
         logits=(a.logits - b.logits).abs().max().item(),
         loss=abs(a.loss.item() - b.loss.item()),
         grads_normwise=grads,
     )
     assert figures["logits"] < 1e-3 and figures["loss"] < 1e-4 and grads < 1e-3, figures
+
+
+def test_a_training_step_with_the_shipped_loss_matches_hf(tpu, figures, monkeypatch):
+    """loss="shipped" with attention="shipped": HF's label shift and ignored labels, the loss in
+    float32, no logits in training, and every gradient against HF's loss on eager attention."""
+    import tpu_kernels.kernels as kernels
+    from tpu_kernels.integrations.transformers import apply_tpu_kernels
+
+    ref = _model("llama")
+    ours = copy.deepcopy(ref)
+    swapped = apply_tpu_kernels(ours, rms_norm=False, mlp=False, attention="shipped", loss="shipped")
+    assert swapped["loss"] == 1 and swapped["attention"] == 1
+    ref, ours = ref.to(tpu), ours.to(tpu)
+    real, calls = kernels.linear_cross_entropy, []
+    monkeypatch.setattr(kernels, "linear_cross_entropy", lambda *a, **k: calls.append(k) or real(*a, **k))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(3, CONFIG["vocab_size"], (2, 64), generator=g)
+    labels = x.clone()
+    labels[0, :5] = -100  # a prompt left out of the loss
+    x, labels = x.to(tpu), labels.to(tpu)
+    a, b = ref(x, labels=labels), ours(x, labels=labels)
+    a.loss.backward()
+    b.loss.backward()
+    assert calls and b.logits is None and b.loss.dtype == torch.float32
+    figures.update(loss=abs(a.loss.item() - b.loss.item()), grads_normwise=_normwise(ref, ours))
+    assert figures["loss"] < 1e-4 and figures["grads_normwise"] < 1e-3, figures
