@@ -84,8 +84,8 @@ def test_the_torch_op_gained_from_dropping_the_padded_copies_where_the_kernels_s
     is faster than 78939db's at 10 or more of the 12 points in each pass, and by 3% or more at
     every point no 512-block divides whose call took over 0.5 ms (below that a call is mostly
     host time, and two forwards moved by 1-2% either way); the least speed against torch_tpu's
-    SDPA rose from 0.80x to 0.85x or more. Every row of the partial JAX run after it agrees with
-    XLA or JAX flash."""
+    SDPA rose from 0.80x to 0.85x or more. Every row of the partial JAX runs agrees with XLA or
+    JAX flash where one of them runs it (none takes a window)."""
     torch_runs = {r["commit"]: r for r in record["runs"] if r["section"] == "torch"}
     before, after = ({r["id"]: r for r in torch_runs[c]["rows"]} for c in ("78939db", "56a9a6c"))
     for what in ("forward", "forward+backward"):
@@ -101,7 +101,9 @@ def test_the_torch_op_gained_from_dropping_the_padded_copies_where_the_kernels_s
     was = [r["vs_torch_tpu_sdpa"] for r in before.values() if "vs_torch_tpu_sdpa" in r]
     assert round(min(was), 2) == 0.80 and min(vs) >= 0.85 and len(vs) == 12
     partial = [r for r in record["runs"] if r.get("partial")]
-    assert partial and all(r.get("err", 1) < 1e-2 for run in partial for r in run["rows"])
+    assert partial
+    for r in (r for run in partial for r in run["rows"]):  # no baseline takes a window
+        assert r["err"] < 1e-2 if r["point"]["window"] is None else "err" not in r, r
 
 
 def test_the_table_walk_gained_through_torch_where_the_walk_record_says(record):
@@ -126,3 +128,19 @@ def test_the_table_walk_gained_through_torch_where_the_walk_record_says(record):
     led = sorted(i for i, x in vs.items() if x < 1.0)
     assert len(led) == 2 and min(vs.values()) >= 0.94, led
     assert len([i for i, r in before.items() if r.get("vs_torch_tpu_sdpa", 1) < 1.0]) == 4
+
+
+def test_after_the_walk_the_jax_half_leads_jax_flash_everywhere_and_xla_past_1408_tokens(record):
+    """The partial JAX run at 873d565 (the walk's kernels): at least 1.0x JAX's flash attention at
+    every point it runs, forward and forward + backward; at least 1.2x XLA's attention at every
+    point past 1408 tokens. At 1280-1408 tokens XLA's dense attention stays within reach
+    (0.9-1.2x), which issue 60's 1.2x target does not yet meet."""
+    run = [r for r in record["runs"] if r["section"] == "jax" and r["commit"] == "873d565"][0]
+    assert len(run["rows"]) == 26
+    for r in run["rows"]:
+        if "vs_jax_flash" in r:
+            assert r["vs_jax_flash"] >= 1.0, r["id"]
+        if "vs_xla" in r:
+            assert r["vs_xla"] >= (1.2 if r["point"]["tokens"] > 1408 else 0.9), r["id"]
+    short = [r["id"] for r in run["rows"] if r.get("vs_xla", 2) < 1.2]
+    assert short and all(r.split("[")[1].split(",")[3] in ("1280", "1408") for r in short), short
