@@ -295,11 +295,20 @@ def _when(run, edge, body) -> None:
         pl.when(run & jnp.logical_not(edge))(lambda: body(False))
 
 
-def _scores(q, k, scale: float, plan: Plan, q_start, k_start, masked: bool):
-    """s = q k^T * scale for one (q block, kv block); masked (an edge block): -inf-like where a
-    query may not see a key."""
+def _scaled(q, scale: float):
+    """The q block times the softmax scale, in q's dtype: a (block_q, head_dim) product per step
+    where scaling the scores would take a (block_q, block_k) one on the vector unit, which the
+    scores' softmax keeps busy. One rounding of q more in bf16 (none where the scale is a power
+    of two, as at head_dim 64 and 256); the forward's lse and the backward's scores round alike."""
+    if scale == 1.0:
+        return q
+    return (q.astype(_acc(q.dtype)) * scale).astype(q.dtype)
+
+
+def _scores(q, k, plan: Plan, q_start, k_start, masked: bool):
+    """s = q k^T for one (q block, scaled already: `_scaled`; kv block); masked (an edge
+    block): -inf-like where a query may not see a key."""
     s = jax.lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=_acc(q.dtype))
-    s = s * scale
     if masked and (plan.causal or plan.padded_keys):
         rows = q_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 0)
         cols = k_start + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
@@ -339,7 +348,7 @@ def _fwd_kernel(*refs, scale, walk: Walk):
         acc_sc[...] = jnp.zeros_like(acc_sc)
 
     def _step(masked: bool):
-        s = _scores(q_ref[...], k_ref[...], scale, plan, i * plan.bq, k_start, masked)
+        s = _scores(_scaled(q_ref[...], scale), k_ref[...], plan, i * plan.bq, k_start, masked)
         m_prev = m_sc[...]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
@@ -378,7 +387,7 @@ def _dkv_kernel(*refs, scale, walk: Walk):
         acc = dk_sc.dtype
         if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
             q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
-        s = _scores(q, k, scale, plan, q_start, j * plan.bk, masked)
+        s = _scores(_scaled(q, scale), k, plan, q_start, j * plan.bk, masked)
         p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
         transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
         dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
@@ -413,7 +422,7 @@ def _dq_kernel(*refs, scale, walk: Walk):
         acc = dq_sc.dtype
         if masked and plan.padded_keys:  # keys past seq_k: p is 0 there, and zero k, v keep ds and dq finite
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
-        s = _scores(q, k, scale, plan, i * plan.bq, k_start, masked)
+        s = _scores(_scaled(q, scale), k, plan, i * plan.bq, k_start, masked)
         p = jnp.exp(s - lse_ref[...])
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
         ds = p * (dp - delta_ref[...])
