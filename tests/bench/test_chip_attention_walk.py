@@ -121,3 +121,20 @@ def test_each_section_takes_the_draws_it_names():
         assert bool(chosen) == (differ and p["window"] is None), p
         if chosen:
             assert chosen["covered"][1] == pallas._block("q", t, None, 8)[0] and chosen["triangle"][1] is None
+
+
+def test_scaling_q_in_place_of_the_scores_costs_nothing_and_pays_at_head_dim_256(record):
+    """The ab run at b1673e9 (q blocks scaled, not scores) against 50c8928: every draw it reached
+    within run-to-run noise or faster (0.99x and up), the long head_dim-256 forward (gemma-7b at
+    28032 tokens) 1.05x or more; outputs bitwise equal where the scale is a power of two
+    (head_dim 64 and 256), and within a few bf16 steps elsewhere."""
+    run = record["runs"][5]
+    assert run["section"] == "ab" and run["after"].startswith("b1673e9") and run["partial"]
+    assert len(run["rows"]) == 18
+    for r in run["rows"]:
+        speed = _best(r, "before") / _best(r, "after")
+        assert speed >= 0.99, (r["point"], r["what"], speed)
+        head_dim = int(r["point"].split(",")[-1].rstrip("]"))
+        assert r["after_maxdiff"] == 0.0 if head_dim in (64, 256) else r["after_maxdiff"] <= 2**-4, r
+    long = [r for r in run["rows"] if "28032" in r["point"] and r["what"] == "forward"][0]
+    assert _best(long, "before") / _best(long, "after") >= 1.05
