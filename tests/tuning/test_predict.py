@@ -63,6 +63,29 @@ def test_an_operand_is_fetched_again_whenever_its_block_index_changes():
     assert p.hbm_bytes == m * k * 2 * gj + k * n * 2 * gi + m * n * 4
 
 
+@pytest.mark.parametrize("seq, block", [(2048, 512), (1280, 256)])
+def test_a_walk_over_a_step_table_copies_a_block_only_where_its_entry_changes(seq, block):
+    """The shipped attention's causal forward walks a scalar-prefetch table of (q block, kv block)
+    pairs: its q block and its output stay put along a q block's run of kv steps, and its k and
+    v blocks change at every step but one per head (q block 0's only kv block is q block 1's
+    first). Given the trace's table, the model counts those copies; without it, it counts a
+    copy of every block at every step, an upper bound."""
+    from tpu_kernels.kernels.attention import pallas
+
+    heads, d = 2, 128
+    spec = jax.ShapeDtypeStruct((1, heads, seq, d), jnp.bfloat16)
+    fn = lambda q, k, v: pallas.attention_out(q, k, v, causal=True, block_q=block, block_k=block)  # noqa: E731
+    ((eqn, operands),) = vmem.traced_kernels(fn, spec, spec, spec)
+    n = seq // block
+    steps, blocks = heads * n * (n + 1) // 2, heads * n
+    tile = block * d * 2
+    walked = predict.predict([eqn], V6E, [operands])
+    assert walked.steps == steps
+    assert walked.hbm_bytes == (2 * blocks + 2 * (steps - heads)) * tile
+    unknown = predict.predict([eqn], V6E)
+    assert unknown.hbm_bytes == 4 * steps * tile
+
+
 @pytest.mark.parametrize(
     "name, passes",
     [(None, 1), ("default", 1), ("bfloat16", 1), ("high", 3), ("tensorfloat32", 3), ("highest", None), ("float32", None)],

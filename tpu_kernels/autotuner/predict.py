@@ -16,7 +16,9 @@ and per call, over its kernels: `time = max(DISPATCH_FLOOR_S, sum of kernel)`.
   in (or written back) whenever its block index changes between consecutive grid steps
   (row-major order, the last axis fastest), so an operand whose index map reads only the
   outer axes is fetched once per outer step: `prod(grid[:a+1])` copies, `a` the innermost
-  grid axis of size > 1 that its index map reads (one copy when it reads none). Operands left
+  grid axis of size > 1 that its index map reads (one copy when it reads none). An index map
+  that reads scalar-prefetch tables the trace fixed (attention's causal walk) is evaluated at
+  every grid step (up to MAX_WALKED_STEPS) and its changes counted. Operands left
   in HBM (`memory_space=pl.ANY`) count their whole array once.
 - compute: the kernel body's `dot_general`s, 2*M*N*K flops each on every grid step that runs
   it (`body.read`: a dot under a `pl.when` counts on the steps whose predicate holds, so a
@@ -87,6 +89,11 @@ VPU_OPS_PER_CYCLE = 1.0
 DISPATCH_FLOOR_S = 123.6e-6
 """Seconds a call takes at least: the host's dispatch of it, measured on the v5e development
 machine (gVisor) beside the sweeps. A property of that host, not of the chip."""
+
+# The most grid steps whose blocks' copies are counted by walking the grid (a kernel whose
+# index maps read step tables the trace fixed); past it, a block moving along an axis is copied
+# at every step of that axis and the axes before it.
+MAX_WALKED_STEPS = 1 << 16
 
 FITTED = ("STEP_OVERHEAD_S", "FLOAT32_MXU_FRACTION", "MXU_EFFICIENCY", "HBM_EFFICIENCY", "DISPATCH_FLOOR_S")
 """The constants bench/chip_tuning.py takes from a chip's records (bench/reports/chip_v5e_tuning_fit.json)."""
@@ -173,6 +180,7 @@ def predict(eqns: list[Any], chip: ChipFigures, operands: list[list[Any]] | None
         grid = tuple(int(g) for g in gm.grid)
         steps = math.prod(grid) if grid else 1
         traffic, prologue = 0.0, 0.0
+        tables = _tables(gm, operands[n] if operands else None, steps)
         for i, bm in enumerate(gm.block_mappings):
             nbytes = _block_bytes(bm)
             if pallas_grid.in_hbm(bm):
@@ -180,8 +188,11 @@ def predict(eqns: list[Any], chip: ChipFigures, operands: list[list[Any]] | None
                 continue
             if nbytes is None or not _in_vmem(bm):
                 continue
-            moving = [a for a in pallas_grid.moving_axes(bm, len(grid)) if grid[a] > 1]
-            copies = math.prod(grid[: max(moving) + 1]) if moving else 1
+            if tables is not None:
+                copies = _copies(bm, grid, tables)
+            else:
+                moving = [a for a in pallas_grid.moving_axes(bm, len(grid)) if grid[a] > 1]
+                copies = math.prod(grid[: max(moving) + 1]) if moving else 1
             traffic += copies * nbytes
             if i < gm.num_inputs:
                 prologue += nbytes
@@ -210,6 +221,26 @@ def predict(eqns: list[Any], chip: ChipFigures, operands: list[list[Any]] | None
     if total.mxu_flops:
         total.mxu_utilisation = weighted_util / total.mxu_flops
     return total
+
+
+def _tables(gm: Any, operands: list[Any] | None, steps: int) -> list[Any] | None:
+    """The scalar-prefetch tables' values where the trace fixed all of them and the grid is
+    small enough to walk (MAX_WALKED_STEPS), else None."""
+    k = gm.num_index_operands
+    if not k or operands is None or any(v is None for v in operands[:k]) or gm.num_dynamic_grid_bounds:
+        return None
+    return list(operands[:k]) if steps <= MAX_WALKED_STEPS else None
+
+
+def _copies(bm: Any, grid: tuple[int, ...], tables: list[Any]) -> int:
+    """How many times a block is copied in (or written back) over the grid, walked in order: once
+    at the first step and again at each step whose block index differs from the step before's,
+    as Pallas' pipeline skips a copy whose block has not moved. An index map that reads a step
+    table (attention's causal walk) moves its block only where the table's entry changes, not
+    at every step the table is indexed by."""
+    points = np.indices(grid).reshape(len(grid), -1).T.astype(np.int32) if grid else np.zeros((1, 0), np.int32)
+    idx = pallas_grid.block_indices(bm, points, tables)
+    return 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
 
 
 def _in_vmem(bm: Any) -> bool:

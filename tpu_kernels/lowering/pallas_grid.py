@@ -155,11 +155,34 @@ def _equations(jaxpr: Any) -> Iterator[Any]:
                 yield from _equations(sub)
 
 
+def block_indices(bm: Any, points: np.ndarray, prefetched: list[Any]) -> np.ndarray:
+    """The block indices (n, rank) one block mapping's index map gives at grid points
+    (n, len(grid)), its scalar-prefetch Refs read from `prefetched` (the Refs discharged:
+    a pure function of the grid indices and the prefetched values)."""
+    import jax
+
+    from tpu_kernels import _compat
+
+    pure = _compat.get("jax_discharge_state")(bm.index_map_jaxpr)
+    jaxpr, consts = (pure.jaxpr, pure.consts) if hasattr(pure, "consts") else (pure, [])
+    rank = len(bm.array_aval.shape)
+
+    def at(*g: Any) -> list:
+        return jax.core.eval_jaxpr(jaxpr, consts, *g, *prefetched)[:rank]  # then the Refs' values
+
+    if points.shape[1]:
+        out = jax.vmap(at)(*(points[:, a] for a in range(points.shape[1])))
+    else:
+        out = at()
+    return np.stack([np.broadcast_to(np.asarray(o, np.int64), (len(points),)) for o in out], axis=1)
+
+
 __all__ = [
     "PARALLEL_KINDS",
     "axis_dependence",
     "block_dims",
     "block_index",
+    "block_indices",
     "declared_semantics",
     "depends_on",
     "in_hbm",
@@ -170,3 +193,4 @@ __all__ = [
     "semantics",
     "sub_jaxprs",
 ]
+

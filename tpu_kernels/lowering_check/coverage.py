@@ -300,8 +300,8 @@ def check_kernel(eqn: Any, operands: list[Any] | None = None) -> tuple[list[Find
     it could not check. `operands`: the values of its operands the trace fixed
     (`lowering.jaxprs.constant_operands`): index maps that read scalar-prefetch tables are
     checked where the trace fixed the tables (attention's causal walk), at small grids."""
+    from tpu_kernels.lowering.pallas_grid import block_indices
     from tpu_kernels.lowering_check.vmem import _memory_space
-    from tpu_kernels.verification.bounds import block_indices
 
     gm = eqn.params["grid_mapping"]
     if gm.num_dynamic_grid_bounds:

@@ -44,9 +44,9 @@ import torch
 from jax.experimental.pallas import tpu as pltpu
 from jax.extend import core as jex_core
 
-from tpu_kernels import _compat
 from tpu_kernels.definition import dtypes
 from tpu_kernels.lowering import jaxprs
+from tpu_kernels.lowering.pallas_grid import block_indices
 from tpu_kernels.runtime import bridge, interpret
 
 if TYPE_CHECKING:
@@ -286,24 +286,6 @@ def _block_words(bm: Any, sizes: tuple[int, ...]) -> str:
         for d, s in zip(bm.block_shape, sizes)
     ]
     return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
-
-
-def block_indices(bm: Any, points: np.ndarray, prefetched: list[Any]) -> np.ndarray:
-    """The block indices (n, rank) one block mapping's index map gives at grid points
-    (n, len(grid)), its scalar-prefetch Refs read from `prefetched` (the Refs discharged:
-    a pure function of the grid indices and the prefetched values)."""
-    pure = _compat.get("jax_discharge_state")(bm.index_map_jaxpr)
-    jaxpr, consts = (pure.jaxpr, pure.consts) if hasattr(pure, "consts") else (pure, [])
-    rank = len(bm.array_aval.shape)
-
-    def at(*g: Any) -> list:
-        return jax.core.eval_jaxpr(jaxpr, consts, *g, *prefetched)[:rank]  # then the Refs' values
-
-    if points.shape[1]:
-        out = jax.vmap(at)(*(points[:, a] for a in range(points.shape[1])))
-    else:
-        out = at()
-    return np.stack([np.broadcast_to(np.asarray(o, np.int64), (len(points),)) for o in out], axis=1)
 
 
 def _kernel_problem(eqn: Any, values: list[Any]) -> str | None:
