@@ -440,3 +440,90 @@ def test_a_family_added_as_one_folder_joins_the_runners_grid(tmp_path, monkeypat
     finally:
         for module in [m for m in sys.modules if m.startswith("tpu_kernels.kernels.toy_double")]:
             del sys.modules[module]
+
+
+TOY_TORCH_PALLAS = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def _kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def double(x: jax.Array, *, block_rows: int | None = None) -> jax.Array:
+    rows = block_rows or x.shape[0]
+    spec = pl.BlockSpec((rows, x.shape[1]), lambda i: (i, 0))
+    return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // rows,),
+                          in_specs=[spec], out_specs=spec)(x)
+"""
+TOY_TORCH_REFERENCE = """
+from tpu_kernels.verification.tolerance import Reference
+
+
+def double(x):
+    return x * 2
+
+
+CHECK = Reference(double)
+"""
+TOY_TORCH_INIT = """
+from tpu_kernels.kernels import registry
+from tpu_kernels.kernels.toy_double import pallas, reference, shapes
+from tpu_kernels.op import tpu_kernel
+
+double = tpu_kernel("toy_family_test::double", backward="vjp", tune={"block_rows": [8, 16, 32]})(pallas.double)
+
+registry.register(__name__, op=double, inputs=lambda s, dtype, device: (registry.randn(s, dtype, device),))
+"""
+
+
+@pytest.mark.slow
+def test_a_family_added_as_one_folder_is_an_op_the_tuner_and_the_runner_see(tmp_path):
+    """The whole family in one folder (its torch op and registration too): discovered as the
+    package discovers its own, it is a registered family whose op runs, whose declared space
+    (`tune=`) is the tuner's candidates, and whose points join the runner's grid. In a process
+    of its own: a torch op cannot be unregistered."""
+    folder = tmp_path / "toy_double"
+    folder.mkdir()
+    shapes = "TEST = {'small': (16, 128)}\n" + TOY_SHAPES.replace("BENCH = {'small': (8, 128)}", "BENCH = {'small': (32, 128)}\nQUICK = 'small'")
+    for name, text in (
+        ("pallas", TOY_TORCH_PALLAS),
+        ("jax_reference", TOY_REFERENCE),
+        ("reference", TOY_TORCH_REFERENCE),
+        ("shapes", shapes),
+        ("chip", TOY_CHIP),
+        ("__init__", TOY_TORCH_INIT),
+    ):
+        (folder / f"{name}.py").write_text(text)
+    code = f"""
+import json
+import torch
+import tpu_kernels.kernels as kernels
+from tpu_kernels import wiring
+from tpu_kernels.autotuner.point import candidates_for
+from tpu_kernels.chip import grid
+from tpu_kernels.kernels.registry import FAMILIES
+
+kernels.__path__.append({str(tmp_path)!r})
+wiring.discover("tpu_kernels.kernels", [{str(tmp_path)!r}])
+family = FAMILIES["toy_double"]
+x = torch.randn(32, 128)
+out = {{
+    "families": sorted(FAMILIES),
+    "space": family.op.tunables.space(),
+    "candidates": candidates_for(family.op, {{}}),
+    "fixed": candidates_for(family.op, {{"block_rows": 16}}),
+    "exact": bool(torch.equal(family.op(x, block_rows=16), 2 * x)),
+    "points": [p.id for p in grid.points(quick=True, sections=("rows",)) if p.kernel == "toy_double"],
+}}
+print(json.dumps(out))
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "toy_double" in got["families"] and {"matmul", "rmsnorm"} <= set(got["families"])
+    assert got["space"] == {"block_rows": [None, 8, 16, 32]}  # the default (the kernel sizes it) first
+    assert got["candidates"] == [[None], [8], [16], [32]] and got["fixed"] == [[16]]
+    assert got["exact"] and got["points"] == ["toy_double/f32[8,128]"]
