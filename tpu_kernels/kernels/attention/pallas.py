@@ -297,9 +297,10 @@ def _when(run, edge, body) -> None:
 
 def _scaled(q, scale: float):
     """The q block times the softmax scale, in q's dtype: a (block_q, head_dim) product per step
-    where scaling the scores would take a (block_q, block_k) one on the vector unit, which the
-    scores' softmax keeps busy. One rounding of q more in bf16 (none where the scale is a power
-    of two, as at head_dim 64 and 256); the forward's lse and the backward's scores round alike."""
+    where scaling the scores took a (block_q, block_k) one (on a v5e: faster at head_dim 256,
+    unchanged at 128; bench/reports/chip_v5e_attention_walk.json). One rounding of q more in
+    bf16 (none where the scale is a power of two, as at head_dim 64 and 256); the forward's lse
+    and the backward's scores round alike."""
     if scale == 1.0:
         return q
     return (q.astype(_acc(q.dtype)) * scale).astype(q.dtype)
