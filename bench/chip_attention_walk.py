@@ -51,7 +51,9 @@ def _variants(section: str, new, before, p: dict) -> dict:
             return {}
         return {f"{bq}x{bk}": (new, bq, bk) for bq, bk in BLOCKS}
     t = p["tokens"]
-    tri, covered = new._block("q", t, None, 8, True)[0], new._block("q", t, None, 8, False)[0]
+    shape = (1, p["heads"], t, p["head_dim"])
+    tri = new.Config.default(shape, shape, causal=True).block_q
+    covered = new.Config.default(shape, shape, causal=True, backward=True).block_q
     if tri == covered or p["window"] is not None:
         return {}
     return {"covered": (new, covered, covered), "triangle": (new, None, None)}

@@ -459,7 +459,7 @@ def _cfg(c: dict | None) -> str:
 
 def write_tables(rows: list[dict], record: Path, commit: str | None) -> list[Path]:
     """Measured v5e entries for the shipped matmul, one per matmul group of the record: the
-    fastest config the chip measured among the op's declared candidates (matmul.TUNE; the
+    fastest config the chip measured among the op's declared candidates (matmul's pallas.Config; the
     record's larger blocks outside it are not offered), written by the toolkit's table writer
     beside the kernel. Row kernels are left out: their code changed since the record's commit.
     float32 groups are left out too: the runner traces them at JAX's default precision (one bf16

@@ -72,7 +72,7 @@ def test_the_default_blocks_cite_the_first_runs_small_blocks(record):
     for r in last["rows"]:
         t = r["point"]["tokens"]
         if r["id"] in before and t % 128 == 0 and t % 512 and t > 1024:  # the first run took 128 or 256
-            assert pallas._block("block_q", t, None, 8)[0] >= 512
+            assert pallas._default_block(t) >= 512
             assert r["ours_us"] < before[r["id"]], r["id"]
             compared += 1
     assert compared >= 4

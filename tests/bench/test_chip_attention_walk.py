@@ -48,8 +48,9 @@ def test_512_blocks_pay_for_the_forward_not_the_backward_at_9472_tokens(record):
     rows = {r["what"]: r for r in record["runs"][3]["rows"] if "9472" in r["point"]}
     assert _best(rows["forward"], "NonexNone") / _best(rows["forward"], "512x512") >= 1.05
     assert _best(rows["forward+backward"], "NonexNone") / _best(rows["forward+backward"], "512x512") < 1.0
-    assert pallas._block("block_q", 9472, None, 8, triangle=True)[0] == 512
-    assert pallas._block("block_q", 9472, None, 8)[0] == 1024
+    shape = (1, 40, 9472, 128)
+    assert pallas.Config.default(shape, shape, causal=True) == pallas.Config(512, 512)
+    assert pallas.Config.default(shape, shape, causal=True, backward=True) == pallas.Config(1024, 1024)
 
 
 def test_the_triangle_rule_is_faster_wherever_it_moves_the_forwards_blocks(record):
@@ -117,10 +118,10 @@ def test_each_section_takes_the_draws_it_names():
     for p in draws:
         chosen = walk._variants("triangle", pallas, None, p)
         t = p["tokens"]
-        differ = pallas._block("q", t, None, 8, True)[0] != pallas._block("q", t, None, 8)[0]
+        differ = pallas._default_block(t, True) != pallas._default_block(t)
         assert bool(chosen) == (differ and p["window"] is None), p
         if chosen:
-            assert chosen["covered"][1] == pallas._block("q", t, None, 8)[0] and chosen["triangle"][1] is None
+            assert chosen["covered"][1] == pallas._default_block(t) and chosen["triangle"][1] is None
 
 
 def test_scaling_q_in_place_of_the_scores_costs_nothing_and_pays_at_head_dim_256(record):

@@ -114,8 +114,12 @@ def test_head_dims_against_float64(head_dim, dtype):
     ],
 )
 def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected):
-    assert pallas._block("block_q", seq, None, 8) == expected
-    assert pallas._block("block_k", seq, None, 128) == expected
+    shape = (1, 2, seq, 64)
+    for causal in (False, True):  # the backward's blocks, and any call's over a non-square
+        blocks = pallas.Config.default(shape, shape, causal=causal, backward=True)
+        assert blocks == pallas.Config(expected[0], expected[0])
+    q = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+    assert pallas._plan(q, q, False, None, None, None, forward=True).sq == expected[1]
 
 
 @pytest.mark.parametrize(
@@ -128,7 +132,11 @@ def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected):
     ],
 )
 def test_a_causal_forward_prices_the_triangle_of_blocks_it_walks(seq, expected):
-    assert pallas._block("block_q", seq, None, 8, triangle=True) == expected
+    shape = (1, 2, seq, 64)
+    assert pallas.Config.default(shape, shape, causal=True) == pallas.Config(expected[0], expected[0])
+    q = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+    plan = pallas._plan(q, q, True, None, None, None, forward=True)
+    assert (plan.bq, plan.sq) == expected
 
 
 def test_only_a_causal_forward_over_a_square_prices_the_triangle():

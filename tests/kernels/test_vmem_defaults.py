@@ -111,7 +111,7 @@ def test_wide_rows_match_float64(shape, dtype):
     jdt = jnp.float32 if dtype == torch.float32 else jnp.bfloat16
     chunk = sm.chunk_for(shape[-1])
     assert (chunk is None) == (shape[-1] % 128 != 0)
-    assert sm._too_wide(jnp.zeros(shape, jdt), None, sm.FORWARD, chunk) == (chunk is None)
+    assert (sm.Config.default(shape, jdt).block_rows is None) == (chunk is None)  # None: the columns tiled
     x = rand(*shape, dtype=dtype) * 3
     out = softmax(x)
     ref = torch.softmax(x.double(), dim=-1)

@@ -1,8 +1,8 @@
 """The JAX halves of the shipped kernels and of the Pallas templates, imported without torch.
 
 A TPU host may have JAX and no torch (the v5e development machine: Python 3.11, JAX 0.10.2,
-no torch installable). Each family folder's `pallas.py` (kernel, wrapper, block choice;
-matmul's `blocks.py` with its tuning space), `jax_reference.py`, `shapes.py` and `chip.py` (its
+no torch installable). Each family folder's `pallas.py` (kernel, wrapper, its block `Config`;
+matmul's `blocks.py` with its cost model), `jax_reference.py`, `shapes.py` and `chip.py` (its
 points in the runner's grid) import only JAX, NumPy and torch-free parts of tpu_kernels; the
 folder's `__init__.py` registers the torch op and so imports torch. Where torch cannot be
 imported, `family()` puts bare package modules for `tpu_kernels.kernels` and the family folder

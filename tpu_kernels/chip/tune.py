@@ -12,7 +12,7 @@ import itertools
 from tpu_kernels.chip import grid, load
 from tpu_kernels.chip.point import Point
 
-# Large blocks beyond the op's own tuning space (matmul.blocks.SPACE): the MXU-filling shapes
+# Large blocks beyond the op's own tuning space (matmul's pallas.Config.SPACE): the MXU-filling shapes
 # the issue found fastest on a v5e (1024-class blocks with a raised scoped VMEM limit).
 LARGE_BLOCKS = [
     (1024, 1024, 256), (1024, 1024, 512), (1024, 1024, 1024), (512, 1024, 512), (1024, 512, 512),
@@ -37,8 +37,9 @@ def matmul_configs(m: int, k: int, n: int, itemsize: int) -> list[dict[str, int]
     those whose buffers pass the 48 MiB a shipped kernel may raise its limit to; blocks past a
     dimension collapse to it, so duplicates are dropped."""
     _vmem = load.shared("_vmem")
-    mm = load.family("matmul").pallas.blocks
-    space = [(bm, bn, bk) for bm in mm.SPACE["block_m"] for bn in mm.SPACE["block_n"] for bk in mm.SPACE["block_k"]]
+    pallas = load.family("matmul").pallas
+    mm, space = pallas.blocks, pallas.Config.space()
+    space = [(bm, bn, bk) for bm in space["block_m"] for bn in space["block_n"] for bk in space["block_k"]]
     seen, configs = set(), []
     for bm, bn, bk in space + LARGE_BLOCKS + decode_blocks(m, k, n):
         em, en, ek = min(bm, m), min(bn, n), min(bk, k)

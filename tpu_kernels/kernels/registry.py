@@ -2,7 +2,8 @@
 
 A family folder (`tpu_kernels/kernels/<family>/`) holds:
 
-- `pallas.py`: the kernel and its JAX wrapper (pure JAX, no torch);
+- `pallas.py`: the kernel and its JAX wrapper (pure JAX, no torch), and `Config`, its blocks'
+  frozen configuration (`_config.py`): the op's `tune=` is `Config.space()`;
 - `reference.py`: the torch reference named as the op (`reference.<op>`, the tests' and
   the benchmarks' baseline) and `CHECK`, checked mode's declaration (`tolerance.Reference`);
 - `shapes.py`: named shapes, `TEST` (small, each an edge case), `BENCH` (real workloads),

@@ -58,7 +58,7 @@ attention = tpu_kernel(
     sharding=attention_sharding,
     sharding_examples=_sharding_examples,
     check_reference=with_ignored(reference.CHECK, "block_q", "block_k"),
-    tune=pallas.TUNE,
+    tune=pallas.Config.space(),
 )(pallas.attention)
 attention.def_backward(pallas.attention_backward)
 

@@ -67,12 +67,32 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, lanes, require_float
+from tpu_kernels.kernels._config import BlockConfig
 
 KERNEL = "attention"  # error messages start with it
 MASK = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: exp(MASK - m) is 0, never NaN
 SEMANTICS = ("parallel", "parallel", "parallel", "arbitrary")
 DEFAULT_BLOCKS = (1024, 512, 256, 128)  # tried in order when a block is left unset
-TUNE = {"block_q": [128, 256, 512, 1024], "block_k": [128, 256, 512, 1024]}
+
+
+@dataclass(frozen=True)
+class Config(BlockConfig):
+    """attention's blocks (`_config`): block_q query rows and block_k keys per grid step, one
+    pair for the forward and the backward kernels."""
+
+    block_q: int | None = None
+    block_k: int | None = None
+    SPACE = {"block_q": [128, 256, 512, 1024], "block_k": [128, 256, 512, 1024]}
+
+    @classmethod
+    def default(cls, q_shape, k_shape, *, causal: bool = False, window: int | None = None,
+                backward: bool = False) -> Config:
+        """The blocks a call leaving them unset runs its forward (or `backward`) kernels with:
+        per sequence, the whole of it up to 1024, else the block of DEFAULT_BLOCKS that costs
+        least (`_default_block`), a causal forward over a square pricing the triangle it walks."""
+        seq_q, seq_k = q_shape[2], k_shape[2]
+        triangle = _triangle(seq_q, seq_k, causal, window, forward=not backward)
+        return cls(_default_block(seq_q, triangle), _default_block(seq_k, triangle))
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -452,27 +472,41 @@ def _dq_kernel(*refs, scale, walk: Walk):
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
 
 
-def _block(what: str, seq, block: int | None, multiple: int, triangle: bool = False) -> tuple[int, int]:
-    """(block, the length its blocks cover) along a sequence. Unset: the whole sequence up to
-    1024 (one block needs no tiling), else the block of DEFAULT_BLOCKS with the least covered
-    length x BLOCK_COST, or with `triangle` (a causal forward) the least area of the blocks on
-    and below the diagonal x BLOCK_COST. Symbolic lengths (torch.compile's dynamic shapes: the
-    fake traces shapes only) take the block unpadded."""
+def _block(what: str, seq, block: int | None, multiple: int, default: int) -> tuple[int, int]:
+    """(block, the length its blocks cover) along a sequence: the block given (checked), or
+    unset the `default` (`Config.default`); a block past the sequence is the whole sequence.
+    Symbolic lengths (torch.compile's dynamic shapes: the fake traces shapes only) take the
+    block unpadded."""
     if block is not None:
         check_aligned(f"{KERNEL}: {what}", block, multiple)
+    else:
+        block = default
     if export.is_symbolic_dim(seq):
-        return (block or DEFAULT_BLOCKS[0]), seq
-    if block is not None:
-        return (seq, seq) if seq <= block else (block, -(-seq // block) * block)
+        return block, seq
+    return (seq, seq) if seq <= block else (block, -(-seq // block) * block)
+
+
+def _triangle(seq_q, seq_k, causal: bool, window: int | None, *, forward: bool) -> bool:
+    """Whether a call's default blocks price the triangle they walk: a causal forward over one
+    square of queries and keys, with no window."""
+    return forward and causal and window is None and not export.is_symbolic_dim(seq_q) and seq_q == seq_k
+
+
+def _default_block(seq, triangle: bool = False) -> int:
+    """A block left unset: the whole sequence up to 1024 (one block needs no tiling), else the
+    block of DEFAULT_BLOCKS with the least covered length x BLOCK_COST, or with `triangle` (a
+    causal forward) the least area of the blocks on and below the diagonal x BLOCK_COST; a
+    symbolic length, the first of DEFAULT_BLOCKS."""
+    if export.is_symbolic_dim(seq):
+        return DEFAULT_BLOCKS[0]
     if seq <= DEFAULT_BLOCKS[0]:
-        return seq, seq
+        return seq
 
     def price(b: int) -> float:
         n = -(-seq // b)
         return (n * (n + 1) // 2 * b * b if triangle else n * b) * BLOCK_COST[b]
 
-    best = min(DEFAULT_BLOCKS, key=lambda b: (price(b), -b))
-    return best, -(-seq // best) * best
+    return min(DEFAULT_BLOCKS, key=lambda b: (price(b), -b))
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window: int | None) -> None:
@@ -513,10 +547,9 @@ def _scale(q: jax.Array, scale: float | None) -> float:
 
 def _plan(q, k, causal, window, block_q, block_k, *, forward: bool) -> Plan:
     seq_q, seq_k = q.shape[2], k.shape[2]
-    # a causal forward over one square of queries and keys prices its blocks' triangle
-    triangle = forward and causal and window is None and not export.is_symbolic_dim(seq_q) and seq_q == seq_k
-    bq, sq = _block("block_q", seq_q, block_q, SUBLANES, triangle)
-    bk, sk = _block("block_k", seq_k, block_k, LANES, triangle)
+    default = Config.default(q.shape, k.shape, causal=causal, window=window, backward=not forward)
+    bq, sq = _block("block_q", seq_q, block_q, SUBLANES, default.block_q)
+    bk, sk = _block("block_k", seq_k, block_k, LANES, default.block_k)
     group = 1 if export.is_symbolic_dim(q.shape[1]) else q.shape[1] // k.shape[1]
     return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
 
@@ -698,4 +731,4 @@ def attention_backward(
     return dq, dk, dv
 
 
-__all__ = ["KERNEL", "MAX_STEPS", "Plan", "TUNE", "Walk", "attention", "attention_backward", "attention_out"]
+__all__ = ["KERNEL", "MAX_STEPS", "Config", "Plan", "Walk", "attention", "attention_backward", "attention_out"]

@@ -61,7 +61,7 @@ linear_cross_entropy = tpu_kernel(
     sharding=linear_cross_entropy_sharding,
     sharding_examples=_sharding_examples,
     check_reference=with_ignored(reference.CHECK, "block_t", "block_v"),
-    tune=pallas.TUNE,
+    tune=pallas.Config.space(),
 )(pallas.linear_cross_entropy)
 linear_cross_entropy.def_backward(pallas.linear_cross_entropy_backward, wrt=("hidden", "weight"))
 

@@ -49,6 +49,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, lanes, require_float
+from tpu_kernels.kernels._config import BlockConfig
 from tpu_kernels.kernels.linear_cross_entropy.jax_reference import REDUCTIONS, linear_cross_entropy_jax
 
 KERNEL = "linear_cross_entropy"  # error messages start with it
@@ -60,12 +61,32 @@ SEMANTICS = ("parallel", "arbitrary")
 # block_v per hidden byte): each leads with the block that sets its intensity.
 FORWARD_BLOCKS = ((512, 256), (256, 512), (256, 256), (128, 256), (128, 128))
 BACKWARD_BLOCKS = ((256, 512), (512, 256), (256, 256), (128, 256), (128, 128))
-TUNE = {"block_t": [128, 256, 512], "block_v": [128, 256, 512, 1024]}
 # Seconds per padded token of a token block, relative to 256 and up: on a v5e every block of
 # 256-1024 tokens ran both kernels within 2% of the others at 8192 tokens, and padding 1192
 # tokens to 512-blocks (1536) cost what it pads (bench/reports/chip_v5e_linear_cross_entropy.json,
 # "blocks"); 128-token blocks stream the weight at 256 flops per byte, the v5e's ridge.
 TOKEN_BLOCK_COST = {128: 1.25}
+
+
+@dataclass(frozen=True)
+class Config(BlockConfig):
+    """linear_cross_entropy's blocks (`_config`): block_t tokens and block_v vocabulary rows per
+    grid step, one pair for the forward and the backward kernels."""
+
+    block_t: int | None = None
+    block_v: int | None = None
+    SPACE = {"block_t": [128, 256, 512], "block_v": [128, 256, 512, 1024]}
+
+    @classmethod
+    def default(cls, hidden_shape, weight_shape, dtype, *, backward: bool = False) -> Config:
+        """The blocks a call leaving both unset runs its forward (or `backward`) kernel with: the
+        kernel's own plan (`_plan`) over FORWARD_BLOCKS (or BACKWARD_BLOCKS). A call that sets
+        one block plans the other with it fixed."""
+        tokens = math.prod(hidden_shape[:-1])
+        d, vocab, itemsize = hidden_shape[-1], weight_shape[0], jnp.dtype(dtype).itemsize
+        candidates, need = (BACKWARD_BLOCKS, _backward_need) if backward else (FORWARD_BLOCKS, _forward_need)
+        plan = _plan(tokens, vocab, d, itemsize, None, None, None, 0.0, candidates, need)
+        return cls(plan.bt, plan.bv)
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -485,7 +506,7 @@ def linear_cross_entropy_backward(
 
 __all__ = [
     "KERNEL",
-    "TUNE",
+    "Config",
     "Plan",
     "linear_cross_entropy",
     "linear_cross_entropy_backward",

@@ -9,14 +9,10 @@ torch.ops.tpu_kernels.matmul_backward.
 
 from tpu_kernels.kernels import registry
 from tpu_kernels.kernels._blocks import bf16 as _bf16
-from tpu_kernels.kernels.matmul import blocks, pallas, reference, shapes
+from tpu_kernels.kernels.matmul import pallas, reference, shapes
 from tpu_kernels.kernels.matmul.sharding import matmul_sharding
 from tpu_kernels.op import tpu_kernel
 from tpu_kernels.verification.tolerance import with_ignored
-
-# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): blocks.SPACE, with
-# the default's cost model, so that the chip runner reads it without torch.
-TUNE = blocks.SPACE
 
 
 def _examples():
@@ -30,7 +26,7 @@ matmul = tpu_kernel(
     autocast="lower_precision_fp",
     sharding=matmul_sharding,
     check_reference=with_ignored(reference.CHECK, "block_m", "block_n", "block_k"),
-    tune=TUNE,
+    tune=pallas.Config.space(),
     cost=pallas.predicted_seconds,  # the tuner predicts with the default blocks' cost model (blocks.py)
 )(pallas.matmul)
 matmul.def_backward(pallas.matmul_backward)

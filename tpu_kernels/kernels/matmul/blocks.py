@@ -33,8 +33,8 @@ then padded the others with a copy; tests/kernels/test_matmul_blocks.py checks t
 TPU v5e is the chip the defaults are sized for; other generations take the same choice, which
 the model is not fitted to.
 
-The blocks the tuner chooses among are `SPACE` (the op's `tune=`; the chip runner's sweeps
-start from it too): the default (`choose`) is not limited to them, the tuner is.
+The blocks the tuner chooses among are `pallas.Config.SPACE` (the op's `tune=`; the chip
+runner's sweeps start from it too): the default (`choose`) is not limited to them, the tuner is.
 
 The tuner's predicted ranking of matmul configs (`tpu-kernels tune --chips ...`; the op's
 `cost=`, `pallas.predicted_seconds`) prices them with this same `seconds`, on the predicted
@@ -51,12 +51,6 @@ from typing import Any
 from jax import export
 
 from tpu_kernels.kernels import _vmem
-
-# The block sizes `tpu_kernels.autotune` chooses among (docs/autotuning.md): MXU-sized tiles up
-# to the 1024-2048 blocks that matched XLA on a v5e (bench/reports/chip_v5e.json, "tune");
-# blocks larger than a dimension become the whole dimension (pallas._block), and a config
-# whose VMEM need passes what a shipped kernel may ask for is refused (`vmem_need`, `_vmem.fits`).
-SPACE = {"block_m": [256, 512, 1024, 2048], "block_n": [256, 512, 1024, 2048], "block_k": [256, 512, 1024]}
 
 # Fitted to bench/reports/chip_v5e_tune.json's matmul rows (see the module docstring).
 MXU_RATE = 0.944 * 197e12  # flops per second a step's dot reaches: the fitted share of a v5e's bf16 peak
@@ -203,4 +197,4 @@ def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
     return b.m, b.n, b.k
 
 
-__all__ = ["BLOCK_CAP", "SPACE", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "seconds", "vmem_need"]
+__all__ = ["BLOCK_CAP", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "seconds", "vmem_need"]

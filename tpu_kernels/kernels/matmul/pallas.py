@@ -30,6 +30,7 @@ the chip's default (`_vmem.compiler_params`; v5e's default is 16 MiB).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -40,9 +41,32 @@ from jax.experimental.pallas import tpu as pltpu
 
 from tpu_kernels.kernels import _vmem
 from tpu_kernels.kernels._blocks import LANES, SUBLANES, check_aligned, cost, is_empty, require_float
+from tpu_kernels.kernels._config import BlockConfig
 from tpu_kernels.kernels.matmul import blocks
 from tpu_kernels.runtime import mosaic_precision
 
+
+@dataclass(frozen=True)
+class Config(BlockConfig):
+    """matmul's blocks (`_config`): a grid step's block_m rows of a, block_n columns of b, and
+    block_k of their shared dimension; one triple for the forward and the backward's products."""
+
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+    # MXU-sized tiles up to the 1024-2048 blocks that matched XLA on a v5e
+    # (bench/reports/chip_v5e.json, "tune"); blocks larger than a dimension become the whole
+    # dimension (`_block`), and a config whose VMEM need passes what a shipped kernel may ask
+    # for is refused (`blocks.vmem_need`, `_vmem.fits`).
+    SPACE = {"block_m": [256, 512, 1024, 2048], "block_n": [256, 512, 1024, 2048], "block_k": [256, 512, 1024]}
+
+    @classmethod
+    def default(cls, shape: tuple[int, int, int], dtype, precision: str | None = None) -> Config:
+        """The blocks of an [m, k] @ [k, n] call (`shape` (m, k, n)) that leaves them unset: the
+        cost model's choice (`blocks.default`) for operands of `dtype` at the MXU passes of
+        `precision` (the one in effect when None: `mxu_passes`)."""
+        m, k, n = shape
+        return cls(*blocks.default(m, k, n, jnp.dtype(dtype).itemsize, mxu_passes(dtype, precision)))
 
 
 def mxu_passes(dtype, precision: str | None = None) -> int:
@@ -126,7 +150,8 @@ def _blocks(m, k, n, dtype, block_m, block_n, block_k, *, names=("block_m", "blo
     each capped at its dimension; a given block must be a multiple of its `multiples` entry
     (named by `names` in the error), and the VMEM need fit under the cap."""
     itemsize, npass = jnp.dtype(dtype).itemsize, mxu_passes(dtype)
-    dm, dn, dk = blocks.default(m, k, n, itemsize, npass)
+    default = Config.default((m, k, n), dtype)
+    dm, dn, dk = default.block_m, default.block_n, default.block_k
     bm = _block(names[0], m, block_m, dm, multiples[0])
     bn = _block(names[1], n, block_n, dn, multiples[1])
     bk = _block(names[2], k, block_k, dk, multiples[2])

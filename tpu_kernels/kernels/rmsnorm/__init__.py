@@ -9,7 +9,6 @@ import torch
 
 from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels import registry
-from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.rmsnorm import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -36,7 +35,7 @@ rmsnorm = tpu_kernel(
     sharding="rowwise",
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "inv_rms"),
-    tune=ROW_BLOCKS,
+    tune=pallas.Config.space(),
 )(pallas.rmsnorm)
 rmsnorm.def_backward(pallas.rmsnorm_backward)
 

@@ -22,6 +22,8 @@ rows that depend on each other: the per-step partials keep the rows' sharding de
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,7 @@ from tpu_kernels.kernels._blocks import (
     row_params,
     rows_or_refuse,
 )
+from tpu_kernels.kernels._config import RowsConfig
 
 # VMEM per row of a block (_blocks.RowFootprint): the forward's x and y blocks and its inv_rms
 # column, with x, x*x and the output live in float32; the backward's x, dy and dx blocks, its
@@ -44,6 +47,21 @@ from tpu_kernels.kernels._blocks import (
 # limit (bench/reports/chip_v5e.json, "tune"): those temporaries are what the buffers miss.
 FORWARD = RowFootprint(blocks=2, temporaries=3, columns=1, weight=True)
 BACKWARD = RowFootprint(blocks=3, temporaries=5, columns=1, weight=True)
+
+
+@dataclass(frozen=True)
+class Config(RowsConfig):
+    """rmsnorm's blocks: block_rows (`_config.RowsConfig`)."""
+
+    @classmethod
+    def default(cls, shape, dtype, *, backward: bool = False) -> Config:
+        """The rows per step a call leaving block_rows unset runs its forward (or `backward`)
+        with: 0.5-2 MiB of x, fewer rows as they widen (`_blocks.rows_or_refuse`, its
+        footprint FORWARD or BACKWARD)."""
+        d = shape[-1]
+        rows = math.prod(shape[:-1])
+        footprint = BACKWARD if backward else FORWARD
+        return cls(rows_or_refuse("rmsnorm", rows, d, jnp.dtype(dtype).itemsize, None, footprint))
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -98,7 +116,10 @@ def rmsnorm(
     d = x.shape[-1]
     x2 = x.reshape(-1, d)
     rows = x2.shape[0]
-    br = rows_or_refuse("rmsnorm", rows, d, x.dtype.itemsize, block_rows, FORWARD)
+    if block_rows is None:
+        br = Config.default(x.shape, x.dtype).block_rows
+    else:
+        br = rows_or_refuse("rmsnorm", rows, d, x.dtype.itemsize, block_rows, FORWARD)
     row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
     y, r = pl.pallas_call(
         functools.partial(_fwd_kernel, eps=eps),
@@ -122,7 +143,10 @@ def rmsnorm_backward(
     x2, dy2 = x.reshape(-1, d), grad_y.reshape(-1, d).astype(x.dtype)
     r2 = inv_rms.reshape(-1, 1)
     rows = x2.shape[0]
-    br = rows_or_refuse("rmsnorm_backward", rows, d, x.dtype.itemsize, block_rows, BACKWARD)
+    if block_rows is None:
+        br = Config.default(x.shape, x.dtype, backward=True).block_rows
+    else:
+        br = rows_or_refuse("rmsnorm_backward", rows, d, x.dtype.itemsize, block_rows, BACKWARD)
     n_blocks = pl.cdiv(rows, br)
     row_spec = pl.BlockSpec((br, d), lambda i: (i, 0))
     # a partial last block, masked in the kernel: no copy of x and dy to pad them (a symbolic size

@@ -6,7 +6,6 @@ jax.custom_vjp whose backward runs a Pallas kernel too (alpha * g for y).
 
 from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels import registry
-from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.scale_add import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -33,7 +32,7 @@ scale_add = tpu_kernel(
     sharding="pointwise",
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "y", "out"),
-    tune=ROW_BLOCKS,
+    tune=pallas.Config.space(),
 )(pallas.scale_add)
 
 registry.register(

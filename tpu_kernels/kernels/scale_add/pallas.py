@@ -9,17 +9,41 @@ sum is computed in float32 (float64 stays float64). Differentiable: a
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from tpu_kernels.kernels._blocks import RowFootprint, cost, require_float, row_params, rows_or_refuse
+from tpu_kernels.kernels._blocks import (
+    RowFootprint,
+    cost,
+    require_float,
+    row_params,
+    rows_or_refuse,
+)
+from tpu_kernels.kernels._config import RowsConfig
 
 # VMEM per row of a block (_blocks.RowFootprint): x, y and out blocks, the sum in float32; the
 # backward's alpha * g reads one block and writes one.
 FOOTPRINT = RowFootprint(blocks=3, temporaries=2)
 SCALED = RowFootprint(blocks=2, temporaries=1)
+
+
+@dataclass(frozen=True)
+class Config(RowsConfig):
+    """scale_add's blocks: block_rows (`_config.RowsConfig`)."""
+
+    @classmethod
+    def default(cls, shape, dtype, *, backward: bool = False) -> Config:
+        """The rows per step a call (of the broadcast `shape`) leaving block_rows unset runs its
+        forward (or `backward`, alpha * g) with (`_blocks.rows_or_refuse`, its footprint
+        FOOTPRINT or SCALED)."""
+        cols = shape[-1] if shape else 1
+        rows = math.prod(shape) // cols if cols else 0
+        footprint = SCALED if backward else FOOTPRINT
+        return cls(rows_or_refuse("scale_add", rows, cols, jnp.dtype(dtype).itemsize, None, footprint))
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -37,16 +61,20 @@ def _scaled_kernel(y_ref, o_ref, *, alpha: float):
     o_ref[...] = (alpha * y_ref[...].astype(acc)).astype(o_ref.dtype)
 
 
-def _rows(kernel, arrays: list[jax.Array], footprint: RowFootprint, flops: int, block_rows: int | None) -> jax.Array:
+def _rows(kernel, arrays: list[jax.Array], backward: bool, flops: int, block_rows: int | None) -> jax.Array:
     """`kernel` over the arrays (one shape and dtype) viewed as 2-D (rows, last dim), a block of
-    full rows a grid step."""
+    full rows a grid step; `backward`: the alpha * g kernel (its footprint SCALED)."""
+    footprint = SCALED if backward else FOOTPRINT
     shape, dtype = arrays[0].shape, arrays[0].dtype
     if arrays[0].size == 0:
         return arrays[0]
     cols = shape[-1] if shape else 1
     flat = [a.reshape(-1, cols) for a in arrays]
     rows = flat[0].shape[0]
-    br = rows_or_refuse("scale_add", rows, cols, jnp.dtype(dtype).itemsize, block_rows, footprint)
+    if block_rows is None:
+        br = Config.default(shape, dtype, backward=backward).block_rows
+    else:
+        br = rows_or_refuse("scale_add", rows, cols, jnp.dtype(dtype).itemsize, block_rows, footprint)
     spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
     out = pl.pallas_call(
         kernel,
@@ -63,13 +91,13 @@ def _rows(kernel, arrays: list[jax.Array], footprint: RowFootprint, flops: int, 
 def _call(x: jax.Array, y: jax.Array, alpha: float, block_rows: int | None) -> jax.Array:
     dtype = jnp.result_type(x, y)
     x, y = jnp.broadcast_arrays(x.astype(dtype), y.astype(dtype))
-    return _rows(functools.partial(_kernel, alpha=alpha), [x, y], FOOTPRINT, 2, block_rows)
+    return _rows(functools.partial(_kernel, alpha=alpha), [x, y], False, 2, block_rows)
 
 
 def _scaled(g: jax.Array, alpha: float, block_rows: int | None) -> jax.Array:
     """alpha * g by its own kernel: one read and one write (x + alpha * g with x a zeros array
     would write the zeros, then read them)."""
-    return _rows(functools.partial(_scaled_kernel, alpha=alpha), [g], SCALED, 1, block_rows)
+    return _rows(functools.partial(_scaled_kernel, alpha=alpha), [g], True, 1, block_rows)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))

@@ -3,7 +3,6 @@ backward kernel registered as torch.ops.tpu_kernels.softmax_backward."""
 
 from tpu_kernels.dispatch.buckets import bucket_rows
 from tpu_kernels.kernels import registry
-from tpu_kernels.kernels._blocks import ROW_BLOCKS
 from tpu_kernels.kernels._blocks import bf16 as _bf16
 from tpu_kernels.kernels.softmax import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
@@ -26,7 +25,7 @@ softmax = tpu_kernel(
     sharding="rowwise",
     check_reference=with_ignored(reference.CHECK, "block_rows"),
     buckets=bucket_rows("x", "out"),
-    tune=ROW_BLOCKS,
+    tune=pallas.Config.space(),
 )(pallas.softmax)
 softmax.def_backward(pallas.softmax_backward)
 

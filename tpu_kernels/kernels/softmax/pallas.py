@@ -28,6 +28,8 @@ Rows too wide even for that are column-tiled, with the same online statistics:
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +48,7 @@ from tpu_kernels.kernels._blocks import (
     rows_or_refuse,
     rows_tile,
 )
+from tpu_kernels.kernels._config import RowsConfig
 
 # VMEM per row of a whole-row block (_blocks.RowFootprint): forward, the x and y blocks with
 # x, exp(x - m) and the output live in float32; backward, the y, dy and dx blocks with y, dy,
@@ -55,6 +58,26 @@ BACKWARD = RowFootprint(blocks=3, temporaries=4)
 # The column-tiled kernels' blocks, and per row their (rows, 1) float32 statistics.
 WIDE_FORWARD = RowFootprint(blocks=2, temporaries=3, columns=2)
 WIDE_BACKWARD = RowFootprint(blocks=3, temporaries=4, columns=1)
+
+
+@dataclass(frozen=True)
+class Config(RowsConfig):
+    """softmax's blocks: block_rows (`_config.RowsConfig`)."""
+
+    @classmethod
+    def default(cls, shape, dtype, *, backward: bool = False) -> Config:
+        """The rows per step a call leaving block_rows unset runs its forward (or `backward`)
+        with (`_blocks.rows_or_refuse`, its footprint FORWARD or BACKWARD, the body walking the
+        columns `chunk_for` gives). None where not even one tile of whole rows fits VMEM: the
+        call then tiles the columns too (`_wide`), with blocks the op's parameters do not set."""
+        cols = shape[-1]
+        rows = math.prod(shape[:-1]) if cols else 0
+        itemsize, chunk = jnp.dtype(dtype).itemsize, chunk_for(cols)
+        footprint = BACKWARD if backward else FORWARD
+        op = "softmax_backward" if backward else "softmax"
+        if not any(export.is_symbolic_dim(n) for n in (rows, cols)) and auto_rows(rows, cols, itemsize, footprint, chunk) is None:
+            return cls(None)
+        return cls(rows_or_refuse(op, rows, cols, itemsize, None, footprint, chunk))
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -184,13 +207,17 @@ def _rowwise(
     flops_per_elem: int,
     transcendentals_per_elem: int,
     chunk: int | None = None,
+    backward: bool = False,
 ) -> jax.Array:
     shape = arrays[0].shape
     cols = shape[-1]
     flat = [a.reshape(-1, cols) for a in arrays]
     rows = flat[0].shape[0]
     itemsize = jnp.dtype(out_dtype).itemsize
-    br = rows_or_refuse(op, rows, cols, itemsize, block_rows, footprint, chunk)
+    if block_rows is None:  # the whole-row path's default (`_wide` takes the rest)
+        br = Config.default(shape, out_dtype, backward=backward).block_rows
+    else:
+        br = rows_or_refuse(op, rows, cols, itemsize, block_rows, footprint, chunk)
     spec = pl.BlockSpec((br, cols), lambda i: (i, 0))
     n = rows * cols
     out = pl.pallas_call(
@@ -413,15 +440,6 @@ def _wide(arrays: list[jax.Array], out_dtype, backward: bool) -> jax.Array:
     return _two_pass(arrays, out_dtype, backward, br, bc)
 
 
-def _too_wide(x: jax.Array, block_rows: int | None, footprint: RowFootprint, chunk: int | None = None) -> bool:
-    """Take the column-tiled path: by default, when not even one tile of whole rows fits (its
-    body walking the columns `chunk` at a time, where `chunk_for` gives one)."""
-    rows, cols = (x.size // x.shape[-1] if x.shape[-1] else 0), x.shape[-1]
-    if block_rows is not None or export.is_symbolic_dim(cols) or export.is_symbolic_dim(rows):
-        return False
-    return auto_rows(rows, cols, x.dtype.itemsize, footprint, chunk) is None
-
-
 def _check(x: jax.Array) -> None:
     if x.ndim == 0:
         raise ValueError("softmax: x must have at least one dimension (softmax is over the last).")
@@ -436,10 +454,9 @@ def softmax(x: jax.Array, *, block_rows: int | None = None) -> jax.Array:
     _check(x)
     if is_empty(x):  # as torch: an empty result of x's shape
         return jnp.zeros(x.shape, x.dtype)
-    chunk = chunk_for(x.shape[-1])
-    if _too_wide(x, block_rows, FORWARD, chunk):
+    if block_rows is None and Config.default(x.shape, x.dtype).block_rows is None:  # too wide
         return _wide([x], x.dtype, backward=False)
-    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, FORWARD, "softmax", 5, 1, chunk)
+    return _rowwise(_fwd_kernel, [x], x.dtype, block_rows, FORWARD, "softmax", 5, 1, chunk_for(x.shape[-1]))
 
 
 def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int | None = None) -> jax.Array:
@@ -447,10 +464,11 @@ def softmax_backward(out: jax.Array, grad_out: jax.Array, *, block_rows: int | N
     if is_empty(out):
         return jnp.zeros(out.shape, out.dtype)
     grad_out = grad_out.astype(out.dtype)
-    chunk = chunk_for(out.shape[-1])
-    if _too_wide(out, block_rows, BACKWARD, chunk):
+    if block_rows is None and Config.default(out.shape, out.dtype, backward=True).block_rows is None:
         return _wide([out, grad_out], out.dtype, backward=True)
-    return _rowwise(_bwd_kernel, [out, grad_out], out.dtype, block_rows, BACKWARD, "softmax_backward", 4, 0, chunk)
+    chunk = chunk_for(out.shape[-1])
+    return _rowwise(_bwd_kernel, [out, grad_out], out.dtype, block_rows, BACKWARD, "softmax_backward", 4, 0, chunk,
+                    backward=True)
 
 
-__all__ = ["BACKWARD", "FORWARD", "softmax", "softmax_backward"]
+__all__ = ["BACKWARD", "FORWARD", "Config", "softmax", "softmax_backward"]
