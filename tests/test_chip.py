@@ -443,8 +443,22 @@ def test_a_family_added_as_one_folder_joins_the_runners_grid(tmp_path, monkeypat
 
 
 TOY_TORCH_PALLAS = """
+from dataclasses import dataclass
+
 import jax
 from jax.experimental import pallas as pl
+
+from tpu_kernels.kernels._config import BlockConfig
+
+
+@dataclass(frozen=True)
+class Config(BlockConfig):
+    block_rows: int | None = None
+    SPACE = {"block_rows": [8, 16, 32]}
+
+    @classmethod
+    def default(cls, shape, dtype):
+        return cls(shape[0])
 
 
 def _kernel(x_ref, o_ref):
@@ -452,7 +466,7 @@ def _kernel(x_ref, o_ref):
 
 
 def double(x: jax.Array, *, block_rows: int | None = None) -> jax.Array:
-    rows = block_rows or x.shape[0]
+    rows = Config.default(x.shape, x.dtype).block_rows if block_rows is None else block_rows
     spec = pl.BlockSpec((rows, x.shape[1]), lambda i: (i, 0))
     return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // rows,),
                           in_specs=[spec], out_specs=spec)(x)
@@ -472,7 +486,7 @@ from tpu_kernels.kernels import registry
 from tpu_kernels.kernels.toy_double import pallas, reference, shapes
 from tpu_kernels.op import tpu_kernel
 
-double = tpu_kernel("toy_family_test::double", backward="vjp", tune={"block_rows": [8, 16, 32]})(pallas.double)
+double = tpu_kernel("toy_family_test::double", backward="vjp", tune=pallas.Config.space())(pallas.double)
 
 registry.register(__name__, op=double, inputs=lambda s, dtype, device: (registry.randn(s, dtype, device),))
 """
@@ -482,8 +496,8 @@ registry.register(__name__, op=double, inputs=lambda s, dtype, device: (registry
 def test_a_family_added_as_one_folder_is_an_op_the_tuner_and_the_runner_see(tmp_path):
     """The whole family in one folder (its torch op and registration too): discovered as the
     package discovers its own, it is a registered family whose op runs, whose declared space
-    (`tune=`) is the tuner's candidates, and whose points join the runner's grid. In a process
-    of its own: a torch op cannot be unregistered."""
+    (its `pallas.Config`, the op's `tune=`) is the tuner's candidates, and whose points join
+    the runner's grid. In a process of its own: a torch op cannot be unregistered."""
     folder = tmp_path / "toy_double"
     folder.mkdir()
     shapes = "TEST = {'small': (16, 128)}\n" + TOY_SHAPES.replace("BENCH = {'small': (8, 128)}", "BENCH = {'small': (32, 128)}\nQUICK = 'small'")
