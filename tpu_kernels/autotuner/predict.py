@@ -238,8 +238,7 @@ def _copies(bm: Any, grid: tuple[int, ...], tables: list[Any]) -> int:
     as Pallas' pipeline skips a copy whose block has not moved. An index map that reads a step
     table (attention's causal walk) moves its block only where the table's entry changes, not
     at every step the table is indexed by."""
-    points = np.indices(grid).reshape(len(grid), -1).T.astype(np.int32) if grid else np.zeros((1, 0), np.int32)
-    idx = pallas_grid.block_indices(bm, points, tables)
+    idx = pallas_grid.block_indices(bm, pallas_grid.grid_points(grid), tables)
     return 1 + int(np.any(idx[1:] != idx[:-1], axis=1).sum()) if len(idx) else 0
 
 

@@ -155,6 +155,12 @@ def _equations(jaxpr: Any) -> Iterator[Any]:
                 yield from _equations(sub)
 
 
+def grid_points(grid: tuple[int, ...]) -> np.ndarray:
+    """Every point of a grid (n, len(grid)), int32, in the order the pipeline visits them
+    (row-major, the last axis fastest); one point of no axes for an empty grid."""
+    return np.indices(grid).reshape(len(grid), -1).T.astype(np.int32) if grid else np.zeros((1, 0), np.int32)
+
+
 def block_indices(bm: Any, points: np.ndarray, prefetched: list[Any]) -> np.ndarray:
     """The block indices (n, rank) one block mapping's index map gives at grid points
     (n, len(grid)), its scalar-prefetch Refs read from `prefetched` (the Refs discharged:
@@ -183,6 +189,7 @@ __all__ = [
     "block_dims",
     "block_index",
     "block_indices",
+    "grid_points",
     "declared_semantics",
     "depends_on",
     "in_hbm",

@@ -102,10 +102,6 @@ def _eval_index_map(op: _Operand, points: np.ndarray) -> np.ndarray:
     return np.stack([np.broadcast_to(np.asarray(o, np.int64), (len(points),)) for o in out], axis=1)
 
 
-def _all_points(grid: tuple[int, ...]) -> np.ndarray:
-    return np.indices(grid).reshape(len(grid), -1).T if grid else np.zeros((1, 0), np.int64)
-
-
 # ---- bounds -------------------------------------------------------------------------------
 
 
@@ -300,7 +296,7 @@ def check_kernel(eqn: Any, operands: list[Any] | None = None) -> tuple[list[Find
     it could not check. `operands`: the values of its operands the trace fixed
     (`lowering.jaxprs.constant_operands`): index maps that read scalar-prefetch tables are
     checked where the trace fixed the tables (attention's causal walk), at small grids."""
-    from tpu_kernels.lowering.pallas_grid import block_indices
+    from tpu_kernels.lowering.pallas_grid import block_indices, grid_points
     from tpu_kernels.lowering_check.vmem import _memory_space
 
     gm = eqn.params["grid_mapping"]
@@ -315,7 +311,7 @@ def check_kernel(eqn: Any, operands: list[Any] | None = None) -> tuple[list[Find
     findings: list[Finding] = []
     warnings: list[str] = []
     small = math.prod(grid) <= MAX_POINTS
-    points = _all_points(grid) if small else None
+    points = grid_points(grid) if small else None
     for i, bm in enumerate(gm.block_mappings):
         is_output = i >= n_in
         what = f"output {i - n_in}" if is_output else f"input {i}"

@@ -46,7 +46,7 @@ from jax.extend import core as jex_core
 
 from tpu_kernels.definition import dtypes
 from tpu_kernels.lowering import jaxprs
-from tpu_kernels.lowering.pallas_grid import block_indices
+from tpu_kernels.lowering.pallas_grid import block_indices, grid_points
 from tpu_kernels.runtime import bridge, interpret
 
 if TYPE_CHECKING:
@@ -296,9 +296,7 @@ def _kernel_problem(eqn: Any, values: list[Any]) -> str | None:
     if math.prod(grid) > MAX_POINTS:
         return None  # left to the TPU interpreter
     prefetched = values[: gm.num_index_operands]
-    points = (
-        np.indices(grid).reshape(len(grid), -1).T.astype(np.int32) if grid else np.zeros((1, 0), np.int32)
-    )
+    points = grid_points(grid)
     for k, bm in enumerate(gm.block_mappings):
         sizes = _block_sizes(bm)
         shape = tuple(int(s) for s in bm.array_aval.shape)
