@@ -19,16 +19,15 @@ def _pallas(family: str):
     return importlib.import_module(f"tpu_kernels.kernels.{family}.pallas")
 
 
-def _blocks(fn, *specs) -> list[tuple[int, ...]]:
-    """Each traced kernel's first operand's block (its sizes, squeezed dimensions as 1)."""
-    return [tuple(pallas_grid.block_dims(e.params["grid_mapping"].block_mappings[0])[0])
-            for e in vmem.traced_pallas_calls(fn, *specs)]
-
-
 def _all_blocks(fn, *specs) -> list[list[tuple[int, ...]]]:
-    """Each traced kernel's blocks, one per operand."""
+    """Each traced kernel's blocks, one per operand (its sizes, squeezed dimensions as 1)."""
     return [[tuple(pallas_grid.block_dims(bm)[0]) for bm in e.params["grid_mapping"].block_mappings]
             for e in vmem.traced_pallas_calls(fn, *specs)]
+
+
+def _blocks(fn, *specs) -> list[tuple[int, ...]]:
+    """Each traced kernel's first operand's block."""
+    return [blocks[0] for blocks in _all_blocks(fn, *specs)]
 
 
 def _spec(shape, dtype=jnp.bfloat16):
@@ -109,15 +108,10 @@ def test_attention_runs_its_configs_default_forward_and_backward(seq, causal):
     q, k = _spec((1, 4, seq, 128)), _spec((1, 2, seq, 128))
     lse = _spec((1, 4, seq), jnp.float32)
 
-    def first_blocks(fn, *specs):  # q's block (forward, dQ) or k's (dK/dV): its rows
-        return [blocks[0][-2] for blocks in _all_blocks(fn, *specs)]
-
-    (fwd_q,) = first_blocks(lambda q, k, v: p.attention_out(q, k, v, causal=causal), q, k, k)
     forward = p.Config.default(q.shape, k.shape, causal=causal)
     backward = p.Config.default(q.shape, k.shape, causal=causal, backward=True)
-    assert fwd_q == forward.block_q
-    ((fwd_blocks),) = _all_blocks(lambda q, k, v: p.attention_out(q, k, v, causal=causal), q, k, k)
-    assert fwd_blocks[1][-2] == forward.block_k
+    (fwd,) = _all_blocks(lambda q, k, v: p.attention_out(q, k, v, causal=causal), q, k, k)
+    assert (fwd[0][-2], fwd[1][-2]) == (forward.block_q, forward.block_k)  # q's rows, k's rows
     dkv, dq = _all_blocks(
         lambda q, k, v, o, lse, do: p.attention_backward(q, k, v, o, lse, do, causal=causal), q, k, k, q, lse, q
     )
