@@ -26,11 +26,16 @@ peak or under XLA's speed. Eleven questions, each point checked against float64 
            inside one program (a `fori_loop`; the inputs pass an `optimization_barrier` with the
            outputs so no call is hoisted), which leaves the kernel's own time; and the
            flash-attention template's forward returning (out, lse) against out alone.
+  small    the drawn float32 rmsnorm points whose single call costs ~120 us more than XLA's
+           (113 and 819 rows): the shipped kernel and XLA, each with both outputs and with y
+           alone, at one grid step and at 8-row blocks, and a Pallas copy of x; then each
+           compiled call's host time (n calls enqueued, no wait) against its time with the wait,
+           in three interleaved passes, so the host's share and the run-to-run order show.
 
 Each time: n calls, one wait, the minimum of rounds (tpu_kernels.chip.measure). Writes JSON
 lines to $OUT/rows_probe.jsonl (or --out).
 
-    python3 bench/chip_rows_probe.py [--only blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles,order,dwrow] [--out FILE]
+    python3 bench/chip_rows_probe.py [--only small,blocks,wide,buffers,dispatch,dma,body,partials,steps,tiles,order,dwrow] [--out FILE]
                                      [--quick --interpret]
 """
 
@@ -579,7 +584,61 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
             yield from _variants(p, variants, floor_s, rounds, baselines=False)
 
 
-SECTIONS = {"blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles, "order": order, "dwrow": dwrow}
+def _copy_kernel(x):
+    """x copied by a one-step Pallas kernel: the least a Pallas program at x's shape can do."""
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def _host_share(fns: dict, args: list, n: int, passes: int = 3):
+    """Per compiled function: (n calls enqueued with no wait) / n and (n calls, one wait) / n, the
+    least of `passes` interleaved passes (each pass runs every function once, in turn)."""
+    compiled = {k: jax.jit(f).lower(*args).compile() for k, f in fns.items()}
+    for c in compiled.values():
+        jax.block_until_ready(c(*args))
+    best: dict[str, list[float]] = {k: [float("inf"), float("inf")] for k in compiled}
+    for _ in range(passes):
+        for k, c in compiled.items():
+            start = time.perf_counter()
+            outs = [c(*args) for _ in range(n)]
+            enqueued = time.perf_counter() - start
+            jax.block_until_ready(outs)
+            total = time.perf_counter() - start
+            best[k] = [min(best[k][0], enqueued / n), min(best[k][1], total / n)]
+            del outs
+    return best
+
+
+def small(quick: bool, floor_s: float, rounds: int):
+    rms = load.family("rmsnorm").pallas
+    cases = [(16, 256)] if quick else [(113, 4096), (819, 3584)]
+    n = 8 if quick else 200
+    for r, d in cases:
+        for kernel in ("rmsnorm", "rmsnorm_backward"):
+            p = _point("rmsnorm", kernel, r, d, "f32")
+            fn = rms.rmsnorm if kernel == "rmsnorm" else rms.rmsnorm_backward
+            variants = {
+                "kernel": p.pallas, "xla": p.xla["xla"],
+                "kernel first output": lambda *a, f=p.pallas: (f(*a)[0],),
+                "xla first output": lambda *a, f=p.xla["xla"]: (f(*a)[0],),
+                "kernel block_rows=8": functools.partial(fn, block_rows=8),
+                f"kernel block_rows={-(-r // 8) * 8} (one step)": functools.partial(fn, block_rows=-(-r // 8) * 8),
+                "pallas copy of x": lambda x, *rest: (_copy_kernel(x),),
+            }
+            checked = {k: v for k, v in variants.items()  # the host checks every output of the backward
+                       if k != "pallas copy of x" and not (kernel != "rmsnorm" and "first output" in k)}
+            yield from _variants(p, checked, floor_s, rounds, baselines=False)
+            ready = run.prepare(p, 0)
+            args = ready[1]
+            for name, (enqueued, total) in _host_share(variants, args, n).items():
+                yield {"id": f"{p.id} {name} host", "variant": name, "kernel": kernel, "shape": [r, d],
+                       "dtype": "f32", "calls": n, "enqueued_per_call_s": enqueued, "per_call_s": total}
+
+
+SECTIONS = {"small": small, "blocks": blocks, "wide": wide, "buffers": buffers, "dispatch": dispatch, "dma": dma, "body": body, "partials": partials, "steps": steps, "tiles": tiles, "order": order, "dwrow": dwrow}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,14 @@ RECORD = ROOT / "bench" / "reports" / "chip_v5e_rows_probe.json"
 @pytest.mark.slow
 def test_the_probe_runs_without_torch_and_every_variant_is_right(tmp_path):
     rows = run_without_torch("chip_rows_probe.py", tmp_path / "probe.jsonl")
-    assert {r["probe"] for r in rows} == {"meta", "blocks", "wide", "buffers", "dispatch", "dma", "body", "partials",
-                                          "steps", "tiles", "order", "dwrow"}
+    assert {r["probe"] for r in rows} == {"meta", "small", "blocks", "wide", "buffers", "dispatch", "dma", "body",
+                                          "partials", "steps", "tiles", "order", "dwrow"}
+    host = [r for r in rows if r.get("id", "").endswith(" host")]  # the small section's host-share rows
+    assert {r["variant"] for r in host} >= {"kernel", "xla", "pallas copy of x"}
+    assert all(0 < r["enqueued_per_call_s"] <= r["per_call_s"] for r in host)
     for r in rows[1:]:
+        if r in host:
+            continue
         p = r["pallas"]
         assert p["compiles"] and "run_error" not in p, r["id"]
         if "dw=none" in r["id"]:  # a timing diagnostic that computes no dw (its docstring says so)
