@@ -382,7 +382,8 @@ def chip_tables() -> str:
         report.precision_table(record),
         "",
         "A decoder layer (bf16, 2048 tokens, width 4096, 32 heads of 128, FFN 14336) from the shipped "
-        "rmsnorm and matmul and the flash-attention template, against XLA's matmuls and JAX's flash attention:",
+        f"rmsnorm and matmul and the {report.layer_attention(record)}, against XLA's matmuls and JAX's flash "
+        "attention:",
         "",
         report.layer_table(record),
         "",
@@ -422,15 +423,16 @@ def chip_drawn_table() -> str:
             f"The decoder layer (`drawn_layer`) at {len(configs)} of the draw's {drawn_configs} layer "
             f"configs{left}, against the same layer from XLA's matmuls and rmsnorm and JAX's flash attention:",
             "",
-            "| model | tokens, width, heads, FFN | pass | ours | XLA + JAX flash | speed |",
-            "|---|---|---|---|---|---|",
+            "| model | tokens, width, heads, FFN | pass | our attention | ours | XLA + JAX flash | speed |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in layer_rows:
             d = r["dims"]
             speed = f"{r['speed_vs_xla']:.2f}x" if "speed_vs_xla" in r else "-"
             parts.append(
                 f"| {r['model']} | {d['tokens']}, {d['d']}, {d['heads']}x{d['head_dim']}, {d['ffn']} | "
-                f"{'forward + backward' if r['backward'] else 'forward'} | {r.get('ours_ms', '-')} ms | "
+                f"{'forward + backward' if r['backward'] else 'forward'} | {report.attention_of(r)} | "
+                f"{r.get('ours_ms', '-')} ms | "
                 f"{r.get('xla_ms', '-')} ms | {speed} |"
             )
         parts.append("")

@@ -1,5 +1,5 @@
-"""A Llama-style decoder layer two ways, for the chip runner: from the shipped kernels and the
-flash-attention template at their defaults, and from XLA's matmuls, XLA's rmsnorm (the family's
+"""A Llama-style decoder layer two ways, for the chip runner: from the shipped kernels (matmul,
+rmsnorm and attention) at their defaults, and from XLA's matmuls, XLA's rmsnorm (the family's
 JAX reference) and JAX's own Pallas flash attention (512-blocks).
 
     h = rmsnorm(x); q, k, v = h Wq, h Wk, h Wv; o = attention(q, k, v, causal)
@@ -7,8 +7,9 @@ JAX reference) and JAX's own Pallas flash attention (512-blocks).
 
 Forward, and forward + backward (the gradient of every input and weight for a given output
 cotangent). Each piece's backward is the one its torch op runs, through `jax.custom_vjp`:
-the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed) and the
-flash template. The elementwise glue (silu, the residual
+the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed) and
+attention. A forward alone runs attention's visible kernel (no lse), as the op's call needing no
+gradient does. The elementwise glue (silu, the residual
 adds, the head reshapes) is plain JAX on both sides. The forward's error is against a float64
 forward on the host; the gradients are compared with the XLA layer's (no float64 backward).
 """
@@ -24,6 +25,11 @@ import numpy as np
 from tpu_kernels.chip import load, measure
 
 
+ATTENTION = "attention family"
+"""What the layer's own side attends with, as its rows name it (rows without the field ran the
+flash-attention template, the layer's attention before the shipped family: report.attention_of)."""
+
+
 def shapes(quick: bool) -> list[dict[str, int]]:
     if quick:
         return [dict(tokens=256, d=256, heads=2, head_dim=128, ffn=512)]
@@ -33,8 +39,8 @@ def shapes(quick: bool) -> list[dict[str, int]]:
 def _kernels(statics: dict):
     mm = load.family("matmul").pallas
     rms = load.family("rmsnorm").pallas
-    fa = load.template("flash_attention")
-    mm_kw, rms_kw, fa_kw = statics.get("matmul", {}), statics.get("rmsnorm", {}), statics.get("flash_attention", {})
+    attn = load.family("attention").pallas
+    mm_kw, rms_kw, fa_kw = statics.get("matmul", {}), statics.get("rmsnorm", {}), statics.get("attention", {})
 
     @jax.custom_vjp
     def matmul(a, b):
@@ -64,15 +70,15 @@ def _kernels(statics: dict):
 
     @jax.custom_vjp
     def attention(q, k, v):
-        return fa.flash_attention(q, k, v, causal=True, **fa_kw)[0]
+        return attn.attention_out(q, k, v, causal=True, **fa_kw)
 
     def attention_fwd(q, k, v):
-        out, lse = fa.flash_attention(q, k, v, causal=True, **fa_kw)
+        out, lse = attn.attention(q, k, v, causal=True, **fa_kw)
         return out, (q, k, v, out, lse)
 
     def attention_bwd(res, g):
         q, k, v, out, lse = res
-        return fa.flash_attention_backward(q, k, v, out, lse, g, causal=True, **fa_kw)
+        return attn.attention_backward(q, k, v, out, lse, g, causal=True, **fa_kw)
 
     attention.defvjp(attention_fwd, attention_bwd)
     return matmul, rmsnorm, attention
@@ -162,7 +168,7 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
 
         ours, theirs = grads(ours), grads(theirs)
     row: dict[str, Any] = {"id": f"decoder_layer/{'fwd_bwd' if backward else 'fwd'}/bf16" + "".join(
-        f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward}
+        f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward, "attention": ATTENTION}
     outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
         c, compile_s, error = measure.compile_fn(fn, args)

@@ -135,6 +135,19 @@ def precision_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def attention_of(row: dict[str, Any]) -> str:
+    """The attention a decoder-layer row's own side ran (chip/layer.py's ATTENTION; rows from
+    before it named one ran the flash-attention template)."""
+    return row.get("attention", "flash template")
+
+
+def layer_attention(record: dict[str, Any]) -> str:
+    """What the grid record's layer rows attended with: one name, or each run's where they differ."""
+    found = sorted({attention_of(r) for k in record if k.startswith("layer") for r in record[k]["rows"]})
+    names = {"flash template": "flash-attention template", "attention family": "attention family"}
+    return " or ".join(names.get(f, f) for f in found) or "attention family"
+
+
 def layer_table(record: dict[str, Any]) -> str:
     lines = ["| run | layer | shipped kernels | XLA + JAX flash | speed | error vs f64 (ours / XLA) |", "|---|---|---|---|---|---|"]
     marks = _marks(record)
