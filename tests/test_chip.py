@@ -182,7 +182,7 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
         log("timed", start)
         return 1e-3
 
-    monkeypatch.setattr(measure, "timed", timed)
+    monkeypatch.setattr(measure, "time_interleaved", interleaving(timed))
     seen = []
 
     def check(inputs, out):
@@ -202,6 +202,50 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
         for ma, mb in makes:
             assert mb <= ta or ma >= tb, "inputs were made during a timed call"
     assert all("make" in r["host_s"] and "check" in r["host_s"] for r in rows)
+
+
+def interleaving(timed):
+    """A stand-in for measure.time_interleaved that times each side with `timed` (a test's own
+    stand-in for measure.timed), one side after another."""
+
+    def time_interleaved(compiled, args, *, rounds, sets=None):
+        return {name: timed(c, args, rounds=rounds, sets=sets) for name, c in compiled.items()}
+
+    return time_interleaved
+
+
+def test_interleaved_sides_take_turns_round_by_round_and_a_failing_side_stops_alone():
+    """measure.time_interleaved: every side's round r runs before any side's round r + 1 (so a
+    slow spell of the host lands on each alike), each side's time is its fastest round with the
+    rounds' spread, and a side whose call raises gets its exception while the others go on."""
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure
+
+    order = []
+
+    def side(name, fail_at=None):
+        count = [0]
+
+        def fn(a):
+            count[0] += 1
+            order.append(name)
+            if fail_at is not None and count[0] >= fail_at:
+                raise RuntimeError(f"{name} failed")
+            return a
+
+        return fn
+
+    x = jnp.ones(3)
+    got = measure.time_interleaved({"a": side("a"), "b": side("b"), "c": side("c", fail_at=3)}, [x], rounds=3,
+                                   round_s=1e-9)
+    assert isinstance(got["c"], RuntimeError) and "c failed" in str(got["c"])
+    assert isinstance(got["a"], measure.Seconds) and isinstance(got["b"], measure.Seconds)
+    assert got["a"].spread is not None and got["a"] > 0
+    # each side: one sizing call and one warm-up call, then rounds of calls_for's least n (3)
+    n = measure.calls_for(1.0, target_s=1e-9)
+    timed = order[6:]
+    assert timed == (["a"] * n + ["b"] * n + ["c"]) + (["a"] * n + ["b"] * n) * 2
 
 
 def test_a_point_whose_work_is_under_twice_the_dispatch_floor_is_dispatch_bound():
@@ -293,7 +337,7 @@ def test_a_point_with_a_cross_program_prefetch_is_timed_over_copies_on_every_sid
             marked.add(id(compiled))
         return compiled, s, err
 
-    monkeypatch.setattr(measure, "timed", timed)
+    monkeypatch.setattr(measure, "time_interleaved", interleaving(timed))
     monkeypatch.setattr(measure, "cross_program_prefetch", prefetch)
     monkeypatch.setattr(measure, "compile_fn", compile_fn)
 
@@ -314,7 +358,7 @@ def test_a_point_with_a_cross_program_prefetch_is_timed_over_copies_on_every_sid
     assert row["xla"]["cross_program_prefetch"] and not row["pallas"]["cross_program_prefetch"]
     for side in ("pallas", "xla"):
         assert row[side]["time_s"] == 2e-3 and row[side]["time_same_inputs_s"] == 1e-3
-    assert [len(c) if c else None for c in calls] == [measure.ROTATE, None] * 2
+    assert [len(c) if c else None for c in calls] == [measure.ROTATE] * 2 + [None] * 2  # copies, then same inputs
     # none marked: one same-input timing per side, as before
     marked.clear()
     monkeypatch.setattr(measure, "compile_fn", real_compile)

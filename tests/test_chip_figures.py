@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.test_chip import interleaving
+
 from tpu_kernels.chip import grid, layer, measure, report, run
 from tpu_kernels.chip.point import Point
 
@@ -159,6 +161,7 @@ def test_run_point_records_each_sides_time_error_and_speed(monkeypatch):
     monkeypatch.setattr(measure, "compile_fn", compile_fn)
     monkeypatch.setattr(measure, "in_one_program", in_one_program)
     monkeypatch.setattr(measure, "timed", timed)
+    monkeypatch.setattr(measure, "time_interleaved", interleaving(timed))
     monkeypatch.setattr(measure, "cross_program_prefetch", lambda compiled: False)
 
     def make(rng):
@@ -260,6 +263,7 @@ def _layer_row(monkeypatch, *, backward: bool, ours_ms: float, xla_ms: float, ou
 
     monkeypatch.setattr(measure, "compile_fn", compile_fn)
     monkeypatch.setattr(measure, "timed", timed)
+    monkeypatch.setattr(measure, "time_interleaved", interleaving(timed))
     monkeypatch.setattr(measure, "cross_program_prefetch", lambda compiled: False)
     return layer.measure_layer(DIMS, backward=backward, rounds=1, floor_s=1e-4, statics={})
 

@@ -120,25 +120,34 @@ def time_calls(
     """Seconds per call: min over rounds of (n calls, one wait) / n, with the rounds' spread
     (`Seconds`). `fn` is compiled already. With `sets`, the calls cycle through those argument
     lists (n rounded up to a multiple of their number) instead of repeating `args`."""
+    cycle, n = _warm(fn, args, n, sets)
+    per_call: list[float] = []
+    for _ in range(rounds):
+        per_call.append(_round(fn, cycle, n))
+        if sum(per_call) * n > budget_s:
+            break
+    return Seconds.of(per_call)
+
+
+def _warm(fn: Callable, args: Sequence[Any], n: int, sets) -> tuple[list[list[Any]], int]:
+    """The argument lists a round cycles through, and n rounded up to whole cycles, after one
+    call on each list."""
     cycle = [list(args)] if sets is None else [list(s) for s in sets]
-    n = -(-n // len(cycle)) * len(cycle)
     out = None
     for s in cycle:
         out = fn(*s)
     jax.block_until_ready(out)
-    per_call: list[float] = []
-    spent = 0.0
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for i in range(n):
-            out = fn(*cycle[i % len(cycle)])
-        jax.block_until_ready(out)
-        took = time.perf_counter() - start
-        per_call.append(took / n)
-        spent += took
-        if spent > budget_s:
-            break
-    return Seconds.of(per_call)
+    return cycle, -(-n // len(cycle)) * len(cycle)
+
+
+def _round(fn: Callable, cycle: list[list[Any]], n: int) -> float:
+    """Seconds per call of one round: n calls through `cycle`, one wait."""
+    start = time.perf_counter()
+    out = None
+    for i in range(n):
+        out = fn(*cycle[i % len(cycle)])
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / n
 
 
 def calls_for(estimate_s: float, *, target_s: float = 0.25, lo: int = 3, hi: int = 200) -> int:
@@ -156,6 +165,37 @@ def timed(
     jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - start
     return time_calls(compiled, args, n=calls_for(first, target_s=round_s), rounds=rounds, sets=sets)
+
+
+def time_interleaved(
+    compiled: dict[str, Callable], args: Sequence[Any], *, rounds: int = 5,
+    sets: Sequence[Sequence[Any]] | None = None, round_s: float = 0.25, budget_s: float = 5.0,
+) -> dict[str, Seconds | Exception]:
+    """`timed` for each side of a comparison, their rounds interleaved: round r of every side
+    runs before round r + 1 of any. The host's time per call moves in spells of a second or
+    more (the rows probe's `small` section: the same call at ~175 us or ~285 us per call, a
+    whole measurement at a time, kernel and XLA alike), so sides timed one after the other can
+    land in different spells; interleaved, each side's fastest round comes from the same spells.
+    A side whose call raises gets its exception in place of a time; the others go on."""
+    out: dict[str, Seconds | Exception] = {}
+    ready: dict[str, tuple[list[list[Any]], int]] = {}
+    for name, fn in compiled.items():
+        try:
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            ready[name] = _warm(fn, args, calls_for(time.perf_counter() - start, target_s=round_s), sets)
+        except Exception as e:  # a runtime failure is a verdict too
+            out[name] = e
+    per_call: dict[str, list[float]] = {name: [] for name in ready}
+    for _ in range(rounds):
+        for name, (cycle, n) in ready.items():
+            if name in out or sum(per_call[name]) * n > budget_s:
+                continue
+            try:
+                per_call[name].append(_round(compiled[name], cycle, n))
+            except Exception as e:
+                out[name] = e
+    return {name: out.get(name) or Seconds.of(per_call[name]) for name in compiled}
 
 
 IN_PROGRAM_CALLS = 32
@@ -210,5 +250,6 @@ __all__ = [
     "normwise",
     "peaks",
     "time_calls",
+    "time_interleaved",
     "timed",
 ]

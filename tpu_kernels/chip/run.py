@@ -11,6 +11,9 @@ cross_program_prefetch`), every side is timed cycling through `measure.ROTATE` o
 of the inputs (a model does not call one program with one buffer over and over); the row says
 so (`rotated`) and keeps each side's same-input time too (`time_same_inputs_s`).
 
+The sides of a point are timed with their rounds interleaved (`measure.time_interleaved`), so a
+slow spell of the host's per-call time lands on all of them alike.
+
 A dispatch-bound point (its call mostly the machine's per-call dispatch) is timed again as n
 calls inside one program, every side alike: `time_in_program_s` and `speed_in_program_vs_*`.
 """
@@ -119,18 +122,22 @@ def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict |
     sets = measure.copies(args) if any(prefetch.values()) else None
     if sets is not None:
         row["rotated"] = len(sets)
-    for name, c in compiled.items():
-        if c is None:
+    sides = {name: c for name, c in compiled.items() if c is not None}
+    for name, t in measure.time_interleaved(sides, args, rounds=rounds, sets=sets).items():
+        if isinstance(t, Exception):  # a runtime failure is a verdict too
+            row[name]["run_error"] = measure.error_text(t)
             continue
-        try:
-            row[name]["time_s"] = t = measure.timed(c, args, rounds=rounds, sets=sets)
-            if getattr(t, "spread", None) is not None:  # the rounds' spread (measure.Seconds)
-                row[name]["spread"] = round(t.spread, 4)
-            if sets is not None:
-                row[name]["time_same_inputs_s"] = measure.timed(c, args, rounds=rounds)
-        except Exception as e:  # a runtime failure is a verdict too
-            row[name]["run_error"] = measure.error_text(e)
-    del compiled, sets
+        row[name]["time_s"] = t
+        if getattr(t, "spread", None) is not None:  # the rounds' spread (measure.Seconds)
+            row[name]["spread"] = round(t.spread, 4)
+    if sets is not None:
+        timed = {name: c for name, c in sides.items() if "time_s" in row[name]}
+        for name, t in measure.time_interleaved(timed, args, rounds=rounds).items():
+            if isinstance(t, Exception):
+                row[name]["run_error"] = measure.error_text(t)
+            else:
+                row[name]["time_same_inputs_s"] = t
+    del compiled, sides, sets
     _derive(row, floor_s, peaks)
     if row.get("dispatch_bound"):
         _time_in_program(row, fns, args, rounds)
