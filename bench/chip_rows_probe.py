@@ -586,12 +586,16 @@ def dispatch(quick: bool, floor_s: float, rounds: int):
 
 
 def _copy_kernel(x):
-    """x copied by a one-step Pallas kernel: the least a Pallas program at x's shape can do."""
+    """x copied by a Pallas kernel in blocks of up to 128 rows: the least a Pallas program at
+    x's shape can do."""
+    rows = min(128, x.shape[0])
 
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...]
 
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    spec = pl.BlockSpec((rows, x.shape[1]), lambda i: (i, 0))
+    return pl.pallas_call(kernel, grid=(pl.cdiv(x.shape[0], rows),), in_specs=[spec], out_specs=spec,
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
 
 def _host_share(fns: dict, args: list, n: int, passes: int = 5):

@@ -173,9 +173,10 @@ def time_interleaved(
 ) -> dict[str, Seconds | Exception]:
     """`timed` for each side of a comparison, their rounds interleaved: round r of every side
     runs before round r + 1 of any. The host's time per call moves in spells of a second or
-    more (the rows probe's `small` section: the same call at ~175 us or ~285 us per call, a
-    whole measurement at a time, kernel and XLA alike), so sides timed one after the other can
-    land in different spells; interleaved, each side's fastest round comes from the same spells.
+    more (bench/reports/chip_v5e_rows_probe.json, the `small` section: the same call slower by
+    most of a dispatch for a whole measurement at a time, kernel and XLA alike), so sides timed
+    one after the other can land in different spells; interleaved, each side's fastest round
+    comes from the same spells.
     A side whose call raises gets its exception in place of a time; the others go on."""
     out: dict[str, Seconds | Exception] = {}
     ready: dict[str, tuple[list[list[Any]], int]] = {}
