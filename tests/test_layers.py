@@ -229,6 +229,24 @@ def test_the_chip_has_one_name():
         assert importlib.util.find_spec(dotted) is None, f"{dotted} is still importable"
 
 
+def test_the_harness_is_the_package_and_bench_holds_what_it_runs():
+    """"bench" names one idea in two scopes, as pytest and a repository's tests/ do (issue 61):
+    `tpu_kernels/bench/` is the harness, a library that runs only through `tpu-kernels bench`
+    (no module of it is a script), and it discovers suites in a project's `bench/` folder; the
+    repository's own `bench/` is that folder: suites, scripts and their records, not a package,
+    and no module of tpu_kernels imports from it."""
+    from tpu_kernels.bench import discover
+
+    assert discover.DEFAULT_DIR == Path("bench")
+    bench = PACKAGE.parent / "bench"
+    assert (bench / "kernels.py").is_file() and not (bench / "__init__.py").exists()
+    scripts = [p.name for p in (PACKAGE / "bench").glob("*.py") if "__main__" in p.read_text()]
+    assert not scripts, scripts
+    found = [f"{p.relative_to(PACKAGE)}:{line} imports {module}" for p in sorted(PACKAGE.rglob("*.py"))
+             for line, module, _ in _imports(p) if module.split(".")[0] == "bench"]
+    assert not found, found
+
+
 # The optional libraries an integration wraps: only its own folder may import them.
 INTEGRATED = ("transformers", "torchtitan")
 
