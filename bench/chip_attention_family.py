@@ -14,13 +14,16 @@ Sections:
          JAX's flash attention at 512-blocks (where 512, 256 or 128 divides the sequence; it has
          no GQA, so k and v are repeated inside its program, and its gradients summed back) and
          XLA's `jax.nn.dot_product_attention` (GQA native; where its float32 scores fit in
-         XLA_SCORES bytes). Forward, and forward + backward. Error: normwise against XLA's, or
-         JAX flash's where XLA does not run.
+         XLA_SCORES bytes). Forward, and forward + backward; the sides' rounds interleaved
+         (measure.time_interleaved; the record's runs before 3d9b64a timed each side in turn), and
+         where a side's call is under twice the dispatch floor, every side again as n calls in
+         one program (`*_in_program_us`). Error: normwise against XLA's, or JAX flash's where
+         XLA does not run.
   torch  the torch op (torch.ops.tpu_kernels.attention on TPU tensors) against torch_tpu's
          `F.scaled_dot_product_attention(..., is_causal=True, enable_gqa=True)`: forward, and
          forward + backward (out.backward), n calls then one wait, each call's result read.
 
-    python3 bench/chip_attention_family.py [--only jax,torch] [--seed N] [--out FILE] [--quick --interpret]
+    python3 bench/chip_attention_family.py [--only jax,torch] [--seed N] [--max-tokens T] [--out FILE] [--quick --interpret]
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def _tag(p: dict, dtype: str) -> str:
 # ---- JAX ------------------------------------------------------------------------------------
 
 
-def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> None:
+def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int, floor_s: float) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -142,19 +145,38 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int) -> 
                 "dtype": dt,
                 "what": what,
             }
-            outs, times = {}, {}
+            outs, times, compiled = {}, {}, {}
             for name, fn in fns.items():
-                compiled, compile_s, err = measure.compile_fn(fn, args)
+                compiled[name], compile_s, err = measure.compile_fn(fn, args)
                 if err:
                     row[f"{name}_error"] = err
+                    del compiled[name]
                     continue
-                times[name] = measure.timed(compiled, args, rounds=rounds)
-                row[f"{name}_us"] = round(times[name] * 1e6, 1)
-                row[f"{name}_spread"] = None if times[name].spread is None else round(times[name].spread, 3)
-                outs[name] = compiled(*args)
+                outs[name] = compiled[name](*args)
+            for name, t in measure.time_interleaved(compiled, args, rounds=rounds).items():
+                if isinstance(t, Exception):
+                    row[f"{name}_error"] = measure.error_text(t)
+                    continue
+                times[name] = t
+                row[f"{name}_us"] = round(t * 1e6, 1)
+                row[f"{name}_spread"] = None if t.spread is None else round(t.spread, 3)
             for base in ("jax_flash", "xla"):
                 if "ours" in times and base in times:
                     row[f"vs_{base}"] = round(times[base] / times["ours"], 3)
+            if times and min(times.values()) < 2 * floor_s:  # the call is mostly dispatch: time n in one program
+                looped = {}
+                for name in times:
+                    looped[name], _, err = measure.compile_fn(measure.in_one_program(fns[name]), args)
+                    if err:
+                        row[f"{name}_in_program_error"] = err
+                        del looped[name]
+                n = measure.IN_PROGRAM_CALLS
+                for name, t in measure.time_interleaved(looped, args, rounds=rounds, round_s=0.05).items():
+                    if not isinstance(t, Exception):
+                        row[f"{name}_in_program_us"] = round(t / n * 1e6, 1)
+                for base in ("jax_flash", "xla"):
+                    if "ours_in_program_us" in row and f"{base}_in_program_us" in row:
+                        row[f"vs_{base}_in_program"] = round(row[f"{base}_in_program_us"] / row["ours_in_program_us"], 3)
             ref = "xla" if "xla" in outs else "jax_flash"
             if "ours" in outs and ref in outs:
                 mine = outs["ours"] if isinstance(outs["ours"], tuple) else (outs["ours"],)
@@ -326,10 +348,13 @@ def _later(record: dict, jax_run: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = probes.arguments(__doc__, "chip_attention_family.jsonl", SECTIONS)
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--max-tokens", type=int, default=None, help="only the draws of at most this many tokens")
     args = ap.parse_args(argv)
     if args.interpret:
         probes.use_interpreter()
     ps = draws(args.seed)
+    if args.max_tokens is not None:
+        ps = [p for p in ps if p["tokens"] <= args.max_tokens]
     if args.quick:  # the machinery at CPU sizes
         ps = [
             dict(p, heads=2, kv_heads=1, tokens=256, window=(128 if p["window"] else None))
@@ -342,8 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     with probes.lines(args.out, shown=400) as write:
         write({"section": "meta", "seed": args.seed, "draws": ps, "started": start})
         if "jax" in only:
-            _jax_section(ps, {}, write, rounds)
-            _jax_section(ps[:2], dtypes, write, rounds)
+            from tpu_kernels.chip import measure
+
+            floor_s = measure.dispatch_floor()
+            write({"section": "meta", "dispatch_floor_s": floor_s})
+            _jax_section(ps, {}, write, rounds, floor_s)
+            _jax_section(ps[:2], dtypes, write, rounds, floor_s)
         if "torch" in only:
             _torch_section(ps, write, rounds)
         write({"section": "meta", "seconds": round(time.time() - start, 1)})
