@@ -11,6 +11,10 @@ Sections:
             where torch_tpu's SDPA led (bench/reports/chip_v5e_attention_family.json).
   triangle  a causal forward's default (the triangle of blocks it walks) against the blocks
             the covered length alone would take, at the draws where the two differ.
+  short     forward + backward at the draws of at most SHORT tokens, where XLA's dense attention
+            is closest: the default blocks, other backward blocks (128 to the whole sequence),
+            and a few forward-and-backward pairs, against XLA's attention and its vjp, all
+            timed with their rounds interleaved (measure.time_interleaved).
 
     python3 bench/chip_attention_walk.py --only ab --before before.py [--seconds S] [--out FILE]
     python3 bench/chip_attention_walk.py --only ab --before before.py --quick --interpret  # CPU
@@ -29,7 +33,9 @@ import chip_attention_family as family  # noqa: E402
 
 from tpu_kernels.chip import probes  # noqa: E402
 
-SECTIONS = {"ab": "two kernel versions", "blocks": "blocks", "triangle": "the causal forward's blocks"}
+SECTIONS = {"ab": "two kernel versions", "blocks": "blocks", "triangle": "the causal forward's blocks",
+            "short": "blocks at short sequences, against XLA"}
+SHORT = 1408
 SDPA_LED = (("qwen2.5-32b", 9472), ("qwen2-7b", 4352), ("gemma-7b", 4096), ("gemma-7b", 28032))
 BLOCKS = ((None, None), (512, 512), (512, 1024), (1024, 512))
 
@@ -127,6 +133,64 @@ def _section(section: str, new, before, write, deadline: float, quick: bool = Fa
             write(row)
 
 
+def _short_pairs(t: int) -> list[tuple[tuple, tuple]]:
+    """(forward blocks, backward blocks) pairs of the short section; None: the default."""
+    d = (None, None)
+    return [(d, d), (d, (128, 128)), (d, (256, 256)), (d, (512, 512)), (d, (256, 512)), (d, (512, 256)),
+            (d, (1024, 1024)), (d, (t, t)), (d, (512, t)), (d, (t, 512)), ((128, 128), (128, 128)),
+            ((256, 256), (256, 256)), ((1024, 1024), (1024, 1024)), ((t, t), (t, t))]
+
+
+def _short(new, write, quick: bool = False) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import load, measure
+
+    xla = load.family("attention").jax_reference.attention_xla
+    for idx, p in enumerate(_draws(quick)):
+        h, hk, t, d = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"]
+        if t > SHORT or p["window"] is not None:
+            continue
+        keys = jax.random.split(jax.random.PRNGKey(idx), 4)
+        args = tuple(jax.random.normal(key, (1, n, t, d), jnp.float32).astype(jnp.bfloat16)
+                     for key, n in zip(keys, (h, hk, hk, h)))
+        fns = {}
+        for fb, bb in _short_pairs(128 if quick else t):
+            if quick and (max(x or 0 for x in fb + bb) > 128):
+                continue  # the interpreter's sizes: 256 tokens
+
+            def fn(q, k, v, do, fb=fb, bb=bb):
+                out, lse = new.attention(q, k, v, causal=True, block_q=fb[0], block_k=fb[1])
+                return new.attention_backward(q, k, v, out, lse, do, causal=True, block_q=bb[0], block_k=bb[1])
+
+            fns[f"fwd{fb[0]}x{fb[1]} bwd{bb[0]}x{bb[1]}"] = fn
+
+        def xla_grad(q, k, v, do):
+            _, vjp = jax.vjp(lambda q, k, v: xla(q, k, v, causal=True), q, k, v)
+            return vjp(do)
+
+        fns["xla"] = xla_grad
+        compiled, outs = {}, {}
+        for name, fn in fns.items():
+            compiled[name], _, err = measure.compile_fn(fn, args)
+            if err:
+                write({"section": "short", "point": family._tag(p, "bf16"), "variant": name, "error": err[:300]})
+                del compiled[name]
+                continue
+            outs[name] = compiled[name](*args)
+        times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
+        for name, tm in times.items():
+            row = {"section": "short", "point": family._tag(p, "bf16"), "what": "forward+backward", "variant": name}
+            if isinstance(tm, Exception):
+                row["error"] = measure.error_text(tm)
+            else:
+                row["us"] = round(tm * 1e6, 1)
+                row["err_vs_xla"] = max(measure.normwise(a, jnp.asarray(b, jnp.float32))
+                                        for a, b in zip(outs[name], outs["xla"])) if "xla" in outs else None
+            write(row)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = probes.arguments(__doc__, "chip_attention_walk.jsonl", SECTIONS)
     ap.add_argument("--before", help="an earlier pallas.py (section ab)")
@@ -143,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         for section in args.only.split(","):
             if section == "ab" and before is None:
                 raise SystemExit("chip_attention_walk: section ab needs --before FILE (an earlier pallas.py)")
+            if section == "short":
+                _short(new, write, args.quick)
+                continue
             _section(section, new, before, write, deadline, args.quick)
     return 0
 

@@ -156,8 +156,8 @@ def test_scaling_q_gained_at_the_longest_head_dim_256_point_through_torch(record
 def test_after_the_walk_the_jax_half_leads_jax_flash_everywhere_and_xla_past_1408_tokens(record):
     """The partial JAX run at 873d565 (the walk's kernels): at least 1.0x JAX's flash attention at
     every point it runs, forward and forward + backward; at least 1.2x XLA's attention at every
-    point past 1408 tokens. At 1280-1408 tokens XLA's dense attention stays within reach
-    (0.9-1.2x), which issue 60's 1.2x target does not yet meet."""
+    point past 1408 tokens. At 1280-1408 tokens, timed side after side, XLA's dense attention
+    stays within reach (0.9-1.2x); timed interleaved it is ahead (the next test)."""
     run = [r for r in record["runs"] if r["section"] == "jax" and r["commit"] == "873d565"][0]
     assert len(run["rows"]) == 26
     for r in run["rows"]:
@@ -167,3 +167,22 @@ def test_after_the_walk_the_jax_half_leads_jax_flash_everywhere_and_xla_past_140
             assert r["vs_xla"] >= (1.2 if r["point"]["tokens"] > 1408 else 0.9), r["id"]
     short = [r["id"] for r in run["rows"] if r.get("vs_xla", 2) < 1.2]
     assert short and all(r.split("[")[1].split(",")[3] in ("1280", "1408") for r in short), short
+
+
+def test_timed_interleaved_xla_leads_forward_and_backward_at_1280_and_1408_tokens_in_bf16(record):
+    """The run at 24e3c14 (the draws of at most 1408 tokens, sides interleaved): in bf16, XLA's
+    attention is ahead of the family's forward + backward at head_dim 128 and 256 (0.70-0.78x),
+    not at head_dim 64 (over 2x); in float32 the family leads. Where a call is under twice the
+    dispatch floor (the forwards at head_dim 128 and 256), its in-program figure is recorded
+    beside it. JAX's flash attention trails everywhere."""
+    (run,) = [r for r in record["runs"] if r["commit"] == "24e3c14"]
+    assert run["partial"] and len(run["rows"]) == 10
+    rows = {r["id"]: r for r in run["rows"]}
+    for r in rows.values():
+        assert r["point"]["tokens"] <= 1408 and r.get("vs_jax_flash", 1.0) >= 1.0, r["id"]
+        fastest = min(r[k] for k in ("ours_us", "xla_us", "jax_flash_us") if k in r) * 1e-6
+        assert ("ours_in_program_us" in r) == (fastest < 2 * run["dispatch_floor_s"]), r["id"]
+    bf16_bwd = {i: r["vs_xla"] for i, r in rows.items() if r["what"] == "forward+backward" and r["dtype"] == "bf16"}
+    behind = sorted(i for i, x in bf16_bwd.items() if x < 1.0)
+    assert len(behind) == 2 and all(",64]" not in i for i in behind) and max(bf16_bwd[i] for i in behind) < 0.8
+    assert all(r["vs_xla"] > 1.0 for r in rows.values() if r["what"] == "forward+backward" and r["dtype"] == "f32")

@@ -139,3 +139,22 @@ def test_scaling_q_in_place_of_the_scores_costs_nothing_and_pays_at_head_dim_256
         assert r["after_maxdiff"] == 0.0 if head_dim in (64, 256) else r["after_maxdiff"] <= 2**-4, r
     long = [r for r in run["rows"] if "28032" in r["point"] and r["what"] == "forward"][0]
     assert _best(long, "before") / _best(long, "after") >= 1.05
+
+
+def test_short_sequences_lose_to_xla_at_every_block_pair_tried(record):
+    """The short section (at 24e3c14): at the two draws of 1280 and 1408 tokens, forward +
+    backward timed interleaved with XLA's attention vjp, the default blocks (512) run within 5%
+    of the best of 13 other pairs at head_dim 256 and within 20% at head_dim 128 (whole-sequence
+    blocks, 1280 tokens), smaller blocks lose up to 2.5x, and no pair reaches XLA's time: issue
+    60's 1.2x XLA at these lengths is not met, by any block choice."""
+    (run,) = [r for r in record["runs"] if r.get("section") == "short"]
+    assert run["after"] == "24e3c14"
+    for point, slack in (("gemma-2-2b/bf16[1,8,4,1408,256]", 1.05), ("qwen2.5-1.5b/bf16[1,12,2,1280,128]", 1.25)):
+        rows = [r for r in run["rows"] if r["point"] == point]
+        xla = [r["us"] for r in rows if r["variant"] == "xla"]
+        ours = {(r["variant"], r["pass"]): r["us"] for r in rows if r["variant"] != "xla"}
+        default = min(us for (v, _), us in ours.items() if v == "fwdNonexNone bwdNonexNone")
+        assert len(xla) == 2 and len({v for v, _ in ours}) == 14
+        assert min(ours.values()) * slack >= default
+        assert min(ours.values()) > max(xla)
+        assert max(ours.values()) > 2.5 * min(ours.values())
