@@ -208,8 +208,8 @@ def interleaving(timed):
     """A stand-in for measure.time_interleaved that times each side with `timed` (a test's own
     stand-in for measure.timed), one side after another."""
 
-    def time_interleaved(compiled, args, *, rounds, sets=None):
-        return {name: timed(c, args, rounds=rounds, sets=sets) for name, c in compiled.items()}
+    def time_interleaved(compiled, args, *, rounds, sets=None, **kw):  # kw: round_s
+        return {name: timed(c, args, rounds=rounds, sets=sets, **kw) for name, c in compiled.items()}
 
     return time_interleaved
 

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from tests.test_chip import interleaving
-
 from tpu_kernels.chip import grid, layer, measure, report, run
 from tpu_kernels.chip.point import Point
 

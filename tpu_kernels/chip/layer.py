@@ -24,7 +24,6 @@ import numpy as np
 
 from tpu_kernels.chip import load, measure
 
-
 ATTENTION = "attention family"
 """What the layer's own side attends with, as its rows name it (rows without the field ran the
 flash-attention template, the layer's attention before the shipped family: report.attention_of)."""

@@ -150,8 +150,10 @@ def run_point(p: Point, *, seed: int, rounds: int, floor_s: float, peaks: dict |
 
 def _time_in_program(row: dict[str, Any], fns: dict, args: list, rounds: int) -> None:
     """Each side of a dispatch-bound point timed as `measure.IN_PROGRAM_CALLS` calls in one
-    program: its own time per call, without the per-call dispatch (`measure.in_one_program`)."""
+    program: its own time per call, without the per-call dispatch (`measure.in_one_program`),
+    the sides' rounds interleaved as their calls' are (a program's one dispatch is in its time)."""
     n = measure.IN_PROGRAM_CALLS
+    looped = {}
     for name, fn in fns.items():
         if "time_s" not in row[name]:
             continue
@@ -159,11 +161,14 @@ def _time_in_program(row: dict[str, Any], fns: dict, args: list, rounds: int) ->
         if compiled is None:
             row[name]["in_program_error"] = error
             continue
-        try:  # rounds of round_s: each call is n kernels already
-            row[name]["time_in_program_s"] = measure.timed(compiled, args, rounds=rounds, round_s=0.05) / n
-        except Exception as e:  # a runtime failure is a verdict too
-            row[name]["in_program_error"] = measure.error_text(e)
-        del compiled
+        looped[name] = compiled
+    # rounds of round_s: each call is n kernels already
+    for name, t in measure.time_interleaved(looped, args, rounds=rounds, round_s=0.05).items():
+        if isinstance(t, Exception):  # a runtime failure is a verdict too
+            row[name]["in_program_error"] = measure.error_text(t)
+        else:
+            row[name]["time_in_program_s"] = t / n
+    del looped
     row["in_program_calls"] = n
 
 
