@@ -27,6 +27,15 @@ MUTANTS: tuple[Mutation, ...] = (
         T_CHIP_FIGURES,
     ),
     _toolkit(
+        "chip-sides-timed-one-after-another",
+        CHIP_MEASURE,
+        "    for _ in range(rounds):\n        for name, (cycle, n) in ready.items():",
+        "    for name, (cycle, n) in ready.items():\n        for _ in range(rounds):",
+        "time_interleaved runs every round of one side before the next side's: a slow spell of the "
+        "host lands on whichever side it covers, as before 3d9b64a",
+        T_CHIP_FIGURES,
+    ),
+    _toolkit(
         "chip-speed-inverted",
         CHIP_RUN,
         'row[f"speed_vs_{name}"] = tb / t',
