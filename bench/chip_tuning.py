@@ -32,6 +32,12 @@ reason they are not predicted: they are no tunable ops of their own.
 
     python bench/chip_tuning.py [--record bench/reports/chip_v5e_tune.json]
                                 [--json bench/reports/chip_v5e_tuning_fit.json] [--tables]
+    python bench/chip_tuning.py --record RECORD --section drawn_tune --held-out --json OUT
+
+`--held-out` fits nothing: it compares the tuner's predictions, at the constants in code, with a
+record the constants were not fitted to, such as the drawn section's tuning sample
+(`python -m tpu_kernels.chip --sections drawn_tune`: shapes drawn from public model configs at
+run time); `--section` names the record's section that holds the sweeps.
 
 `--tables` also writes the measured v5e table of the shipped matmul beside the kernel
 (`write_tables`): per matmul shape of the record, the fastest config among the op's declared
@@ -524,11 +530,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", type=Path, default=GRID)
     ap.add_argument("--json", type=Path, default=OUT)
     ap.add_argument("--tables", action="store_true", help="write the measured v5e matmul table beside the kernel")
+    ap.add_argument("--section", default="tune", help="the record's section holding the sweeps")
+    ap.add_argument("--held-out", action="store_true", help="no fit: the constants in code against the record")
     a = ap.parse_args(argv)
     from tpu_kernels.autotuner import predict
 
     record = json.loads(a.record.read_text())
-    groups = predict_groups(record["tune"]["rows"])
+    rows = record[a.section]["rows"]
+    groups = predict_groups(rows)
+    if a.held_out:
+        return _held_out(a, record, rows, groups)
     floor_s = round(record["meta"]["dispatch_floor_s"], 7)  # to 0.1 us
     fitted = fit(groups, floor_s)
     f32 = float32_fraction(a.grid)
@@ -559,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         "chip": CHIP,
         "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
         "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
-            r.get("commit") or record["meta"].get("commit", "") for r in record["tune"]["rows"]).items())),
+            r.get("commit") or record["meta"].get("commit", "") for r in rows).items())),
         "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
         "fit": fitted,
         "float32": f32,
@@ -574,8 +585,37 @@ def main(argv: list[str] | None = None) -> int:
     a.json.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nwritten: {a.json}")
     if a.tables:
-        for path in write_tables(record["tune"]["rows"], a.record, record["meta"].get("commit")):
+        for path in write_tables(rows, a.record, record["meta"].get("commit")):
             print(f"written: {path}")
+    return 0
+
+
+def _held_out(a: argparse.Namespace, record: dict, rows: list[dict], groups: list[dict]) -> int:
+    """The tuner's predictions at the constants in code against a record they were not fitted
+    to: among all the record's candidates and among the op's declared ones."""
+    from tpu_kernels.autotuner import predict
+
+    now = {n: getattr(predict, n) for n in (*predict.FITTED, "VPU_OPS_PER_CYCLE")}
+    runs = {"in code": compare(groups, now, False, True), "in code, declared candidates": compare(groups, now, True, True)}
+    for name, found in runs.items():
+        print(f"\n### {name}")
+        print(table(found))
+        print(json.dumps(summary(found)))
+    doc = {
+        "format": "tpu_kernels.chip_tuning_held_out/1",
+        "chip": CHIP,
+        "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
+        "section": a.section,
+        "seed": record["meta"].get("seed"),
+        "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
+            r.get("commit") or record["meta"].get("commit", "") for r in rows).items())),
+        "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
+        "constants": now,
+        "comparison": {name: {"summary": summary(found), "groups": found} for name, found in runs.items()},
+        "candidates": groups,
+    }
+    a.json.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nwritten: {a.json}")
     return 0
 
 

@@ -201,3 +201,61 @@ def test_only_picks_the_drawn_layers_by_model_name():
     ctx = sections.Context(peaks=None, floor_s=0.0, rounds=1, deadline=float("inf"), only="^no-such-model$",
                            seed=211739)
     assert sections.drawn_layer(ctx) == []
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_the_tuning_sample_is_the_first_distinct_draws_of_each_kind(seed):
+    """drawn.tune_sample: per kind, the first TUNE_SAMPLE draws with distinct shapes after the
+    cuts and more than one candidate config, in draw order; the same every time from a seed. A
+    draw passed over is a shape already picked, or one whose sweep has a single candidate."""
+    groups = drawn.tune_sample(seed)
+    assert [label for label, _ in groups] == [label for label, _ in drawn.tune_sample(seed)]
+    ds = drawn.draws(seed)
+    picked = [int(label.split("/")[0].removeprefix("drawn")) for label, _ in groups]
+    assert picked == sorted(picked)
+    kinds = [ds[i].kind for i in picked]
+    assert {k: kinds.count(k) for k in drawn.TUNE_SAMPLE} == drawn.TUNE_SAMPLE
+    def key(d):  # what makes two draws the same sweep: a matmul's role is not in its shape
+        return d.kind, "" if d.kind == "matmul" else d.role, drawn.shape_of(d)[0], d.dtype
+
+    for kind in drawn.TUNE_SAMPLE:
+        mine = [i for i in picked if ds[i].kind == kind]
+        assert len({key(ds[i]) for i in mine}) == len(mine)
+        skipped = [i for i in range(mine[-1]) if ds[i].kind == kind and i not in mine]
+        swept = {"rows": drawn.tune.row_sweep, "softmax": drawn.tune.row_sweep}
+        for i in skipped:
+            d = ds[i]
+            if key(d) in {key(ds[j]) for j in mine if j < i}:
+                continue
+            assert kind in swept, (kind, i)  # a matmul or attention sweep always has a choice
+            cands = [p for _, group in swept[kind]([(d.role, *drawn.shape_of(d)[0], d.dtype)]) for p in group]
+            assert len({json.dumps(p.statics, sort_keys=True) for p in cands}) <= 1, i
+    for label, cands in groups:
+        assert len({json.dumps(p.statics, sort_keys=True) for p in cands}) > 1, label
+        assert all(p.section == "drawn_tune" for p in cands)
+
+
+@pytest.mark.slow
+def test_the_tuning_sample_runs_in_the_interpreter_and_the_tuner_is_compared_with_it(tmp_path):
+    """`--sections drawn_tune --quick --interpret`: one group per kind at the tiny config, every
+    candidate compiled, run and checked against float64; then bench/chip_tuning.py --held-out
+    compares the tuner's prediction (the constants in code, nothing fitted) with it per group."""
+    from tests.bench.probes import load as load_bench_script
+    from tests.test_chip import run_chip
+
+    out_file = tmp_path / "drawn_tune.json"
+    out = run_chip(out_file, "--quick", "--interpret", "--sections", "drawn_tune", "--rounds", "1", "--seed", "7")
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out_file.read_text())
+    rows = record["drawn_tune"]["rows"]
+    assert len({r["group"] for r in rows}) == len(drawn.TUNE_SAMPLE)
+    assert all(r["seed"] == 7 and r["pallas"]["compiles"] and r["pallas"]["error_vs_f64"] < 2e-2 for r in rows)
+    script = load_bench_script("chip_tuning.py")
+    fit = tmp_path / "held_out.json"
+    assert script.main(["--record", str(out_file), "--section", "drawn_tune", "--held-out", "--json", str(fit)]) == 0
+    doc = json.loads(fit.read_text())
+    assert doc["section"] == "drawn_tune" and doc["seed"] == 7 and "fit" not in doc
+    for run in doc["comparison"].values():
+        assert run["summary"]["groups_predicted"] == len(drawn.TUNE_SAMPLE)
+        assert all(g["choice_over_best"] >= 1.0 for g in run["groups"] if g.get("choice_over_best") is not None)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("grid", "precision", "layer", "tune", "corpus", "drawn", "drawn_layer")
+SECTIONS = ("grid", "precision", "layer", "tune", "corpus", "drawn", "drawn_layer", "drawn_tune")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

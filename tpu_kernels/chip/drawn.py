@@ -10,7 +10,9 @@ so a CPU test rebuilds the whole draw from the record (tests/test_chip_drawn.py)
   batch (1-256) or a prefill (512-16384), bf16 or float32;
 - rmsnorm over [T, d] and softmax over [T, vocab], forward and backward;
 - the flash-attention template over [1, heads, T, hd], causal, forward and forward + backward;
-- `layers(seed)`: a decoder layer at three drawn configs (tokens, widths and heads of each).
+- `layers(seed)`: a decoder layer at three drawn configs (tokens, widths and heads of each);
+- `tune_sample(seed)`: the first draws of each kind (`TUNE_SAMPLE`), each swept over its op's
+  candidate configs (chip/tune.py), for the tuner's prediction on shapes it was not fitted to.
 
 Sizes the chip cannot hold or time in the run's budget are cut the same way every time, and
 the row says how (`cut`): a point's flops at most `MAX_FLOPS` (fewer tokens), an operand at
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tpu_kernels.chip import grid, load
+from tpu_kernels.chip import grid, load, tune
 from tpu_kernels.chip.point import Point
 
 
@@ -212,6 +214,45 @@ def layers(seed: int, count: int = 3) -> list[dict[str, Any]]:
     return out
 
 
+TUNE_SAMPLE = {"matmul": 6, "rows": 2, "softmax": 2, "attention": 2}
+"""Groups per kind of `tune_sample`: 12 shapes, so the tuner's goal (its choice near the measured
+best at 90% of groups: bench/chip_tuning.py's GOAL) allows one miss."""
+
+
+def tune_sample(seed: int, quick: bool = False) -> list[tuple[str, list[Point]]]:
+    """(group label, candidate points) for the first `TUNE_SAMPLE` draws of each kind of
+    `draws(seed)` with distinct shapes (after the cuts) and more than one candidate config, in
+    draw order: each swept over its op's candidates as the tune section sweeps the grid's shapes
+    (chip/tune.py). A label is the draw's prefix and the sweep's own label; quick: one group per
+    kind at `TINY`'s widths (the machinery only: a tiny sweep may have one candidate)."""
+    counts = {kind: 1 if quick else n for kind, n in TUNE_SAMPLE.items()}
+    seen: set[tuple] = set()
+    groups = []
+    for i, d in enumerate(draws(seed)):
+        if quick:
+            d = Draw(d.kind, TINY.name, d.role, min(d.tokens, 64), d.dtype)
+        shape, cut = shape_of(d)
+        key = (d.kind, d.role if d.kind != "matmul" else "", shape, d.dtype)
+        if counts[d.kind] == 0 or key in seen:
+            continue
+        seen.add(key)
+        if d.kind == "matmul":
+            swept = tune.matmul_sweep([(*shape, d.dtype)])
+        elif d.kind in ("rows", "softmax"):
+            swept = tune.row_sweep([(d.role, *shape, d.dtype)])
+        else:
+            swept = tune.attention_sweep([(*shape, True)], d.dtype)
+        if not quick and any(len({repr(p.statics) for p in cands}) < 2 for _, cands in swept):
+            continue  # one candidate (a few rows, one block): nothing for the tuner to choose
+        counts[d.kind] -= 1
+        for label, cands in swept:
+            for p in cands:
+                p.section = "drawn_tune"
+                p.note = "; ".join(filter(None, [p.note, f"cut {cut}" if cut else ""]))
+            groups.append((f"drawn{i}/{d.model}/{d.role}/T={d.tokens}/{label}", cands))
+    return groups
+
+
 def _baseline(row: dict[str, Any]) -> str:
     return "jax_flash" if row["kernel"].startswith("template.flash_attention") else "xla"
 
@@ -268,4 +309,5 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COUNTS", "MODELS", "Draw", "Model", "build", "draws", "layers", "shape_of", "summary", "table"]
+__all__ = ["COUNTS", "MODELS", "TUNE_SAMPLE", "Draw", "Model", "build", "draws", "layers", "shape_of", "summary", "table",
+           "tune_sample"]

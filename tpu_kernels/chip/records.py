@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-SECTIONS = ("grid", "precision", "layer", "tune", "corpus", "drawn", "drawn_layer")
+SECTIONS = ("grid", "precision", "layer", "tune", "corpus", "drawn", "drawn_layer", "drawn_tune")
 
 
 def stamped(rows: list[dict[str, Any]], commit: str) -> list[dict[str, Any]]:

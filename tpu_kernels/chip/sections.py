@@ -161,6 +161,24 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
+def drawn_tune(ctx: Context) -> list[dict[str, Any]]:
+    """The tuning sweeps of `drawn.tune_sample(ctx.seed)`: each candidate config at shapes the
+    tuner's constants were not fitted to (bench/chip_tuning.py --section drawn_tune --held-out
+    compares its predictions with them); `ctx.tune_only` picks groups as in `tune`."""
+    from tpu_kernels.chip import drawn as drawing
+
+    groups = drawing.tune_sample(ctx.seed, quick=ctx.quick)
+    if ctx.tune_only:
+        groups = [(label, cands) for label, cands in groups if any(s in label for s in ctx.tune_only)]
+    rows: list[dict[str, Any]] = []
+    for label, cands in groups:
+        if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), baselines_first_only=True,
+                    extra=lambda p, label=label: {"group": label, "seed": ctx.seed}):
+            print(f"  stopped at the time budget in {label}", flush=True)
+            break
+    return rows
+
+
 def _run(ctx: Context, pts: list, seeds, rows: list[dict[str, Any]], *, rounds: int,
          baselines_first_only: bool = False, extra=lambda p: {}) -> bool:
     """Each point's row, with `extra(point)` added, appended to `rows` (saved after each);
@@ -217,4 +235,4 @@ def layer(ctx: Context) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["Context", "corpus", "drawn", "drawn_layer", "grid", "layer", "precision", "tune"]
+__all__ = ["Context", "corpus", "drawn", "drawn_layer", "drawn_tune", "grid", "layer", "precision", "tune"]
