@@ -147,12 +147,11 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int, flo
             }
             outs, times, compiled = {}, {}, {}
             for name, fn in fns.items():
-                compiled[name], compile_s, err = measure.compile_fn(fn, args)
+                c, _, err = measure.compile_fn(fn, args)
                 if err:
                     row[f"{name}_error"] = err
-                    del compiled[name]
                     continue
-                outs[name] = compiled[name](*args)
+                compiled[name], outs[name] = c, c(*args)
             for name, t in measure.time_interleaved(compiled, args, rounds=rounds).items():
                 if isinstance(t, Exception):
                     row[f"{name}_error"] = measure.error_text(t)
@@ -166,10 +165,11 @@ def _jax_section(ps: list[dict], dtypes: dict[int, str], write, rounds: int, flo
             if times and min(times.values()) < 2 * floor_s:  # the call is mostly dispatch: time n in one program
                 looped = {}
                 for name in times:
-                    looped[name], _, err = measure.compile_fn(measure.in_one_program(fns[name]), args)
+                    c, _, err = measure.compile_fn(measure.in_one_program(fns[name]), args)
                     if err:
                         row[f"{name}_in_program_error"] = err
-                        del looped[name]
+                    else:
+                        looped[name] = c
                 n = measure.IN_PROGRAM_CALLS
                 for name, t in measure.time_interleaved(looped, args, rounds=rounds, round_s=0.05).items():
                     if not isinstance(t, Exception):

@@ -568,10 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "format": "tpu_kernels.chip_tuning_fit/1",
         "chip": CHIP,
-        "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
-        "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
-            r.get("commit") or record["meta"].get("commit", "") for r in rows).items())),
-        "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
+        **_about(a, record, rows),
         "fit": fitted,
         "float32": f32,
         "constants": {"before": BEFORE, "fitted": fitted_k, "in_code": now},
@@ -590,6 +587,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _about(a: argparse.Namespace, record: dict, rows: list[dict]) -> dict:
+    """The written record's source (its path, and the commits its rows were measured at) and goal."""
+    return {
+        "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
+        "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
+            r.get("commit") or record["meta"].get("commit", "") for r in rows).items())),
+        "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
+    }
+
+
 def _held_out(a: argparse.Namespace, record: dict, rows: list[dict], groups: list[dict]) -> int:
     """The tuner's predictions at the constants in code against a record they were not fitted
     to: among all the record's candidates and among the op's declared ones."""
@@ -604,12 +611,9 @@ def _held_out(a: argparse.Namespace, record: dict, rows: list[dict], groups: lis
     doc = {
         "format": "tpu_kernels.chip_tuning_held_out/1",
         "chip": CHIP,
-        "record": str(a.record.relative_to(ROOT) if a.record.is_relative_to(ROOT) else a.record),
         "section": a.section,
         "seed": record["meta"].get("seed"),
-        "record_commit": ", ".join(f"{c[:7]} ({n} rows)" for c, n in sorted(Counter(
-            r.get("commit") or record["meta"].get("commit", "") for r in rows).items())),
-        "goal": f"the predicted choice within {GOAL}x of the measured best at >= 90% of groups; never a choice that fails to compile",
+        **_about(a, record, rows),
         "constants": now,
         "comparison": {name: {"summary": summary(found), "groups": found} for name, found in runs.items()},
         "candidates": groups,

@@ -149,16 +149,7 @@ def tune(ctx: Context) -> list[dict[str, Any]]:
                                     ("scale_add", 4096, 4096, "f32"), ("softmax", 512, 32768, "f32"),
                                     ("rmsnorm", 4096, 14336, "bf16")])
         groups += tuning.matmul_sweep([(4096, 4096, 4096, "f32")])
-    if ctx.tune_only:
-        groups = [(label, cands) for label, cands in groups if any(s in label for s in ctx.tune_only)]
-        groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
-    rows: list[dict[str, Any]] = []
-    for label, cands in groups:
-        if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), baselines_first_only=True,
-                    extra=lambda p, label=label: {"group": label}):
-            print(f"  stopped at the time budget in {label}", flush=True)
-            break
-    return rows
+    return _sweeps(ctx, groups)
 
 
 def drawn_tune(ctx: Context) -> list[dict[str, Any]]:
@@ -167,13 +158,19 @@ def drawn_tune(ctx: Context) -> list[dict[str, Any]]:
     compares its predictions with them); `ctx.tune_only` picks groups as in `tune`."""
     from tpu_kernels.chip import drawn as drawing
 
-    groups = drawing.tune_sample(ctx.seed, quick=ctx.quick)
+    return _sweeps(ctx, drawing.tune_sample(ctx.seed, quick=ctx.quick), {"seed": ctx.seed})
+
+
+def _sweeps(ctx: Context, groups: list, extra: dict | None = None) -> list[dict[str, Any]]:
+    """Each (label, candidates) group's rows, each row naming its group (and `extra`): the groups
+    `ctx.tune_only` names, in its order, until the time budget."""
     if ctx.tune_only:
         groups = [(label, cands) for label, cands in groups if any(s in label for s in ctx.tune_only)]
+        groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
     rows: list[dict[str, Any]] = []
     for label, cands in groups:
         if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), baselines_first_only=True,
-                    extra=lambda p, label=label: {"group": label, "seed": ctx.seed}):
+                    extra=lambda p, label=label: {"group": label, **(extra or {})}):
             print(f"  stopped at the time budget in {label}", flush=True)
             break
     return rows
