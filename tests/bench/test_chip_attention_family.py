@@ -32,6 +32,25 @@ def test_the_jax_section_runs_without_torch_and_agrees_with_its_baselines(tmp_pa
         assert "ours_us" in r and r["err"] < 1e-2, r
 
 
+@pytest.mark.slow
+def test_calls_under_twice_the_floor_are_timed_again_in_one_program(probe):
+    """The JAX section, given a floor above every call's time (the interpreter's calls take
+    milliseconds): every side that timed also has its time per call in one program, and the
+    in-program speeds are the baselines' in-program times over ours."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    ps = [dict(p, heads=2, kv_heads=1, tokens=256, window=None) for p in probe.draws()[:1]]
+    rows = []
+    with pltpu.force_tpu_interpret_mode(True):  # Pallas' interpreter, for this test only
+        probe._jax_section(ps, {}, rows.append, 1, 10.0)
+    assert [r["what"] for r in rows] == ["forward", "forward+backward"]
+    for r in rows:
+        for name in ("ours", "jax_flash", "xla"):
+            assert r[f"{name}_in_program_us"] > 0, (r["id"], name)
+        for base in ("jax_flash", "xla"):
+            assert r[f"vs_{base}_in_program"] == round(r[f"{base}_in_program_us"] / r["ours_in_program_us"], 3)
+
+
 def test_the_record_is_its_seeds_draw(probe, record):
     assert record["draws"] == probe.draws(record["seed"])
     assert record["device"] == "TPU v5 lite"

@@ -106,6 +106,25 @@ def test_the_probe_compares_two_kernel_files_without_torch(tmp_path):
         assert r["after_maxdiff"] == 0.0 and min(r["before_us0"], r["after_us0"]) > 0, r
 
 
+@pytest.mark.slow
+def test_the_short_section_times_every_block_pair_beside_xla_and_agrees_with_it():
+    """bench/chip_attention_walk.py's short section at its CPU sizes, Pallas interpreted: the
+    pairs that fit 256 tokens and XLA's vjp, each timed, each kernel's gradients within bf16
+    error of XLA's."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tests.bench.probes import load
+
+    walk = load("chip_attention_walk.py")
+    rows = []
+    with pltpu.force_tpu_interpret_mode(True):  # Pallas' interpreter, for this test only
+        walk._short(pallas, rows.append, quick=True)
+    variants = {r["variant"] for r in rows}
+    assert "xla" in variants and "fwdNonexNone bwdNonexNone" in variants and len(variants) >= 4
+    for r in rows:
+        assert r["us"] > 0 and r["err_vs_xla"] < 2e-2, r
+
+
 def test_each_section_takes_the_draws_it_names():
     """blocks: the draws where torch_tpu's SDPA led; triangle: the draws (no window) where the
     causal forward's two block rules differ."""
