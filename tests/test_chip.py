@@ -204,6 +204,53 @@ def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(mon
     assert all("make" in r["host_s"] and "check" in r["host_s"] for r in rows)
 
 
+def test_a_sweeps_candidates_of_one_kernel_share_one_preparation_and_one_float64_reference():
+    """`prepared(shared=True)` (a tuning sweep): each kind of point (kernel, dtype, shape) is made
+    and put on the chip once, from its first candidate's seed; another kind gets its own; the
+    candidates' checks meet the same host arrays, so a `reused` reference runs once per kind.
+    Unshared, every point gets its own seed's inputs."""
+    import numpy as np
+
+    from tpu_kernels.chip import run
+    from tpu_kernels.chip.point import Point, reused
+
+    made, references = [], []
+
+    def make(rng):
+        x = rng.standard_normal((8, 128)).astype(np.float32)
+        made.append(float(x[0, 0]))
+        return (x,)
+
+    def reference(kernel):  # each kernel its own float64 reference, as the families' are
+        @reused
+        def doubled64(x):
+            references.append(kernel)
+            return 2 * x.astype(np.float64)
+
+        return doubled64
+
+    def point(kernel, block, ref):
+        return Point(f"{kernel}/b={block}", "rows", kernel, "f32", (8, 128), make, lambda x: 2 * x, {},
+                     lambda inputs, out: float(np.abs(np.asarray(out) - ref(*inputs)).max()),
+                     flops=0, bytes=1, statics={"block": block})
+
+    refs = {kernel: reference(kernel) for kernel in ("fwd", "bwd")}
+    pts = [point(kernel, block, refs[kernel]) for block in (8, 16, 32) for kernel in ("fwd", "bwd")]
+    got = list(run.prepared(pts, range(10, 16), shared=True))
+    inputs = [ready[0] for _, ready, _ in got]
+    assert [p.id for p, _, _ in got] == [p.id for p in pts]
+    assert all(inputs[i] is inputs[i % 2] for i in range(6)) and inputs[0] is not inputs[1]
+    seed = [float(np.random.default_rng(s).standard_normal((8, 128)).astype(np.float32)[0, 0]) for s in (10, 11)]
+    assert made == seed  # the first fwd's seed and the first bwd's, once each
+    for (p, ready, _) in got:
+        assert p.check(ready[0], 2 * ready[1][0]) == 0.0
+    assert references == ["fwd", "bwd"]  # six checks, one float64 reference per kind
+
+    made.clear()
+    unshared = [ready[0] for _, ready, _ in run.prepared(pts, range(10, 16))]
+    assert len({id(x) for x in unshared}) == 6 and len(made) == 6
+
+
 def interleaving(timed):
     """A stand-in for measure.time_interleaved that times each side with `timed` (a test's own
     stand-in for measure.timed), one side after another."""

@@ -56,22 +56,44 @@ class _Ahead:
             self.future.exception()  # blocks; an error surfaces when its point is reached
 
 
-def prepared(points: Sequence[Point], seeds: Sequence[int]) -> Iterator[tuple[Point, tuple, _Ahead]]:
+def _kind(p: Point) -> tuple:
+    """What decides a point's inputs: its kernel, dtype and shape (not its config)."""
+    return p.kernel, p.dtype, tuple(p.shape)
+
+
+def prepared(points: Sequence[Point], seeds: Sequence[int], *,
+             shared: bool = False) -> Iterator[tuple[Point, tuple, _Ahead]]:
     """(point, `prepare(point, seed)`, the next point's preparation) in order. The next point's
     inputs are made and put on the chip in a background thread while this point compiles and
     is checked; `run_point` waits for it before it times anything, so no host work or copy to
-    the chip overlaps a timed call. One ahead: at most two points' inputs live at once."""
+    the chip overlaps a timed call. One ahead: at most two points' inputs live at once.
+
+    `shared` (a tuning sweep's candidates): points of one kind (`_kind`) take the first one's
+    preparation, from its seed: their inputs are made and put on the chip once, and their checks
+    meet the same host arrays, so a `point.reused` float64 reference is computed once. Every
+    kind's preparation then lives until the sweep ends."""
     points = list(points)
     if not points:
         return
     seeds = list(seeds)
+    made: dict[tuple, Any] = {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chip-inputs") as pool:
-        ahead = pool.submit(prepare, points[0], seeds[0])
+
+        def submit(i: int):
+            if not shared:
+                return pool.submit(prepare, points[i], seeds[i])
+            kind = _kind(points[i])
+            if kind not in made:
+                made[kind] = pool.submit(prepare, points[i], seeds[i])
+            return made[kind]
+
+        ahead = submit(0)
         for i, p in enumerate(points):
             ready = ahead.result()
-            ahead = pool.submit(prepare, points[i + 1], seeds[i + 1]) if i + 1 < len(points) else None
+            ahead = submit(i + 1) if i + 1 < len(points) else None
             yield p, ready, _Ahead(ahead)
             del ready
+        made.clear()
 
 
 def _checked(fn, args, check, host_inputs, host_s: dict[str, float]) -> tuple[dict[str, Any], Any]:

@@ -169,7 +169,7 @@ def _sweeps(ctx: Context, groups: list, extra: dict | None = None) -> list[dict[
         groups.sort(key=lambda g: min(i for i, s in enumerate(ctx.tune_only) if s in g[0]))
     rows: list[dict[str, Any]] = []
     for label, cands in groups:
-        if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), baselines_first_only=True,
+        if not _run(ctx, cands, range(len(cands)), rows, rounds=max(3, ctx.rounds - 2), sweep=True,
                     extra=lambda p, label=label: {"group": label, **(extra or {})}):
             print(f"  stopped at the time budget in {label}", flush=True)
             break
@@ -177,15 +177,17 @@ def _sweeps(ctx: Context, groups: list, extra: dict | None = None) -> list[dict[
 
 
 def _run(ctx: Context, pts: list, seeds, rows: list[dict[str, Any]], *, rounds: int,
-         baselines_first_only: bool = False, extra=lambda p: {}) -> bool:
+         sweep: bool = False, extra=lambda p: {}) -> bool:
     """Each point's row, with `extra(point)` added, appended to `rows` (saved after each);
-    False when the time budget stopped it first."""
+    False when the time budget stopped it first. `sweep` (one shape's candidate configs): the
+    baselines are timed with the first candidate only, and candidates of one kernel share one
+    preparation of inputs (`run.prepared`'s `shared`)."""
     seeds = list(seeds)
-    for i, (p, ready, ahead) in enumerate(run.prepared(pts, seeds)):
+    for i, (p, ready, ahead) in enumerate(run.prepared(pts, seeds, shared=sweep)):
         if time.monotonic() > ctx.deadline:
             return False
         row = run.run_point(p, seed=seeds[i], rounds=rounds, floor_s=ctx.floor_s, peaks=ctx.peaks,
-                            baselines=not baselines_first_only or i == 0, ready=ready, ahead=ahead)
+                            baselines=not sweep or i == 0, ready=ready, ahead=ahead)
         row.update(extra(p))
         rows.append(row)
         print(run.summary(row), flush=True)

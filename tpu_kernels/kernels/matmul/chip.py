@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tpu_kernels.chip.point import Point, err, f64, itemsize, randn
+from tpu_kernels.chip.point import Point, err, f64, itemsize, randn, reused
 
 SECTION = "matmul"
 CHECK_ROWS = 64  # rows of a matmul's output the host checks in float64
@@ -18,6 +18,12 @@ CHECK_ROWS = 64  # rows of a matmul's output the host checks in float64
 
 def _rows_of(m: int) -> np.ndarray:
     return np.unique(np.linspace(0, m - 1, min(m, CHECK_ROWS)).astype(int))
+
+
+@reused
+def _rows64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`_rows_of`'s rows of a @ b in float64 (one sweep's candidates share a and b)."""
+    return f64(a[_rows_of(a.shape[0])]) @ f64(b)
 
 
 def point(
@@ -40,8 +46,7 @@ def point(
 
     def check(inputs, out):
         a, b = inputs
-        rows = _rows_of(m)
-        return err(np.asarray(out)[rows], f64(a[rows]) @ f64(b))
+        return err(np.asarray(out)[_rows_of(m)], _rows64(a, b))
 
     return Point(
         f"{kernel}/{dt}[{m},{k},{n}]" + "".join(f"/{k_}={v}" for k_, v in sorted(statics.items())),
