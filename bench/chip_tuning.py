@@ -127,19 +127,19 @@ def predict_groups(rows: list[dict]) -> list[dict]:
     tuner's verdict and the cost model's parts (or why the kernel is not predicted)."""
     import torch
 
-    from tpu_kernels.autotuner.point import cost_tie, predict_config
+    from tpu_kernels.autotuner.point import cost_prefer, cost_tie, predict_config
 
     # the sweeps ran at JAX's default matmul precision (float32: one bf16 pass), which is torch's
     # "medium": the tuner traces its candidates at the setting in effect
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")
     try:
-        return _predict_groups(rows, predict_config, cost_tie)
+        return _predict_groups(rows, predict_config, cost_tie, cost_prefer)
     finally:
         torch.set_float32_matmul_precision(before)
 
 
-def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
+def _predict_groups(rows: list[dict], predict_config, cost_tie, cost_prefer=lambda op: None) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["group"], r["kernel"]), []).append(r)
@@ -152,6 +152,11 @@ def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
             continue
         g["candidates"] = []
         g["cost_tie"] = cost_tie(op)  # the op's own cost model's resolution (0: none)
+        prefer = cost_prefer(op)  # and how it breaks a tie (None: declared order alone)
+        # a dispatch-bound shape's candidates were also timed in one program (chip/run.py): per
+        # call they time the host's dispatch, so they are compared there when all of them were
+        in_program = all(r["pallas"].get("time_in_program_s") for r in cands if r["pallas"].get("time_s"))
+        g["timed"] = "in one program" if in_program else "per call"
         order = list(op.tunables.configs)
         defaults: dict[str, str] = {}  # the default's program, per value of the statics not tuned
         for r in cands:
@@ -165,7 +170,7 @@ def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
                 "statics": r["statics"],
                 "chip_compiles": bool(chip.get("compiles")),
                 "chip_error": " ".join((chip.get("error") or "").split())[:160] or None,
-                "measured_s": chip.get("time_s"),
+                "measured_s": chip.get("time_in_program_s" if in_program else "time_s"),
                 "declared": all(op.tunables.check_value(n, v) for n, v in r["statics"].items() if n in op.tunables.names),
                 "declared_at": order.index(config) if config in order else None,
                 "default": c.prediction is not None and _program(op, args, r["statics"]) == defaults[repr(fixed)],
@@ -175,6 +180,8 @@ def _predict_groups(rows: list[dict], predict_config, cost_tie) -> list[dict]:
             p = c.prediction
             if p is not None and p.model != "roofline":  # the op's own cost model priced it
                 one["cost_s"] = p.seconds
+                if prefer is not None:
+                    one["prefer"] = list(prefer(*args, **r["statics"]))
             if p is not None:
                 one["parts"] = {
                     "compute_s": p.compute_s,
@@ -240,12 +247,14 @@ def compare(groups: list[dict], k: dict, declared: bool = False, cost_model: boo
         pred = {i: c["cost_s"] if own else seconds(c["parts"], k) for i, c in enumerate(cands) if "parts" in c}
         ran = [i for i in pred if cands[i]["chip_compiles"]]
         best = min(c["measured_s"] for c in cands if c["chip_compiles"])
-        choice = choose_predicted(order, pred, g.get("cost_tie", 0.0) if own else 0.0).config if pred else None
+        prefer = {i: tuple(c["prefer"]) for i, c in enumerate(cands) if "prefer" in c} if own else None
+        choice = choose_predicted(order, pred, g.get("cost_tie", 0.0) if own else 0.0, prefer).config if pred else None
         chosen = cands[choice] if choice is not None else None
         out.append({
             "group": g["group"],
             "kernel": g["kernel"],
             "predicted": True,
+            "timed": g.get("timed", "per call"),
             "candidates": len(cands),
             "chip_compiled": sum(c["chip_compiles"] for c in cands),
             "spearman": _spearman([pred[i] for i in ran], [cands[i]["measured_s"] for i in ran]),
@@ -389,17 +398,17 @@ def summary(rows: list[dict]) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| group | kernel | compiled | Spearman | predicted choice | measured best | choice / best | kept, chip refused | pruned, chip compiled |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| group | kernel | timed | compiled | Spearman | predicted choice | measured best | choice / best | kept, chip refused | pruned, chip compiled |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r["predicted"]:
-            lines.append(f"| {r['group']} | {r['kernel']} | | not predicted: {r['why']} | | | | | |")
+            lines.append(f"| {r['group']} | {r['kernel']} | | | not predicted: {r['why']} | | | | | |")
             continue
         rho = "n/a" if r["spearman"] is None else f"{r['spearman']:.2f}"
         ratio = "did not compile" if r["choice_compiles"] is False else f"{r['choice_over_best']:.3f}x"
         lines.append(
-            f"| {r['group']} | {r['kernel']} | {r['chip_compiled']}/{r['candidates']} | {rho} | {_cfg(r['choice'])} "
+            f"| {r['group']} | {r['kernel']} | {r.get('timed', 'per call')} | {r['chip_compiled']}/{r['candidates']} | {rho} | {_cfg(r['choice'])} "
             f"| {_cfg(r['measured_best'])} | {ratio} | {r['kept_but_refused_by_chip']} | {r['pruned_but_compiled_on_chip']} |"
         )
     return "\n".join(lines)
@@ -560,10 +569,10 @@ def main(argv: list[str] | None = None) -> int:
         settings[f"fitted, no dispatch floor{tail}"] = ({**fitted_k, "DISPATCH_FLOOR_S": 0.0}, declared, False)
         settings[f"fitted, no vector work{tail}"] = ({**fitted_k, "VPU_OPS_PER_CYCLE": None}, declared, False)
     runs = {name: compare(groups, k, declared, cost) for name, (k, declared, cost) in settings.items()}
-    for name, rows in runs.items():
+    for name, found in runs.items():
         print(f"\n### {name}: {json.dumps(settings[name][0])}")
-        print(table(rows))
-        print(json.dumps(summary(rows)))
+        print(table(found))
+        print(json.dumps(summary(found)))
     print("\nfit:", json.dumps(fitted), "\nfloat32:", json.dumps(f32))
     doc = {
         "format": "tpu_kernels.chip_tuning_fit/1",
@@ -574,8 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         "constants": {"before": BEFORE, "fitted": fitted_k, "in_code": now},
         "comparison": {
             name: {"constants": settings[name][0], "declared_only": settings[name][1],
-                   "cost_model": settings[name][2], "summary": summary(rows), "groups": rows}
-            for name, rows in runs.items()
+                   "cost_model": settings[name][2], "summary": summary(found), "groups": found}
+            for name, found in runs.items()
         },
         "candidates": groups,
     }

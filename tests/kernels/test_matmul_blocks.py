@@ -162,6 +162,69 @@ def test_the_tuners_prediction_is_the_default_blocks_cost_model(chip, mkn, confi
     assert cost_tie(matmul) == blocks.TIE
 
 
+@pytest.mark.parametrize("mkn", [(2543, 3072, 128000), (62, 2304, 9216), (4096, 4096, 4096)], ids=str)
+def test_the_tuner_breaks_a_predicted_tie_as_the_default_does(mkn):
+    """Configs the cost model prices within `TIE` tie; the tuner breaks the tie by the op's
+    `prefer` (`blocks.preference` of the blocks the call would run with), the rule `blocks.choose`
+    breaks its own by, ahead of the declared order. At the drawn LM head [2543, 3072] @ [3072,
+    128000] the declared order alone chose 256-row blocks, which re-read the weight twice as
+    often (bench/reports/chip_v5e_drawn.json, drawn_tune)."""
+    from tpu_kernels.autotuner.point import cost_prefer
+    from tpu_kernels.autotuner.select import choose_predicted
+    from tpu_kernels.kernels.matmul import pallas
+
+    m, k, n = mkn
+    a, b = jax.ShapeDtypeStruct((m, k), "bfloat16"), jax.ShapeDtypeStruct((k, n), "bfloat16")
+    prefer = cost_prefer(matmul)
+    assert prefer is pallas.predicted_preference
+    space = pallas.Config.space()
+    configs = [(bm, bn, bk) for bm in space["block_m"] for bn in space["block_n"] for bk in space["block_k"]
+               if None not in (bm, bn, bk) and _vmem.fits(blocks.vmem_need(min(bm, m), min(bn, n), min(bk, k), 2))]
+    kw = [dict(zip(("block_m", "block_n", "block_k"), c)) for c in configs]
+    keys = {c: prefer(a, b, **w) for c, w in zip(configs, kw)}
+    for (bm, bn, bk), key in keys.items():
+        assert key == blocks.preference(m, k, n, bm, bn, bk)
+    predicted = {c: blocks.seconds(m, k, n, *c, 2) for c in configs}
+    choice = choose_predicted(configs, predicted, blocks.TIE, keys)
+    least = min(predicted.values())
+    tied = [c for c in configs if predicted[c] <= least * (1 + blocks.TIE)]
+    assert choice.config == min(tied, key=lambda c: (keys[c], configs.index(c)))
+    assert set(choice.tied) == set(tied)
+    # choose's own tie rule is the same function, over its own candidates
+    own = [(bm, bn, bk) for bm in blocks.candidates(m, 128, blocks.BLOCK_CAP["m"])
+           for bn in blocks.candidates(n, 128, blocks.BLOCK_CAP["n"])
+           for bk in blocks.candidates(k, 128, blocks.BLOCK_CAP["k"]) if _vmem.fits(blocks.vmem_need(bm, bn, bk, 2))]
+    price = {c: blocks.seconds(m, k, n, *c, 2) for c in own}
+    floor = min(price.values())
+    got = blocks.choose(m, k, n, 2)
+    assert (got.m, got.n, got.k) == min((c for c in own if price[c] <= floor * (1 + blocks.TIE)),
+                                        key=lambda c: (blocks.preference(m, k, n, *c), price[c]))
+
+
+def test_the_tuners_predicted_choice_goes_by_the_cost_models_prefer(monkeypatch):
+    """`predict_call` hands the op's `prefer` keys to the tie: with a `prefer` that ranks the
+    smallest output block first, the choice among the tied predictions is that one, where the
+    declared order alone (the default first) would keep the default."""
+    import torch
+
+    from tpu_kernels.autotuner.point import predict_call
+    from tpu_kernels.autotuner.select import choose_predicted
+
+    def smallest_output_first(a, b, **kw):
+        return tuple(-x for x in pallas.predicted_preference(a, b, **kw))
+
+    monkeypatch.setattr(pallas.predicted_seconds, "prefer", smallest_output_first)
+    a, b = torch.randn(1000, 1536, dtype=torch.bfloat16), torch.randn(1536, 8960, dtype=torch.bfloat16)
+    o = predict_call(matmul, (a, b), {}, "v5e")
+    names = matmul.tunables.names
+    order = [c.config for c in o.candidates]
+    predicted = {c.config: c.prediction.seconds for c in o.candidates if c.status in ("predicted", "chosen")}
+    keys = {c: smallest_output_first(a, b, **dict(zip(names, c))) for c in predicted}
+    expected = choose_predicted(order, predicted, blocks.TIE, keys)
+    assert o.choice.config == expected.config
+    assert choose_predicted(order, predicted, blocks.TIE).config == order[0] != expected.config
+
+
 def test_another_chips_peaks_price_the_same_blocks_faster_where_they_are_higher():
     """`Chip.like`: a v6e's bf16 peak is 4.7x a v5e's; a compute-bound call is priced about that
     much faster, at the v5e's fitted shares of each peak."""

@@ -40,6 +40,17 @@ def test_equal_predictions_go_to_the_declared_order():
     assert choose_predicted(["d", "a", "b"], {"a": 1.0, "b": 0.5, "d": 2.0}).config == "b"
 
 
+def test_a_cost_models_preference_breaks_its_ties_before_the_declared_order():
+    """`prefer` (the op's cost model's own tie rule, least first) orders the tied predictions;
+    the declared order breaks what it leaves equal; a prediction outside the tie never wins."""
+    predicted = {"d": 1.02, "a": 1.0, "b": 1.01, "c": 1.2}
+    prefer = {"d": (1,), "a": (2,), "b": (0,), "c": (-5,)}
+    got = choose_predicted(["d", "a", "b", "c"], predicted, 0.03, prefer)
+    assert got.config == "b" and got.tied == ("b", "d", "a")
+    assert choose_predicted(["d", "a", "b"], {"d": 1.0, "a": 1.0, "b": 1.0}, 0.0, {"d": (1,), "a": (0,), "b": (0,)}).tied == ("a", "b", "d")
+    assert choose_predicted(["d", "a", "b", "c"], predicted, 0.03).config == "d"  # no preference: declared order
+
+
 def test_predictions_within_a_cost_models_tie_go_to_the_declared_order():
     """An op's own cost model cannot tell configs within its `tie` apart (matmul's 3%): the
     default keeps its place unless another is priced further below it."""

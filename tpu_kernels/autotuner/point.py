@@ -398,7 +398,10 @@ def predict_call(
         _model(op, args, {**base_kwargs, **dict(zip(t.names, c.config))}, target, figures, c)
         if c.prediction is not None:
             predicted[c.config] = c.prediction.seconds
-    choice = choose_predicted([c.config for c in cands], predicted, cost_tie(op)) if predicted else None
+    prefer = cost_prefer(op)
+    keys = ({config: prefer(*args, **{**base_kwargs, **dict(zip(t.names, config))}) for config in predicted}
+            if prefer is not None else None)
+    choice = choose_predicted([c.config for c in cands], predicted, cost_tie(op), keys) if predicted else None
     if choice is not None:
         for c in cands:
             if c.config == choice.config:
@@ -418,6 +421,12 @@ def cost_tie(op: Any) -> float:
     """The relative difference below which `op`'s own cost model (`cost=`) cannot tell two
     configs apart (its `tie` attribute; 0 without one, or without a cost model)."""
     return float(getattr(_cost(op), "tie", 0.0))
+
+
+def cost_prefer(op: Any) -> Callable[..., tuple] | None:
+    """How `op`'s own cost model breaks a tie (its `prefer` attribute: the call's arguments and
+    a config's statics -> a key, least first), or None."""
+    return getattr(_cost(op), "prefer", None)
 
 
 def predict_config(op: Any, args: tuple, kwargs: dict, chip: str) -> Candidate:

@@ -11,8 +11,9 @@ decisively faster than, and the same timings always give the same choice.
 
 Predicted rankings (`predict.py`) have no spread: the fastest prediction wins, ties by declared
 order too. Predictions tie when equal to 1e-12 relative, or within the op's own cost model's
-resolution (`cost=`'s `tie`: matmul's 3%, `blocks.TIE`), so that such a model keeps the op on its
-default wherever its default rule would.
+resolution (`cost=`'s `tie`: matmul's 3%, `blocks.TIE`); such a model may also say how its ties
+go (`cost=`'s `prefer`: matmul's `blocks.preference`, the largest output block first), ahead of
+the declared order, so that the prediction breaks a tie as the op's default rule does.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ def choose(order: Sequence[Any], timings: Mapping[Any, Summary]) -> Choice:
     return Choice(tied[0], tied, decisive=len(tied) == 1)
 
 
-def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float], tie: float = 1e-12) -> Choice:
+def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float], tie: float = 1e-12,
+                     prefer: Mapping[Any, tuple] | None = None) -> Choice:
     """The winner of a predicted ranking (config -> seconds); predictions within `tie` (relative)
-    of the fastest tie."""
+    of the fastest tie, and the tie goes by `prefer` (config -> key, least first: the op's cost
+    model's own tie rule, `cost=`'s `prefer`), then by declared order."""
     if not predicted:
         raise ValueError("choose_predicted: no candidate")
     rank = {c: i for i, c in enumerate(order)}
@@ -53,7 +56,7 @@ def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float], tie: 
     tied = tuple(
         sorted(
             (c for c, t in predicted.items() if t <= best * (1 + max(tie, 1e-12))),
-            key=lambda c: rank.get(c, len(rank)),
+            key=lambda c: ((prefer or {}).get(c, ()), rank.get(c, len(rank))),
         )
     )
     return Choice(tied[0], tied, decisive=len(tied) == 1)

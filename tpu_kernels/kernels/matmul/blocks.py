@@ -38,8 +38,9 @@ runner's sweeps start from it too): the default (`choose`) is not limited to the
 
 The tuner's predicted ranking of matmul configs (`tpu-kernels tune --chips ...`; the op's
 `cost=`, `pallas.predicted_seconds`) prices them with this same `seconds`, on the predicted
-chip's peaks taken at the shares the v5e's fit found (`Chip.like`), and ties them within `TIE`
-as `choose` does: the default and the prediction are one model.
+chip's peaks taken at the shares the v5e's fit found (`Chip.like`), ties them within `TIE`, and
+breaks the ties by `preference`, as `choose` does: the default and the prediction are one model
+and one rule.
 """
 
 from __future__ import annotations
@@ -176,8 +177,17 @@ def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
         return Blocks(bm, bn, bk, seconds(m, k, n, bm, bn, bk, itemsize, passes))
     least = min(p[0] for p in priced)
     t, bm, bn, bk = min((p for p in priced if p[0] <= least * (1 + TIE)),
-                        key=lambda p: (-p[1] * p[2], max(p[1], p[2]) / min(p[1], p[2]), p[3], p[0]))
+                        key=lambda p: (*preference(m, k, n, *p[1:]), p[0]))
     return Blocks(bm, bn, bk, t)
+
+
+def preference(m: int, k: int, n: int, bm: int, bn: int, bk: int) -> tuple:
+    """Where blocks (bm, bn, bk) stand among those the cost model ties (`TIE`), least first:
+    the largest output block, then the squarest, then the smallest block_k, each block capped at
+    its dimension (`choose`'s docstring says why). The tuner breaks its predicted ties with it
+    too (`pallas.predicted_seconds.prefer`): one rule for the default and the prediction."""
+    bm, bn, bk = min(bm, m), min(bn, n), min(bk, k)
+    return -bm * bn, max(bm, bn) / max(1, min(bm, bn)), bk
 
 
 def default(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> tuple[int, int, int]:
@@ -197,4 +207,5 @@ def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
     return b.m, b.n, b.k
 
 
-__all__ = ["BLOCK_CAP", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "seconds", "vmem_need"]
+__all__ = ["BLOCK_CAP", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "preference", "seconds",
+           "vmem_need"]

@@ -180,7 +180,20 @@ def predicted_seconds(chip: Any, a: Any, b: Any, *, block_m: int | None = None, 
     return blocks.seconds(m, k, n, bm, bn, bk, dtype.itemsize, npass, chip=blocks.Chip.like(chip))
 
 
+def predicted_preference(a: Any, b: Any, *, block_m: int | None = None, block_n: int | None = None,
+                         block_k: int | None = None) -> tuple:
+    """Where a config stands in a tie of `predicted_seconds` (least first): `blocks.preference`
+    of the blocks the call would run with, the rule `blocks.choose` breaks its own ties by."""
+    (m, k), n = tuple(a.shape), b.shape[1]
+    if 0 in (m, k, n):
+        return ()
+    dtype = jnp.dtype(str(a.dtype).removeprefix("torch."))
+    bm, bn, bk, _ = _blocks(m, k, n, dtype, block_m, block_n, block_k)
+    return blocks.preference(m, k, n, bm, bn, bk)
+
+
 predicted_seconds.tie = blocks.TIE  # type: ignore[attr-defined]  # within it prices tie, as in blocks.choose
+predicted_seconds.prefer = predicted_preference  # type: ignore[attr-defined]  # and the tie goes as there
 
 
 def matmul(

@@ -270,4 +270,36 @@ MUTANTS: tuple[Mutation, ...] = (
         "prices a fraction of a percent faster, where the default rule keeps it",
         T_SELECT + T_CHIP_FIT,
     ),
+    # ---- issue 58: the prediction's ties go as the default's ----
+    _toolkit(
+        "tuner-prefer-ignored",
+        POINT,
+        "choose_predicted([c.config for c in cands], predicted, cost_tie(op), keys)",
+        "choose_predicted([c.config for c in cands], predicted, cost_tie(op))",
+        "the op's cost= prefer never reaches the tie: matmul's prediction breaks a tie by declared "
+        "order, not by the rule its default breaks its own by (the drawn LM head: 256-row blocks, "
+        "1.21x slower than 512-row ones)",
+        T_MATMUL_BLOCKS,
+        "cost_models_prefer",
+    ),
+    _toolkit(
+        "tuner-prefer-after-declared-order",
+        SELECT,
+        "key=lambda c: ((prefer or {}).get(c, ()), rank.get(c, len(rank))),",
+        "key=lambda c: (rank.get(c, len(rank)), (prefer or {}).get(c, ())),",
+        "a tie goes by declared order first and the cost model's preference only among equal ranks: "
+        "never, since ranks differ",
+        T_SELECT + T_MATMUL_BLOCKS,
+        "preference or prefer",
+    ),
+    _toolkit(
+        "chip-tuning-dispatch-bound-per-call",
+        CHIP_TUNING,
+        '"measured_s": chip.get("time_in_program_s" if in_program else "time_s"),',
+        '"measured_s": chip.get("time_s"),',
+        "a dispatch-bound group compared per call: its candidates' times are the host's dispatch, "
+        "and the measured best is whichever round the host was quick in",
+        ("tests/test_chip_drawn.py",),
+        "drawn_sample_are",
+    ),
 )
