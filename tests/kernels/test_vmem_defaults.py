@@ -43,7 +43,9 @@ FOOTPRINTS = {
 def test_default_row_block_fits_the_cap_and_stays_near_the_target(kernel, cols, rows, itemsize):
     """A default row block: a tile multiple (or all rows), within what a shipped kernel may raise
     the scoped VMEM limit to, no more than `block_bytes` of one input (or one tile), and the
-    largest power of two that is: doubling it would pass the target or the cap."""
+    largest power of two that is: doubling it would pass the target or the cap. Where that
+    power of two holds under `BLOCK_BYTES_MIN`, the next one up: never under the floor where
+    the rows and the cap allow more."""
     fp = FOOTPRINTS[kernel]
     br = _blocks.auto_rows(rows, cols, itemsize, fp)
     assert br is not None  # every width up to 20000 has a whole-row default
@@ -52,9 +54,12 @@ def test_default_row_block_fits_the_cap_and_stays_near_the_target(kernel, cols, 
     assert _vmem.fits(fp.need(min(br, rows), cols, itemsize))
     if br < rows:
         assert br % tile == 0
-        target = _blocks.block_bytes(rows, cols, itemsize)
-        assert br * cols * itemsize <= max(target, tile * cols * itemsize)
-        assert br == tile or 2 * br * cols * itemsize > target or not _vmem.fits(fp.need(2 * br, cols, itemsize))
+        target, row = _blocks.block_bytes(rows, cols, itemsize), cols * itemsize
+        block, floor = br * row, _blocks.BLOCK_BYTES_MIN
+        if block > max(target, tile * row):  # the power of two under the target held under the floor
+            assert (br // 2) * row < floor <= block < 2 * floor
+        assert br == tile or 2 * block > target or not _vmem.fits(fp.need(2 * br, cols, itemsize))
+        assert block >= floor or br == tile or not _vmem.fits(fp.need(2 * br, cols, itemsize))
 
 
 def test_block_bytes_keep_64_steps_between_half_and_two_mib():

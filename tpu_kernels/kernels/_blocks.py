@@ -89,7 +89,8 @@ def rows_tile(itemsize: int) -> int:
 
 def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chunk: int | None = None) -> int | None:
     """The default rows per block: the largest power of two of rows that holds at most
-    `block_bytes` of one input and whose VMEM need (with the body's float32 temporaries)
+    `block_bytes` of one input (or the next one up, where that holds under `BLOCK_BYTES_MIN`)
+    and whose VMEM need (with the body's float32 temporaries)
     fits what a shipped kernel may raise Mosaic's scoped limit to (`_vmem.fits`; `row_params`
     raises it past `_vmem.BUDGET`), at least one sublane tile; all rows when there are fewer.
     None when even one tile of rows does not fit (rows too wide for a whole-row block).
@@ -107,6 +108,11 @@ def auto_rows(rows: int, cols: int, itemsize: int, footprint: RowFootprint, chun
     # rmsnorm's backward at less than half the speed of 64-row ones on a v5e, when that
     # backward still padded a partial last block with a copy; bench/reports/chip_v5e*.json)
     br = max(tile, 1 << (int(target).bit_length() - 1)) if target >= 1 else tile
+    if br * cols * itemsize < BLOCK_BYTES_MIN:
+        # rounded down past the floor: the next power of two, at most twice the floor. On a v5e
+        # (bench/reports/chip_v5e_drawn.json, drawn_tune) rmsnorm at [2793, 5120] bf16 and
+        # [1300, 5120] f32 ran faster in one program with the doubled block, backward most
+        br *= 2
     while br > tile and not _vmem.fits(footprint.need(br, cols, itemsize, chunk)):
         br //= 2
     return rows if rows <= br else br
