@@ -140,3 +140,26 @@ def test_the_fit_recovers_constants_that_made_the_times(step_us, hbm, mxu):
     assert fit["STEP_OVERHEAD_S"] == pytest.approx(truth["STEP_OVERHEAD_S"], abs=1e-9)
     assert (fit["HBM_EFFICIENCY"], fit["MXU_EFFICIENCY"]) == (hbm, mxu)
     assert fit["rms_log_error"]["rows"] < 1e-9 and fit["rms_log_error"]["matmul"] < 1e-9
+
+
+def test_a_dispatch_bound_group_is_compared_in_one_program_and_any_other_per_call():
+    """`predict_groups` takes a group's candidates' times in one program when every timed
+    candidate has one (the runner times a dispatch-bound shape there too: per call, its
+    candidates time the host), else per call for all of them, never a mix."""
+    from types import SimpleNamespace
+
+    script = load_bench_script("chip_tuning")
+
+    def row(group, rows_, time_s, in_program):
+        pallas = {"compiles": True, "time_s": time_s, **({"time_in_program_s": in_program} if in_program else {})}
+        return {"group": group, "kernel": "rmsnorm", "dtype": "bf16", "shape": [64, 1024],
+                "statics": {"block_rows": rows_}, "pallas": pallas}
+
+    rows = [row("bound", 8, 2e-4, 5e-5), row("bound", 16, 1e-4, 6e-5),
+            row("mixed", 8, 2e-4, 5e-5), row("mixed", 16, 1e-4, None)]
+    fake = lambda op, args, statics, chip: SimpleNamespace(prediction=None, status="refused", reason="fake")  # noqa: E731
+    groups = {g["group"]: g for g in script._predict_groups(rows, fake, lambda op: 0.0)}
+    assert groups["bound"]["timed"] == "in one program"
+    assert [c["measured_s"] for c in groups["bound"]["candidates"]] == [5e-5, 6e-5]
+    assert groups["mixed"]["timed"] == "per call"
+    assert [c["measured_s"] for c in groups["mixed"]["candidates"]] == [2e-4, 1e-4]

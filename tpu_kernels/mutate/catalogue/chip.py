@@ -36,6 +36,16 @@ MUTANTS: tuple[Mutation, ...] = (
         T_CHIP_FIGURES,
     ),
     _toolkit(
+        "chip-sweep-inputs-per-candidate",
+        CHIP_RUN,
+        "            if not shared:\n                return pool.submit(prepare, points[i], seeds[i])",
+        "            if True:\n                return pool.submit(prepare, points[i], seeds[i])",
+        "a tuning sweep makes, puts and checks fresh inputs for every candidate: on the chip the "
+        "drawn sample's host work (a float64 reference per softmax candidate) outgrew its timing",
+        ("tests/test_chip.py",),
+        "share_one_preparation",
+    ),
+    _toolkit(
         "chip-speed-inverted",
         CHIP_RUN,
         'row[f"speed_vs_{name}"] = tb / t',

@@ -299,7 +299,7 @@ MUTANTS: tuple[Mutation, ...] = (
         '"measured_s": chip.get("time_s"),',
         "a dispatch-bound group compared per call: its candidates' times are the host's dispatch, "
         "and the measured best is whichever round the host was quick in",
-        ("tests/test_chip_drawn.py",),
-        "drawn_sample_are",
+        T_CHIP_FIT,
+        "dispatch_bound_group",
     ),
 )
