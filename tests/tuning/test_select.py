@@ -49,6 +49,8 @@ def test_a_cost_models_preference_breaks_its_ties_before_the_declared_order():
     assert got.config == "b" and got.tied == ("b", "d", "a")
     assert choose_predicted(["d", "a", "b"], {"d": 1.0, "a": 1.0, "b": 1.0}, 0.0, {"d": (1,), "a": (0,), "b": (0,)}).tied == ("a", "b", "d")
     assert choose_predicted(["d", "a", "b", "c"], predicted, 0.03).config == "d"  # no preference: declared order
+    # a tied config the model gave no key goes after those it did, whatever its declared place
+    assert choose_predicted(["d", "a", "b"], {"d": 1.0, "a": 1.0, "b": 1.0}, 0.0, {"a": (5,), "b": (7,)}).tied == ("a", "b", "d")
 
 
 def test_predictions_within_a_cost_models_tie_go_to_the_declared_order():

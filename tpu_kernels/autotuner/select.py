@@ -48,15 +48,17 @@ def choose_predicted(order: Sequence[Any], predicted: Mapping[Any, float], tie: 
                      prefer: Mapping[Any, tuple] | None = None) -> Choice:
     """The winner of a predicted ranking (config -> seconds); predictions within `tie` (relative)
     of the fastest tie, and the tie goes by `prefer` (config -> key, least first: the op's cost
-    model's own tie rule, `cost=`'s `prefer`), then by declared order."""
+    model's own tie rule, `cost=`'s `prefer`; a config without a key after those with one), then
+    by declared order."""
     if not predicted:
         raise ValueError("choose_predicted: no candidate")
     rank = {c: i for i, c in enumerate(order)}
+    prefer = prefer or {}
     best = min(predicted.values())
     tied = tuple(
         sorted(
             (c for c, t in predicted.items() if t <= best * (1 + max(tie, 1e-12))),
-            key=lambda c: ((prefer or {}).get(c, ()), rank.get(c, len(rank))),
+            key=lambda c: ((0, prefer[c]) if c in prefer else (1, ()), rank.get(c, len(rank))),
         )
     )
     return Choice(tied[0], tied, decisive=len(tied) == 1)

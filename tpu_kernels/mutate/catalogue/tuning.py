@@ -285,8 +285,8 @@ MUTANTS: tuple[Mutation, ...] = (
     _toolkit(
         "tuner-prefer-after-declared-order",
         SELECT,
-        "key=lambda c: ((prefer or {}).get(c, ()), rank.get(c, len(rank))),",
-        "key=lambda c: (rank.get(c, len(rank)), (prefer or {}).get(c, ())),",
+        "key=lambda c: ((0, prefer[c]) if c in prefer else (1, ()), rank.get(c, len(rank))),",
+        "key=lambda c: (rank.get(c, len(rank)), (0, prefer[c]) if c in prefer else (1, ())),",
         "a tie goes by declared order first and the cost model's preference only among equal ranks: "
         "never, since ranks differ",
         T_SELECT + T_MATMUL_BLOCKS,
