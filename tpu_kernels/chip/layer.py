@@ -1,17 +1,19 @@
 """A Llama-style decoder layer two ways, for the chip runner: from the shipped kernels (matmul,
-rmsnorm and attention) at their defaults, and from XLA's matmuls, XLA's rmsnorm (the family's
-JAX reference) and JAX's own Pallas flash attention (512-blocks).
+rmsnorm, attention, and matmul's gated kernels for the FFN's down projection with its gate
+fused in) at their defaults, and from XLA's matmuls, XLA's rmsnorm (the family's JAX
+reference) and JAX's own Pallas flash attention (512-blocks).
 
     h = rmsnorm(x); q, k, v = h Wq, h Wk, h Wv; o = attention(q, k, v, causal)
     x = x + o Wo; h = rmsnorm(x); x = x + (silu(h Wg) * (h Wu)) Wd
 
 Forward, and forward + backward (the gradient of every input and weight for a given output
 cotangent). Each piece's backward is the one its torch op runs, through `jax.custom_vjp`:
-the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed) and
-attention. A forward alone runs attention's visible kernel (no lse), as the op's call needing no
-gradient does. The elementwise glue (silu, the residual
-adds, the head reshapes) is plain JAX on both sides. The forward's error is against a float64
-forward on the host; the gradients are compared with the XLA layer's (no float64 backward).
+the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed), the
+gated down projection and attention. A forward alone runs attention's visible kernel (no lse),
+as the op's call needing no gradient does. The rest of the elementwise glue (the residual adds,
+the head reshapes) is plain JAX on both sides, and so is XLA's silu(g) * u. The forward's error
+is against a float64 forward on the host; the gradients are compared with the XLA layer's (no
+float64 backward).
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tpu_kernels import wiring
 from tpu_kernels.chip import load, measure
 
 ATTENTION = "attention family"
 """What the layer's own side attends with, as its rows name it (rows without the field ran the
 flash-attention template, the layer's attention before the shipped family: report.attention_of)."""
+
+
+FFN_DOWN = "swiglu_matmul"
+"""What the layer's own side computes (silu(g) * u) @ wd with, as its rows name it: matmul's
+gated kernels (rows without the field ran silu(g) * u in JAX, then the matmul)."""
 
 
 def shapes(quick: bool) -> list[dict[str, int]]:
@@ -83,6 +91,27 @@ def _kernels(statics: dict):
     return matmul, rmsnorm, attention
 
 
+def _gated_down(statics: dict):
+    """The FFN's down projection with its gate fused in, (silu(g) * u) @ wd, and its backward:
+    matmul's gated kernels (kernels/matmul/gated.py), at matmul's statics."""
+    load.family("matmul")  # its package, bare where torch is absent
+    gated = wiring.registered("tpu_kernels.kernels.matmul.gated")
+    mm_kw = statics.get("matmul", {})
+
+    @jax.custom_vjp
+    def down(g, u, w):
+        return gated.swiglu_matmul(g, u, w, **mm_kw)
+
+    def down_fwd(g, u, w):
+        return down(g, u, w), (g, u, w)
+
+    def down_bwd(res, d):
+        return gated.swiglu_matmul_backward(*res, d, **mm_kw)
+
+    down.defvjp(down_fwd, down_bwd)
+    return down
+
+
 def _xla_kernels():
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
@@ -100,7 +129,15 @@ def _xla_kernels():
     return mm_ref.matmul_jax, (lambda x, w: ref.rmsnorm_jax(x, w)[0]), attention
 
 
-def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int):
+def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=None):
+    """The layer from these pieces; `gated_down(g, u, wd)`, where given, computes the FFN's
+    (silu(g) * u) @ wd in one call, where the unfused layer runs silu(g) * u as JAX and then
+    `matmul`."""
+    if gated_down is None:
+
+        def gated_down(g, u, w):
+            return matmul(jax.nn.silu(g) * u, w)
+
     def run(x, w1, w2, wq, wk, wv, wo, wg, wu, wd):
         t = x.shape[0]
 
@@ -111,7 +148,7 @@ def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int):
         o = attention(split(matmul(h, wq)), split(matmul(h, wk)), split(matmul(h, wv)))
         x = x + matmul(o[0].transpose(1, 0, 2).reshape(t, heads * head_dim), wo)
         h = rmsnorm(x, w2)
-        return x + matmul(jax.nn.silu(matmul(h, wg)) * matmul(h, wu), wd)
+        return x + gated_down(matmul(h, wg), matmul(h, wu), wd)
 
     return run
 
@@ -153,7 +190,8 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
     rng = np.random.default_rng(0)
     host = _inputs(dims, rng)
     args = [jax.device_put(a) for a in host]
-    ours = _layer(*_kernels(statics), heads, head_dim)
+    gated = _gated_down(statics)
+    ours = _layer(*_kernels(statics), heads, head_dim, gated_down=gated)
     theirs = _layer(*_xla_kernels(), heads, head_dim)
     if backward:
         cot = jax.device_put((rng.standard_normal(host[0].shape, dtype=np.float32)).astype(jnp.bfloat16))
@@ -168,6 +206,8 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
         ours, theirs = grads(ours), grads(theirs)
     row: dict[str, Any] = {"id": f"decoder_layer/{'fwd_bwd' if backward else 'fwd'}/bf16" + "".join(
         f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward, "attention": ATTENTION}
+    if gated is not None:
+        row["ffn_down"] = FFN_DOWN
     outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
         c, compile_s, error = measure.compile_fn(fn, args)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from jax import export
@@ -156,7 +157,7 @@ def seconds(
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
+def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1, need: Callable[..., int] | None = None) -> Blocks:
     """The default blocks of a [m, k] @ [k, n] call whose operands have `itemsize` bytes and whose
     product takes `passes` MXU passes: among the candidates whose VMEM need fits, those the cost
     model prices within `TIE` of the least, and of those the largest output block (each
@@ -165,12 +166,14 @@ def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> Blocks:
     cheapest: the model prices such candidates within a few percent of each other where the
     chip's sweeps (bench/reports/chip_v5e_tune.json) found them apart, so the tie goes to what
     reads each operand fewest times. When no candidate fits (a row too wide), the smallest
-    blocks."""
+    blocks. `need(bm, bn, bk, itemsize, passes)`: a grid step's VMEM, `vmem_need` unless a kernel
+    built on this one holds more (gated.py)."""
+    need = need or vmem_need
     priced = []
     for bm in candidates(m, 128, BLOCK_CAP["m"]):  # (a dimension up to 256 is one whole block)
         for bn in candidates(n, 128, BLOCK_CAP["n"]):
             for bk in candidates(k, 128, BLOCK_CAP["k"]):
-                if _vmem.fits(vmem_need(bm, bn, bk, itemsize, passes)):
+                if _vmem.fits(need(bm, bn, bk, itemsize, passes)):
                     priced.append((seconds(m, k, n, bm, bn, bk, itemsize, passes), bm, bn, bk))
     if not priced:
         bm, bn, bk = (min(d, MIN_BLOCK) for d in (m, n, k))
