@@ -49,6 +49,11 @@ GATES = {"exp_div": _exp_div, "tanh": _tanh}
 """Ways to write silu(g) * u in the kernel: sigmoid as 1 / (1 + exp(-g)), or as (1 + tanh(g / 2)) / 2."""
 
 
+def _gradients(f, dout):
+    """g, u, w -> f's gradients for the cotangent `dout`."""
+    return lambda g, u, w: jax.vjp(f, g, u, w)[1](dout)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dims", default="2560,8960,1536;1536,28672,8192")
@@ -141,7 +146,7 @@ def probe(t: int, ffn: int, d: int, rounds: int):
                     gate_name = name.removeprefix("gated_").removesuffix("_default").removesuffix("_whole_n")
                     blocks = whole_n if name.endswith("whole_n") else {}
                     f = with_vjp(fn, gated_bwd(GATES[gate_name], **blocks))
-                target = (lambda f: lambda g, u, w: jax.vjp(f, g, u, w)[1](dout))(f)
+                target = _gradients(f, dout)
             else:
                 target = fn
             c, _, error = measure.compile_fn(target, (g, u, w))

@@ -138,7 +138,8 @@ def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
 
 def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(tmp_path):
     """The runner's layer (forward, and forward + backward with each piece's own backward: the
-    kernels through custom_vjp, matmul's the kernel reading its operands transposed) at a small size."""
+    kernels through custom_vjp, matmul's the kernel reading its operands transposed, the FFN's down
+    projection matmul's gated kernels) at a small size."""
     out_file = tmp_path / "layer.json"
     out = _python(
         "from tpu_kernels.chip.__main__ import main\n"
@@ -149,6 +150,7 @@ def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(
     rows = {r["backward"]: r for r in json.loads(out_file.read_text())["layer"]["rows"]}
     assert rows[False]["error_ours_vs_f64"] < 2e-2 and rows[False]["error_xla_vs_f64"] < 2e-2
     assert rows[True]["ours_compiles"] and rows[True]["error_grads_ours_vs_xla"] < 2e-2
+    assert rows[False]["ffn_down"] == rows[True]["ffn_down"] == "swiglu_matmul"  # the gated kernels ran
 
 
 def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(monkeypatch):

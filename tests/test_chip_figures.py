@@ -250,6 +250,7 @@ def _layer_row(monkeypatch, *, backward: bool, ours_ms: float, xla_ms: float, ou
     wrong rmsnorm backward) and each side's time stubbed: the first compiled is ours."""
     monkeypatch.setattr(layer, "_kernels", lambda statics: (_matmul, ours_rmsnorm, _attention))
     monkeypatch.setattr(layer, "_xla_kernels", lambda: (_matmul, _rmsnorm, _attention))
+    monkeypatch.setattr(layer, "_gated_down", lambda statics: None)  # silu(g) * u, then _matmul
     order: dict[int, str] = {}
 
     def compile_fn(fn, args):

@@ -44,7 +44,8 @@ OP = "swiglu_matmul"
 def _sigmoid(x: jax.Array) -> jax.Array:
     """(1 + tanh(x / 2)) / 2: one transcendental and no division, where 1 / (1 + exp(-x)) costs
     the vector unit a division on every element (the gate's share of a step: the chip's
-    record, bench/reports/chip_v5e_gated_probe.json)."""
+    record, bench/reports/chip_v5e_gated_probe.json). Within float32's rounding of 1 of the
+    logistic; below about -17, where the logistic is under that, it reads 0."""
     return 0.5 * (1.0 + jnp.tanh(0.5 * x))
 
 
