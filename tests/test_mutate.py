@@ -15,6 +15,7 @@ import pytest
 from tpu_kernels import scaffold
 from tpu_kernels.mutate import SHIPPED, TEMPLATES, TOOLKIT, Mutation, generate, run_mutant, run_mutants
 from tpu_kernels.mutate.__main__ import main
+from tpu_kernels.mutate.catalogue import matmul as matmul_catalogue
 from tpu_kernels.mutate.runner import (
     CAUGHT,
     SURVIVED,
@@ -40,7 +41,9 @@ def test_catalogue_is_large_unique_and_applies_to_the_current_kernels():
         assert text.count(m.old) == 1, (
             f"{m.id}: stale, {m.old!r} occurs {text.count(m.old)} times in {m.file}"
         )
-        assert m.old != m.new and m.tests and m.check
+        # `tpu-kernels check` lowers torch ops: a kernel that is not one yet (matmul's gated
+        # kernels) is judged by its tests alone
+        assert m.old != m.new and m.tests and (m.check or m.file in matmul_catalogue.WITHOUT_TORCH_OP)
 
 
 ISSUE_39_SURVIVORS = {

@@ -1,6 +1,7 @@
-"""matmul's mutants (tpu_kernels/kernels/matmul/pallas.py and blocks.py): the accumulator, the
-index maps, the partial blocks and the masked K tail (forward and the transposed backward), the
-default blocks' cost model."""
+"""matmul's mutants (tpu_kernels/kernels/matmul/pallas.py, blocks.py and gated.py): the
+accumulator, the index maps, the partial blocks and the masked K tail (forward and the
+transposed backward), the default blocks' cost model; the gated kernels' gate, its derivative,
+their masks and index maps, and their VMEM need."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ from tpu_kernels.mutate.catalogue.base import (
 )
 
 _matmul = family_mutants(MATMUL, T_MATMUL, "matmul")
+GATED, T_GATED = "tpu_kernels/kernels/matmul/gated.py", ("tests/kernels/test_matmul_gated.py",)
+WITHOUT_TORCH_OP = (GATED,)
+"""Kernel files whose functions are no torch op yet: their mutants name no `tpu-kernels check`."""
+
+
+def _gated(id: str, old: str, new: str, why: str) -> Mutation:
+    """A mutant of matmul's gated kernels: JAX functions without a torch op, so no
+    `tpu-kernels check` (it lowers torch ops); their own tests judge them, less the property
+    test, whose shrinking of a failure compiles a kernel per example (minutes, where the fixed
+    shapes fail in seconds)."""
+    return Mutation(id, GATED, old, new, why, T_GATED, test_filter="not match_float64")
 
 
 MUTANTS: tuple[Mutation, ...] = (
@@ -99,6 +111,38 @@ MUTANTS: tuple[Mutation, ...] = (
         "the cost model's per-step cost off its fit: the default blocks no longer follow the chip's sweeps",
         T_MATMUL_BLOCKS,
         check=_check("matmul"),
+    ),
+    _gated(
+        "gated-sigmoid-without-the-half",
+        "return 0.5 * (1.0 + jnp.tanh(0.5 * x))",
+        "return 0.5 * (1.0 + jnp.tanh(x))",
+        "the gradient's sigmoid as (1 + tanh(x)) / 2, the tanh identity misremembered: dgate and dup wrong",
+    ),
+    _gated(
+        "gated-derivative-drops-the-product-term",
+        "dg_ref[...] = (dh * u * s * (1.0 + g * (1.0 - s))).astype(dg_ref.dtype)",
+        "dg_ref[...] = (dh * u * s).astype(dg_ref.dtype)",
+        "silu's derivative taken as sigmoid(g) alone, without g * s * (1 - s)",
+    ),
+    _gated(
+        "gated-tail-masked-before-the-gate-only-in-b",
+        "a, b = _masked(a, contract[0], tail), _masked(b, contract[1], tail)",
+        "b = _masked(b, contract[1], tail)",
+        "the contraction's tail masked in the weight only: past K (or M, in the weight's gradient) the "
+        "gate of whatever an edge buffer held enters the sum, NaN included",
+    ),
+    _gated(
+        "gated-weight-gradient-reads-h-untransposed",
+        "h_spec = pl.BlockSpec((wm, wk), lambda i, j, kk: (kk, i))",
+        "h_spec = pl.BlockSpec((wm, wk), lambda i, j, kk: (i, kk))",
+        "the weight gradient's gate and up blocks indexed as if stored [K, M]: wrong tiles of h",
+    ),
+    _gated(
+        "gated-need-without-the-second-operand",
+        "return blocks.vmem_need(bm, bn, bk, itemsize, passes) + 2 * a * itemsize + 3 * rows(bm, 4) * cols(bk) * 4",
+        "return blocks.vmem_need(bm, bn, bk, itemsize, passes)",
+        "the prologue's VMEM need counted as matmul's: defaults that pass the scoped limit with the "
+        "up operand and the gate's float32 temporaries",
     ),
     Mutation(
         "matmul-blocks-tail-unpriced",
