@@ -10,9 +10,11 @@ Forward, and forward + backward (the gradient of every input and weight for a gi
 cotangent). Each piece's backward is the one its torch op runs, through `jax.custom_vjp`:
 the backward kernels of rmsnorm, matmul (the same kernel reading b and a transposed), the
 gated down projection and attention. A forward alone runs attention's visible kernel (no lse),
-as the op's call needing no gradient does. The rest of the elementwise glue (the residual adds,
-the head reshapes) is plain JAX on both sides, and so is XLA's silu(g) * u. The forward's error
-is against a float64 forward on the host; the gradients are compared with the XLA layer's (no
+as the op's call needing no gradient does. Our attention reads its heads in place from the
+projections (the family's by-token kernels, head_dim a multiple of 128); JAX's flash attention
+takes [batch, heads, seq, head_dim], so XLA's side transposes q, k, v and the output. The rest
+of the elementwise glue (the residual adds) is plain JAX on both sides, and so is XLA's
+silu(g) * u. The forward's error is against a float64 forward on the host; the gradients are compared with the XLA layer's (no
 float64 backward).
 """
 
@@ -35,6 +37,12 @@ flash-attention template, the layer's attention before the shipped family: repor
 FFN_DOWN = "swiglu_matmul"
 """What the layer's own side computes (silu(g) * u) @ wd with, as its rows name it: matmul's
 gated kernels (rows without the field ran silu(g) * u in JAX, then the matmul)."""
+
+
+BY_TOKEN = "by token"
+"""How the layer's own side hands attention its heads, as its rows name it: q, k and v read in
+place from [tokens, heads * head_dim] (rows without the field transposed them to [heads,
+tokens, head_dim] and the output back)."""
 
 
 def shapes(quick: bool) -> list[dict[str, int]]:
@@ -112,6 +120,29 @@ def _gated_down(statics: dict):
     return down
 
 
+def _attention_by_token(statics: dict):
+    """Causal attention over q, k, v [1, tokens, heads, head_dim], each head read in place from
+    the projections' [tokens, heads * head_dim] (the family's by-token kernels: no transpose
+    around attention), with its backward; the layer falls back to transposes where head_dim is
+    not a multiple of 128."""
+    attn = load.family("attention").pallas
+    fa_kw = statics.get("attention", {})
+
+    @jax.custom_vjp
+    def attention(q, k, v):
+        return attn.attention_out_by_token(q, k, v, causal=True, **fa_kw)
+
+    def attention_fwd(q, k, v):
+        out, lse = attn.attention_by_token(q, k, v, causal=True, **fa_kw)
+        return out, (q, k, v, out, lse)
+
+    def attention_bwd(res, g):
+        return attn.attention_backward_by_token(*res, g, causal=True, **fa_kw)
+
+    attention.defvjp(attention_fwd, attention_bwd)
+    return attention
+
+
 def _xla_kernels():
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
@@ -129,10 +160,12 @@ def _xla_kernels():
     return mm_ref.matmul_jax, (lambda x, w: ref.rmsnorm_jax(x, w)[0]), attention
 
 
-def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=None):
+def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=None, attention_by_token=None):
     """The layer from these pieces; `gated_down(g, u, wd)`, where given, computes the FFN's
     (silu(g) * u) @ wd in one call, where the unfused layer runs silu(g) * u as JAX and then
-    `matmul`."""
+    `matmul`; `attention_by_token(q, k, v)`, where given, attends over [1, tokens, heads,
+    head_dim] (a reshape of the projections, no copy), where `attention` takes [1, heads, tokens,
+    head_dim] (a transpose each way)."""
     if gated_down is None:
 
         def gated_down(g, u, w):
@@ -145,8 +178,12 @@ def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=Non
             return a.reshape(t, heads, head_dim).transpose(1, 0, 2)[None]
 
         h = rmsnorm(x, w1)
-        o = attention(split(matmul(h, wq)), split(matmul(h, wk)), split(matmul(h, wv)))
-        x = x + matmul(o[0].transpose(1, 0, 2).reshape(t, heads * head_dim), wo)
+        q, k, v = matmul(h, wq), matmul(h, wk), matmul(h, wv)
+        if attention_by_token is not None:
+            o = attention_by_token(*(a.reshape(1, t, heads, head_dim) for a in (q, k, v))).reshape(t, heads * head_dim)
+        else:
+            o = attention(split(q), split(k), split(v))[0].transpose(1, 0, 2).reshape(t, heads * head_dim)
+        x = x + matmul(o, wo)
         h = rmsnorm(x, w2)
         return x + gated_down(matmul(h, wg), matmul(h, wu), wd)
 
@@ -191,7 +228,8 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
     host = _inputs(dims, rng)
     args = [jax.device_put(a) for a in host]
     gated = _gated_down(statics)
-    ours = _layer(*_kernels(statics), heads, head_dim, gated_down=gated)
+    by_token = _attention_by_token(statics) if head_dim % 128 == 0 else None
+    ours = _layer(*_kernels(statics), heads, head_dim, gated_down=gated, attention_by_token=by_token)
     theirs = _layer(*_xla_kernels(), heads, head_dim)
     if backward:
         cot = jax.device_put((rng.standard_normal(host[0].shape, dtype=np.float32)).astype(jnp.bfloat16))
@@ -208,6 +246,8 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
         f"/{k}={v}" for k, v in dims.items()), "dims": dims, "backward": backward, "attention": ATTENTION}
     if gated is not None:
         row["ffn_down"] = FFN_DOWN
+    if by_token is not None:
+        row["attention_layout"] = BY_TOKEN
     outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
         c, compile_s, error = measure.compile_fn(fn, args)

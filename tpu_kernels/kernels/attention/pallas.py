@@ -583,23 +583,79 @@ def _pad(x: jax.Array, length, value: float) -> jax.Array:
     return jnp.pad(x, [(0, 0), (0, 0), (0, extra), (0, 0)], constant_values=value)
 
 
-def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
+BY_HEAD, BY_TOKEN = "bhsd", "bshd"
+"""The layouts of q, k, v and out: [batch, heads, seq, head_dim] (torch's
+scaled_dot_product_attention's), or [batch, seq, heads, head_dim], the layout a projection
+writes ([tokens, heads * head_dim] reshaped, no copy). By token, a block of one head's rows is a
+(rows, head_dim) window of [batch, seq, heads * head_dim] at lane offset head * head_dim: the
+index maps read the heads in place, so a layer needs no transpose around attention. It needs
+head_dim a multiple of 128 (a lane-aligned window)."""
+
+
+def _as_heads(x, layout: str):
+    """x's shape and dtype as [batch, heads, seq, head_dim], for the checks and the plan."""
+    if layout == BY_HEAD:
+        return x
+    b, s, h, d = x.shape
+    return jax.ShapeDtypeStruct((b, h, s, d), x.dtype)
+
+
+def _spec(layout: str, rows, d, where):
+    """A block of one head's `rows` rows, at `where(*grid ids)` = (batch, head, row block)."""
+    if layout == BY_HEAD:
+        return pl.BlockSpec((None, None, rows, d), lambda *ids: (*where(*ids), 0))
+
+    def index(*ids):
+        b, head, block = where(*ids)
+        return b, block, head
+
+    return pl.BlockSpec((None, rows, d), index)
+
+
+def _flat(x, layout: str):
+    """x as the kernels read it: [batch, seq, heads * head_dim] by token (a reshape, no copy)."""
+    return x if layout == BY_HEAD else x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def _check_layout(q, k, v, layout: str) -> None:
+    if layout not in (BY_HEAD, BY_TOKEN):
+        raise ValueError(f"{KERNEL}: layout must be {BY_HEAD!r} or {BY_TOKEN!r}, got {layout!r}.")
+    if layout == BY_TOKEN:
+        if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape:
+            raise ValueError(
+                f"{KERNEL}: expected q [batch, seq_q, heads, head_dim] and k, v [batch, seq_k, kv_heads, "
+                f"head_dim] of one shape, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+            )
+        d = q.shape[3]
+        if not export.is_symbolic_dim(d) and d % LANES:
+            raise ValueError(
+                f"{KERNEL}: layout {BY_TOKEN!r} reads each head's {d} lanes in place, which needs head_dim a "
+                f"multiple of {LANES}; pass [batch, heads, seq, head_dim] ({BY_HEAD!r}) instead."
+            )
+
+
+def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool, layout: str = BY_HEAD):
     require_float(KERNEL, q=q, k=k, v=v)
-    _check(q, k, v, causal, window)
+    _check_layout(q, k, v, layout)
+    qh, kh = _as_heads(q, layout), _as_heads(k, layout)
+    _check(qh, kh, _as_heads(v, layout), causal, window)
     if is_empty(q, k, v):
-        out, lse = _dense(q, k, v, _scale(q, scale), causal, window)
+        if layout == BY_TOKEN:
+            to_heads = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+            out, lse = _dense(*map(to_heads, (q, k, v)), _scale(q, scale), causal, window)
+            out = to_heads(out)
+        else:
+            out, lse = _dense(q, k, v, _scale(q, scale), causal, window)
         return (out, lse) if with_lse else (out,)
-    b, h, seq_q, d = q.shape
-    plan = _plan(q, k, causal, window, block_q, block_k, forward=True)
+    b, h, seq_q, d = qh.shape
+    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=True)
     walk = _walk(plan, q_major=True)
     acc = _acc(q.dtype)
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
-    kv_spec = pl.BlockSpec(
-        (None, None, plan.bk, d), lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)
-    )
+    q_spec = _spec(layout, plan.bq, d, lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0]))
+    kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1]))
     row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
     itemsize = jnp.dtype(q.dtype).itemsize
-    out_shape, out_specs = [jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype)], [q_spec]
+    out_shape, out_specs = [jax.ShapeDtypeStruct(_flat(q, layout).shape, q.dtype)], [q_spec]
     if with_lse:  # whole blocks (a lane per row): sliced below, a few KiB
         out_shape.append(jax.ShapeDtypeStruct((b, h, plan.sq, 1), acc))
         out_specs.append(row_spec)
@@ -619,10 +675,11 @@ def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool):
         ),
         compiler_params=_params(walk, d, itemsize),
         cost_estimate=cost(
-            4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * q.size + 2 * k.size) * itemsize
+            4 * b * h * plan.sq * plan.sk * d, b * h * plan.sq * plan.sk, (2 * qh.size + 2 * kh.size) * itemsize
         ),
-    )(*walk.prefetch, q, k, v)
-    return (outs[0], outs[1][:, :, :seq_q, 0]) if with_lse else (outs[0],)
+    )(*walk.prefetch, *(_flat(x, layout) for x in (q, k, v)))
+    out = outs[0].reshape(q.shape)
+    return (out, outs[1][:, :, :seq_q, 0]) if with_lse else (out,)
 
 
 def attention(
@@ -672,16 +729,28 @@ def attention_backward(
     block_k: int | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """-> (dq, dk, dv)."""
+    return _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, BY_HEAD)
+
+
+def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, layout: str):
     sm_scale = _scale(q, scale)
     if is_empty(q, k, v):
+        if layout == BY_TOKEN:
+            to_heads = functools.partial(jnp.swapaxes, axis1=1, axis2=2)
+            grads = _backward(*map(to_heads, (q, k, v, out)), lse, to_heads(grad_out), causal, scale, window,
+                              block_q, block_k, BY_HEAD)
+            return tuple(map(to_heads, grads))
         _, vjp = jax.vjp(lambda q, k, v: _dense(q, k, v, sm_scale, causal, window)[0], q, k, v)
         return vjp(grad_out.astype(q.dtype))
-    b, h, seq_q, d = q.shape
-    hk, seq_k = k.shape[1], k.shape[2]
-    plan = _plan(q, k, causal, window, block_q, block_k, forward=False)
+    qh, kh = _as_heads(q, layout), _as_heads(k, layout)
+    b, h, seq_q, d = qh.shape
+    hk, seq_k = kh.shape[1], kh.shape[2]
+    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=False)
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
-    delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1]
+    delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1] or [b, seq_q, h, 1]
+    if layout == BY_TOKEN:
+        delta = jnp.swapaxes(delta, 1, 2)  # a lane per row: small
     # the per-row arrays in whole blocks: queries past seq_q get lse +inf (p = 0) and delta 0
     lse, delta = _pad(lse[..., None].astype(acc), plan.sq, jnp.inf), _pad(delta, plan.sq, 0.0)
     itemsize = jnp.dtype(q.dtype).itemsize
@@ -689,16 +758,18 @@ def attention_backward(
 
     def q_of_kv(*ids):  # the dK/dV grid walks its group's heads, then their q blocks
         j, i, member = walk.blocks(*ids)
-        return (ids[0], ids[1] * plan.group + member, i, 0)
+        return (ids[0], ids[1] * plan.group + member, i)
 
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), q_of_kv)
-    row_spec = pl.BlockSpec((None, None, plan.bq, 1), q_of_kv)
-    kv_spec = pl.BlockSpec((None, None, plan.bk, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
+    q_spec = _spec(layout, plan.bq, d, q_of_kv)
+    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (*q_of_kv(*ids), 0))
+    kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0]))
+    kv_shape = k.shape
+    q, k, v, do = (_flat(x, layout) for x in (q, k, v, do))
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, scale=sm_scale, walk=walk),
         out_shape=(
-            jax.ShapeDtypeStruct((b, hk, seq_k, d), k.dtype),
-            jax.ShapeDtypeStruct((b, hk, seq_k, d), v.dtype),
+            jax.ShapeDtypeStruct(k.shape, k.dtype),
+            jax.ShapeDtypeStruct(v.shape, v.dtype),
         ),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=len(walk.prefetch),
@@ -711,14 +782,12 @@ def attention_backward(
     )(*walk.prefetch, q, k, v, do, lse, delta)
 
     walk = _walk(plan, q_major=True)
-    q_spec = pl.BlockSpec((None, None, plan.bq, d), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
+    q_spec = _spec(layout, plan.bq, d, lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0]))
     row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))
-    kv_spec = pl.BlockSpec(
-        (None, None, plan.bk, d), lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)
-    )
+    kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1]))
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, scale=sm_scale, walk=walk),
-        out_shape=jax.ShapeDtypeStruct((b, h, seq_q, d), q.dtype),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=len(walk.prefetch),
             grid=(b, h, *walk.grid),
@@ -728,7 +797,31 @@ def attention_backward(
         ),
         compiler_params=_params(walk, d, itemsize),
     )(*walk.prefetch, q, k, v, do, lse, delta)
-    return dq, dk, dv
+    return dq.reshape(grad_out.shape), dk.reshape(kv_shape), dv.reshape(kv_shape)
 
 
-__all__ = ["KERNEL", "MAX_STEPS", "Config", "Plan", "Walk", "attention", "attention_backward", "attention_out"]
+def attention_by_token(q, k, v, *, causal: bool = False, scale: float | None = None, window: int | None = None,
+                       block_q: int | None = None, block_k: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """`attention` with q [batch, seq_q, heads, head_dim] and k, v [batch, seq_k, kv_heads,
+    head_dim] (`BY_TOKEN`: each head read in place; head_dim a multiple of 128) -> (out [batch,
+    seq_q, heads, head_dim], lse [batch, heads, seq_q] float32). The same kernels and blocks."""
+    return _forward(q, k, v, causal, scale, window, block_q, block_k, True, BY_TOKEN)
+
+
+def attention_out_by_token(q, k, v, *, causal: bool = False, scale: float | None = None,
+                           window: int | None = None, block_q: int | None = None,
+                           block_k: int | None = None) -> jax.Array:
+    """`attention_out` by token: out alone."""
+    return _forward(q, k, v, causal, scale, window, block_q, block_k, False, BY_TOKEN)[0]
+
+
+def attention_backward_by_token(q, k, v, out, lse, grad_out, *, causal: bool = False, scale: float | None = None,
+                                window: int | None = None, block_q: int | None = None,
+                                block_k: int | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`attention_backward` by token: (dq, dk, dv) in q's and k's layout."""
+    _check_layout(q, k, v, BY_TOKEN)
+    return _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, BY_TOKEN)
+
+
+__all__ = ["BY_HEAD", "BY_TOKEN", "KERNEL", "MAX_STEPS", "Config", "Plan", "Walk", "attention", "attention_backward",
+           "attention_backward_by_token", "attention_by_token", "attention_out", "attention_out_by_token"]
