@@ -305,7 +305,8 @@ def _rows(record: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "name", ["chip_v5e.json", "chip_v5e_rows_probe.json", "chip_v5e_tune.json"], ids=lambda n: n[:-5]
+    "name", ["chip_v5e.json", "chip_v5e_rows_probe.json", "chip_v5e_tune.json", "chip_v5e_drawn.json",
+             "chip_v5e_layer_by_token.json"], ids=lambda n: n[:-5]
 )
 def test_every_recorded_speed_is_the_baseline_time_over_the_kernels(name):
     """What the README's headline and docs/performance.md render: each speed in the record is

@@ -144,3 +144,17 @@ def test_the_tanh_sigmoid_is_the_logistic_to_float32s_rounding_of_one():
     in the far negative tail, where the logistic is under that, it reads 0."""
     x = jnp.linspace(-60.0, 60.0, 2001, dtype=jnp.float32)
     np.testing.assert_allclose(np.asarray(gated._sigmoid(x)), np.asarray(jax.nn.sigmoid(x)), rtol=2e-6, atol=2e-7)
+
+
+def test_the_gated_kernels_lower_for_tpu():
+    """Forward (one kernel) and backward (two) at the narrow layer's down projection, lowered for
+    a v5e without one."""
+    from tpu_kernels.lowering import target
+
+    g = jax.ShapeDtypeStruct((2560, 8960), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((8960, 1536), jnp.bfloat16)
+    d = jax.ShapeDtypeStruct((2560, 1536), jnp.bfloat16)
+    with target.targeting(target.chip("v5e")):
+        texts = [jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",)).as_text()
+                 for f, args in ((gated.swiglu_matmul, (g, g, w)), (gated.swiglu_matmul_backward, (g, g, w, d)))]
+    assert [t.count("tpu_custom_call") for t in texts] == [1, 2]

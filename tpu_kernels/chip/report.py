@@ -137,8 +137,10 @@ def precision_table(record: dict[str, Any]) -> str:
 
 def attention_of(row: dict[str, Any]) -> str:
     """The attention a decoder-layer row's own side ran (chip/layer.py's ATTENTION; rows from
-    before it named one ran the flash-attention template)."""
-    return row.get("attention", "flash template")
+    before it named one ran the flash-attention template), and how it took its heads where the
+    row says (`attention_layout`: "by token", read in place)."""
+    name = row.get("attention", "flash template")
+    return f"{name}, {row['attention_layout']}" if row.get("attention_layout") else name
 
 
 def layer_attention(record: dict[str, Any]) -> str:

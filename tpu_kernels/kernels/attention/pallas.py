@@ -2,7 +2,8 @@
 grouped kv heads, a causal mask and a sliding window.
 
 q: [batch, heads, seq_q, head_dim]; k, v: [batch, kv_heads, seq_k, head_dim], where
-kv_heads divides heads (GQA; MQA at one kv head). q head h reads kv head
+kv_heads divides heads (GQA; MQA at one kv head). The `_by_token` functions take them as
+[batch, seq, heads, head_dim] instead (`BY_TOKEN`), the same kernels reading each head in place. q head h reads kv head
 h // (heads // kv_heads) through the kernels' index maps: k and v are never repeated in
 memory. A query at position i sees the key at j when
 

@@ -3,7 +3,7 @@ index maps, the grids' bands, the last blocks' overhang and the scale."""
 
 from __future__ import annotations
 
-from tpu_kernels.mutate.catalogue.base import ATTENTION, T_ATTENTION, Mutation, family_mutants
+from tpu_kernels.mutate.catalogue.base import ATTENTION, T_ATTENTION, Mutation, _check, family_mutants
 
 _attention = family_mutants(ATTENTION, T_ATTENTION, "attention")
 
@@ -53,14 +53,16 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-kv-head-modulo",
-        "lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
-        "lambda *ids: (ids[0], ids[1] % max(k.shape[1], 1), walk.blocks(*ids)[1], 0)\n    )\n    row_spec = pl.BlockSpec((None, None, plan.bq, 1), lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0], 0))\n    itemsize",
+        "    kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1] // plan.group, walk.blocks(*ids)[1]))\n"
+        "    row_spec",
+        "    kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1] % max(kh.shape[1], 1), "
+        "walk.blocks(*ids)[1]))\n    row_spec",
         "the forward pairs q head h with kv head h mod kv_heads (interleaved groups), not h // group",
     ),
     _attention(
         "attention-dkv-sums-one-head-of-the-group",
-        "        return (ids[0], ids[1] * plan.group + member, i, 0)",
-        "        return (ids[0], ids[1] * plan.group, i, 0)",
+        "        return (ids[0], ids[1] * plan.group + member, i)",
+        "        return (ids[0], ids[1] * plan.group, i)",
         "dK and dV read the group's first q head for every member: the other heads' gradients are lost",
     ),
     _attention(
@@ -104,5 +106,15 @@ MUTANTS: tuple[Mutation, ...] = (
         "        dq_ref[...] = (dq_sc[...] * scale).astype(dq_ref.dtype)",
         "        dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)",
         "dq without the softmax scale",
+    ),
+    Mutation(
+        "attention-by-token-head-as-row-block",
+        ATTENTION,
+        "        b, head, block = where(*ids)\n        return b, block, head",
+        "        b, head, block = where(*ids)\n        return b, head, block",
+        "by token, the head index taken as the row block and the row block as the head's lanes",
+        ("tests/kernels/test_attention_by_token.py",),
+        test_filter="not by_token_equals_by_head",
+        check=_check("attention"),
     ),
 )
