@@ -3,8 +3,9 @@
 The drawn record (bench/reports/chip_v5e_drawn.json, `drawn_layer`) has the chip runner's layer
 (tpu_kernels/chip/layer.py) behind the same layer from XLA's matmuls and rmsnorm and JAX's flash
 attention, the narrower the model the further. This probe times each piece of that layer on
-its own, ours against XLA's, at a layer's dims, forward and forward + backward (the same
-`jax.custom_vjp` pieces the runner's layer uses):
+its own, ours against XLA's, at a layer's dims, forward and forward + backward (the
+`jax.custom_vjp` pieces of the runner's layer before its gated down projection and by-token
+attention: silu(g) * u as JAX, then matmul; q, k, v and the output transposed around attention):
 
   rmsnorm [T, d]; the matmuls h Wq ([T, d] x [d, d]), h Wg ([T, d] x [d, ffn]) and the down
   projection ([T, ffn] x [ffn, d]); causal attention [1, heads, T, head_dim]; and the whole layer.
