@@ -14,8 +14,8 @@ as the op's call needing no gradient does. Our attention reads its heads in plac
 projections (the family's by-token kernels, head_dim a multiple of 128); JAX's flash attention
 takes [batch, heads, seq, head_dim], so XLA's side transposes q, k, v and the output. The rest
 of the elementwise glue (the residual adds) is plain JAX on both sides, and so is XLA's
-silu(g) * u. The forward's error is against a float64 forward on the host; the gradients are compared with the XLA layer's (no
-float64 backward).
+silu(g) * u. The forward's error is against a float64 forward on the host; the gradients are
+compared with the XLA layer's (no float64 backward).
 """
 
 from __future__ import annotations
@@ -83,20 +83,27 @@ def _kernels(statics: dict):
 
     rmsnorm.defvjp(rmsnorm_fwd, rmsnorm_bwd)
 
+    attention = _causal_attention(attn.attention_out, attn.attention, attn.attention_backward, fa_kw)
+    return matmul, rmsnorm, attention
+
+
+def _causal_attention(visible, forward, backward, fa_kw: dict):
+    """Causal attention through `jax.custom_vjp`, as the op runs it: `visible` (out alone) where
+    no gradient is asked, `forward` (out and lse) and `backward` where one is."""
+
     @jax.custom_vjp
     def attention(q, k, v):
-        return attn.attention_out(q, k, v, causal=True, **fa_kw)
+        return visible(q, k, v, causal=True, **fa_kw)
 
     def attention_fwd(q, k, v):
-        out, lse = attn.attention(q, k, v, causal=True, **fa_kw)
+        out, lse = forward(q, k, v, causal=True, **fa_kw)
         return out, (q, k, v, out, lse)
 
     def attention_bwd(res, g):
-        q, k, v, out, lse = res
-        return attn.attention_backward(q, k, v, out, lse, g, causal=True, **fa_kw)
+        return backward(*res, g, causal=True, **fa_kw)
 
     attention.defvjp(attention_fwd, attention_bwd)
-    return matmul, rmsnorm, attention
+    return attention
 
 
 def _gated_down(statics: dict):
@@ -126,21 +133,8 @@ def _attention_by_token(statics: dict):
     around attention), with its backward; the layer falls back to transposes where head_dim is
     not a multiple of 128."""
     attn = load.family("attention").pallas
-    fa_kw = statics.get("attention", {})
-
-    @jax.custom_vjp
-    def attention(q, k, v):
-        return attn.attention_out_by_token(q, k, v, causal=True, **fa_kw)
-
-    def attention_fwd(q, k, v):
-        out, lse = attn.attention_by_token(q, k, v, causal=True, **fa_kw)
-        return out, (q, k, v, out, lse)
-
-    def attention_bwd(res, g):
-        return attn.attention_backward_by_token(*res, g, causal=True, **fa_kw)
-
-    attention.defvjp(attention_fwd, attention_bwd)
-    return attention
+    return _causal_attention(attn.attention_out_by_token, attn.attention_by_token, attn.attention_backward_by_token,
+                             statics.get("attention", {}))
 
 
 def _xla_kernels():

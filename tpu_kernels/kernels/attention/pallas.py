@@ -3,9 +3,9 @@ grouped kv heads, a causal mask and a sliding window.
 
 q: [batch, heads, seq_q, head_dim]; k, v: [batch, kv_heads, seq_k, head_dim], where
 kv_heads divides heads (GQA; MQA at one kv head). The `_by_token` functions take them as
-[batch, seq, heads, head_dim] instead (`BY_TOKEN`), the same kernels reading each head in place. q head h reads kv head
-h // (heads // kv_heads) through the kernels' index maps: k and v are never repeated in
-memory. A query at position i sees the key at j when
+[batch, seq, heads, head_dim] instead (`BY_TOKEN`), the same kernels reading each head in
+place. q head h reads kv head h // (heads // kv_heads) through the kernels' index maps: k and v
+are never repeated in memory. A query at position i sees the key at j when
 
     causal=False:  every j;
     causal=True:   j <= i (top-left aligned, as torch's scaled_dot_product_attention);
@@ -745,7 +745,7 @@ def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block
         return vjp(grad_out.astype(q.dtype))
     qh, kh = _as_heads(q, layout), _as_heads(k, layout)
     b, h, seq_q, d = qh.shape
-    hk, seq_k = kh.shape[1], kh.shape[2]
+    hk = kh.shape[1]
     plan = _plan(qh, kh, causal, window, block_q, block_k, forward=False)
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
