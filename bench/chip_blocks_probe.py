@@ -110,12 +110,11 @@ def template(rounds: int, write, quick: bool) -> None:
                 sides[f"template_{bq}x{bk}"] = functools.partial(
                     lambda q, k, v, bq, bk: fa.flash_attention(q, k, v, causal=True, block_q=bq, block_k=bk)[0],
                     bq=bq, bk=bk)
-            by_token = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731  [b, h, s, d] -> [b, s, h, d]
             if d % 128 == 0:
                 for blk in [None, *sizes]:
                     sides[f"family_by_token_{blk or 'default'}"] = functools.partial(
-                        lambda q, k, v, blk: by_token(fam.attention_out_by_token(
-                            by_token(q), by_token(k), by_token(v), causal=True, block_q=blk, block_k=blk)), blk=blk)
+                        lambda q, k, v, blk: _swap(fam.attention_out_by_token(
+                            _swap(q), _swap(k), _swap(v), causal=True, block_q=blk, block_k=blk)), blk=blk)
             if mode == "fwd_bwd":
                 sides = {"jax_flash_512": _grad(flash, do)} if "jax_flash_512" in sides else {}
                 for bq, bk in itertools.product(sizes, sizes):
@@ -123,6 +122,11 @@ def template(rounds: int, write, quick: bool) -> None:
                 sides.update(_family_grads(fam, sizes, do) if d % 128 == 0 else {})
             _time_group(sides, (q, k, v), rounds, write,
                         {"section": "template", "shape": [b, h, s, d], "dtype": dt, "mode": mode})
+
+
+def _swap(a):
+    """[b, h, s, d] <-> [b, s, h, d]: the family's by-token layout."""
+    return jnp.swapaxes(a, 1, 2)
 
 
 def _grad(f, do):
@@ -139,7 +143,7 @@ def _template_grads(fa, q, k, v, *, do, bq: int, bk: int):
 
 def _family_grads(fam, sizes, do):
     """The family's forward + backward by token, as the chip layer's custom_vjp runs it."""
-    t = lambda a: jnp.swapaxes(a, 1, 2)  # noqa: E731
+    t = _swap
     out = {}
     for blk in [None, *sizes]:
         kw = dict(causal=True, block_q=blk, block_k=blk)
