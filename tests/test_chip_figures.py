@@ -330,3 +330,30 @@ def test_every_recorded_speed_is_the_baseline_time_over_the_kernels(name):
             assert value == pytest.approx(want, rel=1e-9), (name, r["id"], key)
             speeds += 1
     assert speeds >= 9
+
+
+def _probe_us(rows: list[dict], **where) -> dict[str, float]:
+    """side -> microseconds of the blocks probe's rows matching `where`."""
+    return {r["side"]: r["us"] for r in rows if all(r.get(k) == v for k, v in where.items()) and "us" in r}
+
+
+def test_the_blocks_probe_record_backs_the_defaults_it_moved():
+    """The defaults the blocks probe moved (chip_v5e_blocks_probe.json) are the faster ones in it:
+    the gated down projection at a whole-d block_n over matmul's 768 (qwen2.5-1.5b); the
+    backward's widest dividing blocks over the powers of two, for the template (four shapes) and
+    the family (by token); a float32 template forward's widest block_q."""
+    rows = json.loads((REPORTS / "chip_v5e_blocks_probe.json").read_text())["rows"]
+    gated = _probe_us(rows, section="gated", dims=[2560, 8960, 1536])
+    assert gated["gated_default_512x768x1792"] > 1.1 * gated["gated_512x1536x896"]
+    widest = {(3584, "f32"): 896, (3584, "bf16"): 896, (2560, "bf16"): 640, (1280, "bf16"): 640}
+    powers = {3584: 512, 2560: 512, 1280: 256}
+    for (seq, dt), w in widest.items():
+        shape = [r["shape"] for r in rows if r.get("dtype") == dt and r["shape"][2] == seq][0]
+        both = _probe_us(rows, section="template", dtype=dt, mode="fwd_bwd", shape=shape)
+        p = powers[seq]
+        assert both[f"template_{w}x{w}"] < both[f"template_{p}x{p}"], (seq, dt)
+        if shape[3] % 128 == 0:
+            assert both[f"family_by_token_{w}"] < both[f"family_by_token_{p}"], (seq, dt)
+    f32 = _probe_us(rows, section="template", dtype="f32", mode="fwd", shape=[1, 8, 3584, 128])
+    assert f32["template_896x512"] < f32["template_512x512"]
+    assert f32["jax_flash_512"] / f32["template_896x512"] >= 0.9  # issue 58's bar for the template

@@ -102,24 +102,28 @@ def test_head_dims_against_float64(head_dim, dtype):
 
 
 @pytest.mark.parametrize(
-    "seq, expected",
+    "seq, expected, backward",
     [
-        (1000, (1000, 1000)),  # up to 1024: one whole block
-        (4096, (1024, 4096)),
-        (1536, (512, 1536)),
-        (1408, (512, 1536)),  # 11 x 128: padded to 512-blocks, not run in 128-blocks
-        (2944, (1024, 3072)),  # 23 x 128
-        (4352, (512, 4608)),  # 17 x 256
-        (1100, (512, 1536)),
+        (1000, (1000, 1000), 1000),  # up to 1024: one whole block
+        (4096, (1024, 4096), 1024),
+        (1536, (512, 1536), 768),  # the backward: the widest multiple of 128 that divides, if wider
+        (2560, (512, 2560), 640),
+        (3584, (512, 3584), 896),
+        (1408, (512, 1536), 512),  # 11 x 128: padded to 512-blocks, not run in 128-blocks
+        (2944, (1024, 3072), 1024),  # 23 x 128
+        (4352, (512, 4608), 512),  # 17 x 256
+        (1100, (512, 1536), 512),
     ],
 )
-def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected):
+def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected, backward):
     shape = (1, 2, seq, 64)
     for causal in (False, True):  # the backward's blocks, and any call's over a non-square
         blocks = pallas.Config.default(shape, shape, causal=causal, backward=True)
-        assert blocks == pallas.Config(expected[0], expected[0])
+        assert blocks == pallas.Config(backward, backward)
+    assert pallas.Config.default(shape, shape) == pallas.Config(expected[0], expected[0])
     q = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
     assert pallas._plan(q, q, False, None, None, None, forward=True).sq == expected[1]
+    assert pallas._plan(q, q, True, None, None, None, forward=False).bq == backward
 
 
 @pytest.mark.parametrize(

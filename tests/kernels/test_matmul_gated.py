@@ -139,6 +139,22 @@ def test_default_blocks_fit_the_gated_kernels_need_which_is_more_than_matmuls(sh
     assert not _vmem.fits(need(plain.m, plain.n, plain.k, 2, 1))
 
 
+def test_the_gates_price_makes_a_narrow_block_n_cost_the_gate_again():
+    """The prologue's price (`GATE`): g's and u's blocks and the gate's vector work are paid once
+    per block along N, so at qwen2.5-1.5b's down projection the forward's default takes the whole
+    d (1536), where matmul's model alone took 768 and the chip ran it 16% slower
+    (bench/reports/chip_v5e_blocks_probe.json); at any blocks the gate costs more the narrower
+    block_n is, and never less than the plain product."""
+    m, k, n = 2560, 8960, 1536
+    assert blocks.choose(m, k, n, 2, 1, gated._prologue_need).n == 768
+    assert blocks.choose(m, k, n, 2, 1, gated._prologue_need, gated.GATE).n == n
+
+    def extra(bn):
+        return blocks.seconds(m, k, n, 512, bn, 1024, 2, prologue=gated.GATE) - blocks.seconds(m, k, n, 512, bn, 1024, 2)
+
+    assert 0 < extra(1536) < extra(768) < extra(384)
+
+
 def test_the_tanh_sigmoid_is_the_logistic_to_float32s_rounding_of_one():
     """(1 + tanh(x / 2)) / 2 against 1 / (1 + exp(-x)): within float32's rounding of 1 absolutely;
     in the far negative tail, where the logistic is under that, it reads 0."""

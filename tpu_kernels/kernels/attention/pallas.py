@@ -90,10 +90,11 @@ class Config(BlockConfig):
                 backward: bool = False) -> Config:
         """The blocks a call leaving them unset runs its forward (or `backward`) kernels with:
         per sequence, the whole of it up to 1024, else the block of DEFAULT_BLOCKS that costs
-        least (`_default_block`), a causal forward over a square pricing the triangle it walks."""
+        least (`_default_block`), a causal forward over a square pricing the triangle it walks,
+        and the backward taking a wider multiple of 128 where one divides the sequence."""
         seq_q, seq_k = q_shape[2], k_shape[2]
         triangle = _triangle(seq_q, seq_k, causal, window, forward=not backward)
-        return cls(_default_block(seq_q, triangle), _default_block(seq_k, triangle))
+        return cls(_default_block(seq_q, triangle, backward), _default_block(seq_k, triangle, backward))
 
 
 def _acc(dtype) -> jnp.dtype:
@@ -493,11 +494,14 @@ def _triangle(seq_q, seq_k, causal: bool, window: int | None, *, forward: bool) 
     return forward and causal and window is None and not export.is_symbolic_dim(seq_q) and seq_q == seq_k
 
 
-def _default_block(seq, triangle: bool = False) -> int:
+def _default_block(seq, triangle: bool = False, backward: bool = False) -> int:
     """A block left unset: the whole sequence up to 1024 (one block needs no tiling), else the
     block of DEFAULT_BLOCKS with the least covered length x BLOCK_COST, or with `triangle` (a
     causal forward) the least area of the blocks on and below the diagonal x BLOCK_COST; a
-    symbolic length, the first of DEFAULT_BLOCKS."""
+    symbolic length, the first of DEFAULT_BLOCKS. The `backward`'s block is instead the widest
+    multiple of 128 up to 1024 that divides the sequence, where that is wider (640 of 2560, 896
+    of 3584: its kernels ran faster there, in both dtypes, than at 512, and the forward slower:
+    bench/reports/chip_v5e_blocks_probe.json, `template`)."""
     if export.is_symbolic_dim(seq):
         return DEFAULT_BLOCKS[0]
     if seq <= DEFAULT_BLOCKS[0]:
@@ -507,7 +511,11 @@ def _default_block(seq, triangle: bool = False) -> int:
         n = -(-seq // b)
         return (n * (n + 1) // 2 * b * b if triangle else n * b) * BLOCK_COST[b]
 
-    return min(DEFAULT_BLOCKS, key=lambda b: (price(b), -b))
+    block = min(DEFAULT_BLOCKS, key=lambda b: (price(b), -b))
+    if backward:
+        widest = next((b for b in range(DEFAULT_BLOCKS[0], LANES - 1, -LANES) if seq % b == 0), block)
+        block = max(block, widest)
+    return block
 
 
 def _check(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool, window: int | None) -> None:

@@ -140,16 +140,31 @@ def candidates(dim: int, tile: int, cap: int) -> tuple[int, ...]:
     return tuple(sorted(b for b in out if MIN_BLOCK <= b <= cap or b == dim))
 
 
+@dataclass(frozen=True)
+class Prologue:
+    """What a kernel built on matmul's adds to each step before its dot (gated.py: the a tile
+    made from two operands): `a_operands` [m, k] blocks streamed per step instead of one, and
+    `element_s` seconds of vector work per element of the a tile, which the step's dot waits
+    for. Both are paid again for each block along N, so they price a narrow block_n."""
+
+    a_operands: int = 1
+    element_s: float = 0.0
+
+
+PLAIN = Prologue()
+
+
 def seconds(
-    m: int, k: int, n: int, bm: int, bn: int, bk: int, itemsize: int, passes: int = 1, chip: Chip = V5E
+    m: int, k: int, n: int, bm: int, bn: int, bk: int, itemsize: int, passes: int = 1, chip: Chip = V5E,
+    prologue: Prologue = PLAIN,
 ) -> float:
     """The cost model's time for a call of a [m, k] @ [k, n] matmul at blocks (bm, bn, bk) on
-    `chip` (the v5e's figures unless given)."""
+    `chip` (the v5e's figures unless given), with a kernel's `prologue` (none unless given)."""
     if 0 in (m, k, n):  # an empty call runs no kernel (pallas.matmul)
         return FIXED_S
     gm, gn, gk = _cdiv(m, bm), _cdiv(n, bn), _cdiv(k, bk)
-    mxu = 2 * max(bm, chip.mxu_rows) * bn * bk * passes / chip.mxu_rate
-    block = (bm * bk + bk * bn) * itemsize
+    mxu = 2 * max(bm, chip.mxu_rows) * bn * bk * passes / chip.mxu_rate + prologue.element_s * bm * bk
+    block = (prologue.a_operands * bm * bk + bk * bn) * itemsize
     hbm = (block + bm * bn * itemsize / gk) / chip.hbm_bytes_s
     ends = (block + bm * bn * itemsize) / chip.hbm_bytes_s
     acc = ACC_S * max(bm, 8) * bn
@@ -157,7 +172,10 @@ def seconds(
 
 
 @functools.lru_cache(maxsize=4096)
-def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1, need: Callable[..., int] | None = None) -> Blocks:
+def choose(
+    m: int, k: int, n: int, itemsize: int, passes: int = 1, need: Callable[..., int] | None = None,
+    prologue: Prologue = PLAIN,
+) -> Blocks:
     """The default blocks of a [m, k] @ [k, n] call whose operands have `itemsize` bytes and whose
     product takes `passes` MXU passes: among the candidates whose VMEM need fits, those the cost
     model prices within `TIE` of the least, and of those the largest output block (each
@@ -167,17 +185,18 @@ def choose(m: int, k: int, n: int, itemsize: int, passes: int = 1, need: Callabl
     chip's sweeps (bench/reports/chip_v5e_tune.json) found them apart, so the tie goes to what
     reads each operand fewest times. When no candidate fits (a row too wide), the smallest
     blocks. `need(bm, bn, bk, itemsize, passes)`: a grid step's VMEM, `vmem_need` unless a kernel
-    built on this one holds more (gated.py)."""
+    built on this one holds more (gated.py); `prologue`: what such a kernel adds to a step's
+    price (`Prologue`)."""
     need = need or vmem_need
     priced = []
     for bm in candidates(m, 128, BLOCK_CAP["m"]):  # (a dimension up to 256 is one whole block)
         for bn in candidates(n, 128, BLOCK_CAP["n"]):
             for bk in candidates(k, 128, BLOCK_CAP["k"]):
                 if _vmem.fits(need(bm, bn, bk, itemsize, passes)):
-                    priced.append((seconds(m, k, n, bm, bn, bk, itemsize, passes), bm, bn, bk))
+                    priced.append((seconds(m, k, n, bm, bn, bk, itemsize, passes, prologue=prologue), bm, bn, bk))
     if not priced:
         bm, bn, bk = (min(d, MIN_BLOCK) for d in (m, n, k))
-        return Blocks(bm, bn, bk, seconds(m, k, n, bm, bn, bk, itemsize, passes))
+        return Blocks(bm, bn, bk, seconds(m, k, n, bm, bn, bk, itemsize, passes, prologue=prologue))
     least = min(p[0] for p in priced)
     t, bm, bn, bk = min((p for p in priced if p[0] <= least * (1 + TIE)),
                         key=lambda p: (*preference(m, k, n, *p[1:]), p[0]))
@@ -210,5 +229,5 @@ def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
     return b.m, b.n, b.k
 
 
-__all__ = ["BLOCK_CAP", "V5E", "Blocks", "Chip", "candidates", "choose", "default", "preference", "seconds",
+__all__ = ["BLOCK_CAP", "PLAIN", "V5E", "Blocks", "Chip", "Prologue", "candidates", "choose", "default", "preference", "seconds",
            "vmem_need"]

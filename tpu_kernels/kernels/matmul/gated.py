@@ -19,7 +19,7 @@ dimension leaves a partial edge block, and the contraction's tail is masked to z
 operands, after the prologue (a NaN the prologue makes of what an edge buffer held stays out).
 Blocks left unset take `blocks.choose` at the product's shape, among the candidates whose VMEM
 need counts the second operand, the prologue's or epilogue's float32 temporaries and the second
-output (`need`).
+output (`need`), priced with the gate's own cost where a prologue makes it (`GATE`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ from tpu_kernels.kernels.matmul.pallas import _block, mxu_passes
 from tpu_kernels.runtime import mosaic_precision
 
 OP = "swiglu_matmul"
+
+GATE = blocks.Prologue(a_operands=2, element_s=0.7e-12)
+"""The gate's price in a prologue kernel's blocks (the forward's, the weight gradient's): g's and
+u's blocks both stream each step, and the gate's vector work on each element of the a tile
+precedes the step's dot; both are paid again for every block along N, so a block_n narrower
+than N costs them twice or more. element_s is fitted to the chip's sweep of the gated forward
+(bench/reports/chip_v5e_blocks_probe.json, `gated`)."""
 
 
 def _sigmoid(x: jax.Array) -> jax.Array:
@@ -146,15 +153,15 @@ def _epilogue_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) ->
             + 2 * 2 * tile + 2 * tile + 4 * acc)
 
 
-def _blocks(m, k, n, dtype, given, names, multiples, need) -> tuple[int, int, int, int]:
+def _blocks(m, k, n, dtype, given, names, multiples, need, prologue=blocks.PLAIN) -> tuple[int, int, int, int]:
     """(bm, bn, bk, passes) of an [m, k] @ [k, n] product of this module's kernels: the blocks
     `given` (each a multiple of its `multiples` entry, capped at its dimension), else the
-    default's under `need`; refused when their VMEM need passes the cap."""
+    default's under `need`, priced with `prologue`; refused when their VMEM need passes the cap."""
     itemsize, npass = jnp.dtype(dtype).itemsize, mxu_passes(dtype)
     if any(export.is_symbolic_dim(d) for d in (m, k, n)) or 0 in (m, k, n):
         default = blocks.default(m, k, n, itemsize, npass)
     else:
-        b = blocks.choose(m, k, n, itemsize, npass, need)
+        b = blocks.choose(m, k, n, itemsize, npass, need, prologue)
         default = (b.m, b.n, b.k)
     bm, bn, bk = (_block(name, dim, block, d, mult)
                   for name, dim, block, d, mult in zip(names, (m, n, k), given, default, multiples, strict=True))
@@ -196,7 +203,7 @@ def swiglu_matmul(
     _check(gate, up, w)
     (m, k), n = gate.shape, w.shape[1]
     bm, bn, bk, npass = _blocks(m, k, n, gate.dtype, (block_m, block_n, block_k), ("block_m", "block_n", "block_k"),
-                                (SUBLANES, LANES, LANES), _prologue_need)
+                                (SUBLANES, LANES, LANES), _prologue_need, GATE)
     if is_empty(gate, w):
         return jnp.zeros((m, n), gate.dtype)
     itemsize = gate.dtype.itemsize
@@ -243,7 +250,7 @@ def swiglu_matmul_backward(
                                 (SUBLANES, LANES, LANES), _epilogue_need)
     # dw [K, N] = h[M, K].T @ d [M, N]: K rows (along h's lanes), N columns, M summed
     wk, wn, wm, wpass = _blocks(k, m, n, dt, (block_k, block_n, block_m), ("block_k", "block_n", "block_m"),
-                                (LANES, LANES, SUBLANES), _prologue_need)
+                                (LANES, LANES, SUBLANES), _prologue_need, GATE)
     if is_empty(gate, w, d):
         return jnp.zeros((m, k), dt), jnp.zeros((m, k), dt), jnp.zeros((k, n), dt)
     itemsize = dt.itemsize
