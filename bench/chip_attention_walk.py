@@ -59,7 +59,7 @@ def _variants(section: str, new, before, p: dict) -> dict:
     t = p["tokens"]
     shape = (1, p["heads"], t, p["head_dim"])
     tri = new.Config.default(shape, shape, causal=True).block_q
-    covered = new.Config.default(shape, shape, causal=True, backward=True).block_q
+    covered = new._default_block(t)  # the covered length's block (the backward's, before 228cb04)
     if tri == covered or p["window"] is not None:
         return {}
     return {"covered": (new, covered, covered), "triangle": (new, None, None)}

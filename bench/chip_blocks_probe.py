@@ -223,7 +223,7 @@ def gated_section(rounds: int, write, quick: bool) -> None:
             return jax.device_put((rng.standard_normal(shape, dtype=np.float32) * scale).astype(jnp.bfloat16))
 
         g, u, w = bf((t, f)), bf((t, f)), bf((f, d), f**-0.5)
-        b = mm.pallas.blocks.choose(t, f, d, 2, 1, gated._prologue_need)
+        b = mm.pallas.blocks.choose(t, f, d, 2, 1, gated._prologue_need, gated.GATE)
         sides = {
             "xla": lambda g, u, w: jnp.dot(jax.nn.silu(g) * u, w, preferred_element_type=jnp.float32).astype(g.dtype),
             "floor": lambda g, u, w: mm.pallas.matmul(g, w),
