@@ -3,12 +3,15 @@
 The drawn record (bench/reports/chip_v5e_drawn.json, `drawn_layer`) has the chip runner's layer
 (tpu_kernels/chip/layer.py) behind the same layer from XLA's matmuls and rmsnorm and JAX's flash
 attention, the narrower the model the further. This probe times each piece of that layer on
-its own, ours against XLA's, at a layer's dims, forward and forward + backward (the
-`jax.custom_vjp` pieces of the runner's layer before its gated down projection and by-token
-attention: silu(g) * u as JAX, then matmul; q, k, v and the output transposed around attention):
+its own, ours against XLA's, at a layer's dims, forward and forward + backward, each as the
+runner's layer calls it (`layer.pieces`: the `jax.custom_vjp` pieces, the gated down projection,
+attention by token where head_dim allows):
 
-  rmsnorm [T, d]; the matmuls h Wq ([T, d] x [d, d]), h Wg ([T, d] x [d, ffn]) and the down
-  projection ([T, ffn] x [ffn, d]); causal attention [1, heads, T, head_dim]; and the whole layer.
+  rmsnorm [T, d]; the matmuls h Wq ([T, d] x [d, d]) and h Wg ([T, d] x [d, ffn]); the down
+  projection from g and u ([T, ffn] each; ours gated, XLA's silu(g) * u then its dot); causal
+  attention from the projections [T, heads * head_dim] (ours read by token; XLA's side
+  transposes to JAX's flash attention and back); and the whole layer. What the layer's time
+  holds beyond its pieces (the residual adds, and what overlaps between calls) is its glue.
 
 Pieces that appear several times in the layer (four [d, d] projections, two rmsnorms, two FFN
 up matmuls) count once here: `layer_share` weights each by its count, so the shares say which
@@ -57,19 +60,45 @@ def _bf16(rng: np.random.Generator, shape, scale: float = 1.0) -> jax.Array:
     return jax.device_put((rng.standard_normal(shape, dtype=np.float32) * scale).astype(jnp.bfloat16))
 
 
+def _attention_pair(p: dict, xattn, t: int, h: int, hd: int):
+    """(ours, XLA's) causal attention from the projections [t, h * hd], as the layer runs it."""
+
+    def heads(a):  # [t, h * hd] -> [1, h, t, hd]
+        return a.reshape(t, h, hd).transpose(1, 0, 2)[None]
+
+    def back(o):  # [1, h, t, hd] -> [t, h * hd]
+        return o[0].transpose(1, 0, 2).reshape(t, h * hd)
+
+    def xla(q, k, v):
+        return back(xattn(heads(q), heads(k), heads(v)))
+
+    if p["attention_by_token"] is not None:
+
+        def ours(q, k, v):
+            return p["attention_by_token"](*(a.reshape(1, t, h, hd) for a in (q, k, v))).reshape(t, h * hd)
+
+    else:
+
+        def ours(q, k, v):
+            return back(p["attention"](heads(q), heads(k), heads(v))[0])
+
+    return ours, xla
+
+
 def _pieces(dims: dict, rng: np.random.Generator) -> dict[str, tuple]:
-    """name -> (ours, xla, args): each piece as the layer calls it."""
+    """name -> (ours, xla, args): each piece as the layer calls it (`layer.pieces`)."""
     t, d, f, h, hd = dims["tokens"], dims["d"], dims["ffn"], dims["heads"], dims["head_dim"]
-    mm, rms, attn = layer._kernels({})
+    p = layer.pieces({}, hd)
     xmm, xrms, xattn = layer._xla_kernels()
     x, w = _bf16(rng, (t, d)), _bf16(rng, (d,))
-    q = [_bf16(rng, (1, h, t, hd)) for _ in range(3)]
+    qkv = tuple(_bf16(rng, (t, h * hd)) for _ in range(3))
     return {
-        "rmsnorm": (rms, xrms, (x, w)),
-        "proj": (mm, xmm, (x, _bf16(rng, (d, h * hd), d**-0.5))),
-        "ffn_up": (mm, xmm, (x, _bf16(rng, (d, f), d**-0.5))),
-        "ffn_down": (mm, xmm, (_bf16(rng, (t, f)), _bf16(rng, (f, d), f**-0.5))),
-        "attention": (attn, xattn, tuple(q)),
+        "rmsnorm": (p["rmsnorm"], xrms, (x, w)),
+        "proj": (p["matmul"], xmm, (x, _bf16(rng, (d, h * hd), d**-0.5))),
+        "ffn_up": (p["matmul"], xmm, (x, _bf16(rng, (d, f), d**-0.5))),
+        "ffn_down": (p["gated_down"], lambda g, u, wd: xmm(jax.nn.silu(g) * u, wd),
+                     (_bf16(rng, (t, f)), _bf16(rng, (t, f)), _bf16(rng, (f, d), f**-0.5))),
+        "attention": (*_attention_pair(p, xattn, t, h, hd), qkv),
     }
 
 
@@ -112,8 +141,8 @@ def pieces(dims: dict, rounds: int, write) -> None:
             write(row)
     whole_args = layer._inputs({k: dims[k] for k in ("tokens", "d", "heads", "head_dim", "ffn")}, rng)
     whole_args = [jax.device_put(v) for v in whole_args]
-    ours_l = layer._layer(*layer._kernels({}), dims["heads"], dims["head_dim"])
-    xla_l = layer._layer(*layer._xla_kernels(), dims["heads"], dims["head_dim"])
+    ours_l = layer.own_layer(layer.pieces({}, dims["head_dim"]), dims["heads"], dims["head_dim"])
+    xla_l = layer.xla_layer(dims["heads"], dims["head_dim"])
     cot = _bf16(rng, whole_args[0].shape)
     for mode, (fo, fx) in (("fwd", (ours_l, xla_l)), ("fwd_bwd", (_fwd_bwd(ours_l, cot), _fwd_bwd(xla_l, cot)))):
         a, b = _time(fo, whole_args, rounds), _time(fx, whole_args, rounds)

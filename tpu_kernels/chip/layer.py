@@ -216,15 +216,35 @@ def _forward64(args: list[np.ndarray], heads: int, head_dim: int) -> np.ndarray:
     return x + (g / (1 + np.exp(-g)) * (h @ wu)) @ wd
 
 
+def pieces(statics: dict, head_dim: int) -> dict[str, Any]:
+    """The layer's own side, piece by piece, as `measure_layer` composes it: matmul, rmsnorm and
+    attention (`_kernels`), the gated down projection, and attention by token where head_dim
+    allows (else None: the transposes around `attention`)."""
+    matmul, rmsnorm, attention = _kernels(statics)
+    by_token = _attention_by_token(statics) if head_dim % 128 == 0 else None
+    return dict(matmul=matmul, rmsnorm=rmsnorm, attention=attention, gated_down=_gated_down(statics),
+                attention_by_token=by_token)
+
+
+def own_layer(p: dict[str, Any], heads: int, head_dim: int):
+    """The layer from the shipped kernels' `pieces`."""
+    return _layer(p["matmul"], p["rmsnorm"], p["attention"], heads, head_dim, gated_down=p["gated_down"],
+                  attention_by_token=p["attention_by_token"])
+
+
+def xla_layer(heads: int, head_dim: int):
+    """The layer from XLA's matmuls and rmsnorm and JAX's flash attention."""
+    return _layer(*_xla_kernels(), heads, head_dim)
+
+
 def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s: float, statics: dict) -> dict[str, Any]:
     heads, head_dim = dims["heads"], dims["head_dim"]
     rng = np.random.default_rng(0)
     host = _inputs(dims, rng)
     args = [jax.device_put(a) for a in host]
-    gated = _gated_down(statics)
-    by_token = _attention_by_token(statics) if head_dim % 128 == 0 else None
-    ours = _layer(*_kernels(statics), heads, head_dim, gated_down=gated, attention_by_token=by_token)
-    theirs = _layer(*_xla_kernels(), heads, head_dim)
+    p = pieces(statics, head_dim)
+    gated, by_token = p["gated_down"], p["attention_by_token"]
+    ours, theirs = own_layer(p, heads, head_dim), xla_layer(heads, head_dim)
     if backward:
         cot = jax.device_put((rng.standard_normal(host[0].shape, dtype=np.float32)).astype(jnp.bfloat16))
 
@@ -282,4 +302,4 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
     return row
 
 
-__all__ = ["measure_layer", "shapes"]
+__all__ = ["measure_layer", "own_layer", "pieces", "shapes", "xla_layer"]
