@@ -73,6 +73,14 @@ def test_a_tail_in_every_contraction_is_masked(fresh_seed):
     _check(40, 300, 200, jnp.float32, dict(block_m=16, block_n=128, block_k=128), fresh_seed)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_a_tile_made_in_slices_masks_the_tail_inside_a_slice(dtype, fresh_seed):
+    """512-blocks along both contractions, made in 256-slices: K = 1324 leaves its last block 300
+    entries, one whole slice and 44 of the next (the forward's); M = 600 leaves 88 (the weight
+    gradient's), part of the first slice and none of the second."""
+    _check(600, 1324, 200, dtype, dict(block_m=512, block_n=128, block_k=512), fresh_seed)
+
+
 def test_a_saturated_gate_stays_finite_and_right(fresh_seed):
     """Gates of +-40 and more: silu(g) is g or 0 there, its derivative 1 or 0, never NaN."""
     _check(24, 256, 128, jnp.float32, {}, fresh_seed, gate_scale=40.0)
@@ -130,29 +138,38 @@ def test_blocks_are_checked_as_matmuls_are():
 @pytest.mark.parametrize("shape", [(2560, 8960, 1536), (1536, 28672, 8192), (8192, 14336, 4096), (16, 14336, 4096)])
 def test_default_blocks_fit_the_gated_kernels_need_which_is_more_than_matmuls(shape, need):
     """Each default is chosen under the gated kernel's own need (the second operand, the gate's
-    float32 temporaries, the second output), which fits; at a large shape matmul's own default
-    would not fit it."""
+    float32 temporaries, the second output), which fits and is more than matmul's."""
     b = blocks.choose(*shape, 2, 1, need)
     assert _vmem.fits(need(b.m, b.n, b.k, 2, 1))
     assert need(b.m, b.n, b.k, 2, 1) > blocks.vmem_need(b.m, b.n, b.k, 2, 1)
-    plain = blocks.choose(8192, 8192, 8192, 2, 1)
-    assert not _vmem.fits(need(plain.m, plain.n, plain.k, 2, 1))
+
+
+def test_a_prologue_made_in_slices_needs_a_slices_temporaries_not_the_tiles():
+    """Where SLICE divides block_k the gate's float32 temporaries are a (bm, 256) slice's, so
+    (512, 1536, 2048) fits under the cap where (512, 1536, 1920), made whole, does not."""
+    assert gated._slice(2048) == gated._slice(1792) == gated.SLICE and gated._slice(1920) == 1920
+    assert _vmem.fits(gated._prologue_need(512, 1536, 2048, 2))
+    assert not _vmem.fits(gated._prologue_need(512, 1536, 1920, 2))
+    assert gated._prologue_need(512, 1536, 2048, 2) < gated._prologue_need(512, 1536, 1920, 2)
+    # over matmul's: the up operand's block, double-buffered, and a slice's three float32 temporaries
+    extra = gated._prologue_need(512, 1536, 2048, 2) - blocks.vmem_need(512, 1536, 2048, 2)
+    assert extra >= 2 * 512 * 2048 * 2 + 3 * 512 * 256 * 4
 
 
 def test_the_gates_price_makes_a_narrow_block_n_cost_the_gate_again():
     """The prologue's price (`GATE`): g's and u's blocks and the gate's vector work are paid once
     per block along N, so at qwen2.5-1.5b's down projection the forward's default takes the whole
-    d (1536), where matmul's model alone took 768 and the chip ran it 16% slower
+    d (1536), where the 768 that matmul's model took ran 16% slower on the chip
     (bench/reports/chip_v5e_blocks_probe.json); at any blocks the gate costs more the narrower
-    block_n is, and never less than the plain product."""
+    block_n is, and never less than nothing."""
     m, k, n = 2560, 8960, 1536
-    assert blocks.choose(m, k, n, 2, 1, gated._prologue_need).n == 768
     assert blocks.choose(m, k, n, 2, 1, gated._prologue_need, gated.GATE).n == n
 
-    def extra(bn):
-        return blocks.seconds(m, k, n, 512, bn, 1024, 2, prologue=gated.GATE) - blocks.seconds(m, k, n, 512, bn, 1024, 2)
+    def price(bn, prologue=blocks.PLAIN):
+        return blocks.seconds(m, k, n, 512, bn, 1792, 2, prologue=prologue)
 
-    assert 0 < extra(1536) < extra(768) < extra(384)
+    assert 0 < price(1536, gated.GATE) - price(1536) < price(768, gated.GATE) - price(768)
+    assert price(1536, gated.GATE) < price(768, gated.GATE)
 
 
 def test_the_tanh_sigmoid_is_the_logistic_to_float32s_rounding_of_one():

@@ -10,6 +10,9 @@ pass goes through HBM:
     backward  dh = d_out @ w.T, and at its last step dg = dh * u * silu'(g), du = dh * silu(g)
               dw = h.T @ d_out, h's tiles made again from g's and u's, read transposed
 
+The prologue kernels make their a tile a slice of the contraction at a time (`SLICE`), each
+slice's gate then its share of the dot, so the gate's float32 temporaries are a slice's.
+
 silu and its derivative run in float32. h is rounded to the operands' dtype before the MXU, as
 the unfused computation rounds it when it stores h; dh is not rounded before the epilogue (the
 unfused backward stores it in the operands' dtype first).
@@ -68,8 +71,22 @@ def _masked(x: jax.Array, dim: int, valid: int) -> jax.Array:
     return jnp.where(jax.lax.broadcasted_iota(jnp.int32, x.shape, dim) < valid, x, jnp.zeros_like(x))
 
 
-def _steps(acc_ref, load, *, n_k: int, k_tail: int, contract: tuple[int, int]) -> None:
-    """Zero `acc_ref` at the first k step and add this step's product of `load()`'s operands, their
+SLICE = 256
+"""A prologue kernel makes its a tile in slices of this many entries along the contraction (where
+they divide the block), each slice's gate followed by its share of the dot: the gate's float32
+temporaries are a slice's, not the whole tile's, so wider blocks fit (at qwen2.5-1.5b's down
+projection, (512, 1536, 1792) in slices ran with XLA's dot, where the unsliced kernel's VMEM
+need refused those blocks: bench/reports/chip_v5e_blocks_probe.json, `k_chunk256`)."""
+
+
+def _slice(bk: int) -> int:
+    """The slice a prologue kernel makes its a tile in, along a contraction block of `bk`."""
+    return SLICE if bk % SLICE == 0 else bk
+
+
+def _steps(acc_ref, load, *, n_k: int, k_tail: int, contract: tuple[int, int], bk: int, size: int) -> None:
+    """Zero `acc_ref` at the first k step and add this step's product of the operands `load(start,
+    size)` gives for each slice of the contraction block (`bk` entries in slices of `size`), their
     last K block's tail masked where bk does not divide K (`k_tail` valid entries)."""
     k = pl.program_id(2)
 
@@ -78,10 +95,17 @@ def _steps(acc_ref, load, *, n_k: int, k_tail: int, contract: tuple[int, int]) -
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     def accumulate(tail: int):
-        a, b = load()
-        if tail:
-            a, b = _masked(a, contract[0], tail), _masked(b, contract[1], tail)
-        acc_ref[...] += mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)
+        total = None
+        for start in range(0, bk, size):
+            valid = size if not tail else min(size, tail - start)
+            if valid <= 0:  # past K: a slice of the tail's block with nothing in it
+                break
+            a, b = load(start, size)
+            if valid < size:
+                a, b = _masked(a, contract[0], valid), _masked(b, contract[1], valid)
+            part = mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)
+            total = part if total is None else total + part
+        acc_ref[...] += total
 
     if k_tail:
 
@@ -107,15 +131,22 @@ def _store(o_ref, scratch, n_k: int) -> None:
 
 
 def _forward_kernel(g_ref, u_ref, w_ref, o_ref, *scratch, n_k: int, k_tail: int):
-    """out tile (i, j) += gate(g, u)[i, k] @ w[k, j]."""
-    _steps(scratch[0] if scratch else o_ref, lambda: (_gate(g_ref[...], u_ref[...]), w_ref[...]),
-           n_k=n_k, k_tail=k_tail, contract=(1, 0))
+    """out tile (i, j) += gate(g, u)[i, k] @ w[k, j], the a tile made a slice of k at a time."""
+    bk = g_ref.shape[1]
+
+    def load(start: int, size: int):
+        cols = slice(start, start + size)
+        return _gate(g_ref[:, cols], u_ref[:, cols]), w_ref[cols, :]
+
+    _steps(scratch[0] if scratch else o_ref, load, n_k=n_k, k_tail=k_tail, contract=(1, 0), bk=bk, size=_slice(bk))
     _store(o_ref, scratch, n_k)
 
 
 def _dgrad_kernel(d_ref, w_ref, g_ref, u_ref, dg_ref, du_ref, acc_ref, *, n_k: int, k_tail: int):
     """dh tile (i, j) += d_out[i, k] @ w[j, k].T; at the last k, dg and du from dh, g and u."""
-    _steps(acc_ref, lambda: (d_ref[...], w_ref[...]), n_k=n_k, k_tail=k_tail, contract=(1, 1))
+    bn = d_ref.shape[1]
+    _steps(acc_ref, lambda start, size: (d_ref[...], w_ref[...]), n_k=n_k, k_tail=k_tail, contract=(1, 1),
+           bk=bn, size=bn)
 
     @pl.when(pl.program_id(2) == n_k - 1)
     def _finish():
@@ -127,19 +158,28 @@ def _dgrad_kernel(d_ref, w_ref, g_ref, u_ref, dg_ref, du_ref, acc_ref, *, n_k: i
 
 
 def _wgrad_kernel(g_ref, u_ref, d_ref, o_ref, *scratch, n_k: int, k_tail: int):
-    """dw tile (i, j) += gate(g, u)[k, i].T @ d_out[k, j]: g's and u's blocks read as stored."""
-    _steps(scratch[0] if scratch else o_ref, lambda: (_gate(g_ref[...], u_ref[...]), d_ref[...]),
-           n_k=n_k, k_tail=k_tail, contract=(0, 0))
+    """dw tile (i, j) += gate(g, u)[k, i].T @ d_out[k, j]: g's and u's blocks read as stored, the a
+    tile made a slice of k (rows of g's block) at a time."""
+    bk = g_ref.shape[0]
+
+    def load(start: int, size: int):
+        rows = slice(start, start + size)
+        return _gate(g_ref[rows, :], u_ref[rows, :]), d_ref[rows, :]
+
+    _steps(scratch[0] if scratch else o_ref, load, n_k=n_k, k_tail=k_tail, contract=(0, 0), bk=bk, size=_slice(bk))
     _store(o_ref, scratch, n_k)
 
 
 def _prologue_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
     """A prologue kernel's grid step (forward; the weight gradient with its blocks renamed): matmul's,
-    the second a operand's double-buffered block, and the gate's float32 temporaries of a
-    (bm, bk) tile (the gate, its sigmoid, the product)."""
+    the second a operand's double-buffered block, the gate's float32 temporaries of a (bm,
+    slice) piece of the a tile (the gate, its sigmoid, the product), and the float32 sum of the
+    slices' products beside the dot's own."""
     rows, cols = _vmem.padded_rows, _vmem.padded_cols
     a = rows(bm, itemsize) * cols(bk)
-    return blocks.vmem_need(bm, bn, bk, itemsize, passes) + 2 * a * itemsize + 3 * rows(bm, 4) * cols(bk) * 4
+    total = rows(bm, 4) * cols(bn) * 4 if _slice(bk) < bk else 0
+    return (blocks.vmem_need(bm, bn, bk, itemsize, passes) + 2 * a * itemsize
+            + 3 * rows(bm, 4) * cols(_slice(bk)) * 4 + total)
 
 
 def _epilogue_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:

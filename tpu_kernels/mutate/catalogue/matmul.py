@@ -126,10 +126,17 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _gated(
         "gated-tail-masked-before-the-gate-only-in-b",
-        "a, b = _masked(a, contract[0], tail), _masked(b, contract[1], tail)",
-        "b = _masked(b, contract[1], tail)",
+        "a, b = _masked(a, contract[0], valid), _masked(b, contract[1], valid)",
+        "b = _masked(b, contract[1], valid)",
         "the contraction's tail masked in the weight only: past K (or M, in the weight's gradient) the "
         "gate of whatever an edge buffer held enters the sum, NaN included",
+    ),
+    _gated(
+        "gated-slice-takes-the-whole-tail",
+        "valid = size if not tail else min(size, tail - start)",
+        "valid = size if not tail else min(size, tail)",
+        "a slice's valid entries counted from the block's start, not the slice's: the slice that "
+        "straddles the tail is left unmasked past K (or M)",
     ),
     _gated(
         "gated-weight-gradient-reads-h-untransposed",
@@ -139,10 +146,10 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _gated(
         "gated-need-without-the-second-operand",
-        "return blocks.vmem_need(bm, bn, bk, itemsize, passes) + 2 * a * itemsize + 3 * rows(bm, 4) * cols(bk) * 4",
-        "return blocks.vmem_need(bm, bn, bk, itemsize, passes)",
-        "the prologue's VMEM need counted as matmul's: defaults that pass the scoped limit with the "
-        "up operand and the gate's float32 temporaries",
+        "return (blocks.vmem_need(bm, bn, bk, itemsize, passes) + 2 * a * itemsize",
+        "return (blocks.vmem_need(bm, bn, bk, itemsize, passes)",
+        "the prologue's VMEM need without the up operand's double-buffered block: defaults that pass "
+        "the scoped limit with it",
     ),
     Mutation(
         "matmul-blocks-tail-unpriced",
