@@ -38,7 +38,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tpu_kernels.chip import drawn, layer, load, measure, probes  # noqa: E402
 
-SECTIONS = {"pieces": "each piece ours against XLA's", "blocks": "each matmul at the model's next candidates"}
+SECTIONS = {"pieces": "each piece ours against XLA's", "blocks": "each matmul at the model's next candidates",
+            "layouts": "attention by token and by head, at a few blocks, beside JAX's flash attention"}
 SEED = 211739  # the drawn record's seed: its three layer configs
 COUNTS = {"rmsnorm": 2, "proj": 4, "ffn_up": 2, "ffn_down": 1, "attention": 1}
 """How many times each piece runs in the layer (chip/layer.py)."""
@@ -190,6 +191,45 @@ def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
             write(row)
 
 
+def layouts(dims: dict, rounds: int, write, blocks=((None, None), (512, 512), (1024, 512), (512, 1024),
+                                                   (1024, 1024), (256, 512))) -> None:
+    """Causal attention at a layer's dims with no transposes timed: the family by token and by
+    head (inputs made in each layout) at its default and at `blocks` (block_q, block_k), and
+    JAX's flash attention by head (512-blocks, as the layer's XLA side), forward and forward +
+    backward: whether a by-token gap is the layout's (strided rows) or the kernel's."""
+    t, h, hd = dims["tokens"], dims["heads"], dims["head_dim"]
+    attn = load.family("attention").pallas
+    rng = np.random.default_rng(2)
+    by_head = tuple(_bf16(rng, (1, h, t, hd)) for _ in range(3))
+    by_token = tuple(jnp.swapaxes(a, 1, 2) for a in by_head)  # materialised once, outside the timing
+    cot_head, xattn = _bf16(rng, (1, h, t, hd)), layer._xla_kernels()[2]
+    cot_token = jnp.swapaxes(cot_head, 1, 2)
+    sides = [("jax_flash_512", xattn, by_head, cot_head, False)]
+    for bq, bk in blocks:
+        name = "default" if bq is None else f"{bq}x{bk}"
+        kw = {} if bq is None else dict(block_q=bq, block_k=bk)
+        for layout, fwd, full, bwd, args, cot in (
+            ("by_token", attn.attention_out_by_token, attn.attention_by_token, attn.attention_backward_by_token,
+             by_token, cot_token),
+            ("by_head", attn.attention_out, attn.attention, attn.attention_backward, by_head, cot_head),
+        ):
+            fn = layer._causal_attention(fwd, full, bwd, kw)
+            sides.append((f"family_{layout}_{name}", fn, args, cot, layout == "by_token"))
+    for mode in ("fwd", "fwd_bwd"):
+        first = None
+        for side, fn, args, cot, swapped in sides:
+            f = fn if mode == "fwd" else _fwd_bwd(fn, cot)
+            r = _time(f, args, rounds)
+            row = {"section": "layouts", "model": dims["model"], "shape": [1, h, t, hd], "mode": mode, "side": side}
+            row.update(r)
+            if "error" not in r:  # each side's result by head, against JAX's flash attention's
+                out = [np.asarray(jnp.swapaxes(o, 1, 2) if swapped else o, np.float32)
+                       for o in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
+                first = out if first is None else first
+                row["err_vs_flash"] = max(measure.normwise(o, ref) for o, ref in zip(out, first))
+            write(row)
+
+
 def main(argv=None) -> None:
     ap = probes.arguments(__doc__, "layer_pieces_probe.jsonl", SECTIONS)
     ap.add_argument("--dims", default=None, help="T,d,heads,head_dim,ffn;... (default: the drawn record's layers)")
@@ -205,6 +245,8 @@ def main(argv=None) -> None:
                 pieces(dims, args.rounds, write)
             if "blocks" in only:
                 blocks(dims, args.rounds, write)
+            if "layouts" in only:
+                layouts(dims, args.rounds, write, **({"blocks": ((None, None), (128, 128))} if args.quick else {}))
 
 
 if __name__ == "__main__":

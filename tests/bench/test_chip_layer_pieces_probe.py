@@ -26,6 +26,11 @@ def test_the_probe_runs_without_torch_and_times_each_piece_both_ways(tmp_path):
     blocks = [r for r in rows if r.get("section") == "blocks"]
     assert blocks and sum(r["default"] for r in blocks) == 3  # each matmul's default among its candidates
     assert all(r["us"] for r in blocks)
+    layouts = [r for r in rows if r.get("section") == "layouts"]
+    sides = {"jax_flash_512"} | {f"family_{lay}_{b}" for lay in ("by_token", "by_head") for b in ("default", "128x128")}
+    assert {(r["mode"], r["side"]) for r in layouts} == {(m, s) for m in ("fwd", "fwd_bwd") for s in sides}
+    assert all(r.get("us") and "error" not in r for r in layouts), [r for r in layouts if "error" in r]
+    assert all(r["err_vs_flash"] < 2e-2 for r in layouts), [(r["side"], r["err_vs_flash"]) for r in layouts]
 
 
 @pytest.fixture(scope="module")
