@@ -159,7 +159,8 @@ def pieces(dims: dict, rounds: int, write) -> None:
 
 
 def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
-    """Each matmul of the layer at the cost model's `top` cheapest candidates that fit, forward."""
+    """Each matmul of the layer at the cost model's `top` cheapest candidates that fit, and its
+    `top` cheapest whose block_k is the whole contraction (where it is within the cap), forward."""
     mm = load.family("matmul")
     bl = mm.pallas.blocks
     rng = np.random.default_rng(1)
@@ -175,7 +176,13 @@ def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
             for bk in bl.candidates(k, 128, bl.BLOCK_CAP["k"])
             if mm.pallas._vmem.fits(bl.vmem_need(bm, bn, bk, 2))
         )[:top]
-        tried = {(chosen.m, chosen.n, chosen.k)} | {(bm, bn, bk) for _, bm, bn, bk in pool}
+        one_step = sorted(
+            (bl.seconds(m, k, n, bm, bn, k, 2), bm, bn, k)
+            for bm in bl.candidates(m, 128, bl.BLOCK_CAP["m"])
+            for bn in bl.candidates(n, 128, bl.BLOCK_CAP["n"])
+            if k <= bl.BLOCK_CAP["k"] and mm.pallas._vmem.fits(bl.vmem_need(bm, bn, k, 2))
+        )[:top]  # block_k the whole contraction: one step, no accumulator
+        tried = {(chosen.m, chosen.n, chosen.k)} | {(bm, bn, bk) for _, bm, bn, bk in pool + one_step}
         xla_us = _time(xmm, (a, b), rounds).get("us")
         for bm, bn, bk in sorted(tried):
             r = _time(lambda x, y, bm=bm, bn=bn, bk=bk: mm.pallas.matmul(x, y, block_m=bm, block_n=bn, block_k=bk),
@@ -183,6 +190,7 @@ def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
             row = {"section": "blocks", "model": dims["model"], "piece": name, "shape": [m, k, n],
                    "blocks": [bm, bn, bk], "default": (bm, bn, bk) == (chosen.m, chosen.n, chosen.k),
                    "predicted_us": round(bl.seconds(m, k, n, bm, bn, bk, 2) * 1e6, 1), "us": r.get("us"),
+                   "k_steps": -(-k // bk),
                    "xla_us": xla_us}
             if "error" in r:
                 row["error"] = r["error"]

@@ -84,12 +84,23 @@ def mxu_passes(dtype, precision: str | None = None) -> int:
     return 1 if p == jax.lax.Precision.DEFAULT else 3
 
 
+def _one_step(n_k, k_tail: int) -> bool:
+    """Whether a grid's contraction is one whole block (block_k covers K): its kernel writes the
+    product to the output at once, with no accumulator to zero, add into and copy out."""
+    return isinstance(n_k, int) and n_k == 1 and not k_tail
+
+
 def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0, contract: tuple[int, int] = (1, 0)):
     """One (i, j, k) step. `contract`: the dims of the a and b blocks that the dot sums over
     ((1, 0): a @ b; (1, 1): a @ b.T; (0, 0): a.T @ b, for the backward). `k_tail`: the valid
     entries along those dims in the last K block when bk does not divide K (0 when it does);
     past them the buffers hold whatever the edge's copy left there, so both operands are masked
     to zeros (a select: a NaN left there stays out)."""
+    if _one_step(n_k, k_tail):  # the product goes straight to the output: no accumulator
+        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
+        o_ref[...] = mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc,
+                                          contract=contract).astype(o_ref.dtype)
+        return
     acc_ref = scratch[0] if scratch else o_ref  # a float32 result accumulates in place
     k = pl.program_id(2)
 
@@ -277,7 +288,7 @@ def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int, *,
             grid=grid,
             in_specs=[a_spec, b_spec],
             out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
-            scratch_shapes=[] if a.dtype == acc else [pltpu.VMEM((bm, bn), acc)],
+            scratch_shapes=[] if a.dtype == acc or _one_step(grid[2], k_tail) else [pltpu.VMEM((bm, bn), acc)],
         ),
         compiler_params=_vmem.compiler_params(("parallel", "parallel", "arbitrary"), need),
         cost_estimate=cost(2 * m * n * k * npass, 0, (m * k + k * n + m * n) * a.dtype.itemsize),
