@@ -139,7 +139,8 @@ def test_a_later_run_replaces_only_the_points_it_measured(tmp_path):
 def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(tmp_path):
     """The runner's layer (forward, and forward + backward with each piece's own backward: the
     kernels through custom_vjp, matmul's the kernel reading its operands transposed, the FFN's down
-    projection matmul's gated kernels, attention reading its heads in place) at a small size."""
+    projection matmul's gated kernels, attention reading its heads in place, the residuals added
+    in the projections' epilogues) at a small size."""
     out_file = tmp_path / "layer.json"
     out = _python(
         "from tpu_kernels.chip.__main__ import main\n"
@@ -152,6 +153,7 @@ def test_the_decoder_layer_runs_in_the_interpreter_and_its_gradients_match_xlas(
     assert rows[True]["ours_compiles"] and rows[True]["error_grads_ours_vs_xla"] < 2e-2
     assert rows[False]["ffn_down"] == rows[True]["ffn_down"] == "swiglu_matmul"  # the gated kernels ran
     assert rows[False]["attention_layout"] == rows[True]["attention_layout"] == "by token"  # no transposes
+    assert rows[False]["residual"] == rows[True]["residual"] == "in the epilogue"  # matmul_add, swiglu_matmul_add
 
 
 def test_the_next_points_inputs_are_made_ahead_but_never_during_a_timed_call(monkeypatch):

@@ -12,9 +12,10 @@ the backward kernels of rmsnorm, matmul (the same kernel reading b and a transpo
 gated down projection and attention. A forward alone runs attention's visible kernel (no lse),
 as the op's call needing no gradient does. Our attention reads its heads in place from the
 projections (the family's by-token kernels, head_dim a multiple of 128); JAX's flash attention
-takes [batch, heads, seq, head_dim], so XLA's side transposes q, k, v and the output. The rest
-of the elementwise glue (the residual adds) is plain JAX on both sides, and so is XLA's
-silu(g) * u. The forward's error is against a float64 forward on the host; the gradients are
+takes [batch, heads, seq, head_dim], so XLA's side transposes q, k, v and the output. Our side
+adds the two residuals in the epilogues of the output and down projections (matmul's
+`matmul_add`, the gated `swiglu_matmul_add`: the accumulator starts from x's tile); XLA's side
+adds them as JAX, which XLA fuses into its dots' outputs, and runs silu(g) * u as JAX. The forward's error is against a float64 forward on the host; the gradients are
 compared with the XLA layer's (no float64 backward).
 """
 
@@ -45,6 +46,11 @@ place from [tokens, heads * head_dim] (rows without the field transposed them to
 tokens, head_dim] and the output back)."""
 
 
+RESIDUAL = "in the epilogue"
+"""Where the layer's own side adds its residuals, as its rows name it: the accumulators of the
+output and down projections start from x (rows without the field added them after, as JAX)."""
+
+
 def shapes(quick: bool) -> list[dict[str, int]]:
     if quick:
         return [dict(tokens=256, d=256, heads=2, head_dim=128, ffn=512)]
@@ -70,6 +76,18 @@ def _kernels(statics: dict):
     matmul.defvjp(matmul_fwd, matmul_bwd)
 
     @jax.custom_vjp
+    def matmul_add(a, b, c):  # a residual added in the product's epilogue: c's gradient is g itself
+        return mm.matmul_add(a, b, c, **mm_kw)
+
+    def matmul_add_fwd(a, b, c):
+        return matmul_add(a, b, c), (a, b)
+
+    def matmul_add_bwd(res, g):
+        return (*mm.matmul_backward(*res, g, **mm_kw), g)
+
+    matmul_add.defvjp(matmul_add_fwd, matmul_add_bwd)
+
+    @jax.custom_vjp
     def rmsnorm(x, w):
         return rms.rmsnorm(x, w, **rms_kw)[0]
 
@@ -84,7 +102,7 @@ def _kernels(statics: dict):
     rmsnorm.defvjp(rmsnorm_fwd, rmsnorm_bwd)
 
     attention = _causal_attention(attn.attention_out, attn.attention, attn.attention_backward, fa_kw)
-    return matmul, rmsnorm, attention
+    return matmul, rmsnorm, attention, matmul_add
 
 
 def _causal_attention(visible, forward, backward, fa_kw: dict):
@@ -124,7 +142,19 @@ def _gated_down(statics: dict):
         return gated.swiglu_matmul_backward(*res, d, **mm_kw)
 
     down.defvjp(down_fwd, down_bwd)
-    return down
+
+    @jax.custom_vjp
+    def down_add(g, u, w, c):  # the residual added in the epilogue: c's gradient is d itself
+        return gated.swiglu_matmul_add(g, u, w, c, **mm_kw)
+
+    def down_add_fwd(g, u, w, c):
+        return down_add(g, u, w, c), (g, u, w)
+
+    def down_add_bwd(res, d):
+        return (*gated.swiglu_matmul_backward(*res, d, **mm_kw), d)
+
+    down_add.defvjp(down_add_fwd, down_add_bwd)
+    return down, down_add
 
 
 def _attention_by_token(statics: dict):
@@ -154,16 +184,29 @@ def _xla_kernels():
     return mm_ref.matmul_jax, (lambda x, w: ref.rmsnorm_jax(x, w)[0]), attention
 
 
-def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=None, attention_by_token=None):
+def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=None, attention_by_token=None,
+           matmul_add=None, gated_down_add=None):
     """The layer from these pieces; `gated_down(g, u, wd)`, where given, computes the FFN's
     (silu(g) * u) @ wd in one call, where the unfused layer runs silu(g) * u as JAX and then
     `matmul`; `attention_by_token(q, k, v)`, where given, attends over [1, tokens, heads,
     head_dim] (a reshape of the projections, no copy), where `attention` takes [1, heads, tokens,
-    head_dim] (a transpose each way)."""
+    head_dim] (a transpose each way); `matmul_add(a, b, c)` and `gated_down_add(g, u, wd, c)`,
+    where given, add the residual c in the product's epilogue, where the unfused layer adds it
+    after (as JAX: XLA fuses it into its own dot's output)."""
     if gated_down is None:
 
         def gated_down(g, u, w):
             return matmul(jax.nn.silu(g) * u, w)
+
+    if matmul_add is None:
+
+        def matmul_add(a, b, c):
+            return c + matmul(a, b)
+
+    if gated_down_add is None:
+
+        def gated_down_add(g, u, w, c):
+            return c + gated_down(g, u, w)
 
     def run(x, w1, w2, wq, wk, wv, wo, wg, wu, wd):
         t = x.shape[0]
@@ -177,9 +220,9 @@ def _layer(matmul, rmsnorm, attention, heads: int, head_dim: int, gated_down=Non
             o = attention_by_token(*(a.reshape(1, t, heads, head_dim) for a in (q, k, v))).reshape(t, heads * head_dim)
         else:
             o = attention(split(q), split(k), split(v))[0].transpose(1, 0, 2).reshape(t, heads * head_dim)
-        x = x + matmul(o, wo)
+        x = matmul_add(o, wo, x)
         h = rmsnorm(x, w2)
-        return x + gated_down(matmul(h, wg), matmul(h, wu), wd)
+        return gated_down_add(matmul(h, wg), matmul(h, wu), wd, x)
 
     return run
 
@@ -218,18 +261,21 @@ def _forward64(args: list[np.ndarray], heads: int, head_dim: int) -> np.ndarray:
 
 def pieces(statics: dict, head_dim: int) -> dict[str, Any]:
     """The layer's own side, piece by piece, as `measure_layer` composes it: matmul, rmsnorm and
-    attention (`_kernels`), the gated down projection, and attention by token where head_dim
-    allows (else None: the transposes around `attention`)."""
-    matmul, rmsnorm, attention = _kernels(statics)
+    attention (`_kernels`), the gated down projection, attention by token where head_dim allows
+    (else None: the transposes around `attention`), and the residual adds in the epilogues of
+    the output projection (`matmul_add`) and the down projection (`gated_down_add`)."""
+    matmul, rmsnorm, attention, matmul_add = _kernels(statics)
     by_token = _attention_by_token(statics) if head_dim % 128 == 0 else None
-    return dict(matmul=matmul, rmsnorm=rmsnorm, attention=attention, gated_down=_gated_down(statics),
-                attention_by_token=by_token)
+    down, down_add = _gated_down(statics)
+    return dict(matmul=matmul, rmsnorm=rmsnorm, attention=attention, gated_down=down, attention_by_token=by_token,
+                matmul_add=matmul_add, gated_down_add=down_add)
 
 
 def own_layer(p: dict[str, Any], heads: int, head_dim: int):
     """The layer from the shipped kernels' `pieces`."""
     return _layer(p["matmul"], p["rmsnorm"], p["attention"], heads, head_dim, gated_down=p["gated_down"],
-                  attention_by_token=p["attention_by_token"])
+                  attention_by_token=p["attention_by_token"], matmul_add=p["matmul_add"],
+                  gated_down_add=p["gated_down_add"])
 
 
 def xla_layer(heads: int, head_dim: int):
@@ -262,6 +308,7 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
         row["ffn_down"] = FFN_DOWN
     if by_token is not None:
         row["attention_layout"] = BY_TOKEN
+    row["residual"] = RESIDUAL
     outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
         c, compile_s, error = measure.compile_fn(fn, args)

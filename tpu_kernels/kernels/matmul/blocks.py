@@ -121,6 +121,12 @@ def vmem_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
     return need
 
 
+def addend_need(bm: int, bn: int, itemsize: int) -> int:
+    """VMEM of an addend's double-buffered (bm, bn) block, beside a kernel's own need (the
+    residual epilogue: pallas.matmul_add, gated.swiglu_matmul_add)."""
+    return 2 * _vmem.padded_rows(bm, itemsize) * _vmem.padded_cols(bn) * itemsize
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -229,5 +235,5 @@ def _large(itemsize: int, passes: int) -> tuple[int, int, int]:
     return b.m, b.n, b.k
 
 
-__all__ = ["BLOCK_CAP", "PLAIN", "V5E", "Blocks", "Chip", "Prologue", "candidates", "choose", "default", "preference", "seconds",
+__all__ = ["BLOCK_CAP", "PLAIN", "V5E", "Blocks", "Chip", "Prologue", "addend_need", "candidates", "choose", "default", "preference", "seconds",
            "vmem_need"]

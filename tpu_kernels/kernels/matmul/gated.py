@@ -84,15 +84,17 @@ def _slice(bk: int) -> int:
     return SLICE if bk % SLICE == 0 else bk
 
 
-def _steps(acc_ref, load, *, n_k: int, k_tail: int, contract: tuple[int, int], bk: int, size: int) -> None:
-    """Zero `acc_ref` at the first k step and add this step's product of the operands `load(start,
-    size)` gives for each slice of the contraction block (`bk` entries in slices of `size`), their
-    last K block's tail masked where bk does not divide K (`k_tail` valid entries)."""
+def _steps(acc_ref, load, *, n_k: int, k_tail: int, contract: tuple[int, int], bk: int, size: int,
+           c_ref=None) -> None:
+    """Zero `acc_ref` (or set it to `c_ref`'s block) at the first k step and add this step's
+    product of the operands `load(start, size)` gives for each slice of the contraction block
+    (`bk` entries in slices of `size`), their last K block's tail masked where bk does not divide
+    K (`k_tail` valid entries)."""
     k = pl.program_id(2)
 
     @pl.when(k == 0)
     def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] = jnp.zeros_like(acc_ref) if c_ref is None else c_ref[...].astype(acc_ref.dtype)
 
     def accumulate(tail: int):
         total = None
@@ -130,15 +132,18 @@ def _store(o_ref, scratch, n_k: int) -> None:
             o_ref[...] = scratch[0][...].astype(o_ref.dtype)
 
 
-def _forward_kernel(g_ref, u_ref, w_ref, o_ref, *scratch, n_k: int, k_tail: int):
-    """out tile (i, j) += gate(g, u)[i, k] @ w[k, j], the a tile made a slice of k at a time."""
+def _forward_kernel(g_ref, u_ref, w_ref, *refs, n_k: int, k_tail: int, addend: bool = False):
+    """out tile (i, j) += gate(g, u)[i, k] @ w[k, j], the a tile made a slice of k at a time;
+    `addend`: refs start with c's block, which the sum starts from."""
+    c_ref, (o_ref, *scratch) = (refs[0], refs[1:]) if addend else (None, refs)
     bk = g_ref.shape[1]
 
     def load(start: int, size: int):
         cols = slice(start, start + size)
         return _gate(g_ref[:, cols], u_ref[:, cols]), w_ref[cols, :]
 
-    _steps(scratch[0] if scratch else o_ref, load, n_k=n_k, k_tail=k_tail, contract=(1, 0), bk=bk, size=_slice(bk))
+    _steps(scratch[0] if scratch else o_ref, load, n_k=n_k, k_tail=k_tail, contract=(1, 0), bk=bk, size=_slice(bk),
+           c_ref=c_ref)
     _store(o_ref, scratch, n_k)
 
 
@@ -193,7 +198,8 @@ def _epilogue_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) ->
             + 2 * 2 * tile + 2 * tile + 4 * acc)
 
 
-def _blocks(m, k, n, dtype, given, names, multiples, need, prologue=blocks.PLAIN) -> tuple[int, int, int, int]:
+def _blocks(m, k, n, dtype, given, names, multiples, need, prologue=blocks.PLAIN,
+            op: str = OP) -> tuple[int, int, int, int]:
     """(bm, bn, bk, passes) of an [m, k] @ [k, n] product of this module's kernels: the blocks
     `given` (each a multiple of its `multiples` entry, capped at its dimension), else the
     default's under `need`, priced with `prologue`; refused when their VMEM need passes the cap."""
@@ -208,21 +214,21 @@ def _blocks(m, k, n, dtype, given, names, multiples, need, prologue=blocks.PLAIN
     total = need(bm, bn, bk, itemsize, npass)
     if not export.is_symbolic_dim(total) and not _vmem.fits(total):
         raise ValueError(
-            f"{OP}: blocks ({bm}, {bn}, {bk}) ({', '.join(names)}) need about {total / _vmem.MIB:.0f} MiB of "
+            f"{op}: blocks ({bm}, {bn}, {bk}) ({', '.join(names)}) need about {total / _vmem.MIB:.0f} MiB of "
             f"VMEM in {jnp.dtype(dtype)}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
             "smaller blocks, or leave them unset for the call's defaults."
         )
     return bm, bn, bk, npass
 
 
-def _check(gate: jax.Array, up: jax.Array, w: jax.Array) -> None:
+def _check(gate: jax.Array, up: jax.Array, w: jax.Array, op: str = OP) -> None:
     if gate.ndim != 2 or w.ndim != 2 or gate.shape[1] != w.shape[0]:
-        raise ValueError(f"{OP}: expected gate [M, K] and w [K, N], got {gate.shape} and {w.shape}.")
+        raise ValueError(f"{op}: expected gate [M, K] and w [K, N], got {gate.shape} and {w.shape}.")
     if up.shape != gate.shape:
-        raise ValueError(f"{OP}: expected up of gate's shape {gate.shape}, got {up.shape}.")
-    require_float(OP, gate=gate, up=up, w=w)
+        raise ValueError(f"{op}: expected up of gate's shape {gate.shape}, got {up.shape}.")
+    require_float(op, gate=gate, up=up, w=w)
     if not gate.dtype == up.dtype == w.dtype:
-        raise ValueError(f"{OP}: gate, up and w must have one dtype, got {gate.dtype}, {up.dtype} and {w.dtype}.")
+        raise ValueError(f"{op}: gate, up and w must have one dtype, got {gate.dtype}, {up.dtype} and {w.dtype}.")
 
 
 def _params(need: int):
@@ -240,28 +246,60 @@ def swiglu_matmul(
 ) -> jax.Array:
     """(silu(gate) * up) @ w for gate and up [M, K] and w [K, N]; the result has gate's dtype.
     Blocks as matmul's, over the product's (M, K, N)."""
-    _check(gate, up, w)
+    return _forward(gate, up, w, None, (block_m, block_n, block_k))
+
+
+def swiglu_matmul_add(
+    gate: jax.Array,
+    up: jax.Array,
+    w: jax.Array,
+    c: jax.Array,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+) -> jax.Array:
+    """(silu(gate) * up) @ w + c, c [M, N] of gate's dtype (the residual a decoder layer adds to
+    its MLP's output): the sum starts from c's tile, as `pallas.matmul_add`'s. Its gradients are
+    `swiglu_matmul_backward`'s and grad_out itself (c's)."""
+    return _forward(gate, up, w, c, (block_m, block_n, block_k))
+
+
+def _add_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
+    """`_prologue_need` and the addend's double-buffered block."""
+    return _prologue_need(bm, bn, bk, itemsize, passes) + blocks.addend_need(bm, bn, itemsize)
+
+
+def _forward(gate, up, w, c, given):
+    name = OP if c is None else f"{OP}_add"
+    _check(gate, up, w, name)
     (m, k), n = gate.shape, w.shape[1]
-    bm, bn, bk, npass = _blocks(m, k, n, gate.dtype, (block_m, block_n, block_k), ("block_m", "block_n", "block_k"),
-                                (SUBLANES, LANES, LANES), _prologue_need, GATE)
+    if c is not None and (tuple(c.shape) != (m, n) or c.dtype != gate.dtype):
+        raise ValueError(f"{name}: expected c [{m}, {n}] of gate's dtype {gate.dtype}, got {tuple(c.shape)} {c.dtype}.")
+    need = _prologue_need if c is None else _add_need
+    bm, bn, bk, npass = _blocks(m, k, n, gate.dtype, given, ("block_m", "block_n", "block_k"),
+                                (SUBLANES, LANES, LANES), need, GATE, name)
     if is_empty(gate, w):
-        return jnp.zeros((m, n), gate.dtype)
+        out = jnp.zeros((m, n), gate.dtype)
+        return out if c is None else out + c
     itemsize = gate.dtype.itemsize
     grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))
     a_spec = pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk))
+    o_spec = pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))
     return pl.pallas_call(
-        functools.partial(_forward_kernel, n_k=grid[2], k_tail=_tail(k, bk)),
+        functools.partial(_forward_kernel, n_k=grid[2], k_tail=_tail(k, bk), addend=c is not None),
         out_shape=jax.ShapeDtypeStruct((m, n), gate.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,
             grid=grid,
-            in_specs=[a_spec, a_spec, pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
-            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            in_specs=[a_spec, a_spec, pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))] + ([] if c is None else [o_spec]),
+            out_specs=o_spec,
             scratch_shapes=_acc_scratch(gate.dtype, bm, bn),
         ),
-        compiler_params=_params(_prologue_need(bm, bn, bk, itemsize, npass)),
-        cost_estimate=cost(2 * m * n * k * npass, m * k * grid[1], (2 * m * k + k * n + m * n) * itemsize),
-    )(gate, up, w)
+        compiler_params=_params(need(bm, bn, bk, itemsize, npass)),
+        cost_estimate=cost(2 * m * n * k * npass, m * k * grid[1],
+                           (2 * m * k + k * n + m * n * (1 if c is None else 2)) * itemsize),
+    )(gate, up, w, *(() if c is None else (c,)))
 
 
 def swiglu_matmul_backward(
@@ -338,4 +376,4 @@ def _acc_scratch(dtype, rows: int, cols: int) -> list:
     return [] if jnp.dtype(dtype) == jnp.float32 else [pltpu.VMEM((rows, cols), jnp.float32)]
 
 
-__all__ = ["swiglu_matmul", "swiglu_matmul_backward"]
+__all__ = ["swiglu_matmul", "swiglu_matmul_add", "swiglu_matmul_backward"]

@@ -90,23 +90,26 @@ def _one_step(n_k, k_tail: int) -> bool:
     return isinstance(n_k, int) and n_k == 1 and not k_tail
 
 
-def _kernel(a_ref, b_ref, o_ref, *scratch, n_k: int, k_tail: int = 0, contract: tuple[int, int] = (1, 0)):
+def _kernel(a_ref, b_ref, *refs, n_k: int, k_tail: int = 0, contract: tuple[int, int] = (1, 0),
+            addend: bool = False):
     """One (i, j, k) step. `contract`: the dims of the a and b blocks that the dot sums over
     ((1, 0): a @ b; (1, 1): a @ b.T; (0, 0): a.T @ b, for the backward). `k_tail`: the valid
     entries along those dims in the last K block when bk does not divide K (0 when it does);
     past them the buffers hold whatever the edge's copy left there, so both operands are masked
-    to zeros (a select: a NaN left there stays out)."""
+    to zeros (a select: a NaN left there stays out). `addend`: refs start with c's (bm, bn)
+    block, which the accumulator starts from (`matmul_add`)."""
+    c_ref, (o_ref, *scratch) = (refs[0], refs[1:]) if addend else (None, refs)
+    acc = jnp.promote_types(o_ref.dtype, jnp.float32)
     if _one_step(n_k, k_tail):  # the product goes straight to the output: no accumulator
-        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
-        o_ref[...] = mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc,
-                                          contract=contract).astype(o_ref.dtype)
+        product = mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc, contract=contract)
+        o_ref[...] = (product if c_ref is None else product + c_ref[...].astype(acc)).astype(o_ref.dtype)
         return
     acc_ref = scratch[0] if scratch else o_ref  # a float32 result accumulates in place
     k = pl.program_id(2)
 
     @pl.when(k == 0)
     def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] = jnp.zeros_like(acc_ref) if c_ref is None else c_ref[...].astype(acc_ref.dtype)
 
     def accumulate(a, b):
         acc_ref[...] += mosaic_precision.dot(a, b, preferred_element_type=acc_ref.dtype, contract=contract)
@@ -155,22 +158,33 @@ def _check(a: jax.Array, b: jax.Array) -> None:
         raise ValueError(f"matmul: a and b must have one dtype, got {a.dtype} and {b.dtype}.")
 
 
+def _add_need(bm: int, bn: int, bk: int, itemsize: int, passes: int = 1) -> int:
+    """A `matmul_add` grid step's VMEM: matmul's, and the addend's double-buffered block."""
+    return blocks.vmem_need(bm, bn, bk, itemsize, passes) + blocks.addend_need(bm, bn, itemsize)
+
+
 def _blocks(m, k, n, dtype, block_m, block_n, block_k, *, names=("block_m", "block_n", "block_k"),
-            multiples=(SUBLANES, LANES, LANES)) -> tuple[int, int, int, int]:
+            multiples=(SUBLANES, LANES, LANES), need=blocks.vmem_need, op: str = "matmul") -> tuple[int, int, int, int]:
     """(bm, bn, bk, passes) of an [m, k] @ [k, n] product: the blocks given, else the default's,
     each capped at its dimension; a given block must be a multiple of its `multiples` entry
-    (named by `names` in the error), and the VMEM need fit under the cap."""
+    (named by `names` in the error), and the VMEM `need` fit under the cap. The default is
+    `Config.default`, or for a kernel that holds more than matmul's (`need`) `blocks.choose`
+    under that need."""
     itemsize, npass = jnp.dtype(dtype).itemsize, mxu_passes(dtype)
-    default = Config.default((m, k, n), dtype)
-    dm, dn, dk = default.block_m, default.block_n, default.block_k
+    if need is blocks.vmem_need or any(export.is_symbolic_dim(d) for d in (m, k, n)) or 0 in (m, k, n):
+        default = Config.default((m, k, n), dtype)
+        dm, dn, dk = default.block_m, default.block_n, default.block_k
+    else:
+        chosen = blocks.choose(m, k, n, itemsize, npass, need)
+        dm, dn, dk = chosen.m, chosen.n, chosen.k
     bm = _block(names[0], m, block_m, dm, multiples[0])
     bn = _block(names[1], n, block_n, dn, multiples[1])
     bk = _block(names[2], k, block_k, dk, multiples[2])
-    need = blocks.vmem_need(bm, bn, bk, itemsize, npass)
+    need = need(bm, bn, bk, itemsize, npass)
     if not export.is_symbolic_dim(need) and not _vmem.fits(need):
         blocks_given = ", ".join(names)
         raise ValueError(
-            f"matmul: blocks ({bm}, {bn}, {bk}) ({blocks_given}) need about {need / _vmem.MIB:.0f} MiB "
+            f"{op}: blocks ({bm}, {bn}, {bk}) ({blocks_given}) need about {need / _vmem.MIB:.0f} MiB "
             f"of VMEM in {jnp.dtype(dtype)}, over the {_vmem.CAP // _vmem.MIB} MiB a shipped kernel may use; pass "
             "smaller blocks, or leave them unset for the call's defaults."
         )
@@ -227,6 +241,29 @@ def matmul(
     return _tiled(a, b, bm, bn, bk, npass)
 
 
+def matmul_add(
+    a: jax.Array,
+    b: jax.Array,
+    c: jax.Array,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+) -> jax.Array:
+    """a @ b + c for a [M, K], b [K, N] and c [M, N] of one dtype (a residual added to a
+    projection): the accumulator starts from c's tile, so the sum is rounded once and c is read
+    once, with no pass over the [M, N] result after the product. Its gradients are matmul's and
+    grad_out itself (c's). Blocks as `matmul`'s, their VMEM need counting c's block."""
+    _check(a, b)
+    (m, k), n = a.shape, b.shape[1]
+    if tuple(c.shape) != (m, n) or c.dtype != a.dtype:
+        raise ValueError(f"matmul_add: expected c [{m}, {n}] of a's dtype {a.dtype}, got {tuple(c.shape)} {c.dtype}.")
+    bm, bn, bk, npass = _blocks(m, k, n, a.dtype, block_m, block_n, block_k, need=_add_need, op="matmul_add")
+    if is_empty(a, b, c):
+        return c + jnp.zeros((m, n), a.dtype)  # an empty sum adds nothing
+    return _tiled(a, b, bm, bn, bk, npass, addend=c)
+
+
 def matmul_backward(
     a: jax.Array,
     b: jax.Array,
@@ -262,13 +299,14 @@ def matmul_backward(
 
 
 def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int, *,
-           transpose_a: bool = False, transpose_b: bool = False) -> jax.Array:
-    """op(a) @ op(b) on the grid of (bm, bn, bk) blocks, op transposing a [K, M] a or an [N, K] b
-    where asked (in the dot: the blocks are read as stored); edge blocks are partial (`_kernel`)."""
+           transpose_a: bool = False, transpose_b: bool = False, addend: jax.Array | None = None) -> jax.Array:
+    """op(a) @ op(b) (+ addend) on the grid of (bm, bn, bk) blocks, op transposing a [K, M] a or
+    an [N, K] b where asked (in the dot: the blocks are read as stored); edge blocks are partial
+    (`_kernel`)."""
     m, k = a.shape[::-1] if transpose_a else a.shape
     n = b.shape[0] if transpose_b else b.shape[1]
     acc = jnp.promote_types(a.dtype, jnp.float32)
-    need = blocks.vmem_need(bm, bn, bk, a.dtype.itemsize, npass)
+    need = (blocks.vmem_need if addend is None else _add_need)(bm, bn, bk, a.dtype.itemsize, npass)
     grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))
     k_tail = 0 if export.is_symbolic_dim(k) else k % bk
     if transpose_a:
@@ -280,16 +318,19 @@ def _tiled(a: jax.Array, b: jax.Array, bm: int, bn: int, bk: int, npass: int, *,
     else:
         b_spec = pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))
     contract = (0 if transpose_a else 1, 1 if transpose_b else 0)
+    o_spec = pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))
+    kw = ({} if contract == (1, 0) else {"contract": contract}) | ({} if addend is None else {"addend": True})
     return pl.pallas_call(
-        functools.partial(_kernel, n_k=grid[2], k_tail=k_tail, **({} if contract == (1, 0) else {"contract": contract})),
+        functools.partial(_kernel, n_k=grid[2], k_tail=k_tail, **kw),
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,
             grid=grid,
-            in_specs=[a_spec, b_spec],
-            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+            in_specs=[a_spec, b_spec] + ([] if addend is None else [o_spec]),
+            out_specs=o_spec,
             scratch_shapes=[] if a.dtype == acc or _one_step(grid[2], k_tail) else [pltpu.VMEM((bm, bn), acc)],
         ),
         compiler_params=_vmem.compiler_params(("parallel", "parallel", "arbitrary"), need),
-        cost_estimate=cost(2 * m * n * k * npass, 0, (m * k + k * n + m * n) * a.dtype.itemsize),
-    )(a, b)
+        cost_estimate=cost(2 * m * n * k * npass, 0, (m * k + k * n + m * n * (1 if addend is None else 2))
+                           * a.dtype.itemsize),
+    )(a, b, *(() if addend is None else (addend,)))
