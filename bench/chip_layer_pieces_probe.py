@@ -28,6 +28,7 @@ JSON lines to $OUT/layer_pieces_probe.jsonl (or --out).
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -199,6 +200,12 @@ def blocks(dims: dict, rounds: int, write, top: int = 6) -> None:
             write(row)
 
 
+def _from_rows(fn, shape, *rows):
+    """fn over [1, tokens, heads, head_dim] views of [tokens, heads * head_dim] rows, its result
+    as rows again."""
+    return fn(*(r.reshape(shape) for r in rows)).reshape(rows[0].shape)
+
+
 def layouts(dims: dict, rounds: int, write, blocks=((None, None), (512, 512), (1024, 512), (512, 1024),
                                                    (1024, 1024), (256, 512))) -> None:
     """Causal attention at a layer's dims with no transposes timed: the family by token and by
@@ -209,19 +216,24 @@ def layouts(dims: dict, rounds: int, write, blocks=((None, None), (512, 512), (1
     attn = load.family("attention").pallas
     rng = np.random.default_rng(2)
     by_head = tuple(_bf16(rng, (1, h, t, hd)) for _ in range(3))
-    by_token = tuple(jnp.swapaxes(a, 1, 2) for a in by_head)  # materialised once, outside the timing
+    # by token as a projection writes it, [tokens, heads * head_dim] (made once, outside the
+    # timing), viewed as [1, tokens, heads, head_dim] inside: a stored [1, tokens, 12, 128] array
+    # has its heads padded to a tile, and its view as rows of heads * head_dim would be a copy
+    flat = tuple(jnp.swapaxes(a, 1, 2).reshape(t, h * hd) for a in by_head)
     cot_head, xattn = _bf16(rng, (1, h, t, hd)), layer._xla_kernels()[2]
-    cot_token = jnp.swapaxes(cot_head, 1, 2)
+    cot_flat = jnp.swapaxes(cot_head, 1, 2).reshape(t, h * hd)
     sides = [("jax_flash_512", xattn, by_head, cot_head, False)]
     for bq, bk in blocks:
         name = "default" if bq is None else f"{bq}x{bk}"
         kw = {} if bq is None else dict(block_q=bq, block_k=bk)
         for layout, fwd, full, bwd, args, cot in (
             ("by_token", attn.attention_out_by_token, attn.attention_by_token, attn.attention_backward_by_token,
-             by_token, cot_token),
+             flat, cot_flat),
             ("by_head", attn.attention_out, attn.attention, attn.attention_backward, by_head, cot_head),
         ):
             fn = layer._causal_attention(fwd, full, bwd, kw)
+            if layout == "by_token":
+                fn = functools.partial(_from_rows, fn, (1, t, h, hd))
             sides.append((f"family_{layout}_{name}", fn, args, cot, layout == "by_token"))
     for mode in ("fwd", "fwd_bwd"):
         first = None
@@ -231,7 +243,7 @@ def layouts(dims: dict, rounds: int, write, blocks=((None, None), (512, 512), (1
             row = {"section": "layouts", "model": dims["model"], "shape": [1, h, t, hd], "mode": mode, "side": side}
             row.update(r)
             if "error" not in r:  # each side's result by head, against JAX's flash attention's
-                out = [np.asarray(jnp.swapaxes(o, 1, 2) if swapped else o, np.float32)
+                out = [np.asarray(jnp.swapaxes(o.reshape(1, t, h, hd), 1, 2) if swapped else o, np.float32)
                        for o in jax.tree_util.tree_leaves(jax.jit(f)(*args))]
                 first = out if first is None else first
                 row["err_vs_flash"] = max(measure.normwise(o, ref) for o, ref in zip(out, first))

@@ -248,9 +248,9 @@ _rmsnorm_half_dw.defvjp(_half_dw_fwd, _half_dw_bwd)
 def _layer_row(monkeypatch, *, backward: bool, ours_ms: float, xla_ms: float, ours_rmsnorm=_rmsnorm) -> dict:
     """measure_layer at DIMS on the CPU, with plain-JAX pieces on both sides (ours may carry a
     wrong rmsnorm backward) and each side's time stubbed: the first compiled is ours."""
-    monkeypatch.setattr(layer, "_kernels", lambda statics: (_matmul, ours_rmsnorm, _attention))
+    monkeypatch.setattr(layer, "_kernels", lambda statics: (_matmul, ours_rmsnorm, _attention, None))
     monkeypatch.setattr(layer, "_xla_kernels", lambda: (_matmul, _rmsnorm, _attention))
-    monkeypatch.setattr(layer, "_gated_down", lambda statics: None)  # silu(g) * u, then _matmul
+    monkeypatch.setattr(layer, "_gated_down", lambda statics: (None, None))  # silu(g) * u, then _matmul; residuals after
     order: dict[int, str] = {}
 
     def compile_fn(fn, args):

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -211,10 +212,12 @@ def test_the_tuners_predicted_choice_goes_by_the_cost_models_prefer(monkeypatch)
     from tpu_kernels.autotuner.select import choose_predicted
 
     def smallest_output_first(a, b, **kw):
-        return tuple(-x for x in pallas.predicted_preference(a, b, **kw))
+        (m, k), n = tuple(a.shape), b.shape[1]
+        bm, bn, _, _ = pallas._blocks(m, k, n, jnp.bfloat16, kw.get("block_m"), kw.get("block_n"), kw.get("block_k"))
+        return (min(bm, m) * min(bn, n),)
 
     monkeypatch.setattr(pallas.predicted_seconds, "prefer", smallest_output_first)
-    a, b = torch.randn(1000, 1536, dtype=torch.bfloat16), torch.randn(1536, 8960, dtype=torch.bfloat16)
+    a, b = torch.randn(1000, 4096, dtype=torch.bfloat16), torch.randn(4096, 8960, dtype=torch.bfloat16)
     o = predict_call(matmul, (a, b), {}, "v5e")
     names = matmul.tunables.names
     order = [c.config for c in o.candidates]

@@ -308,7 +308,8 @@ def measure_layer(dims: dict[str, int], *, backward: bool, rounds: int, floor_s:
         row["ffn_down"] = FFN_DOWN
     if by_token is not None:
         row["attention_layout"] = BY_TOKEN
-    row["residual"] = RESIDUAL
+    if p["matmul_add"] is not None:
+        row["residual"] = RESIDUAL
     outs, compiled = {}, {}
     for name, fn in (("ours", ours), ("xla", theirs)):
         c, compile_s, error = measure.compile_fn(fn, args)

@@ -24,7 +24,8 @@ The cost model, per call (`seconds`), with the grid (gm, gn, gk) the blocks give
 - hbm: a step's a and b blocks (both change every step: k is the innermost axis), and the
   output block once per k sweep, at HBM_BYTES_S;
 - acc: the float32 accumulator's update, ACC_S per element of the output block (at least 8
-  rows), which the vector unit does after the dot, not beside it;
+  rows), which the vector unit does after the dot, not beside it; none where block_k covers K
+  (one K step: the kernel writes its product at once, with no accumulator);
 - STEP_S: each step's fixed cost (DMA issue, synchronisation); FIXED_S: a call's.
 
 Its five figures are a least-squares fit in log time to the v5e's measured matmul sweeps
@@ -173,7 +174,7 @@ def seconds(
     block = (prologue.a_operands * bm * bk + bk * bn) * itemsize
     hbm = (block + bm * bn * itemsize / gk) / chip.hbm_bytes_s
     ends = (block + bm * bn * itemsize) / chip.hbm_bytes_s
-    acc = ACC_S * max(bm, 8) * bn
+    acc = ACC_S * max(bm, 8) * bn if gk > 1 else 0.0  # one K step writes its product: no accumulator
     return gm * gn * gk * (max(mxu, hbm) + acc + STEP_S) + ends + FIXED_S
 
 
@@ -184,12 +185,16 @@ def choose(
 ) -> Blocks:
     """The default blocks of a [m, k] @ [k, n] call whose operands have `itemsize` bytes and whose
     product takes `passes` MXU passes: among the candidates whose VMEM need fits, those the cost
-    model prices within `TIE` of the least, and of those the largest output block (each
+    model prices within `TIE` of the least, and of those the cheapest of one K step (no
+    accumulator: at qwen2.5-1.5b's and llama-3.2-1b's FFN up projections such blocks ran faster
+    than the wider output blocks of several K steps, and the cheapest of them fastest:
+    bench/reports/chip_v5e_layer_pieces.json, `blocks`), else the largest output block (each
     operand is then read fewest times), then the squarest, then the smallest block_k (more K
     steps for the pipeline to hide a tile's first reads and last write behind), then the
     cheapest: the model prices such candidates within a few percent of each other where the
     chip's sweeps (bench/reports/chip_v5e_tune.json) found them apart, so the tie goes to what
-    reads each operand fewest times. When no candidate fits (a row too wide), the smallest
+    reads each operand fewest times. A decode batch (M under the MXU's rows) has a few rows of
+    accumulator to save, and goes by the output block. When no candidate fits (a row too wide), the smallest
     blocks. `need(bm, bn, bk, itemsize, passes)`: a grid step's VMEM, `vmem_need` unless a kernel
     built on this one holds more (gated.py); `prologue`: what such a kernel adds to a step's
     price (`Prologue`)."""
@@ -211,11 +216,15 @@ def choose(
 
 def preference(m: int, k: int, n: int, bm: int, bn: int, bk: int) -> tuple:
     """Where blocks (bm, bn, bk) stand among those the cost model ties (`TIE`), least first:
-    the largest output block, then the squarest, then the smallest block_k, each block capped at
-    its dimension (`choose`'s docstring says why). The tuner breaks its predicted ties with it
-    too (`pallas.predicted_seconds.prefer`): one rule for the default and the prediction."""
+    blocks of one K step (block_k covers K; M at least the MXU's rows), which tie among
+    themselves and so go by price; then the largest output block, the squarest, and the
+    smallest block_k, each block capped at its dimension (`choose`'s docstring says why). The
+    tuner breaks its predicted ties with it too (`pallas.predicted_seconds.prefer`): one rule
+    for the default and the prediction."""
     bm, bn, bk = min(bm, m), min(bn, n), min(bk, k)
-    return -bm * bn, max(bm, bn) / max(1, min(bm, bn)), bk
+    if bk == k and m >= MXU_ROWS:  # one K step: no accumulator; the cheapest of them (the price's tiebreak)
+        return (0,)
+    return 1, -bm * bn, max(bm, bn) / max(1, min(bm, bn)), bk
 
 
 def default(m: int, k: int, n: int, itemsize: int, passes: int = 1) -> tuple[int, int, int]:
