@@ -3,7 +3,8 @@
 The grid is (M / bm, N / bn, K / bk), each rounded up. Each (i, j) output tile accumulates its
 K tiles in float32: in a VMEM scratch buffer written out at the last k, or, for a
 float32 result, in the output block itself (resident across k: no scratch and no
-final copy). The k axis is "arbitrary" (sequential: it carries the accumulator);
+final copy); where one block covers K, the step writes its product at once, with no
+accumulator. `matmul_add` (a @ b + c) starts the accumulator from c's tile instead of zeros. The k axis is "arbitrary" (sequential: it carries the accumulator);
 i and j are "parallel". Blocks are multiples of (8, 128) as Mosaic requires (a
 block of a whole dimension that fits in one is that dimension).
 
