@@ -238,3 +238,23 @@ def test_another_chips_peaks_price_the_same_blocks_faster_where_they_are_higher(
     t5, t6 = (blocks.seconds(8192, 8192, 8192, 1024, 1024, 1024, 2, chip=c) for c in (v5e, v6e))
     ratio = ChipFigures.of("v6e").bf16_flops / ChipFigures.of("v5e").bf16_flops
     assert 0.7 * ratio < t5 / t6 <= ratio
+
+
+def test_a_one_step_block_is_priced_without_an_accumulator(monkeypatch):
+    """Where block_k covers K the kernel writes its product at once (pallas._one_step): the
+    accumulator's cost (ACC_S) prices every several-step block and no one-step one."""
+    m, k, n = 2560, 1536, 8960
+    one, several = (512, 1792, 1536), (512, 1792, 768)
+    before = [blocks.seconds(m, k, n, *b, 2) for b in (one, several)]
+    monkeypatch.setattr(blocks, "ACC_S", 10 * blocks.ACC_S)
+    after = [blocks.seconds(m, k, n, *b, 2) for b in (one, several)]
+    assert after[0] == before[0] and after[1] > before[1]
+
+
+def test_the_tie_goes_to_the_cheapest_one_step_blocks_unless_decoding():
+    """Among tied prices, blocks whose block_k covers K come first (and go by price), where M
+    fills the MXU's rows; a decode batch's ties go by the output block as before."""
+    assert blocks.preference(2560, 1536, 8960, 512, 1792, 1536) < blocks.preference(2560, 1536, 8960, 1280, 1792, 512)
+    assert blocks.preference(8, 1536, 8960, 8, 512, 1536) > blocks.preference(8, 1536, 8960, 8, 3072, 256)
+    b = blocks.choose(2560, 1536, 8960, 2)
+    assert (b.m, b.n, b.k) == (512, 1792, 1536)

@@ -29,7 +29,60 @@ def _gated(id: str, old: str, new: str, why: str) -> Mutation:
     return Mutation(id, GATED, old, new, why, T_GATED, test_filter="not match_float64")
 
 
+T_ADD = ("tests/kernels/test_matmul_add.py",)
+
+
+def _add(id: str, file: str, old: str, new: str, why: str) -> Mutation:
+    """A mutant of the residual epilogue (`matmul_add`, `swiglu_matmul_add`): JAX functions
+    without a torch op, judged by their own fixed-shape tests (not the property test, as
+    `_gated`'s)."""
+    return Mutation(id, file, old, new, why, T_ADD, test_filter="not any_shape")
+
+
 MUTANTS: tuple[Mutation, ...] = (
+    _add(
+        "matmul-add-one-step-drops-c",
+        MATMUL,
+        "o_ref[...] = (product if c_ref is None else product + c_ref[...].astype(acc)).astype(o_ref.dtype)",
+        "o_ref[...] = product.astype(o_ref.dtype)",
+        "a one-step product written without the addend: c lost wherever block_k covers K",
+    ),
+    _add(
+        "matmul-add-accumulator-starts-from-zero",
+        MATMUL,
+        "acc_ref[...] = jnp.zeros_like(acc_ref) if c_ref is None else c_ref[...].astype(acc_ref.dtype)",
+        "acc_ref[...] = jnp.zeros_like(acc_ref)",
+        "the accumulator of several K steps started from zeros: c lost wherever K takes more than one block",
+    ),
+    _add(
+        "gated-add-accumulator-starts-from-zero",
+        GATED,
+        "acc_ref[...] = jnp.zeros_like(acc_ref) if c_ref is None else c_ref[...].astype(acc_ref.dtype)",
+        "acc_ref[...] = jnp.zeros_like(acc_ref)",
+        "the gated product's accumulator started from zeros: the residual lost",
+    ),
+    Mutation(
+        "matmul-tie-ignores-one-step-blocks",
+        MATMUL_BLOCKS,
+        "if bk == k and m >= MXU_ROWS:",
+        "if False:",
+        "the tie broken by the output block alone: the one-step blocks that ran faster at K up to "
+        "the cap lose to wider several-step ones",
+        T_MATMUL_BLOCKS,
+        test_filter="one_step",
+        check=_check("matmul"),
+    ),
+    Mutation(
+        "matmul-one-step-price-keeps-the-accumulator",
+        MATMUL_BLOCKS,
+        "acc = ACC_S * max(bm, 8) * bn if gk > 1 else 0.0",
+        "acc = ACC_S * max(bm, 8) * bn",
+        "one-step blocks priced with an accumulator they do not have: the defaults at K up to the "
+        "cap go back to several steps",
+        T_MATMUL_BLOCKS,
+        test_filter="one_step",
+        check=_check("matmul"),
+    ),
     _matmul(
         "matmul-parallel-k",
         '("parallel", "parallel", "arbitrary")',
@@ -161,3 +214,7 @@ MUTANTS: tuple[Mutation, ...] = (
         check=_check("matmul"),
     ),
 )
+
+EPILOGUE_MUTANTS = frozenset(m.id for m in MUTANTS if m.tests == T_ADD)
+"""Mutants of the residual epilogue (`matmul_add`, `swiglu_matmul_add`): functions that are no
+torch op yet, though matmul's op shares pallas.py with one; their tests judge them alone."""
