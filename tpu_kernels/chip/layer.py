@@ -15,8 +15,9 @@ projections (the family's by-token kernels, head_dim a multiple of 128); JAX's f
 takes [batch, heads, seq, head_dim], so XLA's side transposes q, k, v and the output. Our side
 adds the two residuals in the epilogues of the output and down projections (matmul's
 `matmul_add`, the gated `swiglu_matmul_add`: the accumulator starts from x's tile); XLA's side
-adds them as JAX, which XLA fuses into its dots' outputs, and runs silu(g) * u as JAX. The forward's error is against a float64 forward on the host; the gradients are
-compared with the XLA layer's (no float64 backward).
+adds them as JAX, which XLA fuses into its dots' outputs, and runs silu(g) * u as JAX. The
+forward's error is against a float64 forward on the host; the gradients are compared with the
+XLA layer's (no float64 backward).
 """
 
 from __future__ import annotations

@@ -194,8 +194,8 @@ def choose(
     cheapest: the model prices such candidates within a few percent of each other where the
     chip's sweeps (bench/reports/chip_v5e_tune.json) found them apart, so the tie goes to what
     reads each operand fewest times. A decode batch (M under the MXU's rows) has a few rows of
-    accumulator to save, and goes by the output block. When no candidate fits (a row too wide), the smallest
-    blocks. `need(bm, bn, bk, itemsize, passes)`: a grid step's VMEM, `vmem_need` unless a kernel
+    accumulator to save, and goes by the output block. When no candidate fits (a row too wide),
+    the smallest blocks. `need(bm, bn, bk, itemsize, passes)`: a grid step's VMEM, `vmem_need` unless a kernel
     built on this one holds more (gated.py); `prologue`: what such a kernel adds to a step's
     price (`Prologue`)."""
     need = need or vmem_need

@@ -279,9 +279,8 @@ def _forward(gate, up, w, c, given):
     need = _prologue_need if c is None else _add_need
     bm, bn, bk, npass = _blocks(m, k, n, gate.dtype, given, ("block_m", "block_n", "block_k"),
                                 (SUBLANES, LANES, LANES), need, GATE, name)
-    if is_empty(gate, w):
-        out = jnp.zeros((m, n), gate.dtype)
-        return out if c is None else out + c
+    if is_empty(gate, w):  # an empty sum: zeros, or c
+        return jnp.zeros((m, n), gate.dtype) if c is None else c
     itemsize = gate.dtype.itemsize
     grid = (pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k, bk))
     a_spec = pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk))

@@ -4,8 +4,9 @@ The grid is (M / bm, N / bn, K / bk), each rounded up. Each (i, j) output tile a
 K tiles in float32: in a VMEM scratch buffer written out at the last k, or, for a
 float32 result, in the output block itself (resident across k: no scratch and no
 final copy); where one block covers K, the step writes its product at once, with no
-accumulator. `matmul_add` (a @ b + c) starts the accumulator from c's tile instead of zeros. The k axis is "arbitrary" (sequential: it carries the accumulator);
-i and j are "parallel". Blocks are multiples of (8, 128) as Mosaic requires (a
+accumulator. `matmul_add` (a @ b + c) starts the accumulator from c's tile instead of
+zeros. The k axis is "arbitrary" (sequential: it carries the accumulator); i and j are
+"parallel". Blocks are multiples of (8, 128) as Mosaic requires (a
 block of a whole dimension that fits in one is that dimension).
 
 float32 products follow the matmul precision the kernel is traced at
@@ -100,8 +101,8 @@ def _kernel(a_ref, b_ref, *refs, n_k: int, k_tail: int = 0, contract: tuple[int,
     to zeros (a select: a NaN left there stays out). `addend`: refs start with c's (bm, bn)
     block, which the accumulator starts from (`matmul_add`)."""
     c_ref, (o_ref, *scratch) = (refs[0], refs[1:]) if addend else (None, refs)
-    acc = jnp.promote_types(o_ref.dtype, jnp.float32)
     if _one_step(n_k, k_tail):  # the product goes straight to the output: no accumulator
+        acc = jnp.promote_types(o_ref.dtype, jnp.float32)
         product = mosaic_precision.dot(a_ref[...], b_ref[...], preferred_element_type=acc, contract=contract)
         o_ref[...] = (product if c_ref is None else product + c_ref[...].astype(acc)).astype(o_ref.dtype)
         return
@@ -261,7 +262,7 @@ def matmul_add(
         raise ValueError(f"matmul_add: expected c [{m}, {n}] of a's dtype {a.dtype}, got {tuple(c.shape)} {c.dtype}.")
     bm, bn, bk, npass = _blocks(m, k, n, a.dtype, block_m, block_n, block_k, need=_add_need, op="matmul_add")
     if is_empty(a, b, c):
-        return c + jnp.zeros((m, n), a.dtype)  # an empty sum adds nothing
+        return c  # an empty sum adds nothing
     return _tiled(a, b, bm, bn, bk, npass, addend=c)
 
 
