@@ -11,6 +11,11 @@ Sections:
             where torch_tpu's SDPA led (bench/reports/chip_v5e_attention_family.json).
   triangle  a causal forward's default (the triangle of blocks it walks) against the blocks
             the covered length alone would take, at the draws where the two differ.
+  fused     forward + backward with the backward's dQ fused into the dK/dV kernel against the two
+            kernels (`pallas._backward(fused=...)`), forced either way, and XLA's attention and its
+            vjp, interleaved, at the draws of at most FUSED tokens (bf16; float32 too up to SHORT)
+            and at the qwen2.5-1.5b layer's attention by token (2560 tokens): where the default's
+            `FUSED_BYTES` should lie; each row says whether the default fuses there.
   short     forward + backward at the draws of at most SHORT tokens, where XLA's dense attention
             is closest: the default blocks, other backward blocks (128 to the whole sequence),
             and a few forward-and-backward pairs, against XLA's attention and its vjp, all
@@ -34,8 +39,10 @@ import chip_attention_family as family  # noqa: E402
 from tpu_kernels.chip import probes  # noqa: E402
 
 SECTIONS = {"ab": "two kernel versions", "blocks": "blocks", "triangle": "the causal forward's blocks",
-            "short": "blocks at short sequences, against XLA"}
+            "short": "blocks at short sequences, against XLA", "fused": "the fused backward against two kernels"}
 SHORT = 1408
+FUSED = 4352
+LAYER = {"model": "qwen2.5-1.5b layer", "tokens": 2560, "window": None, "heads": 12, "kv_heads": 2, "head_dim": 128}
 SDPA_LED = (("qwen2.5-32b", 9472), ("qwen2-7b", 4352), ("gemma-7b", 4096), ("gemma-7b", 28032))
 BLOCKS = ((None, None), (512, 512), (512, 1024), (1024, 512))
 
@@ -190,6 +197,82 @@ def _short(new, write, quick: bool = False) -> None:
             write(row)
 
 
+def _fused(new, write, quick: bool = False) -> None:
+    from tpu_kernels.chip import load
+
+    xla = load.family("attention").jax_reference.attention_xla
+    points = [(p, layout, dtype) for p in _draws(quick) if p["tokens"] <= (256 if quick else FUSED) and p["window"] is None
+              for layout in (new.BY_HEAD,) for dtype in ("bf16", "f32") if dtype == "bf16" or p["tokens"] <= SHORT]
+    points.append((dict(LAYER, tokens=256, heads=2, kv_heads=1) if quick else LAYER, new.BY_TOKEN, "bf16"))
+    for idx, (p, layout, dtype) in enumerate(points):
+        _fused_point(new, xla, write, idx, p, layout, dtype, quick)
+
+
+def _fused_point(new, xla, write, idx: int, p: dict, layout: str, dtype: str, quick: bool) -> None:
+    """One row of the fused section: the fused backward, the two kernels and XLA at draw p."""
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import measure
+
+    h, hk, t, d = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"]
+    keys = jax.random.split(jax.random.PRNGKey(idx), 4)
+    dt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
+    heads = dict(zip("qkvo", (h, hk, hk, h)))
+    shape = (lambda n: (1, t, n, d)) if layout == new.BY_TOKEN else (lambda n: (1, n, t, d))
+    args = tuple(jax.random.normal(key, shape(heads[x]), jnp.float32).astype(dt) for key, x in zip(keys, "qkvo"))
+    by_token = layout == new.BY_TOKEN
+    fwd = new.attention_by_token if by_token else new.attention
+    plan = new._plan(*(jax.ShapeDtypeStruct((1, n, t, d), dt) for n in (h, hk)), True, None, None, None,
+                     forward=False)
+    fns = {}
+    for fused in (True, False):
+        def fn(q, k, v, do, fused=fused):
+            out, lse = fwd(q, k, v, causal=True)
+            return new._backward(q, k, v, out, lse, do, True, None, None, None, None, layout, fused=fused)
+
+        fns["fused" if fused else "two"] = fn
+
+    def xla_grad(q, k, v, do):
+        heads_first = (lambda x: jnp.swapaxes(x, 1, 2)) if by_token else (lambda x: x)
+        f = lambda q, k, v: heads_first(xla(*map(heads_first, (q, k, v)), causal=True))  # noqa: E731
+        _, vjp = jax.vjp(f, q, k, v)
+        return vjp(do)
+
+    fns["xla"] = xla_grad
+    base = {"section": "fused", "point": family._tag(p, dtype), "layout": layout, "what": "forward+backward",
+            "fused_bytes": new._fused_bytes(plan, d, jnp.dtype(dt).itemsize),
+            "default_fuses": new._fused_fits(plan, d, jnp.dtype(dt).itemsize), "blocks": [plan.bq, plan.bk]}
+    compiled, outs = {}, {}
+    for name, fn in fns.items():
+        c, _, err = measure.compile_fn(fn, args)
+        if err:
+            write({**base, "variant": name, "error": err[:300]})
+            continue
+        compiled[name], outs[name] = c, c(*args)
+    times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
+    row = dict(base)
+    for name, tm in times.items():
+        if isinstance(tm, Exception):
+            row[f"{name}_error"] = measure.error_text(tm)
+        else:
+            row[f"{name}_us"] = round(tm * 1e6, 1)
+    if "fused" in outs and "two" in outs:
+        row["fused_maxdiff"] = max(float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))
+                                   for a, b in zip(outs["fused"], outs["two"]))
+    if "xla" in outs:
+        for name in ("fused", "two"):
+            if name in outs:
+                row[f"{name}_err_vs_xla"] = max(measure.normwise(a, jnp.asarray(b, jnp.float32))
+                                                for a, b in zip(outs[name], outs["xla"]))
+    for name in ("fused", "two"):
+        if f"{name}_us" in row and "xla_us" in row:
+            row[f"{name}_vs_xla"] = round(row["xla_us"] / row[f"{name}_us"], 3)
+    if "fused_us" in row and "two_us" in row:
+        row["fused_vs_two"] = round(row["two_us"] / row["fused_us"], 3)
+    write(row)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = probes.arguments(__doc__, "chip_attention_walk.jsonl", SECTIONS)
     ap.add_argument("--before", help="an earlier pallas.py (section ab)")
@@ -206,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         for section in args.only.split(","):
             if section == "ab" and before is None:
                 raise SystemExit("chip_attention_walk: section ab needs --before FILE (an earlier pallas.py)")
-            if section == "short":
-                _short(new, write, args.quick)
+            if section in ("short", "fused"):
+                (_short if section == "short" else _fused)(new, write, args.quick)
                 continue
             _section(section, new, before, write, deadline, args.quick)
     return 0

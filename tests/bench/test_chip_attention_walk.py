@@ -125,6 +125,25 @@ def test_the_short_section_times_every_block_pair_beside_xla_and_agrees_with_it(
         assert r["us"] > 0 and r["err_vs_xla"] < 2e-2, r
 
 
+@pytest.mark.slow
+def test_the_fused_section_times_both_backwards_beside_xla_and_they_agree():
+    """The fused section at its CPU sizes, Pallas interpreted: both layouts, both dtypes, the
+    fused backward bitwise equal to the two kernels, both within bf16 error of XLA's vjp."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tests.bench.probes import load
+
+    walk = load("chip_attention_walk.py")
+    rows = []
+    with pltpu.force_tpu_interpret_mode(True):
+        walk._fused(pallas, rows.append, quick=True)
+    assert {r["layout"] for r in rows} == {pallas.BY_HEAD, pallas.BY_TOKEN}
+    assert {r["point"].split("/")[1][:4] for r in rows} == {"bf16", "f32["}
+    for r in rows:
+        assert r["fused_maxdiff"] == 0.0 and r["default_fuses"], r
+        assert min(r["fused_us"], r["two_us"], r["xla_us"]) > 0 and r["fused_err_vs_xla"] < 2e-2, r
+
+
 def test_each_section_takes_the_draws_it_names():
     """blocks: the draws where torch_tpu's SDPA led; triangle: the draws (no window) where the
     causal forward's two block rules differ."""

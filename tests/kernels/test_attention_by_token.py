@@ -86,12 +86,19 @@ def test_by_token_argument_errors_name_the_layout(q, kv, match):
 
 def test_by_token_lowers_for_tpu_forward_and_backward():
     """The (rows, head_dim) windows of [batch, seq, heads * head_dim] are blocks Mosaic takes:
-    the layer's shape (12 heads of 128, 2560 tokens), lowered for a v5e without one."""
+    the layer's shape (12 heads of 128, 2560 tokens), lowered for a v5e without one; the
+    backward both fused (one kernel, the group's dQ a window of three heads' lanes) and as two."""
     q = jax.ShapeDtypeStruct((1, 2560, 12, 128), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((1, 2560, 4, 128), jnp.bfloat16)
     lse = jax.ShapeDtypeStruct((1, 12, 2560), jnp.float32)
+
+    def backward(fused):
+        return lambda q, k, v, o, lse, do: pallas._backward(
+            q, k, v, o, lse, do, True, None, None, None, None, pallas.BY_TOKEN, fused=fused
+        )
+
     with target.targeting(target.chip("v5e")):
         fwd = jax.jit(lambda q, k, v: pallas.attention_by_token(q, k, v, causal=True)).trace(q, kv, kv)
-        bwd = jax.jit(lambda *a: pallas.attention_backward_by_token(*a, causal=True)).trace(q, kv, kv, q, lse, q)
-        texts = [f.lower(lowering_platforms=("tpu",)).as_text() for f in (fwd, bwd)]
-    assert [t.count("tpu_custom_call") for t in texts] == [1, 2]
+        bwds = [jax.jit(backward(fused)).trace(q, kv, kv, q, lse, q) for fused in (True, False)]
+        texts = [f.lower(lowering_platforms=("tpu",)).as_text() for f in (fwd, *bwds)]
+    assert [t.count("tpu_custom_call") for t in texts] == [1, 1, 2]

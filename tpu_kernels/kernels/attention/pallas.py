@@ -428,6 +428,67 @@ def _dkv_kernel(*refs, scale, walk: Walk):
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
 
 
+def _fused_kernel(*refs, scale, walk: Walk, layout: str):
+    """The dK/dV kernel also accumulating dQ: each step's ds also gives its q block's share of
+    dQ, ds k, added into a float32 VMEM accumulator holding every q head of the kv head's group
+    over the whole sequence, written once after the walk's last step. Five products per block
+    pair where the two kernels take seven (the scores and dp once, not twice); it needs the
+    group's dQ in VMEM (`FUSED_BYTES`)."""
+    tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dq_ref, dk_sc, dv_sc, dq_sc = refs
+    plan = walk.plan
+    j, i, member, first, last, run, edge = walk.step(tables)
+    q_start, k_start = i * plan.bq, j * plan.bk
+    if walk.table is not None:
+        ends = pl.program_id(2) == 0, pl.program_id(2) == pl.num_programs(2) - 1
+    else:
+        ids, sizes = (pl.program_id(2), pl.program_id(3)), (pl.num_programs(2), pl.num_programs(3))
+        ends = (ids[0] == 0) & (ids[1] == 0), (ids[0] == sizes[0] - 1) & (ids[1] == sizes[1] - 1)
+
+    @pl.when(ends[0])
+    def _init_dq():
+        dq_sc[...] = jnp.zeros_like(dq_sc)
+
+    @pl.when(first)
+    def _init():
+        dk_sc[...] = jnp.zeros_like(dk_sc)
+        dv_sc[...] = jnp.zeros_like(dv_sc)
+
+    def _step(masked: bool):
+        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+        acc = dk_sc.dtype
+        if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
+            q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
+        if masked and plan.padded_keys:  # keys past seq_k: ds reaches dQ here, so keep its columns finite
+            k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
+        s = _scores(_scaled(q, scale), k, plan, q_start, k_start, masked)
+        p = jnp.exp(s - lse_ref[...])
+        transposed_lhs = (((0,), (0,)), ((), ()))
+        dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
+        dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
+        ds = (p * (dp - delta_ref[...])).astype(q.dtype)
+        dk_sc[...] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)
+        rows = pl.ds(pl.multiple_of(q_start, plan.bq), plan.bq)
+        dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)
+
+    _when(run, edge, _step)
+
+    @pl.when(last)
+    def _finish():
+        dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
+        dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
+
+    @pl.when(ends[1])
+    def _finish_dq():
+        d = dq_sc.shape[2]
+        for m in range(plan.group):
+            dq = (dq_sc[m, : plan.seq_q, :] * scale).astype(dq_ref.dtype)
+            if layout == BY_HEAD:
+                dq_ref[m] = dq
+            else:
+                dq_ref[:, m * d : (m + 1) * d] = dq
+
+
 def _dq_kernel(*refs, scale, walk: Walk):
     """One q block accumulating over the kv blocks it needs."""
     tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
@@ -563,14 +624,19 @@ def _plan(q, k, causal, window, block_q, block_k, *, forward: bool) -> Plan:
     return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
 
 
-def _params(walk: Walk, d: int, itemsize: int) -> pltpu.CompilerParams:
-    """The grid's semantics, and a raised scoped VMEM limit when the blocks need one: six q- or
-    kv-shaped blocks double-buffered, the float32 scratch, and about four (block_q, block_k)
-    float32 temporaries of the body (scores, probabilities, their masks and products)."""
+def _params_need(walk: Walk, d: int, itemsize: int) -> int:
+    """A kernel's VMEM need: six q- or kv-shaped blocks double-buffered, the float32 scratch, and
+    about four (block_q, block_k) float32 temporaries of the body (scores, probabilities, their
+    masks and products)."""
     plan, lanes = walk.plan, -(-d // LANES) * LANES
     need = 12 * max(plan.bq, plan.bk) * lanes * itemsize + 3 * plan.bq * lanes * 4
-    need += 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
-    return _vmem.compiler_params(walk.semantics, need)
+    return need + 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
+
+
+def _params(walk: Walk, d: int, itemsize: int) -> pltpu.CompilerParams:
+    """The grid's semantics, and a raised scoped VMEM limit when the blocks need one
+    (`_params_need`)."""
+    return _vmem.compiler_params(walk.semantics, _params_need(walk, d, itemsize))
 
 
 def _dense(q, k, v, scale, causal, window):
@@ -741,7 +807,68 @@ def attention_backward(
     return _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, BY_HEAD)
 
 
-def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, layout: str):
+# The most VMEM the fused backward's dQ may take (its float32 accumulator and its double-buffered
+# output block, for a kv head's group over the whole sequence); past it the backward runs dQ as a
+# kernel of its own.
+FUSED_BYTES = 12 * _vmem.MIB
+
+
+def _fused_bytes(plan: Plan, d: int, itemsize: int) -> int:
+    """VMEM the fused backward's dQ takes: the accumulator and the output block, double-buffered."""
+    cols = _vmem.padded_cols(d)
+    return plan.group * cols * (plan.sq * 4 + 2 * _vmem.padded_rows(plan.seq_q, itemsize) * itemsize)
+
+
+def _fused_fits(plan: Plan, d: int, itemsize: int) -> bool:
+    """Whether a backward left to its default fuses dQ into the dK/dV kernel: where the group's
+    dQ fits `FUSED_BYTES` (concrete lengths only)."""
+    if any(export.is_symbolic_dim(n) for n in (plan.sq, plan.seq_q, d, plan.group)):
+        return False
+    return _fused_bytes(plan, d, itemsize) <= FUSED_BYTES
+
+
+def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta, q_shape, kv_shape):
+    """dQ, dK and dV from one kernel (`_fused_kernel`) on the dK/dV walk."""
+    q_spec, kv_spec, row_spec = specs
+    b, hk, d = kv_shape[0], lse.shape[1] // plan.group, kv_shape[-1]
+    if layout == BY_HEAD:
+        dq_spec = pl.BlockSpec((None, plan.group, plan.seq_q, d), lambda *ids: (ids[0], ids[1], 0, 0))
+    else:
+        dq_spec = pl.BlockSpec((None, plan.seq_q, plan.group * d), lambda *ids: (ids[0], 0, ids[1]))
+    acc, itemsize = _acc(q.dtype), jnp.dtype(q.dtype).itemsize
+    need = _params_need(walk, d, itemsize) + _fused_bytes(plan, d, itemsize)
+    dk, dv, dq = pl.pallas_call(
+        functools.partial(_fused_kernel, scale=sm_scale, walk=walk, layout=layout),
+        out_shape=(
+            jax.ShapeDtypeStruct(k.shape, k.dtype),
+            jax.ShapeDtypeStruct(v.shape, v.dtype),
+            jax.ShapeDtypeStruct(q.shape, q.dtype),
+        ),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(walk.prefetch),
+            grid=(b, hk, *walk.grid),
+            in_specs=[q_spec, kv_spec, kv_spec, q_spec, row_spec, row_spec],
+            out_specs=(kv_spec, kv_spec, dq_spec),
+            scratch_shapes=[
+                pltpu.VMEM((plan.bk, d), acc),
+                pltpu.VMEM((plan.bk, d), acc),
+                pltpu.VMEM((plan.group, plan.sq, d), acc),
+            ],
+        ),
+        compiler_params=_vmem.compiler_params(_fused_semantics(walk), need),
+    )(*walk.prefetch, q, k, v, do, lse, delta)
+    return dq.reshape(q_shape), dk.reshape(kv_shape), dv.reshape(kv_shape)
+
+
+def _fused_semantics(walk: Walk) -> tuple[str, ...]:
+    """The dK/dV walk's semantics with its kv-block axis "arbitrary" too: dQ accumulates across
+    it (each kv head's walk runs in order on one core)."""
+    return (*SEMANTICS[:2], *("arbitrary",) * len(walk.grid))
+
+
+def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, layout: str,
+              fused: bool | None = None):
+    """fused: dQ in the dK/dV kernel (`_fused_kernel`); None, where its dQ fits VMEM (`_fused_fits`)."""
     sm_scale = _scale(q, scale)
     if is_empty(q, k, v):
         if layout == BY_TOKEN:
@@ -764,6 +891,8 @@ def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block
     lse, delta = _pad(lse[..., None].astype(acc), plan.sq, jnp.inf), _pad(delta, plan.sq, 0.0)
     itemsize = jnp.dtype(q.dtype).itemsize
     walk = _walk(plan, q_major=False)
+    if fused is None:
+        fused = _fused_fits(plan, d, itemsize)
 
     def q_of_kv(*ids):  # the dK/dV grid walks its group's heads, then their q blocks
         j, i, member = walk.blocks(*ids)
@@ -774,6 +903,9 @@ def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block
     kv_spec = _spec(layout, plan.bk, d, lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0]))
     kv_shape = k.shape
     q, k, v, do = (_flat(x, layout) for x in (q, k, v, do))
+    if fused:
+        return _backward_fused(plan, walk, layout, sm_scale, (q_spec, kv_spec, row_spec), q, k, v, do, lse, delta,
+                               grad_out.shape, kv_shape)
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, scale=sm_scale, walk=walk),
         out_shape=(
