@@ -14,8 +14,8 @@ Sections:
   fused     forward + backward with the backward's dQ fused into the dK/dV kernel against the two
             kernels (`pallas._backward(fused=...)`), forced either way, and XLA's attention and its
             vjp, interleaved, at the draws of at most FUSED tokens (bf16; float32 too up to SHORT)
-            and at the qwen2.5-1.5b layer's attention by token (2560 tokens): where the default's
-            `FUSED_BYTES` should lie; each row says whether the default fuses there.
+            and at the qwen2.5-1.5b layer's attention by token (2560 tokens); each row says
+            whether the default fuses there (`pallas._fused_fits`).
   short     forward + backward at the draws of at most SHORT tokens, where XLA's dense attention
             is closest: the default blocks, other backward blocks (128 to the whole sequence),
             and a few forward-and-backward pairs, against XLA's attention and its vjp, all

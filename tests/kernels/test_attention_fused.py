@@ -89,14 +89,16 @@ def test_fused_backward_over_lengths_groups_and_masks(group, hk, sq, extra_k, ca
     _check((1, group * hk, hk, sq, sk, 64), causal, window, blocks, pallas.BY_HEAD, jnp.float32, seed)
 
 
-def test_the_default_fuses_where_the_groups_dq_fits_vmem():
-    """`_fused_fits`: the short draws (their group's dQ a few MiB) fuse; the qwen2.5-1.5b
-    layer's 2560 tokens of six q heads per kv head, past FUSED_BYTES, run the two kernels."""
+def test_the_default_fuses_where_the_fused_kernels_vmem_need_fits():
+    """`_fused_fits`: the short draws and the qwen2.5-1.5b layer's 2560 tokens fuse (their
+    group's dQ a few MiB to 16); qwen2-7b's seven q heads per kv head at 2944 and 4352 tokens,
+    and a 32-head layer at 8192, need more VMEM than `_vmem.fits` allows and run two kernels."""
 
     def fits(h, hk, t, d, dtype=jnp.bfloat16):
         q, k = (jax.ShapeDtypeStruct((1, n, t, d), dtype) for n in (h, hk))
         plan = pallas._plan(q, k, True, None, None, None, forward=False)
         return pallas._fused_fits(plan, d, jnp.dtype(dtype).itemsize)
 
-    assert fits(8, 4, 1408, 256) and fits(12, 2, 1280, 128) and fits(32, 8, 1408, 64)
-    assert not fits(12, 2, 2560, 128) and not fits(28, 4, 4352, 128)
+    assert fits(8, 4, 1408, 256) and fits(12, 2, 1280, 128, jnp.float32) and fits(32, 8, 1408, 64)
+    assert fits(12, 2, 2560, 128)
+    assert not fits(28, 4, 2944, 128) and not fits(28, 4, 4352, 128) and not fits(32, 8, 8192, 128)

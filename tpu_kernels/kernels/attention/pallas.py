@@ -433,7 +433,7 @@ def _fused_kernel(*refs, scale, walk: Walk, layout: str):
     dQ, ds k, added into a float32 VMEM accumulator holding every q head of the kv head's group
     over the whole sequence, written once after the walk's last step. Five products per block
     pair where the two kernels take seven (the scores and dp once, not twice); it needs the
-    group's dQ in VMEM (`FUSED_BYTES`)."""
+    group's dQ in VMEM (`_fused_fits`)."""
     tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dq_ref, dk_sc, dv_sc, dq_sc = refs
     plan = walk.plan
@@ -624,11 +624,11 @@ def _plan(q, k, causal, window, block_q, block_k, *, forward: bool) -> Plan:
     return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
 
 
-def _params_need(walk: Walk, d: int, itemsize: int) -> int:
+def _params_need(plan: Plan, d: int, itemsize: int) -> int:
     """A kernel's VMEM need: six q- or kv-shaped blocks double-buffered, the float32 scratch, and
     about four (block_q, block_k) float32 temporaries of the body (scores, probabilities, their
     masks and products)."""
-    plan, lanes = walk.plan, -(-d // LANES) * LANES
+    lanes = -(-d // LANES) * LANES
     need = 12 * max(plan.bq, plan.bk) * lanes * itemsize + 3 * plan.bq * lanes * 4
     return need + 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
 
@@ -636,7 +636,7 @@ def _params_need(walk: Walk, d: int, itemsize: int) -> int:
 def _params(walk: Walk, d: int, itemsize: int) -> pltpu.CompilerParams:
     """The grid's semantics, and a raised scoped VMEM limit when the blocks need one
     (`_params_need`)."""
-    return _vmem.compiler_params(walk.semantics, _params_need(walk, d, itemsize))
+    return _vmem.compiler_params(walk.semantics, _params_need(walk.plan, d, itemsize))
 
 
 def _dense(q, k, v, scale, causal, window):
@@ -807,24 +807,23 @@ def attention_backward(
     return _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, BY_HEAD)
 
 
-# The most VMEM the fused backward's dQ may take (its float32 accumulator and its double-buffered
-# output block, for a kv head's group over the whole sequence); past it the backward runs dQ as a
-# kernel of its own.
-FUSED_BYTES = 12 * _vmem.MIB
-
-
 def _fused_bytes(plan: Plan, d: int, itemsize: int) -> int:
-    """VMEM the fused backward's dQ takes: the accumulator and the output block, double-buffered."""
+    """VMEM the fused backward's dQ takes beside the dK/dV kernel's own (`_params_need`): a kv
+    head's group of q heads over the whole sequence, its float32 accumulator and its output
+    block, double-buffered."""
     cols = _vmem.padded_cols(d)
     return plan.group * cols * (plan.sq * 4 + 2 * _vmem.padded_rows(plan.seq_q, itemsize) * itemsize)
 
 
 def _fused_fits(plan: Plan, d: int, itemsize: int) -> bool:
-    """Whether a backward left to its default fuses dQ into the dK/dV kernel: where the group's
-    dQ fits `FUSED_BYTES` (concrete lengths only)."""
+    """Whether a backward left to its default fuses dQ into the dK/dV kernel: where the fused
+    kernel's whole VMEM need `fits` (concrete lengths only). On a v5e the fused backward ran
+    forward + backward 1.16-1.24x faster than the two kernels wherever its 128-wide blocks were
+    more than one (equal at 1280 tokens of 640-blocks), up to 4352 tokens; it compiled there at
+    32 MiB of dQ (bench/reports/chip_v5e_attention_walk.json, `fused`)."""
     if any(export.is_symbolic_dim(n) for n in (plan.sq, plan.seq_q, d, plan.group)):
         return False
-    return _fused_bytes(plan, d, itemsize) <= FUSED_BYTES
+    return _vmem.fits(_params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize))
 
 
 def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta, q_shape, kv_shape):
@@ -836,7 +835,7 @@ def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta
     else:
         dq_spec = pl.BlockSpec((None, plan.seq_q, plan.group * d), lambda *ids: (ids[0], 0, ids[1]))
     acc, itemsize = _acc(q.dtype), jnp.dtype(q.dtype).itemsize
-    need = _params_need(walk, d, itemsize) + _fused_bytes(plan, d, itemsize)
+    need = _params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize)
     dk, dv, dq = pl.pallas_call(
         functools.partial(_fused_kernel, scale=sm_scale, walk=walk, layout=layout),
         out_shape=(
