@@ -25,7 +25,10 @@ Backward, from q, k, v, out, lse and d_out, with delta = rowsum(d_out * out):
     dq = ds k * scale                      dk = ds^T q * scale
 as two kernels accumulating in float32 VMEM along their last ("arbitrary") axis: dK/dV
 per kv block over the q blocks of every q head of its group (so a kv head's gradient sums
-its group's heads without a second pass), dQ per q block over the kv blocks.
+its group's heads without a second pass), dQ per q block over the kv blocks. Where its VMEM
+need fits (`_fused_fits`), one kernel instead: the dK/dV walk also adds each step's ds k into
+a float32 dQ of the kv head's whole group and sequence in VMEM (`_fused_kernel`), five
+products per block pair where the two kernels take seven, the same bits.
 
 A causal call's grid walks a table of exactly the (q block, kv block) pairs its mask reaches
 (`_table`, scalar-prefetched into SMEM; a window's band, or the diagonal's triangle), each step
@@ -457,7 +460,7 @@ def _fused_kernel(*refs, scale, walk: Walk, layout: str):
     def _step(masked: bool):
         q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
         acc = dk_sc.dtype
-        if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
+        if masked and plan.ragged_q:  # the overhang's queries: zero q and dO (lse +inf there: p = 0)
             q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
         if masked and plan.padded_keys:  # keys past seq_k: ds reaches dQ here, so keep its columns finite
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
@@ -818,9 +821,9 @@ def _fused_bytes(plan: Plan, d: int, itemsize: int) -> int:
 def _fused_fits(plan: Plan, d: int, itemsize: int) -> bool:
     """Whether a backward left to its default fuses dQ into the dK/dV kernel: where the fused
     kernel's whole VMEM need `fits` (concrete lengths only). On a v5e the fused backward ran
-    forward + backward 1.16-1.24x faster than the two kernels wherever its 128-wide blocks were
-    more than one (equal at 1280 tokens of 640-blocks), up to 4352 tokens; it compiled there at
-    32 MiB of dQ (bench/reports/chip_v5e_attention_walk.json, `fused`)."""
+    forward + backward 1.16-1.24x faster than the two kernels wherever the sequence ran in three
+    blocks or more, up to 4352 tokens, and compiled there at 32 MiB of dQ; at two blocks it
+    was no slower (bench/reports/chip_v5e_attention_walk.json, `fused`)."""
     if any(export.is_symbolic_dim(n) for n in (plan.sq, plan.seq_q, d, plan.group)):
         return False
     return _vmem.fits(_params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize))
