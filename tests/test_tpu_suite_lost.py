@@ -60,3 +60,23 @@ def test_the_record_fails_what_the_log_did_not_reach_and_merges_the_runs_other_r
         "TPU v5e",
         {"why": "aborted", "log": "main.log", "tests": 5},
     )
+
+
+def test_the_suite_stops_before_the_chip_where_a_module_its_record_needs_is_missing(tmp_path):
+    """scripts/tpu-suite on a host whose Python finds none of torch_tpu, helion, rich and
+    transformers (`python -S`: no site-packages) exits 2 at once, naming them, and runs no test:
+    a record that skipped their files whole would miss tests (tests/test_tpu_record.py)."""
+    import os
+    import subprocess
+    import sys
+
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(python))
+    env.pop("TPU_SUITE_ALLOW_MISSING", None)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "tpu-suite"), str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out
+    assert "lacks torch_tpu helion rich transformers" in out.stderr and "TPU_SUITE_ALLOW_MISSING" in out.stderr
+    assert not (tmp_path / "out" / "tpu_suite_v5e.json").exists() and "pytest" not in out.stdout
