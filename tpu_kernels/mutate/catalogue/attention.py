@@ -107,6 +107,36 @@ MUTANTS: tuple[Mutation, ...] = (
         "        dq_ref[...] = dq_sc[...].astype(dq_ref.dtype)",
         "dq without the softmax scale",
     ),
+    _attention(
+        "attention-fused-dq-scale-dropped",
+        "            dq = (dq_sc[m, : plan.seq_q, :] * scale).astype(dq_ref.dtype)",
+        "            dq = dq_sc[m, : plan.seq_q, :].astype(dq_ref.dtype)",
+        "the fused backward's dq without the softmax scale",
+    ),
+    _attention(
+        "attention-fused-dq-one-member",
+        "        dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
+        "        dq_sc[0, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
+        "the fused backward adds every q head's dQ of a group into the first's",
+    ),
+    _attention(
+        "attention-fused-dq-zeroed-per-kv-block",
+        "    @pl.when(ends[0])\n    def _init_dq():",
+        "    @pl.when(first)\n    def _init_dq():",
+        "the fused backward's dQ starts over at each kv block: a query keeps only its last kv block's share",
+    ),
+    _attention(
+        "attention-fused-keeps-the-key-overhang",
+        "        if masked and plan.padded_keys:  # keys past seq_k: ds reaches dQ here",
+        "        if False:  # keys past seq_k: ds reaches dQ here",
+        "the fused backward's ds @ k reads the last kv block's unspecified k and v rows into dQ",
+    ),
+    _attention(
+        "attention-fused-never-by-default",
+        "    return _vmem.fits(_params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize))",
+        "    return False",
+        "a backward left to its default never fuses dQ (the two kernels: slower on a v5e, the walk record's fused run)",
+    ),
     Mutation(
         "attention-by-token-head-as-row-block",
         ATTENTION,

@@ -31,7 +31,11 @@ SOFTMAX, RMSNORM, ELEMENTWISE, MATMUL, BLOCKS = (
 )
 MATMUL_BLOCKS, T_MATMUL_BLOCKS = K + "matmul/blocks.py", ("tests/kernels/test_matmul_blocks.py",)
 ATTENTION = K + "attention/pallas.py"
-T_ATTENTION = ("tests/kernels/test_attention.py", "tests/kernels/test_attention_grids.py")
+T_ATTENTION = (
+    "tests/kernels/test_attention.py",
+    "tests/kernels/test_attention_grids.py",
+    "tests/kernels/test_attention_fused.py",
+)
 LINEAR_CE = K + "linear_cross_entropy/pallas.py"
 T_LINEAR_CE = ("tests/kernels/test_linear_cross_entropy.py", "tests/kernels/test_linear_cross_entropy_space.py")
 T_SOFTMAX, T_RMSNORM, T_ELEMENTWISE, T_MATMUL = (
