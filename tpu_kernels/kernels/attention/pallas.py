@@ -829,10 +829,10 @@ def _fused_fits(plan: Plan, d: int, itemsize: int) -> bool:
     return _vmem.fits(_params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize))
 
 
-def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta, q_shape, kv_shape):
-    """dQ, dK and dV from one kernel (`_fused_kernel`) on the dK/dV walk."""
+def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta, q_shape, kv_shape, hk):
+    """dQ, dK and dV from one kernel (`_fused_kernel`) on the dK/dV walk, over k's hk heads."""
     q_spec, kv_spec, row_spec = specs
-    b, hk, d = kv_shape[0], lse.shape[1] // plan.group, kv_shape[-1]
+    b, d = kv_shape[0], kv_shape[-1]
     if layout == BY_HEAD:
         dq_spec = pl.BlockSpec((None, plan.group, plan.seq_q, d), lambda *ids: (ids[0], ids[1], 0, 0))
     else:
@@ -907,7 +907,7 @@ def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block
     q, k, v, do = (_flat(x, layout) for x in (q, k, v, do))
     if fused:
         return _backward_fused(plan, walk, layout, sm_scale, (q_spec, kv_spec, row_spec), q, k, v, do, lse, delta,
-                               grad_out.shape, kv_shape)
+                               grad_out.shape, kv_shape, hk)
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, scale=sm_scale, walk=walk),
         out_shape=(
