@@ -1,5 +1,5 @@
-"""attention's fused backward (`pallas._fused_kernel`: dQ accumulated in the dK/dV kernel) in
-Pallas' TPU interpreter: the same dQ, dK and dV as the two kernels, bit for bit (each dQ row
+"""attention's fused backward (`pallas._dkv_kernel` with `dq_layout`: dQ accumulated in the
+dK/dV kernel) in Pallas' TPU interpreter: the same dQ, dK and dV as the two kernels, bit for bit (each dQ row
 sums the same products in the same kv-block order), and within float32 accumulation of a
 float64 reference; over both walks (the causal table and the rectangle), grouped heads, a
 window, ragged queries and padded keys, and both layouts. The op's tests

@@ -27,8 +27,8 @@ as two kernels accumulating in float32 VMEM along their last ("arbitrary") axis:
 per kv block over the q blocks of every q head of its group (so a kv head's gradient sums
 its group's heads without a second pass), dQ per q block over the kv blocks. Where its VMEM
 need fits (`_fused_fits`), one kernel instead: the dK/dV walk also adds each step's ds k into
-a float32 dQ of the kv head's whole group and sequence in VMEM (`_fused_kernel`), five
-products per block pair where the two kernels take seven, the same bits.
+a float32 dQ of the kv head's whole group and sequence in VMEM (`_dkv_kernel` with
+`dq_layout`), five products per block pair where the two kernels take seven, the same bits.
 
 A causal call's grid walks a table of exactly the (q block, kv block) pairs its mask reaches
 (`_table`, scalar-prefetched into SMEM; a window's band, or the diagonal's triangle), each step
@@ -395,13 +395,31 @@ def _fwd_kernel(*refs, scale, walk: Walk):
             r[...] = (m_sc[...] + jnp.log(total))[:, :1].astype(r.dtype)
 
 
-def _dkv_kernel(*refs, scale, walk: Walk):
-    """One kv block accumulating over its group's q heads and their q blocks."""
+def _dkv_kernel(*refs, scale, walk: Walk, dq_layout: str | None = None):
+    """One kv block accumulating over its group's q heads and their q blocks. With `dq_layout`
+    (the fused backward, `_fused_fits`), each step's ds also gives its q block's share of dQ,
+    ds k, added into a float32 VMEM accumulator holding every q head of the kv head's group over
+    the whole sequence, written once after the walk's last step in that layout: five products
+    per block pair where the two kernels take seven (the scores and dp once, not twice)."""
     tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs
+    fused = dq_layout is not None
+    if fused:
+        q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dq_ref, dk_sc, dv_sc, dq_sc = refs
+    else:
+        q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dk_sc, dv_sc = refs
     plan = walk.plan
-    j, i, _, first, last, run, edge = walk.step(tables)
-    q_start = i * plan.bq
+    j, i, member, first, last, run, edge = walk.step(tables)
+    q_start, k_start = i * plan.bq, j * plan.bk
+    if fused:  # the walk's first and last steps (dQ spans every kv block of the kv head)
+        if walk.table is not None:
+            ends = pl.program_id(2) == 0, pl.program_id(2) == pl.num_programs(2) - 1
+        else:
+            ids, sizes = (pl.program_id(2), pl.program_id(3)), (pl.num_programs(2), pl.num_programs(3))
+            ends = (ids[0] == 0) & (ids[1] == 0), (ids[0] == sizes[0] - 1) & (ids[1] == sizes[1] - 1)
+
+        @pl.when(ends[0])
+        def _init_dq():
+            dq_sc[...] = jnp.zeros_like(dq_sc)
 
     @pl.when(first)
     def _init():
@@ -413,66 +431,20 @@ def _dkv_kernel(*refs, scale, walk: Walk):
         acc = dk_sc.dtype
         if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
             q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
-        s = _scores(_scaled(q, scale), k, plan, q_start, j * plan.bk, masked)
-        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
-        transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
-        dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
-        # keys past seq_k: their dp (and ds) columns may be NaN, but reach only their own dK
-        # rows, which are never written
-        dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
-        ds = p * (dp - delta_ref[...])
-        dk_sc[...] += jax.lax.dot_general(ds.astype(q.dtype), q, transposed_lhs, preferred_element_type=acc)
-
-    _when(run, edge, _step)
-
-    @pl.when(last)
-    def _finish():
-        dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
-        dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
-
-
-def _fused_kernel(*refs, scale, walk: Walk, layout: str):
-    """The dK/dV kernel also accumulating dQ: each step's ds also gives its q block's share of
-    dQ, ds k, added into a float32 VMEM accumulator holding every q head of the kv head's group
-    over the whole sequence, written once after the walk's last step. Five products per block
-    pair where the two kernels take seven (the scores and dp once, not twice); it needs the
-    group's dQ in VMEM (`_fused_fits`)."""
-    tables, refs = (refs[:2], refs[2:]) if walk.table is not None else (None, refs)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dq_ref, dk_sc, dv_sc, dq_sc = refs
-    plan = walk.plan
-    j, i, member, first, last, run, edge = walk.step(tables)
-    q_start, k_start = i * plan.bq, j * plan.bk
-    if walk.table is not None:
-        ends = pl.program_id(2) == 0, pl.program_id(2) == pl.num_programs(2) - 1
-    else:
-        ids, sizes = (pl.program_id(2), pl.program_id(3)), (pl.num_programs(2), pl.num_programs(3))
-        ends = (ids[0] == 0) & (ids[1] == 0), (ids[0] == sizes[0] - 1) & (ids[1] == sizes[1] - 1)
-
-    @pl.when(ends[0])
-    def _init_dq():
-        dq_sc[...] = jnp.zeros_like(dq_sc)
-
-    @pl.when(first)
-    def _init():
-        dk_sc[...] = jnp.zeros_like(dk_sc)
-        dv_sc[...] = jnp.zeros_like(dv_sc)
-
-    def _step(masked: bool):
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-        acc = dk_sc.dtype
-        if masked and plan.ragged_q:  # the overhang's queries: zero q and dO (lse +inf there: p = 0)
-            q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
-        if masked and plan.padded_keys:  # keys past seq_k: ds reaches dQ here, so keep its columns finite
+        # keys past seq_k: their dp (and ds) columns may be NaN, which reach only their own dK
+        # rows (never written), but also dQ where it is fused: there zero their k and v rows
+        if fused and masked and plan.padded_keys:
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
         s = _scores(_scaled(q, scale), k, plan, q_start, k_start, masked)
-        p = jnp.exp(s - lse_ref[...])
-        transposed_lhs = (((0,), (0,)), ((), ()))
+        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
+        transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
         dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
         ds = (p * (dp - delta_ref[...])).astype(q.dtype)
         dk_sc[...] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)
-        rows = pl.ds(pl.multiple_of(q_start, plan.bq), plan.bq)
-        dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)
+        if fused:
+            rows = pl.ds(pl.multiple_of(q_start, plan.bq), plan.bq)
+            dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)
 
     _when(run, edge, _step)
 
@@ -481,15 +453,17 @@ def _fused_kernel(*refs, scale, walk: Walk, layout: str):
         dk_ref[...] = (dk_sc[...] * scale).astype(dk_ref.dtype)
         dv_ref[...] = dv_sc[...].astype(dv_ref.dtype)
 
-    @pl.when(ends[1])
-    def _finish_dq():
-        d = dq_sc.shape[2]
-        for m in range(plan.group):
-            dq = (dq_sc[m, : plan.seq_q, :] * scale).astype(dq_ref.dtype)
-            if layout == BY_HEAD:
-                dq_ref[m] = dq
-            else:
-                dq_ref[:, m * d : (m + 1) * d] = dq
+    if fused:
+
+        @pl.when(ends[1])
+        def _finish_dq():
+            d = dq_sc.shape[2]
+            for m in range(plan.group):
+                dq = (dq_sc[m, : plan.seq_q, :] * scale).astype(dq_ref.dtype)
+                if dq_layout == BY_HEAD:
+                    dq_ref[m] = dq
+                else:
+                    dq_ref[:, m * d : (m + 1) * d] = dq
 
 
 def _dq_kernel(*refs, scale, walk: Walk):
@@ -830,7 +804,8 @@ def _fused_fits(plan: Plan, d: int, itemsize: int) -> bool:
 
 
 def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta, q_shape, kv_shape, hk):
-    """dQ, dK and dV from one kernel (`_fused_kernel`) on the dK/dV walk, over k's hk heads."""
+    """dQ, dK and dV from one kernel (`_dkv_kernel` with `dq_layout`) on the dK/dV walk, over k's
+    hk heads."""
     q_spec, kv_spec, row_spec = specs
     b, d = kv_shape[0], kv_shape[-1]
     if layout == BY_HEAD:
@@ -840,7 +815,7 @@ def _backward_fused(plan, walk, layout, sm_scale, specs, q, k, v, do, lse, delta
     acc, itemsize = _acc(q.dtype), jnp.dtype(q.dtype).itemsize
     need = _params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize)
     dk, dv, dq = pl.pallas_call(
-        functools.partial(_fused_kernel, scale=sm_scale, walk=walk, layout=layout),
+        functools.partial(_dkv_kernel, scale=sm_scale, walk=walk, dq_layout=layout),
         out_shape=(
             jax.ShapeDtypeStruct(k.shape, k.dtype),
             jax.ShapeDtypeStruct(v.shape, v.dtype),
@@ -870,7 +845,8 @@ def _fused_semantics(walk: Walk) -> tuple[str, ...]:
 
 def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, layout: str,
               fused: bool | None = None):
-    """fused: dQ in the dK/dV kernel (`_fused_kernel`); None, where its dQ fits VMEM (`_fused_fits`)."""
+    """fused: dQ in the dK/dV kernel (`_dkv_kernel` with `dq_layout`); None, where that kernel's
+    VMEM need fits (`_fused_fits`)."""
     sm_scale = _scale(q, scale)
     if is_empty(q, k, v):
         if layout == BY_TOKEN:
