@@ -16,6 +16,12 @@ Sections:
             vjp, interleaved, at the draws of at most FUSED tokens (bf16; float32 too up to SHORT)
             and at the qwen2.5-1.5b layer's attention by token (2560 tokens); each row says
             whether the default fuses there (`pallas._fused_fits`).
+  diagonal  the causal diagonal blocks run in row chunks (`pallas._diagonal`: each chunk reads the
+            keys up to its last row) against whole blocks, forward (attention_out) and forward +
+            backward (the default fusing rule), at the default blocks with chunks of 128 and 256
+            rows, and at one block over the whole sequence in chunks of 128 (where 128 divides
+            it, up to WHOLE tokens), with XLA's attention and its vjp, interleaved, at the draws
+            without a window, shortest first (bf16).
   short     forward + backward at the draws of at most SHORT tokens, where XLA's dense attention
             is closest: the default blocks, other backward blocks (128 to the whole sequence),
             and a few forward-and-backward pairs, against XLA's attention and its vjp, all
@@ -39,8 +45,10 @@ import chip_attention_family as family  # noqa: E402
 from tpu_kernels.chip import probes  # noqa: E402
 
 SECTIONS = {"ab": "two kernel versions", "blocks": "blocks", "triangle": "the causal forward's blocks",
-            "short": "blocks at short sequences, against XLA", "fused": "the fused backward against two kernels"}
+            "short": "blocks at short sequences, against XLA", "fused": "the fused backward against two kernels",
+            "diagonal": "the diagonal blocks in row chunks, against whole blocks and XLA"}
 SHORT = 1408
+WHOLE = 2048
 FUSED = 4352
 LAYER = {"model": "qwen2.5-1.5b layer", "tokens": 2560, "window": None, "heads": 12, "kv_heads": 2, "head_dim": 128}
 SDPA_LED = (("qwen2.5-32b", 9472), ("qwen2-7b", 4352), ("gemma-7b", 4096), ("gemma-7b", 28032))
@@ -273,6 +281,81 @@ def _fused_point(new, xla, write, idx: int, p: dict, layout: str, dtype: str, qu
     write(row)
 
 
+def _diagonal_variants(t: int, quick: bool) -> dict:
+    """name -> (block, sub) of the diagonal section at t tokens (block None: the default)."""
+    variants = {"whole blocks": (None, 0), "sub128": (None, 128), "sub256": (None, 256)}
+    if t % 128 == 0 and t <= (256 if quick else WHOLE):
+        variants[f"{t} sub128"] = (t, 128)
+    return variants
+
+
+def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_kernels.chip import load, measure
+
+    xla = load.family("attention").jax_reference.attention_xla
+    points = sorted((p for p in _draws(quick) if p["window"] is None), key=lambda p: p["tokens"])
+    for idx, p in enumerate(points):
+        if time.time() > deadline:
+            write({"section": "diagonal", "cut": p["model"], "tokens": p["tokens"]})
+            return
+        h, hk, t, d = p["heads"], p["kv_heads"], p["tokens"], p["head_dim"]
+        keys = jax.random.split(jax.random.PRNGKey(idx), 4)
+        args = tuple(jax.random.normal(key, (1, n, t, d), jnp.float32).astype(jnp.bfloat16)
+                     for key, n in zip(keys, (h, hk, hk, h)))
+        shapes = [jax.ShapeDtypeStruct((1, n, t, d), jnp.bfloat16) for n in (h, hk)]
+        for what in ("forward", "forward+backward"):
+            fns, plans = {}, {}
+            for name, (block, sub) in _diagonal_variants(t, quick).items():
+                fwd_plan = new._plan(*shapes, True, None, block, block, forward=True, sub=sub)
+                bwd_plan = new._plan(*shapes, True, None, block, block, forward=False, sub=sub)
+                plans[name] = {"forward": [fwd_plan.bq, fwd_plan.sub], "backward": [bwd_plan.bq, bwd_plan.sub],
+                               "fused": new._fused_fits(bwd_plan, d, 2)}
+                if what == "forward":
+                    def fn(q, k, v, do, block=block, sub=sub):
+                        return new._forward(q, k, v, True, None, None, block, block, False, sub=sub)[0]
+                else:
+                    def fn(q, k, v, do, block=block, sub=sub):
+                        out, lse = new._forward(q, k, v, True, None, None, block, block, True, sub=sub)
+                        return new._backward(q, k, v, out, lse, do, True, None, None, block, block, new.BY_HEAD,
+                                             sub=sub)
+                fns[name] = fn
+
+            def xla_fn(q, k, v, do, what=what):
+                if what == "forward":
+                    return xla(q, k, v, causal=True)
+                _, vjp = jax.vjp(lambda q, k, v: xla(q, k, v, causal=True), q, k, v)
+                return vjp(do)
+
+            fns["xla"] = xla_fn
+            base = {"section": "diagonal", "point": family._tag(p, "bf16"), "what": what}
+            compiled, outs = {}, {}
+            for name, fn in fns.items():
+                c, _, err = measure.compile_fn(fn, args)
+                if err:
+                    write({**base, "variant": name, "error": err[:300]})
+                    continue
+                out = c(*args)
+                compiled[name], outs[name] = c, out if isinstance(out, tuple) else (out,)
+            times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
+            for name, tm in times.items():
+                row = {**base, "variant": name, **({"plan": plans[name]} if name in plans else {})}
+                if isinstance(tm, Exception):
+                    row["error"] = measure.error_text(tm)
+                    write(row)
+                    continue
+                row["us"] = round(tm * 1e6, 1)
+                if name != "xla" and "xla" in outs:
+                    row["err_vs_xla"] = max(measure.normwise(a, jnp.asarray(b, jnp.float32))
+                                            for a, b in zip(outs[name], outs["xla"]))
+                    xla_time = times.get("xla")
+                    if not isinstance(xla_time, Exception) and xla_time:
+                        row["vs_xla"] = round(xla_time / tm, 3)
+                write(row)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = probes.arguments(__doc__, "chip_attention_walk.jsonl", SECTIONS)
     ap.add_argument("--before", help="an earlier pallas.py (section ab)")
@@ -291,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("chip_attention_walk: section ab needs --before FILE (an earlier pallas.py)")
             if section in ("short", "fused"):
                 (_short if section == "short" else _fused)(new, write, args.quick)
+                continue
+            if section == "diagonal":
+                _diagonal(new, write, deadline, args.quick)
                 continue
             _section(section, new, before, write, deadline, args.quick)
     return 0

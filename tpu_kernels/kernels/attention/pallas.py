@@ -126,6 +126,7 @@ class Plan:
     group: int  # q heads per kv head
     causal: bool
     window: int | None
+    sub: int = 0  # a diagonal block's row chunk (`_diagonal`); 0: diagonal blocks run whole
 
     @property
     def nq(self) -> int:
@@ -320,6 +321,40 @@ def _when(run, edge, body) -> None:
         pl.when(run & jnp.logical_not(edge))(lambda: body(False))
 
 
+def _run(plan: Plan, run, edge, q_block, kv_block, body) -> None:
+    """`_when(run, edge, body)`, with a causal diagonal block (`_diagonal`) run in row chunks
+    instead: body(True, lo) for the chunk of plan.sub rows from lo, which reads only the keys up
+    to its last row (lo + plan.sub of them), so a chunk skips the keys above the diagonal that a
+    whole block's masked body computes and throws away. Chunks wholly past seq_q (the last
+    block's overhang) are skipped too. A third compiled body, taken at the diagonal's steps."""
+    if not plan.sub:
+        _when(run, edge, body)
+        return
+    diagonal = q_block == kv_block
+
+    @pl.when(run & diagonal)
+    def _chunks():
+        q_start = q_block * plan.bq
+        for lo in range(0, plan.bq, plan.sub):
+            chunk = functools.partial(body, True, lo)
+            if plan.ragged_q:
+                pl.when(q_start + lo < plan.seq_q)(chunk)
+            else:
+                chunk()
+
+    _when(run & jnp.logical_not(diagonal), edge, body)
+
+
+def _diagonal(seq_q, seq_k, bq: int, bk: int, causal: bool, sub: int | None) -> int:
+    """A plan's row chunk for its causal diagonal blocks: the `sub` given, or unset
+    DIAGONAL_SUB; 0 (whole blocks) unless causal, with square blocks that the chunk divides into
+    two or more (the diagonal's rows and keys start together), at concrete lengths."""
+    if not causal or bq != bk or any(export.is_symbolic_dim(n) for n in (seq_q, seq_k, bq)):
+        return 0
+    sub = DIAGONAL_SUB if sub is None else sub
+    return sub if sub and bq % sub == 0 and bq // sub >= 2 else 0
+
+
 def _scaled(q, scale: float):
     """The q block times the softmax scale, in q's dtype: a (block_q, head_dim) product per step
     where scaling the scores took a (block_q, block_k) one (on a v5e: faster at head_dim 256,
@@ -357,6 +392,15 @@ def _real_rows(x, start: int, length: int):
     return jnp.where(rows < length, x, jnp.zeros_like(x))
 
 
+def _chunk(plan: Plan, lo: int | None) -> tuple[slice, int]:
+    """(the rows of a block a body step reads, the keys it reads): the whole block, or (lo, a
+    diagonal block's row chunk: `_run`) plan.sub rows from lo and the lo + plan.sub keys up to
+    the chunk's last row."""
+    if lo is None:
+        return slice(None), plan.bk
+    return slice(lo, lo + plan.sub), lo + plan.sub
+
+
 def _fwd_kernel(*refs, scale, walk: Walk):
     """refs: the walk's tables (if any), q, k, v, out, (lse, without it for `attention_out`),
     and the scratch m, l, acc."""
@@ -373,19 +417,21 @@ def _fwd_kernel(*refs, scale, walk: Walk):
         l_sc[...] = jnp.zeros_like(l_sc)
         acc_sc[...] = jnp.zeros_like(acc_sc)
 
-    def _step(masked: bool):
-        s = _scores(_scaled(q_ref[...], scale), k_ref[...], plan, i * plan.bq, k_start, masked)
-        m_prev = m_sc[...]
+    def _step(masked: bool, lo: int | None = None):  # lo: a diagonal block's row chunk (`_run`)
+        rows, width = _chunk(plan, lo)
+        s = _scores(_scaled(q_ref[rows, :], scale), k_ref[:width, :], plan, i * plan.bq + (lo or 0), k_start, masked)
+        m_prev = m_sc[rows, :]
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
         rescale = jnp.exp(m_prev - m_new)  # 0 at the first block (m_prev = -inf)
-        p = jnp.exp(s - lanes(m_new, block_k))
-        l_sc[...] = rescale * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
-        v = _real_rows(v_ref[...], k_start, plan.seq_k) if masked and plan.padded_keys else v_ref[...]
+        p = jnp.exp(s - lanes(m_new, width))
+        l_sc[rows, :] = rescale * l_sc[rows, :] + jnp.sum(p, axis=-1, keepdims=True)
+        v = v_ref[:width, :]
+        v = _real_rows(v, k_start, plan.seq_k) if masked and plan.padded_keys else v
         pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=acc_sc.dtype)
-        acc_sc[...] = lanes(rescale, d) * acc_sc[...] + pv
-        m_sc[...] = m_new
+        acc_sc[rows, :] = lanes(rescale, d) * acc_sc[rows, :] + pv
+        m_sc[rows, :] = m_new
 
-    _when(run, edge, _step)
+    _run(plan, run, edge, i, j, _step)
 
     @pl.when(last)
     def _finish():
@@ -426,27 +472,30 @@ def _dkv_kernel(*refs, scale, walk: Walk, dq_layout: str | None = None):
         dk_sc[...] = jnp.zeros_like(dk_sc)
         dv_sc[...] = jnp.zeros_like(dv_sc)
 
-    def _step(masked: bool):
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+    def _step(masked: bool, lo: int | None = None):  # lo: a diagonal block's row chunk (`_run`)
+        rows, width = _chunk(plan, lo)
+        start = q_start + (lo or 0)
+        q, k, v, do = q_ref[rows, :], k_ref[:width, :], v_ref[:width, :], do_ref[rows, :]
         acc = dk_sc.dtype
         if masked and plan.ragged_q:  # queries past seq_q: zero q and dO, and lse +inf (p = 0, ds = 0)
-            q, do = _real_rows(q, q_start, plan.seq_q), _real_rows(do, q_start, plan.seq_q)
+            q, do = _real_rows(q, start, plan.seq_q), _real_rows(do, start, plan.seq_q)
         # keys past seq_k: their dp (and ds) columns may be NaN, which reach only their own dK
         # rows (never written), but also dQ where it is fused: there zero their k and v rows
         if fused and masked and plan.padded_keys:
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
-        s = _scores(_scaled(q, scale), k, plan, q_start, k_start, masked)
-        p = jnp.exp(s - lse_ref[...])  # (block_q, block_k); masked entries give 0
+        s = _scores(_scaled(q, scale), k, plan, start, k_start, masked)
+        p = jnp.exp(s - lse_ref[rows, :])  # (rows, keys); masked entries give 0
         transposed_lhs = (((0,), (0,)), ((), ()))  # p^T @ x without materialising p^T
-        dv_sc[...] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
+        dv_sc[:width, :] += jax.lax.dot_general(p.astype(do.dtype), do, transposed_lhs, preferred_element_type=acc)
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
-        ds = (p * (dp - delta_ref[...])).astype(q.dtype)
-        dk_sc[...] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)
+        ds = (p * (dp - delta_ref[rows, :])).astype(q.dtype)
+        dk_sc[:width, :] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)
         if fused:
-            rows = pl.ds(pl.multiple_of(q_start, plan.bq), plan.bq)
-            dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)
+            n = plan.bq if lo is None else plan.sub
+            dq_rows = pl.ds(pl.multiple_of(start, n), n)
+            dq_sc[member, dq_rows, :] += jnp.dot(ds, k, preferred_element_type=acc)
 
-    _when(run, edge, _step)
+    _run(plan, run, edge, i, j, _step)
 
     @pl.when(last)
     def _finish():
@@ -478,18 +527,19 @@ def _dq_kernel(*refs, scale, walk: Walk):
     def _init():
         dq_sc[...] = jnp.zeros_like(dq_sc)
 
-    def _step(masked: bool):
-        q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
+    def _step(masked: bool, lo: int | None = None):  # lo: a diagonal block's row chunk (`_run`)
+        rows, width = _chunk(plan, lo)
+        q, k, v, do = q_ref[rows, :], k_ref[:width, :], v_ref[:width, :], do_ref[rows, :]
         acc = dq_sc.dtype
         if masked and plan.padded_keys:  # keys past seq_k: p is 0 there, and zero k, v keep ds and dq finite
             k, v = _real_rows(k, k_start, plan.seq_k), _real_rows(v, k_start, plan.seq_k)
-        s = _scores(_scaled(q, scale), k, plan, i * plan.bq, k_start, masked)
-        p = jnp.exp(s - lse_ref[...])
+        s = _scores(_scaled(q, scale), k, plan, i * plan.bq + (lo or 0), k_start, masked)
+        p = jnp.exp(s - lse_ref[rows, :])
         dp = jax.lax.dot_general(do, v, (((1,), (1,)), ((), ())), preferred_element_type=acc)
-        ds = p * (dp - delta_ref[...])
-        dq_sc[...] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=acc)
+        ds = p * (dp - delta_ref[rows, :])
+        dq_sc[rows, :] += jnp.dot(ds.astype(k.dtype), k, preferred_element_type=acc)
 
-    _when(run, edge, _step)
+    _run(plan, run, edge, i, j, _step)
 
     @pl.when(last)
     def _finish():
@@ -510,6 +560,7 @@ def _dq_kernel(*refs, scale, walk: Walk):
 # length picks: bench/reports/chip_v5e_attention_walk.json). The backward ran slower at 512 there,
 # so it keeps the covered length.
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
+DIAGONAL_SUB = 0  # a causal diagonal block's row chunk (`_run`); 0: whole blocks
 
 
 def _block(what: str, seq, block: int | None, multiple: int, default: int) -> tuple[int, int]:
@@ -592,13 +643,14 @@ def _scale(q: jax.Array, scale: float | None) -> float:
     return 1.0 if export.is_symbolic_dim(d) or d == 0 else 1.0 / math.sqrt(d)  # symbolic: shapes only
 
 
-def _plan(q, k, causal, window, block_q, block_k, *, forward: bool) -> Plan:
+def _plan(q, k, causal, window, block_q, block_k, *, forward: bool, sub: int | None = None) -> Plan:
     seq_q, seq_k = q.shape[2], k.shape[2]
     default = Config.default(q.shape, k.shape, causal=causal, window=window, backward=not forward)
     bq, sq = _block("block_q", seq_q, block_q, SUBLANES, default.block_q)
     bk, sk = _block("block_k", seq_k, block_k, LANES, default.block_k)
     group = 1 if export.is_symbolic_dim(q.shape[1]) else q.shape[1] // k.shape[1]
-    return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window)
+    sub = _diagonal(seq_q, seq_k, bq, bk, causal, sub)
+    return Plan(q.shape[2], k.shape[2], sq, sk, bq, bk, group, causal, window, sub)
 
 
 def _params_need(plan: Plan, d: int, itemsize: int) -> int:
@@ -607,7 +659,8 @@ def _params_need(plan: Plan, d: int, itemsize: int) -> int:
     masks and products)."""
     lanes = -(-d // LANES) * LANES
     need = 12 * max(plan.bq, plan.bk) * lanes * itemsize + 3 * plan.bq * lanes * 4
-    return need + 4 * plan.bq * (-(-plan.bk // LANES) * LANES) * 4
+    rows = plan.sub if plan.sub and plan.nq == plan.nk == 1 else plan.bq  # one block: the diagonal's chunks alone
+    return need + 4 * rows * (-(-plan.bk // LANES) * LANES) * 4
 
 
 def _params(walk: Walk, d: int, itemsize: int) -> pltpu.CompilerParams:
@@ -686,7 +739,9 @@ def _check_layout(q, k, v, layout: str) -> None:
             )
 
 
-def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool, layout: str = BY_HEAD):
+def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool, layout: str = BY_HEAD,
+             sub: int | None = None):
+    """sub: the diagonal blocks' row chunk (`_diagonal`), None for the default."""
     require_float(KERNEL, q=q, k=k, v=v)
     _check_layout(q, k, v, layout)
     qh, kh = _as_heads(q, layout), _as_heads(k, layout)
@@ -700,7 +755,7 @@ def _forward(q, k, v, causal, scale, window, block_q, block_k, with_lse: bool, l
             out, lse = _dense(q, k, v, _scale(q, scale), causal, window)
         return (out, lse) if with_lse else (out,)
     b, h, seq_q, d = qh.shape
-    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=True)
+    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=True, sub=sub)
     walk = _walk(plan, q_major=True)
     acc = _acc(q.dtype)
     q_spec = _spec(layout, plan.bq, d, lambda *ids: (ids[0], ids[1], walk.blocks(*ids)[0]))
@@ -844,9 +899,10 @@ def _fused_semantics(walk: Walk) -> tuple[str, ...]:
 
 
 def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block_k, layout: str,
-              fused: bool | None = None):
+              fused: bool | None = None, sub: int | None = None):
     """fused: dQ in the dK/dV kernel (`_dkv_kernel` with `dq_layout`); None, where that kernel's
-    VMEM need fits (`_fused_fits`)."""
+    VMEM need fits (`_fused_fits`). sub: the diagonal blocks' row chunk (`_diagonal`), None for
+    the default."""
     sm_scale = _scale(q, scale)
     if is_empty(q, k, v):
         if layout == BY_TOKEN:
@@ -859,7 +915,7 @@ def _backward(q, k, v, out, lse, grad_out, causal, scale, window, block_q, block
     qh, kh = _as_heads(q, layout), _as_heads(k, layout)
     b, h, seq_q, d = qh.shape
     hk = kh.shape[1]
-    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=False)
+    plan = _plan(qh, kh, causal, window, block_q, block_k, forward=False, sub=sub)
     acc = _acc(q.dtype)
     do = grad_out.astype(q.dtype)
     delta = jnp.sum(do.astype(acc) * out.astype(acc), axis=-1, keepdims=True)  # [b, h, seq_q, 1] or [b, seq_q, h, 1]
