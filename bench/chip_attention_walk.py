@@ -18,10 +18,11 @@ Sections:
             whether the default fuses there (`pallas._fused_fits`).
   diagonal  the causal diagonal blocks run in row chunks (`pallas._diagonal`: each chunk reads the
             keys up to its last row) against whole blocks, forward (attention_out) and forward +
-            backward (the default fusing rule), at the default blocks with chunks of 128 and 256
-            rows, and at one block over the whole sequence in chunks of 128 (where 128 divides
-            it, up to WHOLE tokens), with XLA's attention and its vjp, interleaved, at the draws
-            without a window, shortest first (bf16).
+            backward (the default fusing rule): the tree's default; its blocks with chunks of 128
+            and 256 rows, both or the backward's alone, or none; and one block over the whole
+            sequence in chunks of 128 or 256 (where they divide it, up to WHOLE tokens), with
+            XLA's attention and its vjp, interleaved, at the draws without a window up to SHORT
+            tokens, three models' heads at LENGTHS, then the longer draws (bf16).
   short     forward + backward at the draws of at most SHORT tokens, where XLA's dense attention
             is closest: the default blocks, other backward blocks (128 to the whole sequence),
             and a few forward-and-backward pairs, against XLA's attention and its vjp, all
@@ -282,11 +283,32 @@ def _fused_point(new, xla, write, idx: int, p: dict, layout: str, dtype: str, qu
 
 
 def _diagonal_variants(t: int, quick: bool) -> dict:
-    """name -> (block, sub) of the diagonal section at t tokens (block None: the default)."""
-    variants = {"whole blocks": (None, 0), "sub128": (None, 128), "sub256": (None, 256)}
-    if t % 128 == 0 and t <= (256 if quick else WHOLE):
-        variants[f"{t} sub128"] = (t, 128)
+    """name -> (forward block, backward block, forward sub, backward sub) of the diagonal section
+    at t tokens (block None: the default's; sub None: the default's)."""
+    variants = {"whole blocks": (None, None, 0, 0), "sub128": (None, None, 128, 128),
+                "sub256": (None, None, 256, 256), "backward sub256": (None, None, 0, 256),
+                "default": (None, None, None, None)}
+    for sub in (128, 256):
+        if t % sub == 0 and t // sub >= 2 and t <= (256 if quick else WHOLE):
+            variants[f"{t} sub{sub}"] = (t, t, sub, sub)
     return variants
+
+
+SHAPES = (("llama-3.2-1b", 32, 8, 64), ("llama-3-8b", 32, 8, 128), ("gemma-2-2b", 8, 4, 256))
+LENGTHS = (768, 1024, 1536, 2048)
+
+
+def _diagonal_points(quick: bool) -> list[tuple[dict, tuple[str, ...]]]:
+    """(draw, whats): the draws of at most SHORT tokens, forward and forward + backward, then
+    three models' heads at LENGTHS, forward + backward, then forward, then the longer draws."""
+    draws = sorted((p for p in _draws(quick) if p["window"] is None), key=lambda p: p["tokens"])
+    both = ("forward", "forward+backward")
+    short = [(p, both) for p in draws if p["tokens"] <= (256 if quick else SHORT)]
+    lengths = (256,) if quick else LENGTHS
+    made = [dict(model=m, tokens=t, window=None, heads=2 if quick else h, kv_heads=1 if quick else hk, head_dim=d)
+            for t in lengths for m, h, hk, d in SHAPES]
+    longer = [(p, both) for p in draws if p["tokens"] > (256 if quick else SHORT)]
+    return short + [(p, ("forward+backward",)) for p in made] + [(p, ("forward",)) for p in made] + longer
 
 
 def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
@@ -296,8 +318,7 @@ def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
     from tpu_kernels.chip import load, measure
 
     xla = load.family("attention").jax_reference.attention_xla
-    points = sorted((p for p in _draws(quick) if p["window"] is None), key=lambda p: p["tokens"])
-    for idx, p in enumerate(points):
+    for idx, (p, whats) in enumerate(_diagonal_points(quick)):
         if time.time() > deadline:
             write({"section": "diagonal", "cut": p["model"], "tokens": p["tokens"]})
             return
@@ -306,21 +327,20 @@ def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
         args = tuple(jax.random.normal(key, (1, n, t, d), jnp.float32).astype(jnp.bfloat16)
                      for key, n in zip(keys, (h, hk, hk, h)))
         shapes = [jax.ShapeDtypeStruct((1, n, t, d), jnp.bfloat16) for n in (h, hk)]
-        for what in ("forward", "forward+backward"):
+        for what in whats:
             fns, plans = {}, {}
-            for name, (block, sub) in _diagonal_variants(t, quick).items():
-                fwd_plan = new._plan(*shapes, True, None, block, block, forward=True, sub=sub)
-                bwd_plan = new._plan(*shapes, True, None, block, block, forward=False, sub=sub)
+            for name, (fb, bb, fs, bs) in _diagonal_variants(t, quick).items():
+                fwd_plan = new._plan(*shapes, True, None, fb, fb, forward=True, sub=fs)
+                bwd_plan = new._plan(*shapes, True, None, bb, bb, forward=False, sub=bs)
                 plans[name] = {"forward": [fwd_plan.bq, fwd_plan.sub], "backward": [bwd_plan.bq, bwd_plan.sub],
                                "fused": new._fused_fits(bwd_plan, d, 2)}
                 if what == "forward":
-                    def fn(q, k, v, do, block=block, sub=sub):
-                        return new._forward(q, k, v, True, None, None, block, block, False, sub=sub)[0]
+                    def fn(q, k, v, do, fb=fb, fs=fs):
+                        return new._forward(q, k, v, True, None, None, fb, fb, False, sub=fs)[0]
                 else:
-                    def fn(q, k, v, do, block=block, sub=sub):
-                        out, lse = new._forward(q, k, v, True, None, None, block, block, True, sub=sub)
-                        return new._backward(q, k, v, out, lse, do, True, None, None, block, block, new.BY_HEAD,
-                                             sub=sub)
+                    def fn(q, k, v, do, fb=fb, bb=bb, fs=fs, bs=bs):
+                        out, lse = new._forward(q, k, v, True, None, None, fb, fb, True, sub=fs)
+                        return new._backward(q, k, v, out, lse, do, True, None, None, bb, bb, new.BY_HEAD, sub=bs)
                 fns[name] = fn
 
             def xla_fn(q, k, v, do, what=what):
