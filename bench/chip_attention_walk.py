@@ -287,11 +287,22 @@ def _diagonal_variants(t: int, quick: bool) -> dict:
     at t tokens (block None: the default's; sub None: the default's)."""
     variants = {"whole blocks": (None, None, 0, 0), "sub128": (None, None, 128, 128),
                 "sub256": (None, None, 256, 256), "backward sub256": (None, None, 0, 256),
-                "default": (None, None, None, None)}
+                "default": (None, None, None, None), "before": (*BEFORE(t), 0, 0)}
+    if t > 1024 and t % 768:
+        variants["backward 768"] = (None, 768, None, None)
     for sub in (128, 256):
         if t % sub == 0 and t // sub >= 2 and t <= (256 if quick else WHOLE):
             variants[f"{t} sub{sub}"] = (t, t, sub, sub)
     return variants
+
+
+def BEFORE(t: int) -> tuple[int, int]:  # noqa: N802 - a table, as SHAPES
+    """The default (forward, backward) blocks at t tokens before 1536 tokens could run as one
+    block (`pallas._whole`), for the causal square: `pallas._default_block`."""
+    from tpu_kernels.chip import load
+
+    pallas = load.family("attention").pallas
+    return pallas._default_block(t, True, False), pallas._default_block(t, False, True)
 
 
 SHAPES = (("llama-3.2-1b", 32, 8, 64), ("llama-3-8b", 32, 8, 128), ("gemma-2-2b", 8, 4, 256))
@@ -311,7 +322,8 @@ def _diagonal_points(quick: bool) -> list[tuple[dict, tuple[str, ...]]]:
     return short + [(p, ("forward+backward",)) for p in made] + [(p, ("forward",)) for p in made] + longer
 
 
-def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
+def _diagonal(new, write, deadline: float, quick: bool = False, only: tuple[str, ...] = ()) -> None:
+    """The diagonal section; only: the variants to run (all where empty)."""
     import jax
     import jax.numpy as jnp
 
@@ -330,6 +342,8 @@ def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
         for what in whats:
             fns, plans = {}, {}
             for name, (fb, bb, fs, bs) in _diagonal_variants(t, quick).items():
+                if only and name not in only:
+                    continue
                 fwd_plan = new._plan(*shapes, True, None, fb, fb, forward=True, sub=fs)
                 bwd_plan = new._plan(*shapes, True, None, bb, bb, forward=False, sub=bs)
                 plans[name] = {"forward": [fwd_plan.bq, fwd_plan.sub], "backward": [bwd_plan.bq, bwd_plan.sub],
@@ -379,6 +393,7 @@ def _diagonal(new, write, deadline: float, quick: bool = False) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = probes.arguments(__doc__, "chip_attention_walk.jsonl", SECTIONS)
     ap.add_argument("--before", help="an earlier pallas.py (section ab)")
+    ap.add_argument("--variants", default="", help="the diagonal section's variants to run, comma-separated")
     ap.add_argument("--seconds", type=float, default=280.0, help="start no draw after this long")
     args = ap.parse_args(argv)
     if args.interpret:
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 (_short if section == "short" else _fused)(new, write, args.quick)
                 continue
             if section == "diagonal":
-                _diagonal(new, write, deadline, args.quick)
+                _diagonal(new, write, deadline, args.quick, tuple(filter(None, args.variants.split(","))))
                 continue
             _section(section, new, before, write, deadline, args.quick)
     return 0

@@ -92,10 +92,13 @@ class Config(BlockConfig):
     def default(cls, q_shape, k_shape, *, causal: bool = False, window: int | None = None,
                 backward: bool = False) -> Config:
         """The blocks a call leaving them unset runs its forward (or `backward`) kernels with:
-        per sequence, the whole of it up to 1024, else the block of DEFAULT_BLOCKS that costs
-        least (`_default_block`), a causal forward over a square pricing the triangle it walks,
-        and the backward taking a wider multiple of 128 where one divides the sequence."""
+        per sequence, the whole of it up to 1024 (a causal square at head_dim up to 128: up to
+        WHOLE, `_whole`), else the block of DEFAULT_BLOCKS that costs least (`_default_block`), a
+        causal forward over a square pricing the triangle it walks, and the backward taking a
+        wider multiple of 128 where one divides the sequence."""
         seq_q, seq_k = q_shape[2], k_shape[2]
+        if _whole(seq_q, seq_k, q_shape[3], causal, window):
+            return cls(seq_q, seq_k)
         triangle = _triangle(seq_q, seq_k, causal, window, forward=not backward)
         return cls(_default_block(seq_q, triangle, backward), _default_block(seq_k, triangle, backward))
 
@@ -346,13 +349,24 @@ def _run(plan: Plan, run, edge, q_block, kv_block, body) -> None:
 
 
 def _diagonal(seq_q, seq_k, bq: int, bk: int, causal: bool, sub: int | None) -> int:
-    """A plan's row chunk for its causal diagonal blocks: the `sub` given, or unset
-    DIAGONAL_SUB; 0 (whole blocks) unless causal, with square blocks that the chunk divides into
-    two or more (the diagonal's rows and keys start together), at concrete lengths."""
+    """A plan's row chunk for its causal diagonal blocks (`_run`): the `sub` given, or unset
+    DIAGONAL_SUB, else (a block it does not divide) SINGLE_SUB where one block covers both
+    sequences; 0 (whole blocks) unless causal, with square blocks that the chunk divides into two
+    or more (the diagonal's rows and keys start together), at concrete lengths. On a v5e,
+    chunks of 256 ran forward + backward faster than whole diagonal blocks at head_dim 128 and
+    256, and chunks of 128 slower at 64 and 128 except where one block covers the sequence
+    (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
     if not causal or bq != bk or any(export.is_symbolic_dim(n) for n in (seq_q, seq_k, bq)):
         return 0
-    sub = DIAGONAL_SUB if sub is None else sub
-    return sub if sub and bq % sub == 0 and bq // sub >= 2 else 0
+
+    def divides(c: int) -> bool:
+        return bool(c) and bq % c == 0 and bq // c >= 2
+
+    if sub is not None:
+        return sub if divides(sub) else 0
+    if divides(DIAGONAL_SUB):
+        return DIAGONAL_SUB
+    return SINGLE_SUB if bq >= max(seq_q, seq_k) and divides(SINGLE_SUB) else 0
 
 
 def _scaled(q, scale: float):
@@ -560,7 +574,9 @@ def _dq_kernel(*refs, scale, walk: Walk):
 # length picks: bench/reports/chip_v5e_attention_walk.json). The backward ran slower at 512 there,
 # so it keeps the covered length.
 BLOCK_COST = {1024: 1.0, 512: 1.06, 256: 2.5, 128: 8.0}
-DIAGONAL_SUB = 0  # a causal diagonal block's row chunk (`_run`); 0: whole blocks
+DIAGONAL_SUB = 256  # a causal diagonal block's row chunk (`_run`, `_diagonal`); 0: whole blocks
+SINGLE_SUB = 128  # the chunk of a block 256 does not divide, where that one block covers the sequence
+WHOLE = 1536  # a causal square up to this long, in 128s, at head_dim up to 128, runs as one block (`_whole`)
 
 
 def _block(what: str, seq, block: int | None, multiple: int, default: int) -> tuple[int, int]:
@@ -581,6 +597,18 @@ def _triangle(seq_q, seq_k, causal: bool, window: int | None, *, forward: bool) 
     """Whether a call's default blocks price the triangle they walk: a causal forward over one
     square of queries and keys, with no window."""
     return forward and causal and window is None and not export.is_symbolic_dim(seq_q) and seq_q == seq_k
+
+
+def _whole(seq_q, seq_k, d, causal: bool, window: int | None) -> bool:
+    """Whether a call's default is one block over the whole sequence past DEFAULT_BLOCKS[0]: a
+    causal square without a window, up to WHOLE tokens, in 128s, at head_dim up to 128. Its
+    diagonal in chunks (`_diagonal`) walks about the causal triangle alone, in one step per head
+    where 512-blocks take six or more. On a v5e it ran forward + backward 1.05-1.34x faster than
+    the blocks below at 1280-1536 tokens, head_dim 64 and 128; at head_dim 256 its backward
+    ran slower (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
+    if not causal or window is not None or any(export.is_symbolic_dim(n) for n in (seq_q, seq_k, d)):
+        return False
+    return seq_q == seq_k and DEFAULT_BLOCKS[0] < seq_q <= WHOLE and seq_q % LANES == 0 and d <= LANES
 
 
 def _default_block(seq, triangle: bool = False, backward: bool = False) -> int:
