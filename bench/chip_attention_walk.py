@@ -73,8 +73,7 @@ def _variants(section: str, new, before, p: dict) -> dict:
             return {}
         return {f"{bq}x{bk}": (new, bq, bk) for bq, bk in BLOCKS}
     t = p["tokens"]
-    shape = (1, p["heads"], t, p["head_dim"])
-    tri = new.Config.default(shape, shape, causal=True).block_q
+    tri = new._default_block(t, True)  # the triangle rule's block (not `_whole`'s, which ends below these draws)
     covered = new._default_block(t)  # the covered length's block (the backward's, before 228cb04)
     if tri == covered or p["window"] is not None:
         return {}

@@ -218,10 +218,110 @@ def test_the_fused_backward_is_bitwise_the_two_kernels_and_faster_wherever_the_d
         assert speed >= (1.15 if t > 2 * r["blocks"][1] else 0.98), (r["point"], speed)
         dtype = jnp.bfloat16 if "/bf16" in r["point"] else jnp.float32
         q, k = (jax.ShapeDtypeStruct((b, n, t, d), dtype) for n in (h, hk))
-        plan = pallas._plan(q, k, True, None, None, None, forward=False)
+        plan = pallas._plan(q, k, True, None, *r["blocks"], forward=False)  # the blocks it ran
         assert pallas._fused_bytes(plan, d, jnp.dtype(dtype).itemsize) == r["fused_bytes"], r["point"]
-        assert [plan.bq, plan.bk] == r["blocks"], r["point"]
         # today's rule (ebfb4e7's, not the record's 582a0aa `default_fuses`) fuses these, each of
         # which ran fused above; it leaves qwen2-7b's seven q heads per kv head at 2944 and 4352
-        fuses = pallas._fused_fits(plan, d, jnp.dtype(dtype).itemsize)
-        assert fuses == (not r["point"].startswith("qwen2-7b/")), r["point"]
+        # (at today's default blocks: one 1280-block at qwen2.5-1.5b's short draw, `_whole`)
+        for blocks in (r["blocks"], (None, None)):
+            plan = pallas._plan(q, k, True, None, *blocks, forward=False)
+            fuses = pallas._fused_fits(plan, d, jnp.dtype(dtype).itemsize)
+            assert fuses == (not r["point"].startswith("qwen2-7b/")), (r["point"], blocks)
+
+
+def _diagonal_runs(record):
+    return {r["after"]: r for r in record["runs"] if r.get("section") == "diagonal"}
+
+
+def _head_dim(point):
+    return int(point.split(",")[-1].rstrip("]"))
+
+
+def _by_point(run, what="forward+backward"):
+    out = {}
+    for r in run["rows"]:
+        if r.get("what") == what and "us" in r:
+            out.setdefault(r["point"], {})[r["variant"]] = r
+    return out
+
+
+def test_chunks_of_256_never_lose_and_chunks_of_128_lose_on_several_blocks(record):
+    """The diagonal runs at cf951c2 and 62d1938, forward + backward: at every point of head_dim
+    128 and 256, the diagonal in chunks of 256 ran within the noise (0.5%) of whole diagonal
+    blocks or faster; at head_dim 64 and 128, chunks of 128 ran slower wherever the sequence
+    ran in several blocks (`pallas._diagonal`'s docstring)."""
+    runs = _diagonal_runs(record)
+    assert {"cf951c2", "62d1938"} <= set(runs)
+    checked = 0
+    for after in ("cf951c2", "62d1938"):
+        for point, rows in _by_point(runs[after]).items():
+            whole = rows["whole blocks"]
+            if _head_dim(point) >= 128:
+                assert rows["sub256"]["us"] <= whole["us"] * 1.005, (after, point)
+                checked += 1
+            several = whole["plan"]["forward"][0] < _tokens({"point": point})
+            if _head_dim(point) <= 128 and several:
+                assert rows["sub128"]["us"] > whole["us"], (after, point)
+    assert checked >= 15
+
+
+def test_one_block_pays_up_to_whole_at_head_dim_128_and_not_at_256(record):
+    """The run at 62d1938: one block over the whole sequence (in chunks) ran forward + backward
+    faster than the blocks the default took then, at every length from 1025 to WHOLE tokens at
+    head_dim 64 and 128, and slower at head_dim 256 (`pallas._whole`)."""
+    run = _diagonal_runs(record)["62d1938"]
+    seen = set()
+    for point, rows in _by_point(run).items():
+        t = _tokens({"point": point})
+        if not 1024 < t <= pallas.WHOLE:
+            continue
+        single = min(r["us"] for name, r in rows.items() if name.startswith(f"{t} sub"))
+        best_blocks = min(rows[name]["us"] for name in ("whole blocks", "sub256"))
+        if _head_dim(point) <= 128:
+            assert single < best_blocks, point
+        else:
+            assert single > best_blocks, point
+        seen.add((t, _head_dim(point)))
+    assert {(1280, 128), (1408, 64), (1408, 256), (1536, 64), (1536, 128), (1536, 256)} <= seen
+
+
+def test_todays_defaults_are_what_the_chip_ran_and_beat_the_blocks_before(record):
+    """The run at fc3df8f: at every point it reached, the 'default' variant's blocks and chunks
+    are today's defaults (so its figures are today's), and forward + backward ran faster than
+    the blocks before them without chunks. At issue 60's two short bf16 draws against XLA:
+    qwen2.5-1.5b at 1.2x or more, gemma-2-2b still below 1.0x (docs/performance.md)."""
+    import jax
+    import jax.numpy as jnp
+
+    run = _diagonal_runs(record)["fc3df8f"]
+    rows = _by_point(run)
+    assert len(rows) >= 9
+    for point, variants in rows.items():
+        b, h, hk, t, d = (int(x) for x in point.split("[")[1].rstrip("]").split(","))
+        q, k = (jax.ShapeDtypeStruct((b, n, t, d), jnp.bfloat16) for n in (h, hk))
+        plans = [pallas._plan(q, k, True, None, None, None, forward=f) for f in (True, False)]
+        assert variants["default"]["plan"]["forward"] == [plans[0].bq, plans[0].sub], point
+        assert variants["default"]["plan"]["backward"] == [plans[1].bq, plans[1].sub], point
+        assert variants["default"]["us"] < variants["before"]["us"], point
+    assert rows["qwen2.5-1.5b/bf16[1,12,2,1280,128]"]["default"]["vs_xla"] >= 1.2
+    assert rows["gemma-2-2b/bf16[1,8,4,1408,256]"]["default"]["vs_xla"] < 1.0
+
+
+@pytest.mark.slow
+def test_the_diagonal_section_times_its_variants_beside_xla_and_they_agree():
+    """The diagonal section at its CPU sizes, Pallas interpreted: each variant within bf16 error
+    of XLA's attention (and vjp), its plan as the section names it."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    from tests.bench.probes import load
+
+    walk = load("chip_attention_walk.py")
+    rows = []
+    with pltpu.force_tpu_interpret_mode(True):
+        walk._diagonal(pallas, rows.append, deadline=float("inf"), quick=True, only=("default", "sub256", "before"))
+    assert {r["variant"] for r in rows} == {"default", "sub256", "before", "xla"}
+    assert {r["what"] for r in rows} == {"forward", "forward+backward"}
+    for r in rows:
+        assert r["us"] > 0 and (r["variant"] == "xla" or r["err_vs_xla"] < 2e-2), r
+        if r["variant"] == "before":
+            assert r["plan"]["forward"][1] == r["plan"]["backward"][1] == 0, r

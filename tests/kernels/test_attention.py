@@ -116,7 +116,7 @@ def test_head_dims_against_float64(head_dim, dtype):
     ],
 )
 def test_default_blocks_pad_rather_than_take_small_blocks(seq, expected, backward):
-    shape = (1, 2, seq, 64)
+    shape = (1, 2, seq, 256)  # head_dim 256: a causal square up to 1536 is not one block (`_whole`)
     for causal in (False, True):  # the backward's blocks, and any call's over a non-square
         blocks = pallas.Config.default(shape, shape, causal=causal, backward=True)
         assert blocks == pallas.Config(backward, backward)

@@ -33,7 +33,9 @@ a float32 dQ of the kv head's whole group and sequence in VMEM (`_dkv_kernel` wi
 A causal call's grid walks a table of exactly the (q block, kv block) pairs its mask reaches
 (`_table`, scalar-prefetched into SMEM; a window's band, or the diagonal's triangle), each step
 flagged first, last, or edge. Only edge blocks (the diagonal's, the window's far edge, the
-last blocks' overhang) run the masks; blocks wholly inside run without them. Without the table
+last blocks' overhang) run the masks; blocks wholly inside run without them. A diagonal block
+runs in row chunks (`_run`, `Plan.sub`), each reading only the keys up to its last row, so the
+keys above the diagonal inside it cost nothing. Without the table
 (not causal, or a walk over MAX_STEPS) the grid is the rectangle of (outer block, inner step):
 steps past an outer block's last needed block repeat its index (Pallas copies nothing in) and
 skip the body. (The table's speed against the rectangle on a v5e:
@@ -50,9 +52,10 @@ the backward pads it with +inf (and delta with 0), so a query past seq_q has p =
 (Copies of q, k and v padded to the blocks, and of the outputs sliced back, cost 7-12% of a
 forward through torch at lengths 512 does not divide:
 bench/reports/chip_v5e_attention_torch_probe.json.) Left unset, a block
-is the whole sequence up to 1024, else 1024, 512, 256 or 128, whichever costs least with
-the rows its last block runs past, or for a causal forward the triangle of blocks it walks
-(`_block`).
+is the whole sequence up to 1024 (a causal square up to WHOLE at head_dim up to 128: `_whole`),
+else 1024, 512, 256 or 128, whichever costs least with the rows its last block runs past, or for
+a causal forward the triangle of blocks it walks (`_block`); the diagonal's chunks are 256 rows
+where 256 divides the block, else 128 on a single block (`_diagonal`).
 """
 
 from __future__ import annotations
@@ -353,9 +356,9 @@ def _diagonal(seq_q, seq_k, bq: int, bk: int, causal: bool, sub: int | None) -> 
     DIAGONAL_SUB, else (a block it does not divide) SINGLE_SUB where one block covers both
     sequences; 0 (whole blocks) unless causal, with square blocks that the chunk divides into two
     or more (the diagonal's rows and keys start together), at concrete lengths. On a v5e,
-    chunks of 256 ran forward + backward faster than whole diagonal blocks at head_dim 128 and
-    256, and chunks of 128 slower at 64 and 128 except where one block covers the sequence
-    (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
+    chunks of 256 ran forward + backward no slower than whole diagonal blocks at every draw of
+    head_dim 128 and 256, and chunks of 128 slower at head_dim 64 and 128 except where one block
+    covers the sequence (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
     if not causal or bq != bk or any(export.is_symbolic_dim(n) for n in (seq_q, seq_k, bq)):
         return 0
 
@@ -603,9 +606,9 @@ def _whole(seq_q, seq_k, d, causal: bool, window: int | None) -> bool:
     """Whether a call's default is one block over the whole sequence past DEFAULT_BLOCKS[0]: a
     causal square without a window, up to WHOLE tokens, in 128s, at head_dim up to 128. Its
     diagonal in chunks (`_diagonal`) walks about the causal triangle alone, in one step per head
-    where 512-blocks take six or more. On a v5e it ran forward + backward 1.05-1.34x faster than
-    the blocks below at 1280-1536 tokens, head_dim 64 and 128; at head_dim 256 its backward
-    ran slower (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
+    where 512-blocks take six or more. On a v5e it ran forward + backward faster than the
+    blocks below at every length the chip tried up to WHOLE, at head_dim 64 and 128; at head_dim
+    256 its backward ran slower (bench/reports/chip_v5e_attention_walk.json, `diagonal`)."""
     if not causal or window is not None or any(export.is_symbolic_dim(n) for n in (seq_q, seq_k, d)):
         return False
     return seq_q == seq_k and DEFAULT_BLOCKS[0] < seq_q <= WHOLE and seq_q % LANES == 0 and d <= LANES

@@ -85,8 +85,8 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-forward-keeps-the-v-overhang",
-        "        v = _real_rows(v_ref[...], k_start, plan.seq_k) if masked and plan.padded_keys else v_ref[...]",
-        "        v = v_ref[...]",
+        "        v = _real_rows(v, k_start, plan.seq_k) if masked and plan.padded_keys else v",
+        "        v = v",
         "the forward's p @ v reads the last kv block's unspecified v rows (p is 0 there, but 0 x NaN is NaN)",
     ),
     _attention(
@@ -115,8 +115,8 @@ MUTANTS: tuple[Mutation, ...] = (
     ),
     _attention(
         "attention-fused-dq-one-member",
-        "            dq_sc[member, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
-        "            dq_sc[0, rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
+        "            dq_sc[member, dq_rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
+        "            dq_sc[0, dq_rows, :] += jnp.dot(ds, k, preferred_element_type=acc)",
         "the fused backward adds every q head's dQ of a group into the first's",
     ),
     _attention(
@@ -136,6 +136,42 @@ MUTANTS: tuple[Mutation, ...] = (
         "    return _vmem.fits(_params_need(plan, d, itemsize) + _fused_bytes(plan, d, itemsize))",
         "    return False",
         "a backward left to its default never fuses dQ (the two kernels: slower on a v5e, the walk record's fused run)",
+    ),
+    _attention(
+        "attention-diagonal-chunk-one-key-short",
+        "    return slice(lo, lo + plan.sub), lo + plan.sub\n",
+        "    return slice(lo, lo + plan.sub), lo + plan.sub - LANES\n",
+        "a diagonal chunk reads its keys up to its first row, not its last: its rows miss their last 128 keys",
+    ),
+    _attention(
+        "attention-diagonal-chunk-rows-from-zero",
+        "        rows, width = _chunk(plan, lo)\n        s = _scores(_scaled(q_ref[rows, :], scale), k_ref[:width, :], plan, i * plan.bq + (lo or 0)",
+        "        rows, width = _chunk(plan, lo)\n        s = _scores(_scaled(q_ref[rows, :], scale), k_ref[:width, :], plan, i * plan.bq",
+        "the forward masks a diagonal chunk as if its rows started the block: its rows lose the keys past the chunk's first rows",
+    ),
+    _attention(
+        "attention-diagonal-skips-a-real-chunk",
+        "                pl.when(q_start + lo < plan.seq_q)(chunk)",
+        "                pl.when(q_start + lo + plan.sub <= plan.seq_q)(chunk)",
+        "a diagonal chunk that runs past seq_q is skipped whole, its real rows with it",
+    ),
+    _attention(
+        "attention-diagonal-dkv-chunk-keys-at-zero",
+        "        dk_sc[:width, :] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)",
+        "        dk_sc[plan.bk - width :, :] += jax.lax.dot_general(ds, q, transposed_lhs, preferred_element_type=acc)",
+        "dK adds a diagonal chunk's keys into the block's last rows, not its first",
+    ),
+    _attention(
+        "attention-diagonal-never-by-default",
+        "    if divides(DIAGONAL_SUB):\n        return DIAGONAL_SUB",
+        "    if True:\n        return 0",
+        "the default never chunks the diagonal (slower on a v5e: the walk record's diagonal runs)",
+    ),
+    _attention(
+        "attention-whole-never",
+        "    return seq_q == seq_k and DEFAULT_BLOCKS[0] < seq_q <= WHOLE and seq_q % LANES == 0 and d <= LANES",
+        "    return False",
+        "a causal square of 1025-1536 tokens keeps its blocks (slower on a v5e: the walk record's diagonal runs)",
     ),
     Mutation(
         "attention-by-token-head-as-row-block",

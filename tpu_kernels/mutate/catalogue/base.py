@@ -35,6 +35,7 @@ T_ATTENTION = (
     "tests/kernels/test_attention.py",
     "tests/kernels/test_attention_grids.py",
     "tests/kernels/test_attention_fused.py",
+    "tests/kernels/test_attention_diagonal.py",
 )
 LINEAR_CE = K + "linear_cross_entropy/pallas.py"
 T_LINEAR_CE = ("tests/kernels/test_linear_cross_entropy.py", "tests/kernels/test_linear_cross_entropy_space.py")
