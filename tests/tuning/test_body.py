@@ -122,8 +122,9 @@ def test_an_array_costs_its_native_tiles(shape, dtype, vregs):
 def test_a_step_table_fixed_at_trace_time_is_read_so_each_dot_counts_where_it_runs(seq, block):
     """The shipped attention's causal walk reads its steps from a scalar-prefetch table built
     at trace time: given the trace's constants, the body reads the table, and each branch's dots
-    count on exactly the steps that take it (the masked body on the diagonal's blocks, the
-    unmasked one below it). Without them the predicates are unknown, and both branches count on
+    count on exactly the steps that take it (the diagonal's body, in row chunks at 512-blocks,
+    on the diagonal's blocks; the unmasked one below it; the masked body of other edge blocks,
+    which a causal square has none of, on no step). Without them the predicates are unknown, and both branches count on
     every step: an upper bound, said so (`evaluated` False)."""
     from tpu_kernels.kernels.attention import pallas
 
@@ -135,6 +136,13 @@ def test_a_step_table_fixed_at_trace_time_is_read_so_each_dot_counts_where_it_ru
     read = body.read(eqn, operands)
     assert read.steps == pairs and read.evaluated
     steps = sorted(d.steps for d in read.dots)
-    assert steps == [diagonal, diagonal, pairs - diagonal, pairs - diagonal]  # q k^T and p v in each body
+    plan = pallas._plan(spec, spec, True, None, block, block, forward=True)
+    chunks = block // plan.sub if plan.sub else 1  # the diagonal's body runs its rows in chunks (`_run`)
+    assert chunks == (2 if block == 512 else 1)
+    # q k^T and p v in each body, per chunk on the diagonal's
+    assert steps == [diagonal] * 2 * chunks + [pairs - diagonal] * 2
     unknown = body.read(eqn)
-    assert not unknown.evaluated and sorted(d.steps for d in unknown.dots) == [pairs] * 4
+    # every branch's dots on every step: with chunks, the diagonal's chunked body, the masked
+    # body for the other edge blocks and the unmasked one; without, the masked and unmasked
+    branches = 2 * chunks + 4 if chunks > 1 else 4
+    assert not unknown.evaluated and sorted(d.steps for d in unknown.dots) == [pairs] * branches
