@@ -148,6 +148,21 @@ def _section(section: str, new, before, write, deadline: float, quick: bool = Fa
             write(row)
 
 
+def _compile_all(fns: dict, args: tuple, base: dict, write) -> tuple[dict, dict]:
+    """(name -> compiled, name -> its outputs at args) for the sides that compile; a side that
+    does not is written as a row of base with its error."""
+    from tpu_kernels.chip import measure
+
+    compiled, outs = {}, {}
+    for name, fn in fns.items():
+        c, _, err = measure.compile_fn(fn, args)
+        if err:
+            write({**base, "variant": name, "error": err[:300]})
+            continue
+        compiled[name], outs[name] = c, c(*args)
+    return compiled, outs
+
+
 def _short_pairs(t: int) -> list[tuple[tuple, tuple]]:
     """(forward blocks, backward blocks) pairs of the short section; None: the default."""
     d = (None, None)
@@ -186,13 +201,7 @@ def _short(new, write, quick: bool = False) -> None:
             return vjp(do)
 
         fns["xla"] = xla_grad
-        compiled, outs = {}, {}
-        for name, fn in fns.items():
-            c, _, err = measure.compile_fn(fn, args)
-            if err:
-                write({"section": "short", "point": family._tag(p, "bf16"), "variant": name, "error": err[:300]})
-                continue
-            compiled[name], outs[name] = c, c(*args)
+        compiled, outs = _compile_all(fns, args, {"section": "short", "point": family._tag(p, "bf16")}, write)
         times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
         for name, tm in times.items():
             row = {"section": "short", "point": family._tag(p, "bf16"), "what": "forward+backward", "variant": name}
@@ -251,13 +260,7 @@ def _fused_point(new, xla, write, idx: int, p: dict, layout: str, dtype: str, qu
     base = {"section": "fused", "point": family._tag(p, dtype), "layout": layout, "what": "forward+backward",
             "fused_bytes": new._fused_bytes(plan, d, jnp.dtype(dt).itemsize),
             "default_fuses": new._fused_fits(plan, d, jnp.dtype(dt).itemsize), "blocks": [plan.bq, plan.bk]}
-    compiled, outs = {}, {}
-    for name, fn in fns.items():
-        c, _, err = measure.compile_fn(fn, args)
-        if err:
-            write({**base, "variant": name, "error": err[:300]})
-            continue
-        compiled[name], outs[name] = c, c(*args)
+    compiled, outs = _compile_all(fns, args, base, write)
     times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
     row = dict(base)
     for name, tm in times.items():
@@ -364,14 +367,8 @@ def _diagonal(new, write, deadline: float, quick: bool = False, only: tuple[str,
 
             fns["xla"] = xla_fn
             base = {"section": "diagonal", "point": family._tag(p, "bf16"), "what": what}
-            compiled, outs = {}, {}
-            for name, fn in fns.items():
-                c, _, err = measure.compile_fn(fn, args)
-                if err:
-                    write({**base, "variant": name, "error": err[:300]})
-                    continue
-                out = c(*args)
-                compiled[name], outs[name] = c, out if isinstance(out, tuple) else (out,)
+            compiled, outs = _compile_all(fns, args, base, write)
+            outs = {name: out if isinstance(out, tuple) else (out,) for name, out in outs.items()}
             times = measure.time_interleaved(compiled, args, rounds=1 if quick else 5)
             for name, tm in times.items():
                 row = {**base, "variant": name, **({"plan": plans[name]} if name in plans else {})}
